@@ -1,0 +1,3 @@
+from driver.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,24 @@
+"""Exit codes and the one exception type the CLI turns into a one-line message."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+"""The job succeeded (or the command did what it was asked)."""
+EXIT_JOB_FAILED = 1
+"""The job failed or was stopped."""
+EXIT_USAGE = 2
+"""Bad usage, bad input, or the cluster could not be reached."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C while following a job: the job keeps running (128 + SIGINT, the shell convention)."""
+
+
+class DriverError(Exception):
+    """An error the user can act on: printed as one line on stderr, never as a traceback."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        return self.message

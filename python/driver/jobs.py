@@ -1,0 +1,238 @@
+"""Ray's Jobs API, as the driver uses it: the same calls for local Ray and for a tunnelled head.
+
+A thin layer over ``ray.job_submission.JobSubmissionClient`` that turns its exceptions into
+one-line :class:`DriverError` messages, uploads the working directory with a progress callback,
+and follows logs until the job ends. The token travels only in the ``Authorization`` header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from driver.errors import EXIT_USAGE, DriverError
+
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+ProgressFn = Callable[[int, int], None]
+"""Called as ``progress(bytes_done, bytes_total)`` while a package uploads."""
+
+
+def _clean_client_environment() -> None:
+    # JobSubmissionClient lets RAY_ADDRESS / RAY_API_SERVER_ADDRESS override the address it is
+    # given, which would silently send a job to another cluster than the one the driver found.
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
+        os.environ.pop(var, None)
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text[:400] if text else type(e).__name__
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    submission_id: str
+    status: str
+    entrypoint: str
+    message: str
+    start_time: float | None
+    end_time: float | None
+    driver_exit_code: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "submission_id": self.submission_id,
+            "status": self.status,
+            "entrypoint": self.entrypoint,
+            "message": self.message,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "driver_exit_code": self.driver_exit_code,
+        }
+
+
+def _info(details: Any) -> JobInfo:
+    def ms(v: Any) -> float | None:
+        return v / 1000.0 if v else None
+
+    status = details.status
+    return JobInfo(
+        submission_id=details.submission_id or "",
+        status=getattr(status, "value", str(status)),
+        entrypoint=details.entrypoint or "",
+        message=details.message or "",
+        start_time=ms(details.start_time),
+        end_time=ms(details.end_time),
+        driver_exit_code=getattr(details, "driver_exit_code", None),
+    )
+
+
+class _ProgressReader:
+    """A file wrapper that reports how much of it has been read (requests streams it)."""
+
+    def __init__(self, f: BinaryIO, total: int, progress: ProgressFn | None) -> None:
+        self._f, self._total, self._done, self._progress = f, total, 0, progress
+
+    def __len__(self) -> int:
+        return self._total
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self._f.read(n if n and n > 0 else 1 << 20)
+        self._done += len(chunk)
+        if self._progress:
+            self._progress(self._done, self._total)
+        return chunk
+
+
+class JobsClient:
+    """Talk to one cluster's Jobs API at ``address`` (``http://127.0.0.1:PORT``)."""
+
+    def __init__(self, address: str, token: str | None, where: str = "") -> None:
+        _clean_client_environment()
+        from ray.job_submission import JobSubmissionClient
+
+        self.address = address
+        self.where = where or address
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            self._client = JobSubmissionClient(address, headers=dict(self._headers))
+        except Exception as e:
+            raise DriverError(
+                f"cannot reach the Ray Jobs API of {self.where} at {address}: {_one_line(e)}",
+                EXIT_USAGE,
+            ) from None
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except DriverError:
+            raise
+        except Exception as e:
+            text = _one_line(e)
+            if "does not exist" in text or "404" in text:
+                raise DriverError(f"{what}: no such job on {self.where}", EXIT_USAGE) from None
+            raise DriverError(f"{what} failed on {self.where}: {text}", EXIT_USAGE) from None
+
+    # -- working directory -----------------------------------------------------------------
+    def upload_working_dir(self, working_dir: Path, progress: ProgressFn | None = None) -> str:
+        """Package ``working_dir`` (honouring .gitignore and .rayignore) and upload it once.
+
+        Returns the ``gcs://`` URI to use as ``runtime_env["working_dir"]``. Same packaging as
+        ``ray job submit``; done here so a person waiting sees upload progress.
+        """
+        import requests
+        from ray._private.runtime_env.packaging import create_package, get_uri_for_directory
+        from ray.dashboard.modules.dashboard_sdk import uri_to_http_components
+
+        try:
+            uri = get_uri_for_directory(str(working_dir), include_gitignore=True, excludes=[])
+        except ValueError as e:
+            raise DriverError(f"cannot package {working_dir}: {_one_line(e)}") from None
+        if self._call("checking the package", self._client._package_exists, uri):
+            if progress:
+                progress(1, 1)
+            return uri
+        protocol, name = uri_to_http_components(uri)
+        with tempfile.TemporaryDirectory() as tmp:
+            package = Path(tmp) / name
+            create_package(
+                str(working_dir),
+                package,
+                include_gitignore=True,
+                include_parent_dir=False,
+                excludes=[],
+            )
+            size = package.stat().st_size
+            with open(package, "rb") as f:
+                try:
+                    r = requests.put(
+                        f"{self.address}/api/packages/{protocol}/{name}",
+                        data=_ProgressReader(f, size, progress),
+                        headers={**self._headers, "Content-Length": str(size)},
+                        timeout=(10, 600),
+                    )
+                except requests.RequestException as e:
+                    raise DriverError(
+                        f"uploading {working_dir} to {self.where} failed: {_one_line(e)}"
+                    ) from None
+        if r.status_code != 200:
+            raise DriverError(
+                f"uploading {working_dir} to {self.where} failed: HTTP {r.status_code} "
+                f"{' '.join(r.text.split())[:200]}"
+            )
+        return uri
+
+    # -- verbs -----------------------------------------------------------------------------
+    def submit(
+        self,
+        entrypoint: str,
+        runtime_env: dict[str, Any],
+        submission_id: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> str:
+        return self._call(
+            "submitting the job",
+            self._client.submit_job,
+            entrypoint=entrypoint,
+            runtime_env=runtime_env,
+            submission_id=submission_id,
+            metadata=metadata,
+        )
+
+    def info(self, submission_id: str) -> JobInfo:
+        return _info(self._call(f"job {submission_id}", self._client.get_job_info, submission_id))
+
+    def list(self) -> list[JobInfo]:
+        jobs = [_info(d) for d in self._call("listing jobs", self._client.list_jobs)]
+        # Drivers that called ray.init() themselves have no submission id: not submitted jobs.
+        jobs = [j for j in jobs if j.submission_id]
+        return sorted(jobs, key=lambda j: j.start_time or 0)
+
+    def stop(self, submission_id: str) -> bool:
+        return bool(
+            self._call(f"stopping job {submission_id}", self._client.stop_job, submission_id)
+        )
+
+    def logs(self, submission_id: str) -> str:
+        return self._call(f"logs of job {submission_id}", self._client.get_job_logs, submission_id)
+
+    def follow(self, submission_id: str, write: Callable[[str], None]) -> JobInfo:
+        """Stream the job's logs through ``write`` until it ends; return its final info.
+
+        KeyboardInterrupt propagates to the caller with the job untouched.
+        """
+
+        async def tail() -> None:
+            async for chunk in self._client.tail_job_logs(submission_id):
+                write(chunk)
+
+        try:
+            asyncio.run(tail())
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:
+            # The websocket can close early (tunnel hiccup); fall back to polling the status.
+            text = _one_line(e)
+            if "does not exist" in text:
+                raise DriverError(f"job {submission_id}: no such job on {self.where}") from None
+        for info in self.wait(submission_id):
+            if info.status in TERMINAL:
+                return info
+        raise AssertionError("unreachable")
+
+    def wait(self, submission_id: str, interval: float = 1.0) -> Iterator[JobInfo]:
+        """Yield the job's info until it is terminal (the last item yielded is terminal)."""
+        while True:
+            info = self.info(submission_id)
+            yield info
+            if info.status in TERMINAL:
+                return
+            time.sleep(interval)

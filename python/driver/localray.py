@@ -1,0 +1,299 @@
+"""The embedded default: a local Ray head the driver starts, reuses and stops.
+
+The head is a ``ray start --head --block`` process in its own session, bound to 127.0.0.1 with
+token authentication switched on explicitly (Ray 2.60 otherwise decides from whether
+``~/.ray/auth_token`` happens to exist). Every process Ray spawns stays in that session, so
+``stop`` removes exactly what the driver started and nothing else: ``ray stop`` would also kill
+unrelated Ray processes, including those of a rehearsal cluster's containers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from driver.errors import DriverError
+
+START_TIMEOUT_S = 90.0
+
+
+@dataclass(frozen=True)
+class LocalHead:
+    """What a client needs to use a running local head."""
+
+    pid: int
+    session_id: int
+    dashboard_port: int
+    gcs_port: int
+    token_file: str
+    temp_dir: str
+    log_file: str
+
+    @property
+    def jobs_address(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    @property
+    def gcs_address(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    def token(self) -> str:
+        return Path(self.token_file).read_text().strip()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def session_pids(session_id: int) -> list[int]:
+    """PIDs of the live processes in a session (Linux /proc; other systems via ps).
+
+    Zombies are left out: they hold nothing and vanish once their parent reaps them.
+    """
+    pids: list[int] = []
+    proc = Path("/proc")
+    if proc.is_dir():
+        candidates = [int(p.name) for p in proc.iterdir() if p.name.isdigit()]
+    else:  # pragma: no cover - macOS
+        out = subprocess.run(["ps", "-A", "-o", "pid="], capture_output=True, text=True).stdout
+        candidates = [int(x) for x in out.split()]
+    for pid in candidates:
+        if pid == os.getpid():
+            continue
+        try:
+            if os.getsid(pid) == session_id and _pid_alive(pid):
+                pids.append(pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return pids
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as dead.
+    with contextlib.suppress(OSError):
+        if "State:\tZ" in Path(f"/proc/{pid}/status").read_text():
+            return False
+    return True
+
+
+def _dashboard_up(port: int, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/api/gcs_healthz", timeout=timeout
+        ) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+class LocalRay:
+    """Start, find and stop the driver's own local Ray head, with its state under ``home``."""
+
+    def __init__(self, home: Path) -> None:
+        self.dir = home / "local"
+        self.state_file = self.dir / "head.json"
+        self.token_file = self.dir / "token"
+        self.log_file = self.dir / "ray-start.log"
+        # Ray's unix sockets live under the temp dir and their paths must stay under 108 bytes,
+        # so the temp dir is short and derived from the state folder rather than inside it.
+        digest = hashlib.sha1(str(self.dir.resolve()).encode()).hexdigest()[:10]
+        self.temp_dir = Path("/tmp") / f"raydriver-{os.getuid()}-{digest}"
+
+    # -- state -----------------------------------------------------------------------------
+    def _read_state(self) -> LocalHead | None:
+        try:
+            return LocalHead(**json.loads(self.state_file.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def running(self) -> LocalHead | None:
+        """The running head this driver started, or None (stale state is cleaned up)."""
+        head = self._read_state()
+        if head is None:
+            return None
+        if _pid_alive(head.pid) and _dashboard_up(head.dashboard_port):
+            return head
+        if _pid_alive(head.pid):
+            # Alive but not answering: give a slow dashboard a moment before declaring it dead.
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and _pid_alive(head.pid):
+                if _dashboard_up(head.dashboard_port):
+                    return head
+                time.sleep(0.5)
+        self._kill_session(head.session_id)
+        self.state_file.unlink(missing_ok=True)
+        return None
+
+    # -- start -----------------------------------------------------------------------------
+    def _token(self) -> str:
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not self.token_file.exists():
+            fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+        return self.token_file.read_text().strip()
+
+    def start(
+        self,
+        num_cpus: int | None = None,
+        timeout: float = START_TIMEOUT_S,
+        progress: Callable[[str], None] | None = None,
+    ) -> tuple[LocalHead, bool]:
+        """Return ``(head, started)``: the running head, starting one if there is none."""
+        head = self.running()
+        if head is not None:
+            return head, False
+        self._token()
+        ray_bin = Path(sys.executable).with_name("ray")
+        if not ray_bin.exists():
+            found = shutil.which("ray")
+            if found is None:
+                raise DriverError(
+                    f"cannot start local Ray: no 'ray' executable next to {sys.executable} "
+                    "or on PATH (install the package: pip install -e .)"
+                )
+            ray_bin = Path(found)
+        ports = {
+            "port": _free_port(),
+            "dashboard-port": _free_port(),
+            "ray-client-server-port": _free_port(),
+            "dashboard-agent-listen-port": _free_port(),
+            "dashboard-agent-grpc-port": _free_port(),
+            "runtime-env-agent-port": _free_port(),
+            "metrics-export-port": _free_port(),
+            "node-manager-port": _free_port(),
+            "object-manager-port": _free_port(),
+        }
+        cmd = [
+            str(ray_bin),
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            "--dashboard-host=127.0.0.1",
+            f"--temp-dir={self.temp_dir}",
+            "--disable-usage-stats",
+            *[f"--{k}={v}" for k, v in ports.items()],
+        ]
+        if num_cpus is not None:
+            cmd.append(f"--num-cpus={num_cpus}")
+        env = dict(os.environ)
+        for var in ("RAY_ADDRESS", "RAY_AUTH_TOKEN"):
+            env.pop(var, None)
+        env.update(
+            RAY_AUTH_MODE="token",
+            RAY_AUTH_TOKEN_PATH=str(self.token_file),
+            RAY_USAGE_STATS_ENABLED="0",
+            # Jobs run `python script.py`: make that the driver's own interpreter.
+            PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+        )
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(self.log_file, "wb") as log:
+            try:
+                proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            except OSError as e:
+                raise DriverError(f"cannot start local Ray: {e}") from None
+        head = LocalHead(
+            pid=proc.pid,
+            session_id=proc.pid,  # start_new_session: the child leads its own session
+            dashboard_port=ports["dashboard-port"],
+            gcs_port=ports["port"],
+            token_file=str(self.token_file),
+            temp_dir=str(self.temp_dir),
+            log_file=str(self.log_file),
+        )
+        deadline = time.monotonic() + timeout
+        try:
+            if progress:
+                progress(f"starting local Ray (log: {self.log_file})")
+            while True:
+                if proc.poll() is not None:
+                    raise DriverError(
+                        f"local Ray did not start: 'ray start' exited with code {proc.returncode}"
+                        f" ({self._last_log_line()})"
+                    )
+                if _dashboard_up(head.dashboard_port, timeout=1.0):
+                    break
+                if time.monotonic() > deadline:
+                    raise DriverError(
+                        f"local Ray did not start within {timeout:.0f} s ({self._last_log_line()})"
+                    )
+                time.sleep(0.5)
+        except BaseException:
+            # Nothing half-started is left behind: not on error, not on Ctrl-C.
+            self._kill_session(head.session_id)
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                proc.wait(timeout=5)
+            raise
+        self.state_file.write_text(json.dumps(asdict(head), indent=2))
+        return head, True
+
+    def _last_log_line(self) -> str:
+        try:
+            lines = [ln.strip() for ln in self.log_file.read_text(errors="replace").splitlines()]
+        except OSError:
+            return "no log"
+        lines = [ln for ln in lines if ln]
+        for ln in reversed(lines):
+            if "Error" in ln or "error" in ln:
+                return ln[-300:]
+        return lines[-1][-300:] if lines else f"empty log {self.log_file}"
+
+    # -- stop ------------------------------------------------------------------------------
+    @staticmethod
+    def _kill_session(session_id: int, grace: float = 10.0) -> None:
+        pids = session_pids(session_id)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and session_pids(session_id):
+            time.sleep(0.2)
+        for pid in session_pids(session_id):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and session_pids(session_id):
+            time.sleep(0.1)
+        # Reap our own child if it is ours, so no zombie lingers in a long-lived caller.
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(session_id, os.WNOHANG)
+
+    def stop(self) -> bool:
+        """Stop the head this driver started. Returns False if none was running."""
+        head = self._read_state()
+        if head is None:
+            return False
+        self._kill_session(head.session_id)
+        self.state_file.unlink(missing_ok=True)
+        shutil.rmtree(head.temp_dir, ignore_errors=True)
+        return True

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs what the tests need, then runs pytest.
+#   - Debian packages from scripts/apt-packages.txt (through apt-get when run as root)
+#   - .venv with this package and its dev extra
+#   - .tools/checkov: checkov in its own environment (its pins conflict with Ray's)
+# Extra arguments go to pytest, e.g. ./scripts/test.sh -m "not slow".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PYTHON=${PYTHON:-python3}
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+mapfile -t APT_PACKAGES < <(grep -v -E '^\s*(#|$)' scripts/apt-packages.txt)
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    missing=()
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        log "apt-get install ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        # No service may start at install time (there is no init system to own it here).
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+        rm -f /usr/sbin/policy-rc.d
+    fi
+else
+    log "not root (or no apt-get): skipping Debian packages ${APT_PACKAGES[*]}"
+fi
+
+log "Python environment (.venv)"
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+
+log "checkov tool environment (.tools/checkov)"
+if ! cmp -s scripts/checkov-requirements.txt .tools/checkov/requirements.txt 2>/dev/null; then
+    rm -rf .tools/checkov
+    "$PYTHON" -m venv .tools/checkov
+    .tools/checkov/bin/python -m pip install -q --disable-pip-version-check \
+        -r scripts/checkov-requirements.txt
+    cp scripts/checkov-requirements.txt .tools/checkov/requirements.txt
+fi
+
+log "pytest"
+export RAYDRIVER_CHECKOV="$ROOT/.tools/checkov/bin/checkov"
+exec .venv/bin/python -m pytest "$@"

@@ -3,6 +3,7 @@
 #   - Debian packages from scripts/apt-packages.txt (through apt-get when run as root)
 #   - .venv with this package and its dev extra
 #   - .tools/checkov: checkov in its own environment (its pins conflict with Ray's)
+#   - whatever scripts/setup.d/*.sh prepare (cached under .tools/ and .rehearsal/)
 # Extra arguments go to pytest, e.g. ./scripts/test.sh -m "not slow".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,13 @@ if ! cmp -s scripts/checkov-requirements.txt .tools/checkov/requirements.txt 2>/
         -r scripts/checkov-requirements.txt
     cp scripts/checkov-requirements.txt .tools/checkov/requirements.txt
 fi
+
+# Further set-up steps (one file per concern, e.g. tool downloads), in name order.
+for step in scripts/setup.d/*.sh; do
+    [ -e "$step" ] || continue
+    log "$step"
+    bash "$step"
+done
 
 log "pytest"
 export RAYDRIVER_CHECKOV="$ROOT/.tools/checkov/bin/checkov"

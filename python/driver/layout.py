@@ -1,0 +1,41 @@
+"""Where things live on a cluster node and which ports Ray uses there.
+
+One source of truth for the cloud-init renderer (what the nodes are told) and the driver (what
+it looks for on the head over SSH). Change a value here, re-render (``python -m driver render``)
+and the golden-file test shows every document that moves.
+"""
+
+from __future__ import annotations
+
+# Ports. Only SSH (22) is open from outside the virtual network; the rest stay private.
+RAY_GCS_PORT = 6379
+"""Ray's GCS on the head's private IP: workers join here."""
+RAY_DASHBOARD_PORT = 8265
+"""Dashboard and Jobs API, bound to 127.0.0.1 on the head: reached only through an SSH tunnel."""
+RAY_CLIENT_PORT = 10001
+"""Ray Client server on the head (token-protected)."""
+TENSORBOARD_PORT = 6006
+"""TensorBoard over the results folder, bound to 127.0.0.1 on the head."""
+
+# Accounts.
+RAY_USER = "ray"
+"""Unprivileged system user that runs Ray; its group may read the token and results."""
+
+# Paths.
+CONFIG_DIR = "/etc/ray-cluster"
+DEPLOY_ENV = f"{CONFIG_DIR}/deploy.env"
+"""Deploy-time values (cloud-init/placeholders.yaml), root-only."""
+NODE_ENV = f"{CONFIG_DIR}/node.env"
+"""Environment for the Ray services (auth mode, token path, display), readable by ray."""
+TOKEN_FILE = f"{CONFIG_DIR}/cluster-token"
+"""The cluster's Ray token: mode 0640, group ray (the admin user is a member)."""
+VENV_DIR = "/opt/ray-cluster/venv"
+STATE_DIR = "/var/lib/ray-cluster"
+READY_MARKER = f"{STATE_DIR}/ready"
+"""Written once the node's Ray is up (and, on the head, answering); holds a JSON status."""
+FAILED_MARKER = f"{STATE_DIR}/failed"
+"""Written when the bootstrap gave up; holds the reason on one line."""
+RESULTS_DIR = f"{STATE_DIR}/results"
+"""Jobs write results and checkpoints to RESULTS_DIR/<submission id> on the head."""
+XVFB_DISPLAY = ":99"
+"""The virtual display every node runs for headless simulators (DISPLAY for Ray's workers)."""

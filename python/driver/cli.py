@@ -150,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     lp.set_defaults(func=cmd_local_stop)
     lp = local.add_parser("status", help="Say whether the local Ray head is running.")
     lp.set_defaults(func=cmd_local_status)
+
+    from driver import cli_node
+
+    cli_node.register(verbs)
     return parser
 
 

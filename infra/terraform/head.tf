@@ -1,0 +1,79 @@
+# The head: a static public IP for SSH (the NSG admits allowed_ssh_cidrs only), a NIC with the
+# static private IP the workers' cloud-init names, and the VM that runs Ray's GCS, dashboard
+# (127.0.0.1 only) and the jobs' learners.
+
+resource "azurerm_public_ip" "head" {
+  name                = "${var.name_prefix}-head-pip"
+  location            = var.location
+  resource_group_name = local.resource_group_name
+  allocation_method   = "Static"
+  sku                 = "Standard"
+  tags                = var.tags
+}
+
+resource "azurerm_network_interface" "head" {
+  #checkov:skip=CKV_AZURE_119:The head is the cluster's only way in (SSH); the subnet NSG admits port 22 from allowed_ssh_cidrs only, which validation keeps off 0.0.0.0/0.
+  name                = "${var.name_prefix}-head-nic"
+  location            = var.location
+  resource_group_name = local.resource_group_name
+  tags                = var.tags
+
+  ip_configuration {
+    name                          = "primary"
+    primary                       = true
+    subnet_id                     = azurerm_subnet.this.id
+    private_ip_address_allocation = "Static"
+    private_ip_address            = local.head_private_ip
+    public_ip_address_id          = azurerm_public_ip.head.id
+  }
+}
+
+resource "azurerm_linux_virtual_machine" "head" {
+  name                  = "${var.name_prefix}-head"
+  computer_name         = "${var.name_prefix}-head"
+  location              = var.location
+  resource_group_name   = local.resource_group_name
+  size                  = var.head_vm_size
+  network_interface_ids = [azurerm_network_interface.head.id]
+  tags                  = var.tags
+
+  admin_username                  = var.admin_username
+  disable_password_authentication = true
+  admin_ssh_key {
+    username   = var.admin_username
+    public_key = trimspace(var.admin_ssh_public_key)
+  }
+
+  source_image_reference {
+    publisher = local.os_image.publisher
+    offer     = local.os_image.offer
+    sku       = local.os_image.sku
+    version   = "latest"
+  }
+
+  os_disk {
+    name                 = "${var.name_prefix}-head-osdisk"
+    caching              = "ReadWrite"
+    storage_account_type = "StandardSSD_LRS"
+    disk_size_gb         = 64 # the Ray environment (~2 GB), results and checkpoints live here
+  }
+
+  identity {
+    type         = "UserAssigned"
+    identity_ids = [azurerm_user_assigned_identity.this.id]
+  }
+
+  # Changing custom data replaces the VM (the head is rebuilt from its cloud-init).
+  custom_data                = base64encode(local.custom_data["head"])
+  allow_extension_operations = false
+  encryption_at_host_enabled = var.encryption_at_host_enabled
+
+  # Managed storage account: serial console and the boot log show cloud-init's progress.
+  boot_diagnostics {}
+
+  # The first boot installs packages: the subnet's NAT gateway and NSG must be in place.
+  depends_on = [
+    azurerm_subnet_nat_gateway_association.this,
+    azurerm_subnet_network_security_group_association.this,
+  ]
+}

@@ -1,0 +1,37 @@
+# Outputs. The names are a contract: `python -m driver --terraform-dir` reads head_public_ip and
+# admin_username, and the Bicep stack has the same outputs in camelCase (headPublicIp, ...).
+
+output "head_public_ip" {
+  description = "Public IP address of the head (SSH only, from allowed_ssh_cidrs)."
+  value       = azurerm_public_ip.head.ip_address
+}
+
+output "head_private_ip" {
+  description = "Private IP address of the head in the cluster subnet (Ray's GCS listens there, port 6379)."
+  value       = azurerm_network_interface.head.private_ip_address
+}
+
+output "admin_username" {
+  description = "Admin user on every VM; the user the driver connects as."
+  value       = var.admin_username
+}
+
+output "ssh_command" {
+  description = "SSH to the head."
+  value       = "ssh ${local.ssh_target}"
+}
+
+output "scale_set_id" {
+  description = "Resource ID of the workers' scale set (az vmss ... --ids <id>)."
+  value       = azurerm_linux_virtual_machine_scale_set.workers.id
+}
+
+output "resource_group_name" {
+  description = "Resource group that holds the cluster."
+  value       = local.resource_group_name
+}
+
+output "driver_command" {
+  description = "Submit the CartPole example to this cluster (from the repository root)."
+  value       = "python -m driver submit examples/cartpole/train.py --head ${local.ssh_target}"
+}

@@ -1,0 +1,93 @@
+# The workers: a Uniform scale set without public IPs (outbound through the NAT gateway) whose
+# instances join the head's Ray cluster from their cloud-init. Autoscale (autoscale.tf) owns the
+# instance count after creation.
+
+resource "azurerm_linux_virtual_machine_scale_set" "workers" {
+  #checkov:skip=CKV_AZURE_97:Off by default because encryption at host needs the EncryptionAtHost feature registered on the subscription; set encryption_at_host_enabled = true where it is.
+  name                 = "${var.name_prefix}-workers"
+  computer_name_prefix = "${var.name_prefix}-w"
+  location             = var.location
+  resource_group_name  = local.resource_group_name
+  sku                  = var.worker_vm_size
+  instances            = var.worker_default_count
+  tags                 = var.tags
+
+  admin_username                  = var.admin_username
+  disable_password_authentication = true
+  admin_ssh_key {
+    username   = var.admin_username
+    public_key = trimspace(var.admin_ssh_public_key)
+  }
+
+  source_image_reference {
+    publisher = local.os_image.publisher
+    offer     = local.os_image.offer
+    sku       = local.os_image.sku
+    version   = "latest"
+  }
+
+  os_disk {
+    caching              = "ReadWrite"
+    storage_account_type = "StandardSSD_LRS"
+  }
+
+  network_interface {
+    name    = "primary"
+    primary = true
+
+    ip_configuration {
+      name      = "primary"
+      primary   = true
+      subnet_id = azurerm_subnet.this.id
+    }
+  }
+
+  identity {
+    type         = "UserAssigned"
+    identity_ids = [azurerm_user_assigned_identity.this.id]
+  }
+
+  # Instances keep the custom data they booted with until they are reimaged or replaced.
+  custom_data                  = base64encode(local.custom_data["worker"])
+  extension_operations_enabled = false
+  encryption_at_host_enabled   = var.encryption_at_host_enabled
+
+  # Overprovisioned extra VMs would run cloud-init and join Ray before Azure deletes them.
+  overprovision = false
+  upgrade_mode  = "Manual"
+
+  # Scale-in removes the newest worker first: the last one added is the one least likely to hold
+  # long-running actors.
+  scale_in {
+    rule                   = "NewestVM"
+    force_deletion_enabled = false
+  }
+
+  # Regular workers get a Terminate scheduled event worker_termination_notice_minutes before
+  # deletion, time to drain. Spot VMs cannot have it (they get Preempt, ~30 s).
+  dynamic "termination_notification" {
+    for_each = var.worker_spot_enabled ? [] : [var.worker_termination_notice_minutes]
+    content {
+      enabled = true
+      timeout = "PT${termination_notification.value}M"
+    }
+  }
+
+  priority        = var.worker_spot_enabled ? "Spot" : "Regular"
+  eviction_policy = var.worker_spot_enabled ? "Delete" : null
+  max_bid_price   = var.worker_spot_enabled ? -1 : null
+
+  boot_diagnostics {}
+
+  lifecycle {
+    # Autoscale changes the count; a later apply must not put it back.
+    ignore_changes = [instances]
+  }
+
+  # Workers install packages at first boot (NAT gateway) and join the head at its private IP.
+  depends_on = [
+    azurerm_subnet_nat_gateway_association.this,
+    azurerm_subnet_network_security_group_association.this,
+    azurerm_linux_virtual_machine.head,
+  ]
+}

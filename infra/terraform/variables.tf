@@ -151,7 +151,7 @@ variable "head_vm_size" {
   description = "(Optional) VM size of the head (the learner runs there), e.g. \"Standard_D4s_v5\" or a GPU size such as \"Standard_NC4as_T4_v3\"."
 
   validation {
-    condition     = can(regex("^Standard_[A-Za-z0-9_-]+$", var.head_vm_size))
+    condition     = can(regex("(?i)^standard_[a-z0-9_-]+$", var.head_vm_size))
     error_message = "head_vm_size must be an Azure VM size such as \"Standard_D4s_v5\"."
   }
 }
@@ -162,7 +162,7 @@ variable "worker_vm_size" {
   description = "(Optional) VM size of each worker in the scale set, e.g. \"Standard_D4s_v5\" or \"Standard_F8s_v2\"."
 
   validation {
-    condition     = can(regex("^Standard_[A-Za-z0-9_-]+$", var.worker_vm_size))
+    condition     = can(regex("(?i)^standard_[a-z0-9_-]+$", var.worker_vm_size))
     error_message = "worker_vm_size must be an Azure VM size such as \"Standard_D4s_v5\"."
   }
 }

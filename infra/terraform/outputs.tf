@@ -22,7 +22,7 @@ output "ssh_command" {
 }
 
 output "scale_set_id" {
-  description = "Resource ID of the workers' scale set (az vmss ... --ids <id>)."
+  description = "Resource ID of the workers' scale set, for az vmss commands (--ids)."
   value       = azurerm_linux_virtual_machine_scale_set.workers.id
 }
 

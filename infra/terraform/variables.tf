@@ -73,7 +73,7 @@ variable "create_resource_group" {
 variable "name_prefix" {
   type        = string
   default     = "ray"
-  description = "(Optional) Prefix of every resource name (\"<prefix>-head\", \"<prefix>-workers\", ...): 2-16 lower-case letters, digits or '-', starting with a letter."
+  description = "(Optional) Prefix of every resource name (\"ray\" gives ray-head, ray-workers, ...): 2-16 lower-case letters, digits or '-', starting with a letter."
 
   validation {
     condition     = can(regex("^[a-z][a-z0-9-]{0,14}[a-z0-9]$", var.name_prefix))
@@ -202,7 +202,7 @@ variable "worker_default_count" {
 variable "worker_max_count" {
   type        = number
   default     = 4
-  description = "(Optional) Most workers autoscale adds, 1-100 (one placement group); check your regional vCPU quota (az vm list-usage -l <location>)."
+  description = "(Optional) Most workers autoscale adds, 1-100 (one placement group); check your regional vCPU quota with az vm list-usage --location LOCATION."
 
   validation {
     condition     = var.worker_max_count >= 1 && var.worker_max_count <= 100 && floor(var.worker_max_count) == var.worker_max_count

@@ -7,7 +7,168 @@ Kept apart from cli.py (the job verbs) so the two grow independently; ``build_pa
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+
+from driver.errors import EXIT_JOB_FAILED, EXIT_OK
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the node verbs to the top-level parser."""
+    p = verbs.add_parser(
+        "render",
+        help="Render the cloud-init documents for head and workers.",
+        description=(
+            "Render cloud-init/templates/ into cloud-init/rendered/{head,worker}.yaml. Settings "
+            "come from cloud-init/config.yaml, with the keys of --config FILE over them; the "
+            "Ray/torch/gymnasium pins come from pyproject.toml. Deploy-time values stay "
+            "placeholders (cloud-init/placeholders.yaml) for Terraform and Bicep to fill."
+        ),
+    )
+    p.add_argument("--config", type=Path, metavar="FILE", help="YAML settings over the defaults")
+    p.add_argument(
+        "--out", type=Path, metavar="DIR", help="output folder (default: cloud-init/rendered)"
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if the output folder's documents differ from a fresh render",
+    )
+    p.set_defaults(func=cmd_render)
+    register_rehearse(verbs)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from driver import render
+
+    documents = render.render(render.load_config(args.config))
+    out = args.out or render.rendered_dir()
+    if args.check:
+        stale = [
+            n for n, t in documents.items() if not (out / n).exists() or (out / n).read_text() != t
+        ]
+        if stale:
+            _say(f"out of date in {out}: {', '.join(stale)} (run: python -m driver render)")
+            return EXIT_JOB_FAILED
+        _say(f"{out}: up to date")
+        return EXIT_OK
+    for path in render.write(documents, out):
+        size = render.custom_data_size(path.read_text())
+        _say(f"wrote {path} ({size} of {render.CUSTOM_DATA_LIMIT} base64 characters)")
+    return EXIT_OK
+
+
+def register_rehearse(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from driver.rehearsal.cluster import DEFAULT_HTTP_PORT, DEFAULT_SUBNET, DEFAULT_TORCH_INDEX
+
+    p = verbs.add_parser(
+        "rehearse",
+        help="Boot a local rehearsal cluster from the rendered cloud-init (root, Linux).",
+        description=(
+            "Boot one head and N workers as Debian 12 systemd-nspawn containers, each in its own "
+            "network namespace on a private bridge, each seeded (NoCloud) with "
+            "cloud-init/rendered/*.yaml filled like Terraform and Bicep fill them. Packages come "
+            "only from what this machine serves on the bridge (an apt repository and a Python "
+            "index it builds from the registries and caches under "
+            "$RAYDRIVER_REHEARSAL_DIR, default /var/lib/ray-azure-rl/rehearsal). Needs root."
+        ),
+    )
+    actions = p.add_subparsers(dest="rehearse_verb", metavar="ACTION", parser_class=type(p))
+    actions.required = True
+    up = actions.add_parser("up", help="Build what is missing and boot the cluster.")
+    up.add_argument("--name", default="rehearsal", help="cluster name (default: rehearsal)")
+    up.add_argument("--workers", type=int, default=2, help="number of workers (default: 2)")
+    up.add_argument(
+        "--pip",
+        action="append",
+        default=[],
+        metavar="REQ",
+        help="extra pip requirement for every node, like EXTRA_PIP_PACKAGES",
+    )
+    up.add_argument(
+        "--ssh-public-key",
+        type=Path,
+        metavar="FILE",
+        help="admin user's public key (default: a new key in the cluster folder)",
+    )
+    up.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"default: {DEFAULT_SUBNET}")
+    up.add_argument(
+        "--http-port",
+        type=int,
+        default=DEFAULT_HTTP_PORT,
+        help=f"port of the package server on the bridge (default: {DEFAULT_HTTP_PORT})",
+    )
+    up.add_argument(
+        "--torch-index-url",
+        default=DEFAULT_TORCH_INDEX,
+        help=f"where the host fetches torch for the wheelhouse (default: "
+        f"{DEFAULT_TORCH_INDEX}; pip's own find-links are used too)",
+    )
+    up.add_argument(
+        "--warm-node-cache",
+        action="store_true",
+        help="share a persistent package cache with the nodes, as a custom image "
+        "would carry one (benchmarks)",
+    )
+    up.add_argument(
+        "--timeout",
+        type=float,
+        default=1800,
+        help="seconds to wait for every node to be ready (default: 1800)",
+    )
+    up.set_defaults(func=cmd_rehearse_up)
+    down = actions.add_parser("down", help="Remove every container, namespace, mount and file.")
+    down.add_argument("--name", default="rehearsal")
+    down.add_argument("--subnet", default=DEFAULT_SUBNET)
+    down.set_defaults(func=cmd_rehearse_down)
+    st = actions.add_parser("status", help="Show the cluster's nodes (JSON).")
+    st.add_argument("--name", default="rehearsal")
+    st.set_defaults(func=cmd_rehearse_status)
+
+
+def cmd_rehearse_up(args: argparse.Namespace) -> int:
+    from driver.rehearsal.cluster import Rehearsal
+
+    r = Rehearsal(args.name, subnet=args.subnet, http_port=args.http_port)
+    state = r.up(
+        workers=args.workers,
+        extra_pip=args.pip,
+        ssh_public_key=args.ssh_public_key,
+        torch_index_url=args.torch_index_url,
+        warm_node_cache=args.warm_node_cache,
+        timeout=args.timeout,
+        progress=_say,
+    )
+    head = state.head
+    print(f"head: {state.admin_user}@{head.ip}")
+    for n in state.nodes[1:]:
+        print(f"{n.name}: {state.admin_user}@{n.ip}")
+    print(f"ssh:    ssh -i {state.ssh_key} {state.admin_user}@{head.ip}")
+    print(
+        f"driver: python -m driver submit examples/cartpole/train.py "
+        f"--head {state.admin_user}@{head.ip} -i {state.ssh_key}"
+    )
+    print(f"down:   python -m driver rehearse down --name {args.name}")
+    return EXIT_OK
+
+
+def cmd_rehearse_down(args: argparse.Namespace) -> int:
+    from driver.rehearsal.cluster import Rehearsal
+
+    removed = Rehearsal(args.name, subnet=args.subnet).down(progress=_say)
+    _say(f"rehearsal cluster {args.name!r}: removed {len(removed)} item(s)")
+    return EXIT_OK
+
+
+def cmd_rehearse_status(args: argparse.Namespace) -> int:
+    import json
+
+    from driver.rehearsal.cluster import Rehearsal
+
+    status = Rehearsal(args.name).status()
+    print(json.dumps(status, indent=2))
+    return EXIT_OK if status["up"] else EXIT_JOB_FAILED

@@ -140,3 +140,38 @@ def test_tfvars_example_passes_the_validations(tmp_path: Path) -> None:
             command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_tftest_files_reference_what_the_stack_has() -> None:
+    """terraform test runs only on GitHub; here at least every address a test names must exist:
+    resources, variables in expect_failures and run variables, outputs, mocked providers."""
+    resources = set()
+    for path in STACK.glob("*.tf"):
+        for block in hcl2.load(path.open()).get("resource", []):
+            for rtype, instances in block.items():
+                resources |= {f"{rtype.strip(chr(34))}.{n.strip(chr(34))}" for n in instances}
+    known_vars, known_outputs = set(variables()), set(outputs())
+    files = sorted((STACK / "tests").glob("*.tftest.hcl"))
+    assert len(files) >= 2
+    runs = 0
+    for path in files:
+        text = path.read_text()
+        doc = hcl2.load(path.open())
+        mocked = {k.strip('"') for block in doc.get("mock_provider", []) for k in block}
+        assert mocked == {"azurerm", "random"}, path.name
+        assert set(doc.get("variables", [{}])[0]) - {"__is_block__"} <= known_vars
+        for block in doc["run"]:
+            for name, run in block.items():
+                runs += 1
+                assert run.get("command") == "plan", f"{path.name} {name}: plan only"
+                assert run.get("assert") or run.get("expect_failures"), f"{path.name} {name}"
+                for variables_block in run.get("variables", []):
+                    unknown = set(variables_block) - {"__is_block__"} - known_vars
+                    assert not unknown, f"{path.name} {name}: {unknown}"
+                for failure in run.get("expect_failures", []):
+                    target = failure.strip("${}")
+                    assert target.removeprefix("var.") in known_vars or target in resources
+        used = set(re.findall(r"\b((?:azurerm|random|terraform)_\w+\.\w+)", text))
+        assert used <= resources, f"{path.name}: {used - resources}"
+        assert set(re.findall(r"\boutput\.(\w+)", text)) <= known_outputs
+    assert runs >= 20

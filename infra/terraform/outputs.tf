@@ -8,7 +8,7 @@ output "head_public_ip" {
 
 output "head_private_ip" {
   description = "Private IP address of the head in the cluster subnet (Ray's GCS listens there, port 6379)."
-  value       = azurerm_network_interface.head.private_ip_address
+  value       = azurerm_network_interface.head.ip_configuration[0].private_ip_address
 }
 
 output "admin_username" {

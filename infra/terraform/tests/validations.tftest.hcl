@@ -1,0 +1,134 @@
+# Every input that Azure would refuse late is refused at plan time. (The same rules are
+# exercised offline with the real terraform binary in tests/test_terraform_validations.py.)
+
+mock_provider "azurerm" {}
+mock_provider "random" {}
+
+variables {
+  location             = "westeurope"
+  allowed_ssh_cidrs    = ["203.0.113.7/32"]
+  admin_ssh_public_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIP4S9mbJDa3rbswrgZDZPW0SvS6zPUB0LvnB0IkRZLgc you@example"
+}
+
+run "ssh_from_the_whole_internet_is_refused" {
+  command = plan
+  variables {
+    allowed_ssh_cidrs = ["0.0.0.0/0"]
+  }
+  expect_failures = [var.allowed_ssh_cidrs]
+}
+
+run "ssh_from_star_is_refused" {
+  command = plan
+  variables {
+    allowed_ssh_cidrs = ["*"]
+  }
+  expect_failures = [var.allowed_ssh_cidrs]
+}
+
+run "ssh_from_internet_tag_is_refused" {
+  command = plan
+  variables {
+    allowed_ssh_cidrs = ["Internet"]
+  }
+  expect_failures = [var.allowed_ssh_cidrs]
+}
+
+run "empty_ssh_cidrs_are_refused" {
+  command = plan
+  variables {
+    allowed_ssh_cidrs = []
+  }
+  expect_failures = [var.allowed_ssh_cidrs]
+}
+
+run "key_path_instead_of_key_is_refused" {
+  command = plan
+  variables {
+    admin_ssh_public_key = "~/.ssh/id_ed25519.pub"
+  }
+  expect_failures = [var.admin_ssh_public_key]
+}
+
+run "reserved_admin_username_is_refused" {
+  command = plan
+  variables {
+    admin_username = "admin"
+  }
+  expect_failures = [var.admin_username]
+}
+
+run "unknown_os_image_is_refused" {
+  command = plan
+  variables {
+    os_image = "ubuntu-20.04"
+  }
+  expect_failures = [var.os_image]
+}
+
+run "subnet_with_host_bits_is_refused" {
+  command = plan
+  variables {
+    subnet_address_prefix = "10.42.1.5/24"
+  }
+  expect_failures = [var.subnet_address_prefix]
+}
+
+run "quote_in_pip_package_is_refused" {
+  command = plan
+  variables {
+    extra_pip_packages = ["it's"]
+  }
+  expect_failures = [var.extra_pip_packages]
+}
+
+run "multi_line_apt_source_is_refused" {
+  command = plan
+  variables {
+    apt_source = "deb http://a ./\ndeb http://b ./"
+  }
+  expect_failures = [var.apt_source]
+}
+
+run "termination_notice_out_of_range_is_refused" {
+  command = plan
+  variables {
+    worker_termination_notice_minutes = 20
+  }
+  expect_failures = [var.worker_termination_notice_minutes]
+}
+
+run "min_above_default_is_refused" {
+  command = plan
+  variables {
+    worker_min_count     = 3
+    worker_default_count = 2
+  }
+  expect_failures = [terraform_data.input_checks]
+}
+
+run "default_above_max_is_refused" {
+  command = plan
+  variables {
+    worker_default_count = 5
+    worker_max_count     = 4
+  }
+  expect_failures = [terraform_data.input_checks]
+}
+
+run "scale_in_threshold_above_scale_out_is_refused" {
+  command = plan
+  variables {
+    scale_in_cpu_percent  = 80
+    scale_out_cpu_percent = 70
+  }
+  expect_failures = [terraform_data.input_checks]
+}
+
+run "subnet_outside_the_vnet_is_refused" {
+  command = plan
+  variables {
+    subnet_address_prefix = "10.43.1.0/24"
+  }
+  expect_failures = [terraform_data.input_checks]
+}

@@ -101,3 +101,34 @@ def test_terraform_workflow_runs_fmt_init_validate_test_and_checkov() -> None:
     for event in ("push", "pull_request"):
         assert "infra/terraform/**" in triggers[event]["paths"]
         assert "cloud-init/rendered/**" in triggers[event]["paths"]
+
+
+def test_pre_commit_config_is_valid_and_formats_terraform() -> None:
+    config_path = REPO / ".pre-commit-config.yaml"
+    pre_commit = Path(sys.executable).parent / "pre-commit"
+    result = subprocess.run(
+        [str(pre_commit), "validate-config", str(config_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    config = yaml.safe_load(config_path.read_text())
+    hooks = {hook["id"]: (repo, hook) for repo in config["repos"] for hook in repo["hooks"]}
+    assert {
+        "ruff",
+        "ruff-format",
+        "end-of-file-fixer",
+        "trailing-whitespace",
+        "terraform-fmt",
+    } <= set(hooks)
+    for repo in config["repos"]:
+        assert repo["repo"] == "local" or re.fullmatch(r"v\d+\.\d+\.\d+", repo["rev"]), repo
+    # One ruff version: the hook's rev is the dev extra's pin.
+    pyproject = (REPO / "pyproject.toml").read_text()
+    pinned = re.search(r'"ruff==([\d.]+)"', pyproject)
+    assert pinned and hooks["ruff"][0]["rev"] == f"v{pinned.group(1)}"
+    repo, hook = hooks["terraform-fmt"]
+    assert repo["repo"] == "local" and hook["entry"] == "terraform fmt"
+    for name in ("versions.tf", "terraform.tfvars", "tests/cluster.tftest.hcl"):
+        assert re.search(hook["files"], name), name

@@ -129,3 +129,8 @@ def test_checkov_config_is_shared_by_every_stack() -> None:
     assert config.get("skip-download") is True  # offline: no Prisma Cloud API calls
     # Skips belong in the resources, with their reasons, never here.
     assert not {"skip-check", "skip-path", "soft-fail"} & set(config)
+
+
+def test_checkov_parses_every_file_of_the_stack(terraform_report: dict[str, Any]) -> None:
+    """checkov also reads tests/*.tftest.hcl: a file it cannot parse is a file it does not check."""
+    assert terraform_report["results"].get("parsing_errors", []) == []

@@ -239,6 +239,8 @@ def _check_body(body: dict[str, Any], schema: dict[str, Any], where: str, meta: 
             continue
         if _is_block(value):
             if meta and key in META_BLOCKS:
+                if key == "lifecycle":
+                    problems += _check_ignore_changes(value, schema, where)
                 continue
             if key not in blocks:
                 kind = "an argument, not a block" if key in attrs else "not a known block"
@@ -261,6 +263,20 @@ def _check_body(body: dict[str, Any], schema: dict[str, Any], where: str, meta: 
     for name, spec in {**attrs, **blocks}.items():
         if spec["required"] and name not in seen:
             problems.append(f"{where}: required {name!r} is missing")
+    return problems
+
+
+def _check_ignore_changes(lifecycle: list[dict[str, Any]], schema: dict[str, Any], where: str):
+    """``lifecycle { ignore_changes = [...] }`` must name the resource's own arguments."""
+    problems = []
+    for block in lifecycle:
+        names = block.get("ignore_changes", [])
+        if not isinstance(names, list):  # `all`
+            continue
+        for name in names:
+            top = re.split(r"[.\[]", str(name).strip('"'), maxsplit=1)[0]
+            if top not in schema["attributes"] and top not in schema["blocks"]:
+                problems.append(f"{where}: lifecycle.ignore_changes names unknown {top!r}")
     return problems
 
 

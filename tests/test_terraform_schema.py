@@ -128,6 +128,7 @@ BROKEN_EXPECTED = {
     "missing_required_block.tf": "required 'os_disk' is missing",
     "argument_as_block.tf": "'tags' is an argument, not a block",
     "repeated_single_block.tf": "block 'os_disk' may appear only once",
+    "unknown_ignore_changes.tf": "lifecycle.ignore_changes names unknown 'instance_count'",
     "unknown_provider_argument.tf": "provider azurerm: 'skip_registration' is not a known argument",
 }
 

@@ -1,7 +1,8 @@
 """``python -m driver``: submit RLlib jobs to a Ray cluster and bring the results back.
 
 A thin layer: each verb is one function that parses nothing and prints everything; the work is
-done by the modules it calls. Library code never prints.
+done by the modules it calls (discovery, ssh, remote, results, profiles, terraform). Library
+code never prints.
 """
 
 from __future__ import annotations
@@ -9,11 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import secrets
+import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from driver import __version__
 from driver.errors import (
@@ -29,8 +33,20 @@ PROG = "python -m driver"
 EXIT_CODES_HELP = """exit codes:
   0    the job succeeded (or the command did what it was asked)
   1    the job failed or was stopped
-  2    usage error, bad input, or the cluster could not be reached
-  130  Ctrl-C while following a job (the job keeps running)"""
+  2    usage error, bad input, or the cluster could not be reached (SSH, host key,
+       head not ready, token, Jobs API)
+  130  interrupted with Ctrl-C (a job already submitted keeps running)"""
+
+CLUSTER_HELP = """which cluster (first match wins):
+  1. --head [USER@]HOST[:PORT], or $RAYDRIVER_HEAD
+  2. --terraform-dir DIR: head_public_ip, admin_username from `terraform output -json`
+  3. --resource-group RG --deployment NAME: headPublicIp, adminUsername from the ARM
+     deployment's outputs (signed in with azure-identity's DefaultAzureCredential)
+  4. the profile saved by `python -m driver use ...`
+  5. otherwise local Ray on 127.0.0.1 (started by submit)"""
+
+EPILOG = f"{CLUSTER_HELP}\n\n{EXIT_CODES_HELP}"
+READY_TIMEOUT_ENV = "RAYDRIVER_READY_TIMEOUT"
 
 
 def say(message: str) -> None:
@@ -55,8 +71,115 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port 0-65535, got {value}")
+    return value
+
+
 def _job_id_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("submission_id", metavar="SUBMISSION_ID", help="the job's submission id")
+
+
+def _add_cluster_options(p: argparse.ArgumentParser) -> None:
+    """The options every verb that talks to a cluster takes (see CLUSTER_HELP for the order)."""
+    from driver.discovery import ARM_ENDPOINT_ENV, DEFAULT_ARM_ENDPOINT, HEAD_ENV, SUBSCRIPTION_ENV
+    from driver.remote import DEFAULT_READY_TIMEOUT_S
+    from driver.ssh import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RETRIES
+
+    g = p.add_argument_group("cluster (first match wins; see --help of the top level)")
+    g.add_argument(
+        "--head",
+        metavar="[USER@]HOST[:PORT]",
+        help=f"the head's SSH address (user azureuser, port 22 unless given; env {HEAD_ENV})",
+    )
+    g.add_argument(
+        "--terraform-dir",
+        metavar="DIR",
+        help="find the head from `terraform output -json` in DIR (head_public_ip, admin_username)",
+    )
+    g.add_argument(
+        "--resource-group",
+        metavar="RG",
+        help="with --deployment: find the head from an ARM deployment's outputs",
+    )
+    g.add_argument("--deployment", metavar="NAME", help="the ARM deployment's name")
+    g.add_argument(
+        "--subscription", metavar="ID", help=f"Azure subscription id (env {SUBSCRIPTION_ENV})"
+    )
+    g.add_argument(
+        "--arm-endpoint",
+        metavar="URL",
+        help=f"Resource Manager endpoint, for sovereign clouds (env {ARM_ENDPOINT_ENV}; "
+        f"default {DEFAULT_ARM_ENDPOINT})",
+    )
+    g = p.add_argument_group("SSH to the head")
+    g.add_argument(
+        "-i",
+        "--identity",
+        metavar="KEY",
+        help="private key file (default: the SSH agent, then ~/.ssh/id_ed25519, id_ecdsa, "
+        "id_rsa; with a saved profile, its key)",
+    )
+    g.add_argument(
+        "--connect-timeout",
+        type=_seconds,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds per connection attempt (default {DEFAULT_CONNECT_TIMEOUT_S:.0f})",
+    )
+    g.add_argument(
+        "--retries",
+        type=_non_negative_int,
+        default=DEFAULT_RETRIES,
+        metavar="N",
+        help=f"retries when the head refuses or does not answer, with back-off 1, 2, 4… s "
+        f"(default {DEFAULT_RETRIES})",
+    )
+    g.add_argument(
+        "--ready-timeout",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="how long to wait for a head that is still bootstrapping (env "
+        f"{READY_TIMEOUT_ENV}; default {DEFAULT_READY_TIMEOUT_S:.0f})",
+    )
+    g.add_argument(
+        "--strict-host-keys",
+        action="store_true",
+        help="refuse a head whose host key is not already known (default: trust it on first "
+        "use, print its fingerprint and remember it)",
+    )
+
+
+def _verb(
+    verbs: argparse._SubParsersAction,  # type: ignore[type-arg]
+    name: str,
+    help: str,
+    description: str | None = None,
+    cluster: bool = True,
+) -> argparse.ArgumentParser:
+    p = verbs.add_parser(
+        name,
+        help=help,
+        description=description or help,
+        epilog=EPILOG if cluster else EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if cluster:
+        _add_cluster_options(p)
+    return p
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,26 +187,25 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description=(
             "Submit RLlib jobs to a Ray cluster through Ray's Jobs API, follow them and bring "
-            "their results back. With no cluster given, jobs run on a local Ray head that the "
-            "driver starts on 127.0.0.1."
+            "their results back. A remote cluster is reached over SSH (the Jobs API is "
+            "tunnelled from the head's 127.0.0.1); with no cluster given, jobs run on a local "
+            "Ray head that the driver starts on 127.0.0.1."
         ),
-        epilog=EXIT_CODES_HELP,
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="COMMAND", parser_class=_Parser)
     verbs.required = True
 
-    p = verbs.add_parser(
+    p = _verb(
+        verbs,
         "submit",
-        help="Submit a script as a job and follow its logs.",
-        description=(
-            "Upload the script's folder as the job's working directory (honouring .gitignore "
-            "and .rayignore), run `python SCRIPT ARGS...` on the cluster's head and stream the "
-            "logs until the job ends. Arguments for the script go after `--`."
-        ),
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "Submit a script as a job and follow its logs.",
+        "Upload the script's folder as the job's working directory (honouring .gitignore "
+        "and .rayignore), run `python SCRIPT ARGS...` on the cluster's head and stream the "
+        "logs until the job ends. Arguments for the script go after `--`. The job finds its "
+        "results folder in $RAYDRIVER_RESULTS_DIR.",
     )
     p.add_argument("script", metavar="SCRIPT", help="a .py file, or a folder with train.py/main.py")
     p.add_argument("--submission-id", help="the job's id (default: SCRIPT-DATE-TIME-RANDOM)")
@@ -114,24 +236,94 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_submit)
 
-    p = verbs.add_parser("status", help="Show a job's status.")
+    p = _verb(verbs, "status", "Show a job's status.")
     _job_id_arg(p)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(func=cmd_status)
 
-    p = verbs.add_parser("logs", help="Print a job's logs.")
+    p = _verb(verbs, "logs", "Print a job's logs.")
     _job_id_arg(p)
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.set_defaults(func=cmd_logs)
 
-    p = verbs.add_parser("stop", help="Stop a running job.")
+    p = _verb(verbs, "stop", "Stop a running job.")
     _job_id_arg(p)
     p.add_argument("--no-wait", action="store_true", help="do not wait for the job to stop")
     p.set_defaults(func=cmd_stop)
 
-    p = verbs.add_parser("list", help="List the cluster's jobs.")
+    p = _verb(verbs, "list", "List the cluster's jobs.")
     p.add_argument("--json", action="store_true", help="print the jobs as JSON")
     p.set_defaults(func=cmd_list)
+
+    p = _verb(
+        verbs,
+        "download",
+        "Bring a job's results and checkpoints back from the head.",
+        "Copy the job's results folder on the head (/var/lib/ray-cluster/results/"
+        "SUBMISSION_ID) to DIR/SUBMISSION_ID over SFTP; files already there with the same "
+        "size are skipped. For local Ray, say where the results already are.",
+    )
+    _job_id_arg(p)
+    p.add_argument(
+        "--results",
+        default="results",
+        metavar="DIR",
+        help="local folder; the job's files go to DIR/SUBMISSION_ID (default: results)",
+    )
+    p.set_defaults(func=cmd_download)
+
+    p = _verb(
+        verbs,
+        "dashboard",
+        "Tunnel the Ray dashboard and TensorBoard to this machine until Ctrl-C.",
+    )
+    p.add_argument(
+        "--port", type=_port, default=0, help="local port for the dashboard (default: any free)"
+    )
+    p.add_argument(
+        "--tensorboard-port",
+        type=_port,
+        default=0,
+        help="local port for TensorBoard (default: any free)",
+    )
+    p.set_defaults(func=cmd_dashboard)
+
+    p = _verb(
+        verbs,
+        "ssh",
+        "Open a shell on the head, or run one command there (after `--`).",
+        "With no command: an interactive shell on the head. With `-- COMMAND...`: run it "
+        "there and exit with its exit code. Works while the head is still bootstrapping.",
+    )
+    p.set_defaults(func=cmd_ssh)
+
+    p = _verb(
+        verbs,
+        "use",
+        "Save (or show, or forget) the cluster the other commands use by default.",
+        "Remember the given cluster options (and -i) in the driver's profile, so later "
+        "commands need none. With no options, show the saved profile. The cluster token is "
+        "never saved: it stays on the head.",
+    )
+    p.add_argument("--forget", action="store_true", help="delete the saved profile")
+    p.set_defaults(func=cmd_use)
+
+    p = _verb(
+        verbs,
+        "up",
+        "Create or update the cluster with `terraform apply` in --terraform-dir.",
+        cluster=False,
+    )
+    _add_terraform_options(p)
+    p.set_defaults(func=cmd_up)
+    p = _verb(
+        verbs,
+        "down",
+        "Delete the cluster with `terraform destroy` in --terraform-dir.",
+        cluster=False,
+    )
+    _add_terraform_options(p)
+    p.set_defaults(func=cmd_down)
 
     p = verbs.add_parser(
         "local",
@@ -157,15 +349,65 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# -- verbs -----------------------------------------------------------------------------------
+def _add_terraform_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--terraform-dir", required=True, metavar="DIR", help="the Terraform configuration"
+    )
+    p.add_argument(
+        "--var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Terraform input variable (repeatable)",
+    )
+    p.add_argument("--var-file", action="append", default=[], metavar="FILE", help="a .tfvars file")
+
+
+# -- connecting --------------------------------------------------------------------------------
+def _cluster_options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from driver.discovery import ClusterOptions
+
+    return ClusterOptions.from_flags(
+        head=args.head,
+        terraform_dir=args.terraform_dir,
+        resource_group=args.resource_group,
+        deployment=args.deployment,
+        subscription=args.subscription,
+        arm_endpoint=args.arm_endpoint,
+    )
+
+
+def _ready_timeout(args: argparse.Namespace) -> float:
+    from driver.remote import DEFAULT_READY_TIMEOUT_S
+
+    if args.ready_timeout is not None:
+        return float(args.ready_timeout)
+    text = os.environ.get(READY_TIMEOUT_ENV)
+    if not text:
+        return DEFAULT_READY_TIMEOUT_S
+    try:
+        return _seconds(text)
+    except argparse.ArgumentTypeError as e:
+        raise DriverError(f"${READY_TIMEOUT_ENV}: {e}") from None
+
+
 def _connect(args: argparse.Namespace, start_local: bool = False):  # type: ignore[no-untyped-def]
     from driver.cluster import connect
+    from driver.ssh import SshOptions
 
     _quiet_ray_logs()
     return connect(
         start_local=start_local,
         results_root=Path(getattr(args, "results", "results")),
         progress=say,
+        options=_cluster_options(args),
+        ssh_options=SshOptions(
+            identity=Path(args.identity).expanduser() if args.identity else None,
+            connect_timeout=args.connect_timeout,
+            retries=args.retries,
+            strict_host_keys=args.strict_host_keys,
+        ),
+        ready_timeout=_ready_timeout(args),
     )
 
 
@@ -179,6 +421,8 @@ def _quiet_ray_logs() -> None:
     logging.getLogger("ray").setLevel(logging.WARNING)
     # The Jobs SDK pins its own logger to INFO ("WebSocket closed for job ...").
     logging.getLogger("ray.dashboard.modules.job.sdk").setLevel(logging.WARNING)
+    # paramiko logs a traceback for a refused channel; the driver reports it in one line.
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 
 
 def _default_submission_id(script: str) -> str:
@@ -186,20 +430,25 @@ def _default_submission_id(script: str) -> str:
     return f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
-def _parse_env(pairs: list[str]) -> dict[str, str]:
+def _parse_pairs(pairs: list[str], flag: str) -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key or not key.replace("_", "a").isalnum():
-            raise DriverError(f"--env expects KEY=VALUE, got {pair!r}")
+            raise DriverError(f"{flag} expects KEY=VALUE, got {pair!r}")
         env[key] = value
     return env
 
 
-def _upload_progress():  # type: ignore[no-untyped-def]
+def _parse_env(pairs: list[str]) -> dict[str, str]:
+    return _parse_pairs(pairs, "--env")
+
+
+def _bar(desc: str) -> Callable[[int, int], None]:
+    """A byte progress bar on stderr (only on a terminal), as a ``progress(done, total)``."""
     from tqdm import tqdm
 
-    bar = None
+    bar: Any = None
 
     def progress(done: int, total: int) -> None:
         nonlocal bar
@@ -208,7 +457,7 @@ def _upload_progress():  # type: ignore[no-untyped-def]
                 total=total,
                 unit="B",
                 unit_scale=True,
-                desc="uploading working dir",
+                desc=desc,
                 file=sys.stderr,
                 disable=not sys.stderr.isatty(),
                 leave=False,
@@ -220,15 +469,22 @@ def _upload_progress():  # type: ignore[no-untyped-def]
     return progress
 
 
+def _upload_progress() -> Callable[[int, int], None]:
+    return _bar("uploading working dir")
+
+
+def _with_hint(command: str, hint: str) -> str:
+    return f"{PROG} {command}" + (f" {hint}" if hint else "")
+
+
 def _next_steps(sid: str, hint: str = "") -> str:
-    extra = f" {hint}" if hint else ""
     return "\n".join(
         [
             "Next:",
-            f"  {PROG} logs {sid} --follow{extra}",
-            f"  {PROG} status {sid}{extra}",
-            f"  {PROG} stop {sid}{extra}",
-            f"  {PROG} download {sid}{extra}",
+            f"  {_with_hint(f'logs {sid} --follow', hint)}",
+            f"  {_with_hint(f'status {sid}', hint)}",
+            f"  {_with_hint(f'stop {sid}', hint)}",
+            f"  {_with_hint(f'download {sid}', hint)}",
         ]
     )
 
@@ -246,8 +502,8 @@ def _follow(client, sid: str, hint: str) -> int:  # type: ignore[no-untyped-def]
         info = client.follow(sid, write)
     except KeyboardInterrupt:
         say(f"\nStopped following; job {sid} keeps running.")
-        say(f"  follow: {PROG} logs {sid} --follow{(' ' + hint) if hint else ''}")
-        say(f"  stop:   {PROG} stop {sid}{(' ' + hint) if hint else ''}")
+        say(f"  follow: {_with_hint(f'logs {sid} --follow', hint)}")
+        say(f"  stop:   {_with_hint(f'stop {sid}', hint)}")
         return EXIT_INTERRUPTED
     # Ray appends the job's last log lines to a failure message; they were just streamed.
     reason = info.message.splitlines()[0].rstrip(",: ") if info.message else ""
@@ -259,6 +515,7 @@ def _follow(client, sid: str, hint: str) -> int:  # type: ignore[no-untyped-def]
     return _exit_code_for(info.status)
 
 
+# -- job verbs -----------------------------------------------------------------------------------
 def cmd_submit(args: argparse.Namespace) -> int:
     from driver.cluster import RESULTS_ENV
     from driver.workdir import resolve
@@ -269,7 +526,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     cluster = _connect(args, start_local=True)
     try:
         client = cluster.jobs()
-        hint = getattr(cluster, "cli_hint", "")
+        hint = cluster.cli_hint
         uri = client.upload_working_dir(submission.working_dir, progress=_upload_progress())
         env.setdefault(RESULTS_ENV, cluster.results_dir(sid))
         runtime_env: dict = {"working_dir": uri, "env_vars": env}
@@ -283,7 +540,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 metadata={"submitted_by": "python -m driver"},
             )
         except KeyboardInterrupt:
-            say(f"\nInterrupted while submitting; check with: {PROG} status {sid}")
+            say(f"\nInterrupted while submitting; check with: {_with_hint(f'status {sid}', hint)}")
             return EXIT_INTERRUPTED
         say(f"Submitted job {sid} to {cluster.description}: {submission.entrypoint}")
         say(_next_steps(sid, hint))
@@ -314,7 +571,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     try:
         client = cluster.jobs()
         if args.follow:
-            return _follow(client, args.submission_id, getattr(cluster, "cli_hint", ""))
+            return _follow(client, args.submission_id, cluster.cli_hint)
         sys.stdout.write(client.logs(args.submission_id))
         sys.stdout.flush()
         return EXIT_OK
@@ -364,6 +621,143 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from driver.cluster import RESULTS_ENV, LocalCluster
+
+    sid = args.submission_id
+    destination = Path(args.results) / sid
+    cluster = _connect(args)
+    try:
+        if isinstance(cluster, LocalCluster):
+            where = cluster.jobs().env_var(sid, RESULTS_ENV)
+            if not where:
+                raise DriverError(
+                    f"job {sid} has no {RESULTS_ENV} (was it submitted by {PROG}?): no results "
+                    "folder to point to"
+                )
+            if not Path(where).is_dir():
+                raise DriverError(f"job {sid} wrote no results: {where} does not exist")
+            say(f"Job {sid} ran on local Ray: its results are already here: {where}")
+            return EXIT_OK
+        report = cluster.download(sid, destination, progress=_bar(f"downloading {sid}"))
+    finally:
+        cluster.close()
+    say(
+        f"Downloaded {report.fetched} file{'s' if report.fetched != 1 else ''} "
+        f"({_size(report.bytes_fetched)}) from {report.source} to {report.destination}"
+        + (f"; {report.skipped} already there" if report.skipped else "")
+    )
+    return EXIT_OK
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from driver import layout
+    from driver.cluster import LocalCluster
+
+    cluster = _connect(args)
+    try:
+        if isinstance(cluster, LocalCluster):
+            say(f"Ray dashboard (local Ray, no tunnel needed): {cluster.head.jobs_address}")
+            return EXIT_OK
+        shown = cluster.dashboard(
+            {"Ray dashboard": args.port, "TensorBoard": args.tensorboard_port}
+        )
+        for name, url, down in shown:
+            print(f"{name}: {url}" + (f"  (not running on the head: {down})" if down else ""))
+        sys.stdout.flush()
+        say(
+            f"The dashboard asks for the cluster token ({layout.TOKEN_FILE} on the head). "
+            "Press Ctrl-C to close the tunnel."
+        )
+        try:
+            while cluster.alive():
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            say("\nClosed the tunnel.")
+            return EXIT_OK
+        raise DriverError(f"the SSH connection to {cluster.head.endpoint} was lost")
+    finally:
+        cluster.close()
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    from driver.cluster import LocalCluster
+
+    command = " ".join(args.entrypoint_args) if args.entrypoint_args else None
+    cluster = _connect(args)
+    try:
+        if isinstance(cluster, LocalCluster):
+            raise DriverError(
+                "ssh needs a remote cluster: expected --head, --terraform-dir, "
+                "--resource-group/--deployment or a saved profile"
+            )
+        return cluster.shell(command, sys.stdin, sys.stdout, sys.stderr)
+    finally:
+        cluster.close()
+
+
+def cmd_use(args: argparse.Namespace) -> int:
+    from driver import profiles
+    from driver.discovery import resolve
+
+    options = _cluster_options(args)
+    if args.forget:
+        path = profiles.profile_path()
+        say(f"Forgot the saved profile {path}." if profiles.forget() else "No saved profile.")
+        return EXIT_OK
+    if not options.any() or options.head_from_env:
+        saved = profiles.load()
+        if not saved:
+            say("No saved profile: commands use local Ray unless given a cluster.")
+            return EXIT_OK
+        print(json.dumps(saved, indent=2))
+        return EXIT_OK
+    target = resolve(options, None)  # fails now, not on the next command, if it cannot resolve
+    profile = options.as_profile()
+    if args.identity:
+        key = Path(args.identity).expanduser()
+        if not key.is_file():
+            raise DriverError(f"-i: no such key file: {args.identity} (expected a private key)")
+        profile["identity"] = str(key.resolve())
+    path = profiles.save(profile)
+    say(f"Saved to {path}: later commands use {target.head} ({target.source}).")
+    return EXIT_OK
+
+
+# -- infrastructure verbs ------------------------------------------------------------------------
+def cmd_up(args: argparse.Namespace) -> int:
+    from driver import terraform
+    from driver.discovery import from_terraform
+
+    variables = _parse_pairs(args.var, "--var")
+    say(f"terraform init + apply in {args.terraform_dir} (its output follows)")
+    terraform.apply(args.terraform_dir, variables, args.var_file)
+    head = from_terraform(args.terraform_dir)
+    hint = shlex.join(["--terraform-dir", args.terraform_dir])
+    say(f"Cluster is up: head {head}. It bootstraps for a few minutes; the driver waits for it.")
+    say(f"Next:\n  {PROG} submit examples/cartpole/train.py {hint}\n  {PROG} use {hint}")
+    return EXIT_OK
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from driver import terraform
+
+    variables = _parse_pairs(args.var, "--var")
+    say(f"terraform destroy in {args.terraform_dir} (its output follows)")
+    terraform.destroy(args.terraform_dir, variables, args.var_file)
+    say("Cluster deleted.")
+    return EXIT_OK
+
+
+# -- local Ray -----------------------------------------------------------------------------------
 def cmd_local_start(args: argparse.Namespace) -> int:
     from driver.localray import LocalRay
     from driver.paths import driver_home
@@ -399,7 +793,10 @@ def cmd_local_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# -- entry point -----------------------------------------------------------------------------
+# -- entry point -------------------------------------------------------------------------------
+TAKES_TRAILING_ARGS = ("submit", "ssh")
+
+
 def _split_entrypoint_args(argv: list[str]) -> tuple[list[str], list[str]]:
     if "--" in argv:
         i = argv.index("--")
@@ -412,8 +809,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     own, entrypoint_args = _split_entrypoint_args(argv)
     try:
         args = build_parser().parse_args(own)
-        if entrypoint_args and args.verb != "submit":
-            raise DriverError(f"{PROG} {args.verb}: arguments after `--` are only for submit")
+        if entrypoint_args and args.verb not in TAKES_TRAILING_ARGS:
+            raise DriverError(
+                f"{PROG} {args.verb}: arguments after `--` are only for submit and ssh"
+            )
         args.entrypoint_args = entrypoint_args
         return int(args.func(args))
     except DriverError as e:

@@ -1,19 +1,25 @@
 """Which cluster a command talks to, and how it is reached.
 
-Every verb asks :func:`connect` for a :class:`Cluster`; only ``submit`` may start local Ray.
+Every verb asks :func:`connect` for a :class:`Cluster`: a :class:`~driver.remote.RemoteCluster`
+when discovery names a head, else :class:`LocalCluster`. Only ``submit`` may start local Ray.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
+from driver import profiles
+from driver.discovery import ClusterOptions, hint_text, resolve
 from driver.errors import DriverError
 from driver.jobs import JobsClient
 from driver.localray import LocalRay
 from driver.paths import driver_home
+from driver.remote import DEFAULT_READY_TIMEOUT_S, RemoteCluster
+from driver.ssh import SshOptions
 
 RESULTS_ENV = "RAYDRIVER_RESULTS_DIR"
 """Environment variable that tells a job where to write results and checkpoints."""
@@ -21,6 +27,8 @@ RESULTS_ENV = "RAYDRIVER_RESULTS_DIR"
 
 class Cluster(Protocol):
     description: str
+    cli_hint: str
+    """Options that reach this cluster again, for the next commands printed after submit."""
 
     def jobs(self) -> JobsClient: ...
 
@@ -31,14 +39,18 @@ class Cluster(Protocol):
     def close(self) -> None: ...
 
 
+NO_CLUSTER_GIVEN = "no --head, --terraform-dir, --resource-group/--deployment or saved profile"
+
+
 class LocalCluster:
     """The embedded default: the driver's own Ray head on 127.0.0.1."""
+
+    cli_hint = ""
 
     def __init__(self, results_root: Path, start: bool, progress: Callable[[str], None]) -> None:
         self.local = LocalRay(driver_home())
         if start:
-            head, started = self.local.start(progress=progress)
-            progress(("started" if started else "using") + f" local Ray at {head.jobs_address}")
+            head, _ = self.local.start(progress=progress)
         else:
             head = self.local.running()
             if head is None:
@@ -46,6 +58,7 @@ class LocalCluster:
                     "no cluster: local Ray is not running and no remote cluster was given "
                     "(submit a job or run `python -m driver local start`)"
                 )
+        progress(f"using local Ray at {head.jobs_address} ({NO_CLUSTER_GIVEN})")
         self.head = head
         self.results_root = results_root
         self.description = f"local Ray ({head.jobs_address})"
@@ -60,9 +73,36 @@ class LocalCluster:
         pass
 
 
-def connect(*, start_local: bool, results_root: Path, progress: Callable[[str], None]) -> Cluster:
-    """Find the cluster to use (today: local Ray)."""
-    return LocalCluster(results_root, start=start_local, progress=progress)
+def connect(
+    *,
+    start_local: bool,
+    results_root: Path,
+    progress: Callable[[str], None],
+    options: ClusterOptions | None = None,
+    ssh_options: SshOptions | None = None,
+    ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
+) -> LocalCluster | RemoteCluster:
+    """Find the cluster (see :mod:`driver.discovery` for the order) and open a way to it.
+
+    A key given with ``-i`` is repeated in the next commands printed after submit; when the
+    cluster comes from the saved profile and ``-i`` was not given, the profile's key is used.
+    """
+    options = options or ClusterOptions()
+    ssh_options = ssh_options or SshOptions()
+    profile = None if options.any() else profiles.load()
+    target = resolve(options, profile)
+    if target.is_local:
+        return LocalCluster(results_root, start=start_local, progress=progress)
+    hint = list(target.hint)
+    if ssh_options.identity is not None:
+        hint += ["-i", str(ssh_options.identity)]
+    elif profile and target.source.startswith("saved profile") and profile.get("identity"):
+        ssh_options = dataclasses.replace(
+            ssh_options, identity=Path(profile["identity"]).expanduser()
+        )
+    return RemoteCluster(
+        target, ssh_options, progress, ready_timeout=ready_timeout, cli_hint=hint_text(hint)
+    )
 
 
 @contextlib.contextmanager

@@ -190,6 +190,13 @@ class JobsClient:
     def info(self, submission_id: str) -> JobInfo:
         return _info(self._call(f"job {submission_id}", self._client.get_job_info, submission_id))
 
+    def env_var(self, submission_id: str, name: str) -> str | None:
+        """An environment variable the job was submitted with (its runtime_env), or None."""
+        details = self._call(f"job {submission_id}", self._client.get_job_info, submission_id)
+        env_vars = (getattr(details, "runtime_env", None) or {}).get("env_vars") or {}
+        value = env_vars.get(name)
+        return str(value) if value is not None else None
+
     def list(self) -> list[JobInfo]:
         jobs = [_info(d) for d in self._call("listing jobs", self._client.list_jobs)]
         # Drivers that called ray.init() themselves have no submission id: not submitted jobs.

@@ -1,0 +1,220 @@
+"""A cluster on Azure (or anywhere with the node layout), reached through one SSH connection.
+
+What the head offers is fixed by :mod:`driver.layout`: the readiness and failure markers the
+bootstrap writes, the cluster token (group ``ray``, which the admin user is in) and Ray's Jobs
+API on the head's 127.0.0.1. The driver forwards that port over SSH to a local ephemeral port
+and talks to it with the same :class:`~driver.jobs.JobsClient` as for local Ray. The token is
+read over SFTP into memory and goes only into the ``Authorization`` header.
+
+Pieces are set up when first needed: ``ssh`` needs only the connection (it must work while the
+head is still bootstrapping, to look at it), ``download`` needs SFTP, the job verbs need the head
+ready, the token and the tunnel.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+from driver import layout
+from driver.discovery import Target
+from driver.errors import DriverError
+from driver.jobs import JobsClient
+from driver.results import DownloadReport, ProgressFn, download_tree
+from driver.ssh import SshOptions, SshSession
+
+Progress = Callable[[str], None]
+
+DEFAULT_READY_TIMEOUT_S = 900.0
+"""A fresh VM installs Python, Ray and torch before Ray starts: several minutes."""
+READY_POLL_S = 3.0
+PROGRESS_EVERY_S = 30.0
+JOBS_PROBE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class ReadyState:
+    status: dict[str, Any]
+    waited_s: float
+
+
+def cloud_init_status(session: SshSession) -> str:
+    """``cloud-init status`` on the head ("running", "done", "error"...), or why it is unknown."""
+    try:
+        r = session.run("cloud-init status 2>/dev/null", timeout=20)
+    except DriverError:
+        return "unknown"
+    for line in r.stdout.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "status" and value.strip():
+            return value.strip()
+    return "not available" if r.exit_status == 127 else "unknown"
+
+
+def wait_until_ready(
+    session: SshSession,
+    timeout: float,
+    progress: Progress,
+    poll: float = READY_POLL_S,
+) -> ReadyState:
+    """Wait for the head's ready marker; fail at once on its failure marker or at ``timeout``."""
+    started = time.monotonic()
+    said, said_at = "", 0.0
+    while True:
+        failed = session.read_text(layout.FAILED_MARKER)
+        if failed is not None:
+            reason = " ".join(failed.split())[:300] or "no reason given"
+            raise DriverError(
+                f"the head's bootstrap failed: {reason} (from {layout.FAILED_MARKER}; the "
+                "whole log is /var/log/cloud-init-output.log on the head)"
+            )
+        ready = session.read_text(layout.READY_MARKER)
+        if ready is not None:
+            try:
+                status = json.loads(ready) if ready.strip() else {}
+            except ValueError:
+                status = {"raw": ready.strip()[:200]}
+            return ReadyState(
+                status if isinstance(status, dict) else {}, time.monotonic() - started
+            )
+        ci = cloud_init_status(session)
+        elapsed = time.monotonic() - started
+        if elapsed >= timeout:
+            raise DriverError(
+                f"the head {session.head.endpoint} is not ready after {elapsed:.0f} s: expected "
+                f"{layout.READY_MARKER}, found none (cloud-init: {ci}) — still bootstrapping? "
+                "Raise --ready-timeout, or look at /var/log/cloud-init-output.log there with "
+                "`python -m driver ssh`"
+            )
+        message = f"waiting for the head to finish bootstrapping (cloud-init: {ci})"
+        now = time.monotonic()
+        if message != said or now - said_at >= PROGRESS_EVERY_S:
+            progress(f"{message}; {elapsed:.0f} s of at most {timeout:.0f} s")
+            said, said_at = message, now
+        time.sleep(max(0.0, min(poll, timeout - elapsed)))
+
+
+class RemoteCluster:
+    """The cluster behind one head, found by :mod:`driver.discovery`."""
+
+    def __init__(
+        self,
+        target: Target,
+        ssh_options: SshOptions,
+        progress: Progress,
+        ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
+        cli_hint: str = "",
+    ) -> None:
+        assert target.head is not None
+        self.head = target.head
+        self.target = target
+        self.progress = progress
+        self.ready_timeout = ready_timeout
+        self.ssh_options = ssh_options
+        self.cli_hint = cli_hint
+        self.description = f"the head {self.head} ({target.source})"
+        self.session = SshSession.connect(self.head, ssh_options, progress)
+        self._ready: ReadyState | None = None
+        self._jobs: JobsClient | None = None
+
+    # -- readiness, token, tunnel ----------------------------------------------------------
+    def ensure_ready(self) -> ReadyState:
+        if self._ready is None:
+            self._ready = wait_until_ready(self.session, self.ready_timeout, self.progress)
+        return self._ready
+
+    def _token(self) -> str:
+        token = self.session.read_text(layout.TOKEN_FILE)
+        if token is None:
+            raise DriverError(
+                f"no cluster token on the head at {layout.TOKEN_FILE}: expected the bootstrap "
+                "to write it before the ready marker (is this head set up by this project?)"
+            )
+        token = token.strip()
+        if not token:
+            raise DriverError(f"the cluster token {layout.TOKEN_FILE} on the head is empty")
+        return token
+
+    def _check_jobs_api(self, local_url: str, token: str) -> None:
+        """Fail with a clear line if nothing (or nothing sane) answers on the head's 8265."""
+        why = self.session.reachable(layout.RAY_DASHBOARD_PORT)
+        if why is not None:
+            raise DriverError(
+                f"the Ray Jobs API is not answering on the head (127.0.0.1:"
+                f"{layout.RAY_DASHBOARD_PORT} there: {why}): expected Ray's dashboard once the "
+                "head is ready — is Ray running there?"
+            )
+        import requests
+
+        try:
+            r = requests.get(
+                f"{local_url}/api/version",
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=JOBS_PROBE_TIMEOUT_S,
+            )
+        except requests.RequestException as e:
+            kind = "timed out" if isinstance(e, requests.Timeout) else type(e).__name__
+            raise DriverError(
+                f"the Ray Jobs API on the head (127.0.0.1:{layout.RAY_DASHBOARD_PORT} there) "
+                f"is not answering: request {kind} after {JOBS_PROBE_TIMEOUT_S:.0f} s — is Ray "
+                "overloaded or stuck?"
+            ) from None
+        if r.status_code in (401, 403):
+            raise DriverError(
+                f"the Ray Jobs API on the head rejected the cluster token (HTTP {r.status_code}):"
+                f" expected {layout.TOKEN_FILE} to be the token Ray was started with"
+            )
+        if r.status_code != 200:
+            raise DriverError(
+                f"the Ray Jobs API on the head answered HTTP {r.status_code} to /api/version "
+                f"(expected 200): {' '.join(r.text.split())[:150]}"
+            )
+
+    def jobs(self) -> JobsClient:
+        if self._jobs is None:
+            self.ensure_ready()
+            token = self._token()
+            fwd = self.session.forward(layout.RAY_DASHBOARD_PORT)
+            self._check_jobs_api(fwd.url, token)
+            self._jobs = JobsClient(fwd.url, token, where=f"the head {self.head.host}")
+        return self._jobs
+
+    # -- the rest of the verbs -------------------------------------------------------------
+    def results_dir(self, submission_id: str) -> str:
+        return str(PurePosixPath(layout.RESULTS_DIR) / submission_id)
+
+    def download(
+        self, submission_id: str, destination: Path, progress: ProgressFn | None = None
+    ) -> DownloadReport:
+        return download_tree(
+            self.session.sftp(), self.results_dir(submission_id), destination, progress
+        )
+
+    def dashboard(self, local_ports: dict[str, int]) -> list[tuple[str, str, str | None]]:
+        """Forward the dashboard and TensorBoard; ``[(name, local url, why not up or None)]``."""
+        self.ensure_ready()
+        shown = []
+        for name, remote_port in (
+            ("Ray dashboard", layout.RAY_DASHBOARD_PORT),
+            ("TensorBoard", layout.TENSORBOARD_PORT),
+        ):
+            fwd = self.session.forward(remote_port, local_port=local_ports.get(name, 0))
+            shown.append((name, fwd.url, self.session.reachable(remote_port)))
+        return shown
+
+    def alive(self) -> bool:
+        try:
+            return self.session.transport.is_active()
+        except DriverError:
+            return False
+
+    def shell(self, command: str | None, stdin: IO[Any], stdout: IO[Any], stderr: IO[Any]) -> int:
+        return self.session.interactive(command, stdin, stdout, stderr)
+
+    def close(self) -> None:
+        self._jobs = None
+        self.session.close()

@@ -1,0 +1,125 @@
+"""Bring a job's results folder (checkpoints, summaries, TensorBoard files) back over SFTP.
+
+Re-running a download fetches only what is new: a file already present locally with the same
+size is skipped (checkpoint files are written once and not modified in place). Each file lands
+as ``NAME.part`` and is renamed when complete, so an interrupted download never leaves a
+truncated file that a later run would take for finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import paramiko
+
+from driver.errors import DriverError
+
+ProgressFn = Callable[[int, int], None]
+"""``progress(bytes_done, bytes_total)`` over the files that are actually fetched."""
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    path: str
+    relative: PurePosixPath
+    size: int
+    mtime: int | None
+
+
+@dataclass(frozen=True)
+class DownloadReport:
+    source: str
+    destination: Path
+    fetched: int
+    skipped: int
+    bytes_fetched: int
+
+
+def list_files(sftp: paramiko.SFTPClient, root: str) -> list[RemoteFile]:
+    """Every regular file under ``root`` (symlinks and special files are left out)."""
+    files: list[RemoteFile] = []
+    pending = [PurePosixPath(".")]
+    while pending:
+        rel = pending.pop()
+        folder = str(PurePosixPath(root) / rel)
+        for entry in sorted(sftp.listdir_attr(folder), key=lambda a: a.filename):
+            mode = entry.st_mode or 0
+            child = rel / entry.filename
+            if stat.S_ISDIR(mode):
+                pending.append(child)
+            elif stat.S_ISREG(mode):
+                files.append(
+                    RemoteFile(
+                        str(PurePosixPath(root) / child), child, entry.st_size or 0, entry.st_mtime
+                    )
+                )
+    return files
+
+
+def download_tree(
+    sftp: paramiko.SFTPClient,
+    remote_root: str,
+    local_root: Path,
+    progress: ProgressFn | None = None,
+) -> DownloadReport:
+    try:
+        attrs = sftp.stat(remote_root)
+    except FileNotFoundError:
+        raise DriverError(
+            f"no results on the head at {remote_root}: expected the job to write there "
+            "($RAYDRIVER_RESULTS_DIR) — did it run, and under this submission id?"
+        ) from None
+    except PermissionError:
+        raise DriverError(f"may not read {remote_root} on the head (permission denied)") from None
+    if not stat.S_ISDIR(attrs.st_mode or 0):
+        raise DriverError(f"{remote_root} on the head is not a folder")
+    try:
+        files = list_files(sftp, remote_root)
+    except PermissionError as e:
+        raise DriverError(f"may not list {e.filename or remote_root} on the head") from None
+    todo: list[tuple[RemoteFile, Path]] = []
+    skipped = 0
+    for f in files:
+        local = local_root.joinpath(*f.relative.parts)
+        if local.is_file() and local.stat().st_size == f.size:
+            skipped += 1
+        else:
+            todo.append((f, local))
+    total = sum(f.size for f, _ in todo)
+    done = 0
+    if progress:
+        progress(0, total)
+    local_root.mkdir(parents=True, exist_ok=True)
+    for f, local in todo:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        part = local.with_name(local.name + ".part")
+        base = done
+
+        def step(transferred: int, _total: int, base: int = base) -> None:
+            if progress:
+                progress(base + transferred, total)
+
+        try:
+            sftp.get(f.path, str(part), callback=step)
+        except BaseException as e:
+            with contextlib.suppress(OSError):
+                part.unlink()
+            if isinstance(e, PermissionError):
+                raise DriverError(
+                    f"may not read {f.path} on the head (permission denied)"
+                ) from None
+            if isinstance(e, OSError | paramiko.SSHException | EOFError):
+                raise DriverError(f"downloading {f.path} failed: {e}") from None
+            raise
+        part.replace(local)
+        if f.mtime:
+            os.utime(local, (f.mtime, f.mtime))
+        done += f.size
+    if progress:
+        progress(total, total)
+    return DownloadReport(remote_root, local_root, len(todo), skipped, total)

@@ -1,0 +1,586 @@
+"""One SSH connection to the head (paramiko): host keys, retries, commands, SFTP and forwards.
+
+Why paramiko and not the ``ssh`` binary: the driver must work the same on a laptop without
+OpenSSH's client configured, verify host keys with its own trust-on-first-use store, and forward
+ports without leaving an ``ssh -L`` process behind. Everything opened here is closed by
+:meth:`SshSession.close` — connection, SFTP, forwards and their threads — including after
+errors and Ctrl-C, because every verb runs inside ``try/finally``.
+
+Host keys: the head's key must match ``~/.ssh/known_hosts`` or the driver's own known_hosts.
+A head seen for the first time is trusted once, its fingerprint reported and stored in the
+driver's file (``--strict-host-keys`` refuses instead); a key that differs from a stored one is
+always refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import errno
+import hashlib
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import paramiko
+
+from driver.discovery import HeadAddress
+from driver.errors import EXIT_USAGE, DriverError
+from driver.paths import known_hosts_file
+
+Progress = Callable[[str], None]
+
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+DEFAULT_RETRIES = 3
+MAX_BACKOFF_S = 15.0
+DEFAULT_KEY_FILES = ("id_ed25519", "id_ecdsa", "id_rsa")
+"""What paramiko looks for in ~/.ssh when neither -i nor an agent key is accepted."""
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    identity: Path | None = None
+    """Private key file (``-i``); None means the SSH agent, then ~/.ssh/id_*."""
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S
+    """Per attempt: TCP connect, SSH banner and authentication each."""
+    retries: int = DEFAULT_RETRIES
+    """Further attempts after a connection that was refused or timed out (back-off 1, 2, 4 s…)."""
+    strict_host_keys: bool = False
+    """Refuse a head whose key is not known yet, instead of trusting it once."""
+    known_hosts: Path | None = None
+    """The driver's own known_hosts (default: in the driver home)."""
+    system_known_hosts: Path | None = None
+    """OpenSSH's file (default: ~/.ssh/known_hosts), read only."""
+
+    def driver_known_hosts(self) -> Path:
+        return self.known_hosts or known_hosts_file()
+
+    def user_known_hosts(self) -> Path:
+        return self.system_known_hosts or Path("~/.ssh/known_hosts").expanduser()
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's format: ``SHA256:`` and unpadded base64, as ``ssh-keygen -l`` prints it."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def _key_label(key: paramiko.PKey) -> str:
+    name = key.get_name()
+    return {"ssh-ed25519": "ED25519", "ssh-rsa": "RSA"}.get(
+        name, name.replace("ecdsa-sha2-", "ECDSA-").upper()
+    )
+
+
+class _HostKeyRefused(paramiko.SSHException):
+    def __init__(self, hostname: str, key: paramiko.PKey) -> None:
+        super().__init__(hostname)
+        self.hostname, self.key = hostname, key
+
+
+class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
+    """Store a new head's key in the driver's known_hosts and say so; or refuse when strict."""
+
+    def __init__(self, known_hosts: Path, strict: bool, progress: Progress) -> None:
+        self.known_hosts, self.strict, self.progress = known_hosts, strict, progress
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):  # type: ignore[no-untyped-def]
+        if self.strict:
+            raise _HostKeyRefused(hostname, key)
+        self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.known_hosts, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        self.progress(
+            f"first connection to {hostname}: trusting its {_key_label(key)} host key "
+            f"{fingerprint(key)} (stored in {self.known_hosts})"
+        )
+
+
+class _Transient(Exception):
+    """A failure worth another attempt: the head may still be booting."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_status: int
+    stdout: str
+    stderr: str
+
+
+class SshSession:
+    """An authenticated connection to the head. Use :meth:`connect`; always :meth:`close`."""
+
+    def __init__(self, head: HeadAddress, client: paramiko.SSHClient) -> None:
+        self.head = head
+        self._client = client
+        self._sftp: paramiko.SFTPClient | None = None
+        self._forwards: list[Forward] = []
+
+    # -- connecting ------------------------------------------------------------------------
+    @classmethod
+    def connect(
+        cls, head: HeadAddress, options: SshOptions, progress: Progress = lambda _: None
+    ) -> SshSession:
+        """Connect with retries and back-off for refusals and timeouts (a VM still booting).
+
+        Authentication and host-key failures are not retried: waiting does not fix them.
+        """
+        if options.identity is not None and not options.identity.is_file():
+            raise DriverError(f"-i: no such key file: {options.identity} (expected a private key)")
+        attempts = max(0, options.retries) + 1
+        delay = 1.0
+        started = time.monotonic()
+        reason = ""
+        for attempt in range(1, attempts + 1):
+            try:
+                return cls(head, _connect_once(head, options, progress))
+            except _Transient as e:
+                reason = str(e)
+            if attempt < attempts:
+                progress(
+                    f"cannot reach {head.endpoint} yet ({reason}); retry {attempt} of "
+                    f"{attempts - 1} in {delay:.0f} s"
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+        elapsed = time.monotonic() - started
+        raise DriverError(
+            f"cannot reach the head {head.endpoint} over SSH after {attempts} attempt"
+            f"{'s' if attempts > 1 else ''} in {elapsed:.0f} s: {reason} — expected sshd "
+            "there (is the VM running, and does its network security group allow SSH from "
+            "your IP?)"
+        )
+
+    # -- commands --------------------------------------------------------------------------
+    @property
+    def transport(self) -> paramiko.Transport:
+        t = self._client.get_transport()
+        if t is None or not t.is_active():
+            raise DriverError(f"the SSH connection to {self.head.endpoint} was lost")
+        return t
+
+    def run(self, command: str, timeout: float = 30.0) -> CommandResult:
+        """Run one command on the head; collect its output and exit status."""
+        try:
+            chan = self.transport.open_session(timeout=timeout)
+        except (paramiko.SSHException, OSError, EOFError) as e:
+            raise DriverError(f"cannot run a command on {self.head.endpoint}: {e}") from None
+        try:
+            chan.settimeout(timeout)
+            chan.exec_command(command)
+            out, err = bytearray(), bytearray()
+            while True:
+                select.select([chan], [], [], 0.2)
+                while chan.recv_ready():
+                    out += chan.recv(65536)
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                if chan.closed or (chan.eof_received and chan.exit_status_ready()):
+                    break
+            out += _drain(chan.recv_ready, chan.recv)
+            err += _drain(chan.recv_stderr_ready, chan.recv_stderr)
+            status = chan.recv_exit_status()
+        except TimeoutError:
+            raise DriverError(
+                f"command on {self.head.endpoint} did not finish within {timeout:.0f} s"
+            ) from None
+        finally:
+            chan.close()
+        return CommandResult(status, out.decode(errors="replace"), err.decode(errors="replace"))
+
+    def interactive(
+        self,
+        command: str | None,
+        stdin: IO[bytes] | IO[str],
+        stdout: IO[bytes] | IO[str],
+        stderr: IO[bytes] | IO[str],
+    ) -> int:
+        """A shell (``command`` None) or one command with the caller's terminal; its exit code.
+
+        Like ``ssh``: a pseudo-terminal (and raw local mode) only for a shell on a terminal;
+        a command or piped input runs without one, so output stays byte-exact.
+        """
+        chan = self.transport.open_session()
+        in_fd, out_fd, err_fd = stdin.fileno(), stdout.fileno(), stderr.fileno()
+        use_pty = command is None and os.isatty(in_fd)
+        restore: Callable[[], None] = _nothing
+        try:
+            if use_pty:
+                size = (
+                    os.get_terminal_size(out_fd)
+                    if os.isatty(out_fd)
+                    else os.terminal_size((80, 24))
+                )
+                chan.get_pty(term=os.environ.get("TERM", "xterm"), width=size[0], height=size[1])
+                restore = _raw_mode(in_fd, lambda: _resize(chan, out_fd))
+            if command is None:
+                chan.invoke_shell()
+            else:
+                chan.exec_command(command)
+            stdin_open = True
+            while True:
+                watch: list[Any] = [chan] + ([in_fd] if stdin_open else [])
+                ready, _, _ = select.select(watch, [], [], 0.5)
+                while chan.recv_ready():
+                    _write_all(out_fd, chan.recv(65536))
+                while chan.recv_stderr_ready():
+                    _write_all(err_fd, chan.recv_stderr(65536))
+                if chan.closed or (chan.eof_received and chan.exit_status_ready()):
+                    break
+                if stdin_open and in_fd in ready:
+                    data = os.read(in_fd, 65536)
+                    if data:
+                        chan.sendall(data)
+                    else:
+                        stdin_open = False
+                        chan.shutdown_write()
+            _write_all(out_fd, _drain(chan.recv_ready, chan.recv))
+            _write_all(err_fd, _drain(chan.recv_stderr_ready, chan.recv_stderr))
+            return chan.recv_exit_status()
+        finally:
+            restore()
+            chan.close()
+
+    # -- files -----------------------------------------------------------------------------
+    def sftp(self) -> paramiko.SFTPClient:
+        if self._sftp is None:
+            try:
+                self._sftp = self._client.open_sftp()
+            except (paramiko.SSHException, OSError, EOFError) as e:
+                raise DriverError(
+                    f"cannot open SFTP on {self.head.endpoint}: {e} (expected the sftp "
+                    "subsystem, on by default in sshd)"
+                ) from None
+        return self._sftp
+
+    def read_text(self, path: str) -> str | None:
+        """A small file's text, or None if it does not exist. Other errors are DriverErrors."""
+        try:
+            with self.sftp().open(path, "r") as f:
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return None
+        except PermissionError:
+            raise DriverError(
+                f"{self.head.user} may not read {path} on the head (permission denied)"
+            ) from None
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                return None
+            raise DriverError(f"cannot read {path} on the head: {e}") from None
+
+    # -- port forwarding -------------------------------------------------------------------
+    def reachable(self, remote_port: int, remote_host: str = "127.0.0.1") -> str | None:
+        """None if something listens on the head's ``remote_host:remote_port``, else why not."""
+        try:
+            chan = self.transport.open_channel(
+                "direct-tcpip", (remote_host, remote_port), ("127.0.0.1", 0), timeout=10
+            )
+        except paramiko.ChannelException as e:
+            return e.text or "connect failed"
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            return str(e) or type(e).__name__
+        chan.close()
+        return None
+
+    def forward(
+        self, remote_port: int, remote_host: str = "127.0.0.1", local_port: int = 0
+    ) -> Forward:
+        """Listen on 127.0.0.1:``local_port`` (0: any free port) and tunnel to the head."""
+        fwd = Forward(self.transport, remote_host, remote_port, local_port)
+        self._forwards.append(fwd)
+        return fwd
+
+    # -- closing ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close forwards, SFTP and the connection, and wait for their threads to end."""
+        for fwd in self._forwards:
+            fwd.close()
+        self._forwards.clear()
+        if self._sftp is not None:
+            with contextlib.suppress(Exception):
+                self._sftp.close()
+            self._sftp = None
+        _close_client(self._client)
+
+
+def _close_client(client: paramiko.SSHClient) -> None:
+    transport = client.get_transport()
+    with contextlib.suppress(Exception):
+        client.close()
+    # paramiko's close() does not always wait for its reader thread; do, so none outlives us.
+    if transport is not None and transport is not threading.current_thread():
+        transport.join(timeout=5)
+
+
+def _connect_once(head: HeadAddress, options: SshOptions, progress: Progress) -> paramiko.SSHClient:
+    timeout = options.connect_timeout
+    try:
+        sock = socket.create_connection((head.host, head.port), timeout=timeout)
+    except socket.gaierror as e:
+        raise DriverError(
+            f"cannot resolve the head's name {head.host!r}: {e.strerror} (expected an IP "
+            "address or a DNS name)"
+        ) from None
+    except ConnectionRefusedError:
+        raise _Transient("connection refused") from None
+    except TimeoutError:
+        raise _Transient(f"no answer within {timeout:.0f} s") from None
+    except OSError as e:
+        raise _Transient(e.strerror or str(e)) from None
+
+    client = paramiko.SSHClient()
+    try:
+        system = options.user_known_hosts()
+        if system.is_file():
+            with contextlib.suppress(OSError):
+                client.load_system_host_keys(str(system))
+        ours = options.driver_known_hosts()
+        if ours.is_file():
+            client.get_host_keys().load(str(ours))
+        client.set_missing_host_key_policy(
+            _TrustOnFirstUse(ours, options.strict_host_keys, progress)
+        )
+        client.connect(
+            head.host,
+            port=head.port,
+            username=head.user,
+            sock=sock,
+            key_filename=str(options.identity) if options.identity else None,
+            allow_agent=options.identity is None,
+            look_for_keys=options.identity is None,
+            timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+        )
+        return client
+    except paramiko.BadHostKeyException as e:
+        _close_client(client)
+        raise DriverError(_changed_key_message(head, e, options, client), EXIT_USAGE) from None
+    except _HostKeyRefused as e:
+        _close_client(client)
+        raise DriverError(
+            f"refusing the head {e.hostname}: its {_key_label(e.key)} host key "
+            f"{fingerprint(e.key)} is not in {options.user_known_hosts()} or "
+            f"{options.driver_known_hosts()} and --strict-host-keys is on (check the "
+            "fingerprint, then add the key or connect once without --strict-host-keys)"
+        ) from None
+    except paramiko.PasswordRequiredException:
+        _close_client(client)
+        raise DriverError(
+            f"the key {options.identity} is protected by a passphrase: load it into your SSH "
+            f"agent (ssh-add {options.identity}) and leave out -i"
+        ) from None
+    except paramiko.AuthenticationException:
+        _close_client(client)
+        raise DriverError(
+            f"the head {head.endpoint} refused {_tried_keys(options)} for user {head.user}: "
+            "expected the key the cluster was deployed with (-i FILE) and the admin user "
+            "(USER@HOST)"
+        ) from None
+    except paramiko.SSHException as e:
+        _close_client(client)
+        text = str(e)
+        if "No authentication methods available" in text:
+            raise DriverError(
+                f"no SSH key to offer to {head.endpoint}: expected -i FILE, a key in your SSH "
+                f"agent, or one of ~/.ssh/{{{','.join(DEFAULT_KEY_FILES)}}}"
+            ) from None
+        if "banner" in text.lower() or "session not active" in text.lower():
+            raise _Transient(f"SSH handshake failed: {' '.join(text.split())[:120]}") from None
+        raise DriverError(
+            f"SSH to {head.endpoint} failed: {' '.join(text.split())[:200]}"
+        ) from None
+    except (EOFError, ConnectionError, TimeoutError, OSError) as e:
+        _close_client(client)
+        raise _Transient(
+            f"connection dropped during the SSH handshake ({e or type(e).__name__})"
+        ) from None
+    except BaseException:
+        _close_client(client)
+        with contextlib.suppress(OSError):
+            sock.close()
+        raise
+
+
+def _tried_keys(options: SshOptions) -> str:
+    if options.identity:
+        return f"the key {options.identity}"
+    found = [f"~/.ssh/{n}" for n in DEFAULT_KEY_FILES if Path(f"~/.ssh/{n}").expanduser().is_file()]
+    agent = "the SSH agent's keys" if os.environ.get("SSH_AUTH_SOCK") else ""
+    offered = [x for x in [agent, *found] if x]
+    return ("the keys " + ", ".join(offered)) if offered else "every key offered"
+
+
+def _changed_key_message(
+    head: HeadAddress,
+    e: paramiko.BadHostKeyException,
+    options: SshOptions,
+    client: paramiko.SSHClient,
+) -> str:
+    name = head.host if head.port == 22 else f"[{head.host}]:{head.port}"
+    in_system = client.get_system_host_keys().lookup(name) is not None
+    where = options.user_known_hosts() if in_system else options.driver_known_hosts()
+    return (
+        f"REFUSING the head {head.endpoint}: its host key changed — expected "
+        f"{_key_label(e.expected_key)} {fingerprint(e.expected_key)} (from {where}), got "
+        f"{_key_label(e.key)} {fingerprint(e.key)}. If the head was redeployed, remove the old "
+        f"key with `ssh-keygen -R '{name}' -f {where}`; otherwise someone may be intercepting "
+        "the connection"
+    )
+
+
+# -- terminal helpers for `ssh` ------------------------------------------------------------------
+def _nothing() -> None:
+    pass
+
+
+def _drain(ready: Callable[[], bool], recv: Callable[[int], bytes]) -> bytes:
+    data = bytearray()
+    while ready():
+        data += recv(65536)
+    return bytes(data)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _resize(chan: paramiko.Channel, fd: int) -> None:
+    with contextlib.suppress(OSError, paramiko.SSHException):
+        cols, rows = os.get_terminal_size(fd)
+        chan.resize_pty(width=cols, height=rows)
+
+
+def _raw_mode(fd: int, on_resize: Callable[[], None]) -> Callable[[], None]:
+    """Put the local terminal in raw mode (keys go to the head as typed); return the undo."""
+    import signal
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(fd)
+    tty.setraw(fd)
+    old_handler = signal.signal(signal.SIGWINCH, lambda *_: on_resize())
+
+    def restore() -> None:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        signal.signal(signal.SIGWINCH, old_handler)
+
+    return restore
+
+
+# -- forwarding ----------------------------------------------------------------------------------
+class Forward:
+    """A local listener whose connections are tunnelled to the head as direct-tcpip channels.
+
+    One accept thread, one pump thread per connection; :meth:`close` stops and joins them all.
+    """
+
+    def __init__(
+        self,
+        transport: paramiko.Transport,
+        remote_host: str,
+        remote_port: int,
+        local_port: int = 0,
+    ) -> None:
+        self._transport = transport
+        self.remote = (remote_host, remote_port)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: set[threading.Thread] = set()
+        self._sockets: set[socket.socket] = set()
+        self.failures: list[str] = []
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._listener.bind(("127.0.0.1", local_port))
+            self._listener.listen(64)
+        except OSError as e:
+            self._listener.close()
+            raise DriverError(f"cannot listen on 127.0.0.1:{local_port}: {e.strerror}") from None
+        self.local_port: int = self._listener.getsockname()[1]
+        self._accepter = threading.Thread(
+            target=self._accept_loop, name=f"raydriver-forward-{remote_port}", daemon=True
+        )
+        self._accepter.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.local_port}"
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                ready, _, _ = select.select([self._listener], [], [], 0.2)
+            except (OSError, ValueError):
+                return
+            if not ready:
+                continue
+            try:
+                sock, peer = self._listener.accept()
+            except OSError:
+                continue
+            try:
+                chan = self._transport.open_channel("direct-tcpip", self.remote, peer, timeout=10)
+            except (paramiko.SSHException, EOFError, OSError) as e:
+                self.failures.append(str(e) or type(e).__name__)
+                sock.close()
+                continue
+            pump = threading.Thread(
+                target=self._pump, args=(sock, chan), name="raydriver-forward-conn", daemon=True
+            )
+            with self._lock:
+                if self._stop.is_set():
+                    chan.close()
+                    sock.close()
+                    return
+                self._threads.add(pump)
+                self._sockets.add(sock)
+            pump.start()
+
+    def _pump(self, sock: socket.socket, chan: paramiko.Channel) -> None:
+        try:
+            while not self._stop.is_set():
+                ready, _, _ = select.select([sock, chan], [], [], 0.2)
+                if sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        break
+                    chan.sendall(data)
+                if chan in ready:
+                    data = chan.recv(65536)
+                    if not data:
+                        break
+                    sock.sendall(data)
+        except (OSError, ValueError, paramiko.SSHException, EOFError):
+            pass
+        finally:
+            chan.close()
+            with contextlib.suppress(OSError):
+                sock.close()
+            with self._lock:
+                self._sockets.discard(sock)
+                self._threads.discard(threading.current_thread())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._accepter.join(timeout=5)
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        with self._lock:
+            threads = list(self._threads)
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+        for t in threads:
+            t.join(timeout=5)

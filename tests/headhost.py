@@ -41,12 +41,15 @@ namespace (which deletes the veth pair) and remove the temp folders. Nothing els
 Fixtures: ``head_host`` (session; sshd + Ray, ready) and ``make_head_host`` (a factory for bare
 heads: sshd only, no Ray, no ready marker, torn down after the test). Use them from a test module
 with ``pytest_plugins = ("headhost",)``. Needs root, iproute2, util-linux and openssh-server.
+
+PYTEST_DONT_REWRITE (test modules import this before pytest loads it as a plugin).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import json
 import os
 import secrets
@@ -72,6 +75,7 @@ SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 NS_PREFIX = "raydrv-"
 """Network namespaces made here are named ``raydrv-<owner pid>-<n>``."""
 SUBNET_POOL = ipaddress.ip_network("198.18.0.0/15")
+_SERIAL = itertools.count()
 SSH_USER = "root"
 RAY_START_TIMEOUT_S = 120.0
 
@@ -173,6 +177,13 @@ class Sshd:
         return fingerprint(self.host_key.with_name(self.host_key.name + ".pub"))
 
     @property
+    def known_hosts_line(self) -> str:
+        """This sshd's key as a known_hosts line (to pre-trust it in a test's driver home)."""
+        name = self.head.ip if self.port == 22 else f"[{self.head.ip}]:{self.port}"
+        kind, blob = self.host_key.with_name(self.host_key.name + ".pub").read_text().split()[:2]
+        return f"{name} {kind} {blob}\n"
+
+    @property
     def target(self) -> str:
         """``user@host[:port]`` as the driver's ``--head`` takes it."""
         suffix = "" if self.port == 22 else f":{self.port}"
@@ -246,6 +257,7 @@ class HeadHost:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="raydrv-head-"))
         self.name = ""
+        self.veth_head = self.veth_host = ""
         self.ip = ""
         self.host_ip = ""
         self.init_proc: subprocess.Popen[bytes] | None = None
@@ -311,13 +323,13 @@ class HeadHost:
 
     def _network(self) -> None:
         used = _used_networks()
-        n = 0
         while True:
+            # Never reuse a name: the kernel frees a deleted namespace (and its veth) lazily.
+            n = next(_SERIAL)
             name = f"{NS_PREFIX}{os.getpid()}-{n}"
             if _sh("ip", "netns", "add", name, check=False).returncode == 0:
                 break
-            n += 1
-            if n > 50:
+            if n > 1000:
                 raise RuntimeError("cannot create a network namespace (are we root?)")
         self.name = name
         blocks = SUBNET_POOL.num_addresses // 4
@@ -332,6 +344,8 @@ class HeadHost:
         self.host_ip, self.ip = str(host_ip), str(head_ip)
         tag = f"rd{os.getpid() % 10_000_000}{n:x}"
         veth_host, veth_head = f"{tag}h", f"{tag}n"
+        self.veth_head = veth_head
+        self.veth_host = veth_host
         _sh("ip", "link", "add", veth_host, "type", "veth", "peer", "name", veth_head)
         _sh("ip", "link", "set", veth_head, "netns", self.name)
         _sh("ip", "addr", "add", f"{host_ip}/30", "dev", veth_host)
@@ -421,6 +435,8 @@ class HeadHost:
                 if not left:
                     break
                 time.sleep(0.1)
+            if self.veth_host:
+                _sh("ip", "link", "del", self.veth_host, check=False)  # takes its peer along
             _sh("ip", "netns", "del", self.name, check=False)
             self.name = ""
         self.init_pid = 0
@@ -525,12 +541,79 @@ class HeadHost:
         out = self.run(["ss", "-tnH", "state", "established", f"( {ports} )"], check=False).stdout
         return [line.split()[-1] for line in out.splitlines() if line.strip()]
 
+    def unplug(self) -> None:
+        """Take the head's network link down: packets to it vanish, nothing answers (a host
+        that is off, or a firewall that drops)."""
+        self.run(["ip", "link", "set", self.veth_head, "down"])
+
     def start_sshd(self, port: int) -> Sshd:
         """Another sshd on ``port`` with its own host key (stopped with the head)."""
         sshd = Sshd(self, port, self.workdir / "ssh" / f"host_{port}_ed25519_key")
         keygen(sshd.host_key, "raydriver-test-host")
         self.extra_sshds.append(sshd.start())
         return sshd
+
+
+# -- the client side -----------------------------------------------------------------------------
+def driver_env(home: Path) -> dict[str, str]:
+    """Environment for a driver process in a test: nothing from the real user leaks in.
+
+    HOME points at ``home/user-home`` (so ~/.ssh/known_hosts and ~/.ssh/id_* are the test's),
+    no SSH agent, no cluster named by the environment, no Terraform version check.
+    """
+    user_home = home / "user-home"
+    user_home.mkdir(parents=True, exist_ok=True)
+    return {
+        "RAYDRIVER_HOME": str(home),
+        "HOME": str(user_home),
+        "SSH_AUTH_SOCK": "",
+        "RAYDRIVER_HEAD": "",
+        "RAYDRIVER_READY_TIMEOUT": "",
+        "CHECKPOINT_DISABLE": "1",
+    }
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    threads: frozenset[int]
+    sockets: frozenset[str]
+
+
+def _socket_inodes() -> frozenset[str]:
+    found = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:"):
+                found.add(target)
+    return frozenset(found)
+
+
+def leftovers_snapshot() -> Leftovers:
+    """This process's threads and sockets now (import the driver's libraries first)."""
+    import threading
+
+    import paramiko  # noqa: F401
+    import ray.job_submission  # noqa: F401
+
+    return Leftovers(frozenset(t.ident or 0 for t in threading.enumerate()), _socket_inodes())
+
+
+def assert_nothing_left(before: Leftovers, wait: float = 5.0) -> None:
+    """No thread and no socket that was not there ``before`` (after up to ``wait`` seconds)."""
+    import threading
+
+    deadline = time.monotonic() + wait
+    while True:
+        threads = [
+            t for t in threading.enumerate() if t.is_alive() and t.ident not in before.threads
+        ]
+        sockets = _socket_inodes() - before.sockets
+        if not threads and not sockets:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"left running: threads {threads}, sockets {sorted(sockets)}")
+        time.sleep(0.1)
 
 
 # -- pytest fixtures ---------------------------------------------------------------------------

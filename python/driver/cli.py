@@ -137,7 +137,8 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=DEFAULT_CONNECT_TIMEOUT_S,
         metavar="S",
-        help=f"seconds per connection attempt (default {DEFAULT_CONNECT_TIMEOUT_S:.0f})",
+        help="seconds per SSH connection attempt, and for the Jobs API to answer "
+        f"(default {DEFAULT_CONNECT_TIMEOUT_S:.0f})",
     )
     g.add_argument(
         "--retries",
@@ -421,8 +422,6 @@ def _quiet_ray_logs() -> None:
     logging.getLogger("ray").setLevel(logging.WARNING)
     # The Jobs SDK pins its own logger to INFO ("WebSocket closed for job ...").
     logging.getLogger("ray.dashboard.modules.job.sdk").setLevel(logging.WARNING)
-    # paramiko logs a traceback for a refused channel; the driver reports it in one line.
-    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 
 
 def _default_submission_id(script: str) -> str:
@@ -804,8 +803,16 @@ def _split_entrypoint_args(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def _quiet_library_logs() -> None:
+    """paramiko logs a traceback for a refused channel, azure-identity every credential it tried:
+    the driver reports what failed in one line instead."""
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
+    logging.getLogger("azure").setLevel(logging.CRITICAL)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _quiet_library_logs()
     own, entrypoint_args = _split_entrypoint_args(argv)
     try:
         args = build_parser().parse_args(own)

@@ -291,8 +291,8 @@ def arm_deployment_outputs(
         ) from None
     except (CredentialUnavailableError, ClientAuthenticationError) as e:
         raise DriverError(
-            f"cannot sign in to Azure to read {where}: {_first_line(e)} (expected `az login`, "
-            "a managed identity, or AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET)"
+            f"cannot sign in to Azure to read {where}: {_credential_error(e)} (expected `az "
+            "login`, a managed identity, or AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET)"
         ) from None
     except ServiceRequestError as e:
         raise DriverError(
@@ -308,6 +308,22 @@ def arm_deployment_outputs(
     state = str(properties.get("provisioningState") or "Unknown")
     outputs = properties.get("outputs") or {}
     return state, {k: (v.get("value") if isinstance(v, dict) else v) for k, v in outputs.items()}
+
+
+_UNAVAILABLE = ("unavailable", "not found", "not installed", "could not be found", "requires")
+
+
+def _credential_error(e: BaseException) -> str:
+    """DefaultAzureCredential lists every credential it tried; keep the one that really failed."""
+    for line in str(e).splitlines():
+        name, sep, detail = line.strip().partition(": ")
+        if sep and name.endswith("Credential") and "Token request error" in detail:
+            return f"{name}: {detail.split('Token request error')[-1].strip(' :')[:200]}"
+    for line in str(e).splitlines():
+        name, sep, detail = line.strip().partition(": ")
+        if sep and name.endswith("Credential") and not any(u in detail for u in _UNAVAILABLE):
+            return f"{name}: {detail[:200]}"
+    return _first_line(e)
 
 
 def _arm_message(e: Any) -> str:

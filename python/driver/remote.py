@@ -33,7 +33,6 @@ DEFAULT_READY_TIMEOUT_S = 900.0
 """A fresh VM installs Python, Ray and torch before Ray starts: several minutes."""
 READY_POLL_S = 3.0
 PROGRESS_EVERY_S = 30.0
-JOBS_PROBE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -85,7 +84,7 @@ def wait_until_ready(
         elapsed = time.monotonic() - started
         if elapsed >= timeout:
             raise DriverError(
-                f"the head {session.head.endpoint} is not ready after {elapsed:.0f} s: expected "
+                f"the head {session.head.endpoint} is not ready after {timeout:.0f} s: expected "
                 f"{layout.READY_MARKER}, found none (cloud-init: {ci}) — still bootstrapping? "
                 "Raise --ready-timeout, or look at /var/log/cloud-init-output.log there with "
                 "`python -m driver ssh`"
@@ -140,7 +139,12 @@ class RemoteCluster:
         return token
 
     def _check_jobs_api(self, local_url: str, token: str) -> None:
-        """Fail with a clear line if nothing (or nothing sane) answers on the head's 8265."""
+        """Fail with a clear line if nothing (or nothing sane) answers on the head's 8265.
+
+        Waits at most the connect timeout: Ray's own client has no timeout at all, so a hung
+        dashboard would otherwise hang every command.
+        """
+        limit = self.ssh_options.connect_timeout
         why = self.session.reachable(layout.RAY_DASHBOARD_PORT)
         if why is not None:
             raise DriverError(
@@ -154,13 +158,13 @@ class RemoteCluster:
             r = requests.get(
                 f"{local_url}/api/version",
                 headers={"Authorization": f"Bearer {token}"},
-                timeout=JOBS_PROBE_TIMEOUT_S,
+                timeout=limit,
             )
         except requests.RequestException as e:
             kind = "timed out" if isinstance(e, requests.Timeout) else type(e).__name__
             raise DriverError(
                 f"the Ray Jobs API on the head (127.0.0.1:{layout.RAY_DASHBOARD_PORT} there) "
-                f"is not answering: request {kind} after {JOBS_PROBE_TIMEOUT_S:.0f} s — is Ray "
+                f"is not answering: request {kind} after {limit:.0f} s — is Ray "
                 "overloaded or stuck?"
             ) from None
         if r.status_code in (401, 403):

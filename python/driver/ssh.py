@@ -363,7 +363,7 @@ def _connect_once(head: HeadAddress, options: SshOptions, progress: Progress) ->
         return client
     except paramiko.BadHostKeyException as e:
         _close_client(client)
-        raise DriverError(_changed_key_message(head, e, options, client), EXIT_USAGE) from None
+        raise DriverError(_changed_key_message(head, e, options), EXIT_USAGE) from None
     except _HostKeyRefused as e:
         _close_client(client)
         raise DriverError(
@@ -423,11 +423,13 @@ def _changed_key_message(
     head: HeadAddress,
     e: paramiko.BadHostKeyException,
     options: SshOptions,
-    client: paramiko.SSHClient,
 ) -> str:
     name = head.host if head.port == 22 else f"[{head.host}]:{head.port}"
-    in_system = client.get_system_host_keys().lookup(name) is not None
-    where = options.user_known_hosts() if in_system else options.driver_known_hosts()
+    where = options.driver_known_hosts()
+    system = options.user_known_hosts()
+    with contextlib.suppress(OSError, paramiko.SSHException):
+        if system.is_file() and paramiko.HostKeys(str(system)).lookup(name) is not None:
+            where = system
     return (
         f"REFUSING the head {head.endpoint}: its host key changed — expected "
         f"{_key_label(e.expected_key)} {fingerprint(e.expected_key)} (from {where}), got "

@@ -1,0 +1,262 @@
+"""A fake of the two Azure endpoints ARM discovery talks to, over HTTPS like the real ones.
+
+Azure Resource Manager and Azure's identity service cannot exist on this machine, so this module
+stands in for exactly the calls the driver makes, with the real wire format:
+
+* **Managed identity token** (App Service flavour, what ``IDENTITY_ENDPOINT`` +
+  ``IDENTITY_HEADER`` select in azure-identity's ``DefaultAzureCredential``):
+  ``GET {IDENTITY_ENDPOINT}?api-version=2019-08-01&resource=R`` with header
+  ``X-IDENTITY-HEADER`` → ``{"access_token", "expires_on", "resource", "token_type",
+  "client_id"}``. A wrong header gets 401, as the real endpoint answers.
+* **Deployments** — ``GET /subscriptions/{sub}/resourcegroups/{rg}/providers/
+  Microsoft.Resources/deployments/{name}?api-version=...`` with ``Authorization: Bearer`` the
+  token handed out above → a ``DeploymentExtended`` document whose ``properties.outputs`` holds
+  ``{"type": "String", "value": ...}`` entries. Path segments are matched case-insensitively, as
+  ARM does; errors use ARM's ``{"error": {"code", "message"}}`` body (``AuthenticationFailed``,
+  ``ResourceGroupNotFound``, ``DeploymentNotFound``, ``MissingApiVersionParameter``).
+
+Why HTTPS with a throwaway self-signed certificate: azure-core refuses to send a bearer token
+over plain http, so the real SDK only talks to an https endpoint. :meth:`FakeAzure.env` gives
+the variables a client process needs: ``REQUESTS_CA_BUNDLE`` (trust the throwaway CA),
+``IDENTITY_ENDPOINT``/``IDENTITY_HEADER`` and ``AZURE_RESOURCE_MANAGER_ENDPOINT``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import re
+import secrets
+import ssl
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+_DEPLOYMENT_PATH = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)"
+    r"/providers/microsoft\.resources/deployments/(?P<name>[^/]+)$",
+    re.IGNORECASE,
+)
+
+
+def self_signed_cert(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1/localhost and its key (PEM), valid for a day."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-azure.test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "fake-azure.crt", folder / "fake-azure.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@dataclass
+class FakeAzure:
+    """An HTTPS server on 127.0.0.1 playing Resource Manager and the identity endpoint."""
+
+    folder: Path
+    identity_secret: str = field(default_factory=lambda: secrets.token_hex(16))
+    access_token: str = field(default_factory=lambda: "fake-arm-token-" + secrets.token_hex(16))
+    deployments: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    resource_groups: set[tuple[str, str]] = field(default_factory=set)
+    requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.cert, key = self_signed_cert(self.folder)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.cert, key)
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def do_GET(self) -> None:
+                fake._handle(self)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    # -- what a test sets up -----------------------------------------------------------------
+    @property
+    def endpoint(self) -> str:
+        return f"https://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def identity_endpoint(self) -> str:
+        return f"{self.endpoint}/msi/token"
+
+    def env(self) -> dict[str, str]:
+        return {
+            "REQUESTS_CA_BUNDLE": str(self.cert),
+            "IDENTITY_ENDPOINT": self.identity_endpoint,
+            "IDENTITY_HEADER": self.identity_secret,
+            "AZURE_RESOURCE_MANAGER_ENDPOINT": self.endpoint,
+        }
+
+    def add_deployment(
+        self,
+        subscription: str,
+        resource_group: str,
+        name: str,
+        outputs: dict[str, str],
+        state: str = "Succeeded",
+    ) -> None:
+        rg = resource_group.lower()
+        self.resource_groups.add((subscription.lower(), rg))
+        deployment_id = (
+            f"/subscriptions/{subscription}/resourceGroups/{resource_group}"
+            f"/providers/Microsoft.Resources/deployments/{name}"
+        )
+        self.deployments[(subscription.lower(), rg, name.lower())] = {
+            "id": deployment_id,
+            "name": name,
+            "type": "Microsoft.Resources/deployments",
+            "tags": {},
+            "properties": {
+                "templateHash": "9158714738399846447",
+                "parameters": {"adminUsername": {"type": "String", "value": "azureuser"}},
+                "mode": "Incremental",
+                "provisioningState": state,
+                "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                "duration": "PT3M12.5S",
+                "correlationId": str(uuid.uuid4()),
+                "providers": [
+                    {
+                        "namespace": "Microsoft.Compute",
+                        "resourceTypes": [
+                            {"resourceType": "virtualMachines", "locations": ["westeurope"]}
+                        ],
+                    }
+                ],
+                "dependencies": [],
+                "outputs": {k: {"type": "String", "value": v} for k, v in outputs.items()},
+                "outputResources": [],
+            },
+        }
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    # -- the wire ------------------------------------------------------------------------------
+    def _handle(self, h: BaseHTTPRequestHandler) -> None:
+        url = urlsplit(h.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        self.requests.append((url.path, url.query, dict(h.headers.items())))
+        if url.path == "/msi/token":
+            self._token(h, query)
+            return
+        match = _DEPLOYMENT_PATH.match(url.path)
+        if match is None:
+            self._send(h, 404, _error("InvalidResourceType", f"No route for {url.path}"))
+            return
+        if h.headers.get("Authorization") != f"Bearer {self.access_token}":
+            self._send(
+                h,
+                401,
+                _error(
+                    "AuthenticationFailed",
+                    "Authentication failed. The 'Authorization' header is missing or invalid.",
+                ),
+            )
+            return
+        if "api-version" not in query:
+            self._send(
+                h,
+                400,
+                _error(
+                    "MissingApiVersionParameter",
+                    "The api-version query parameter (?api-version=) is required for all requests.",
+                ),
+            )
+            return
+        sub, rg, name = (match[g].lower() for g in ("sub", "rg", "name"))
+        if (sub, rg) not in self.resource_groups:
+            self._send(
+                h,
+                404,
+                _error(
+                    "ResourceGroupNotFound", f"Resource group '{match['rg']}' could not be found."
+                ),
+            )
+            return
+        deployment = self.deployments.get((sub, rg, name))
+        if deployment is None:
+            self._send(
+                h,
+                404,
+                _error("DeploymentNotFound", f"Deployment '{match['name']}' could not be found."),
+            )
+            return
+        self._send(h, 200, deployment)
+
+    def _token(self, h: BaseHTTPRequestHandler, query: dict[str, str]) -> None:
+        if h.headers.get("X-IDENTITY-HEADER") != self.identity_secret:
+            self._send(h, 401, {"statusCode": 401, "message": "Unauthorized: bad identity header"})
+            return
+        if query.get("api-version") != "2019-08-01" or not query.get("resource"):
+            self._send(h, 400, {"statusCode": 400, "message": "api-version and resource needed"})
+            return
+        self._send(
+            h,
+            200,
+            {
+                "access_token": self.access_token,
+                "expires_on": str(int(time.time()) + 3600),
+                "resource": query["resource"],
+                "token_type": "Bearer",
+                "client_id": "00000000-0000-0000-0000-00000000f4ce",
+            },
+        )
+
+    @staticmethod
+    def _send(h: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json; charset=utf-8")
+        h.send_header("Content-Length", str(len(data)))
+        h.send_header("x-ms-request-id", str(uuid.uuid4()))
+        h.end_headers()
+        h.wfile.write(data)
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}

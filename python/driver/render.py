@@ -1,4 +1,4 @@
-"""Render the cloud-init documents every node boots from: ``cloud-init/rendered/{head,worker}.yaml``.
+"""Render the cloud-init documents every node boots from: ``cloud-init/rendered/*.yaml``.
 
 Inputs, each from its one source of truth:
   - the templates in ``cloud-init/templates/`` (a shared base plus head and worker parts);

@@ -50,6 +50,8 @@ system_info:
     sudo: ["ALL=(ALL) NOPASSWD:ALL"]
     shell: /bin/bash
 ssh_pwauth: false
+# Azure's DNS resolves the VM's own hostname; the rehearsal network has no DNS, so /etc/hosts does.
+manage_etc_hosts: localhost
 """
 # The containers' Python: Debian 12 ships CPython 3.11 (x86_64 or aarch64, like the host).
 PYTHON_VERSION = "3.11"
@@ -202,24 +204,26 @@ class ImageCache:
             if (repo / f".complete-{key}").exists():
                 return repo
             progress(f"building the apt repository for: {' '.join(packages)}")
-            with tempfile.TemporaryDirectory(dir=self.root) as scratch:
-                with _overlay(self.rootfs, Path(scratch)) as view:
-                    shutil.copy("/etc/resolv.conf", view / "etc/resolv.conf")
-                    # Like cloud-init's packages: module, with recommends.
-                    _chroot(
-                        view,
-                        "apt-get update -qq && apt-get install -y -qq --download-only "
-                        + " ".join(packages)
-                        + " >/dev/null",
-                        what="downloading the nodes' OS packages",
-                    )
-                    debs = sorted((view / "var/cache/apt/archives").glob("*.deb"))
-                    if not debs:
-                        raise DriverError("apt downloaded no packages for the repository")
-                    shutil.rmtree(repo, ignore_errors=True)
-                    repo.mkdir(parents=True)
-                    for deb in debs:
-                        shutil.copy(deb, repo / deb.name)
+            with (
+                tempfile.TemporaryDirectory(dir=self.root) as scratch,
+                _overlay(self.rootfs, Path(scratch)) as view,
+            ):
+                shutil.copy("/etc/resolv.conf", view / "etc/resolv.conf")
+                # Like cloud-init's packages: module, with recommends.
+                _chroot(
+                    view,
+                    "apt-get update -qq && apt-get install -y -qq --download-only "
+                    + " ".join(packages)
+                    + " >/dev/null",
+                    what="downloading the nodes' OS packages",
+                )
+                debs = sorted((view / "var/cache/apt/archives").glob("*.deb"))
+                if not debs:
+                    raise DriverError("apt downloaded no packages for the repository")
+                shutil.rmtree(repo, ignore_errors=True)
+                repo.mkdir(parents=True)
+                for deb in debs:
+                    shutil.copy(deb, repo / deb.name)
             packages_index = run(
                 ["apt-ftparchive", "packages", "."], what="apt-ftparchive", cwd=repo
             )

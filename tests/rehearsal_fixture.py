@@ -1,0 +1,144 @@
+"""One rehearsal cluster per test run, booted the way a user boots it, torn down and checked.
+
+``rehearsal`` (session scope) runs ``python -m driver rehearse up --name pytest --workers 2``
+from the committed rendered documents, hands the tests what they need to reach it, and at the end
+runs ``rehearse down`` and asserts that no namespace, link, mount, process or folder of the
+cluster is left (set RAYDRIVER_KEEP_REHEARSAL=1 to keep it running for a look after a failure).
+Tests reach the nodes over real SSH as the admin user, like a person would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from driver.rehearsal.cluster import Rehearsal
+
+NAME = "pytest"
+SUBNET = "10.214.0.0/24"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class RehearsalCluster:
+    name: str
+    dir: Path
+    head_ip: str
+    worker_ips: tuple[str, ...]
+    admin_user: str
+    ssh_key: Path
+    token: str
+    netns: tuple[str, ...]
+
+    @property
+    def head(self) -> str:
+        return f"{self.admin_user}@{self.head_ip}"
+
+    def ssh(self, host: str, command: str, timeout: float = 300) -> tuple[int, str, str]:
+        """Run ``command`` in a login shell on ``host`` as the admin user."""
+        client = paramiko.SSHClient()
+        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # test hosts, fresh keys
+        client.connect(
+            host,
+            username=self.admin_user,
+            key_filename=str(self.ssh_key),
+            timeout=15,
+            allow_agent=False,
+            look_for_keys=False,
+        )
+        try:
+            _, out, err = client.exec_command(f"bash -lc {_quote(command)}", timeout=timeout)
+            code = out.channel.recv_exit_status()
+            return code, out.read().decode(), err.read().decode()
+        finally:
+            client.close()
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "'\"'\"'") + "'"
+
+
+def _driver(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "driver", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
+    )
+
+
+def leftovers(name: str, cluster_dir: Path) -> list[str]:
+    """Anything of the cluster still on this machine: netns, links, mounts, processes, files."""
+    found = []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found += [f"netns {ln.split()[0]}" for ln in netns.splitlines() if ln.startswith(f"rh-{name}-")]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for ln in links.splitlines():
+        link = ln.split(":")[1].strip().split("@")[0]
+        if link == f"rh-{name}" or link.startswith(f"rh-{name}-"):
+            found.append(f"link {link}")
+    mounts = Path("/proc/mounts").read_text()
+    found += [
+        f"mount {m.split()[1]}"
+        for m in mounts.splitlines()
+        if m.split()[1].startswith(str(cluster_dir))
+    ]
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(cluster_dir) in cmd and int(p.name) != os.getpid():
+                found.append(f"process {p.name}: {cmd[:120]}")
+    if cluster_dir.exists():
+        found.append(f"folder {cluster_dir}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def rehearsal() -> Iterator[RehearsalCluster]:
+    if os.geteuid() != 0:
+        pytest.fail("the rehearsal cluster needs root (CI runs as root)")
+    _driver("rehearse", "down", "--name", NAME, "--subnet", SUBNET, timeout=300)  # a crashed run
+    up = _driver(
+        "rehearse", "up", "--name", NAME, "--workers", "2", "--subnet", SUBNET, timeout=3600
+    )
+    status = json.loads(_driver("rehearse", "status", "--name", NAME, timeout=60).stdout or "{}")
+    cluster_dir = Rehearsal(NAME).dir
+    try:
+        assert up.returncode == 0, f"rehearse up failed:\n{up.stdout}\n{up.stderr[-4000:]}"
+        nodes = status["nodes"]
+        yield RehearsalCluster(
+            name=NAME,
+            dir=cluster_dir,
+            head_ip=status["head"],
+            worker_ips=tuple(n["ip"] for n in nodes if n["role"] == "worker"),
+            admin_user=status["admin_user"],
+            ssh_key=Path(status["ssh_key"]),
+            token=(cluster_dir / "token").read_text().strip(),
+            netns=tuple(
+                f"rh-{NAME}-{'head' if n['role'] == 'head' else 'w' + str(i)}"
+                for i, n in enumerate(nodes)
+            ),
+        )
+    finally:
+        if os.environ.get("RAYDRIVER_KEEP_REHEARSAL") != "1":  # 1: leave it running for a look
+            _down_and_check(cluster_dir)
+
+
+def _down_and_check(cluster_dir: Path) -> None:
+    down = _driver("rehearse", "down", "--name", NAME, "--subnet", SUBNET, timeout=600)
+    assert down.returncode == 0, down.stderr
+    left = leftovers(NAME, cluster_dir)
+    assert left == [], f"rehearse down left things behind: {left}"

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# The shared rehearsal cluster fixture (`rehearsal`) lives in its own module.
+pytest_plugins = ["rehearsal_fixture"]
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -47,3 +50,4 @@ def run_driver(
 
 def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]
+

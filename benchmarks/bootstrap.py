@@ -1,0 +1,137 @@
+"""Seconds from cloud-init start to Ray node registered, on the rehearsal cluster (root, Linux).
+
+Boots a head and one worker from the committed rendered documents, three times:
+
+  cold    the nodes start with empty package caches, as every fresh Azure VM does;
+  warm    the nodes find their uv cache filled (as a custom image or a reimaged VM would carry
+          it): a first "prime" boot fills a host folder mounted into the nodes, the second
+          boot is measured;
+  anchor  the method the anchors use, side by side: the same documents with the install step
+          replaced by an unpinned `pip install "ray[default,rllib]" torch gymnasium` (pip, no
+          uv, no pins), cold caches. Offline, "unpinned" resolves to the same versions, because
+          the host-served index holds only those: the difference measured is the installer.
+
+Each node's numbers come from its readiness marker (layout.READY_MARKER): ``registered_at`` minus
+cloud-init's own start time, plus the per-phase timestamps the bootstrap records. The host-side
+caches (image, apt repository, wheelhouse) are built first and reported separately.
+
+    sudo .venv/bin/python benchmarks/bootstrap.py            # prints JSON
+    sudo .venv/bin/python benchmarks/bootstrap.py --only cold
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from driver import render
+from driver.rehearsal.cluster import Rehearsal
+
+NAME = "bench"
+SUBNET = "10.217.0.0/24"
+BOOTSTRAP = "/usr/local/sbin/ray-cluster-bootstrap"
+
+
+def anchor_documents(out: Path) -> Path:
+    """The rendered documents with the anchors' install method instead of ours."""
+    out.mkdir(parents=True, exist_ok=True)
+    for role in render.ROLES:
+        doc = yaml.safe_load((render.rendered_dir() / f"{role}.yaml").read_text())
+        script = next(f for f in doc["write_files"] if f["path"] == BOOTSTRAP)
+        text = script["content"]
+        start = text.index('"$VENV/bin/pip" install')
+        end = text.index("phase start_ray")
+        extra = ' tensorboard "setuptools<82"' if role == "head" else ""
+        script["content"] = (
+            text[:start]
+            + "phase install_ray\n"
+            + '"$VENV/bin/pip" install --quiet --disable-pip-version-check --index-url '
+            + '"$PIP_INDEX_URL" ${PIP_HOST:+--trusted-host "$PIP_HOST"} '
+            + f'"ray[default,rllib]" torch gymnasium{extra}\n\n'
+            + text[end:]
+        )
+        (out / f"{role}.yaml").write_text(
+            "#cloud-config\n" + yaml.safe_dump(doc, sort_keys=False, width=1000)
+        )
+    return out
+
+
+def boot(label: str, documents: Path | None, warm: bool) -> dict:
+    r = Rehearsal(NAME, subnet=SUBNET)
+    r.down()
+    start = time.monotonic()
+    try:
+        state = r.up(
+            workers=1,
+            documents_dir=documents,
+            warm_node_cache=warm,
+            progress=lambda m: print(f"[{label}] {m}", file=sys.stderr, flush=True),
+        )
+        result = {"wall_s": round(time.monotonic() - start, 1)}
+        for node in state.nodes:
+            m = r.marker(node)
+            assert m is not None
+            t0 = m["cloud_init_start"]
+            result[node.role] = {
+                "cloud_init_to_registered_s": round(m["registered_at"] - t0, 1),
+                "phases_s": {
+                    k: round(v - t0, 1)
+                    for k, v in sorted(m["phases"].items(), key=lambda kv: kv[1])
+                },
+            }
+        return result
+    finally:
+        r.down()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", choices=["cold", "warm", "anchor"], action="append")
+    args = ap.parse_args()
+    wanted = args.only or ["cold", "warm", "anchor"]
+    report: dict = {"benchmark": "bootstrap", "workers": 1}
+
+    t = time.monotonic()
+    Rehearsal(NAME, subnet=SUBNET).down()
+    cache = Rehearsal(NAME, subnet=SUBNET)
+    docs = {r: (render.rendered_dir() / f"{r}.yaml").read_text() for r in render.ROLES}
+    from driver.rehearsal.image import document_requirements
+
+    packages, reqs = document_requirements(docs)
+    cache.cache.ensure_rootfs(print)
+    cache.cache.ensure_apt_repo(packages, print)
+    torch = next(r for r in reqs if r.startswith("torch=="))
+    cache.cache.ensure_wheelhouse(reqs, torch, "https://download.pytorch.org/whl/cpu", print)
+    report["host_caches_s"] = round(time.monotonic() - t, 1)
+
+    if "cold" in wanted:
+        report["cold"] = boot("cold", None, warm=False)
+    if "warm" in wanted:
+        shutil.rmtree(cache.base / "node-cache", ignore_errors=True)
+        report["warm_prime"] = boot("prime", None, warm=True)
+        report["warm"] = boot("warm", None, warm=True)
+    if "anchor" in wanted:
+        with tempfile.TemporaryDirectory() as tmp:
+            report["anchor"] = boot("anchor", anchor_documents(Path(tmp)), warm=False)
+
+    def worker(k: str) -> float | None:
+        return report.get(k, {}).get("worker", {}).get("cloud_init_to_registered_s")
+
+    if worker("warm") and worker("anchor"):
+        report["worker_warm_vs_anchor"] = round(worker("warm") / worker("anchor"), 3)
+    if worker("cold") and worker("anchor"):
+        report["worker_cold_vs_anchor"] = round(worker("cold") / worker("anchor"), 3)
+    report["targets"] = {"worker_warm_s": 45, "worker_warm_vs_anchor": 0.25}
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

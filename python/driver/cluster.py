@@ -51,6 +51,7 @@ class LocalCluster:
         self.local = LocalRay(driver_home())
         if start:
             head, _ = self.local.start(progress=progress)
+            progress(f"using local Ray at {head.jobs_address} ({NO_CLUSTER_GIVEN})")
         else:
             head = self.local.running()
             if head is None:
@@ -58,7 +59,6 @@ class LocalCluster:
                     "no cluster: local Ray is not running and no remote cluster was given "
                     "(submit a job or run `python -m driver local start`)"
                 )
-        progress(f"using local Ray at {head.jobs_address} ({NO_CLUSTER_GIVEN})")
         self.head = head
         self.results_root = results_root
         self.description = f"local Ray ({head.jobs_address})"

@@ -24,7 +24,9 @@ components, so the driver needs no test hooks:
   ``nsenter`` into that init's namespaces, so all of them live in its PID namespace.
 * **sshd** is Debian's ``/usr/sbin/sshd -D`` with a fresh ed25519 host key, root login by public
   key only (``PasswordAuthentication no``, ``KbdInteractiveAuthentication no``), SFTP, and a fresh
-  ed25519 user key (``user_key``). ``StrictModes no`` because its files live under /tmp.
+  ed25519 user key (``user_key``) that it accepts for root and for any user made with
+  :meth:`HeadHost.add_user` (read through ``AuthorizedKeysCommand`` as root, because the temp
+  folders are private). ``StrictModes no`` because its files live under /tmp.
   :meth:`HeadHost.start_sshd` starts more of them (other port, other host key) so a test can
   change a host key without disturbing the shared head.
 * **Ray** (optional) is ``RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=/etc/ray-cluster/cluster-token
@@ -202,7 +204,10 @@ class Sshd:
                     "PasswordAuthentication no",
                     "KbdInteractiveAuthentication no",
                     "UsePAM no",
-                    f"AuthorizedKeysFile {self.head.authorized_keys}",
+                    # Read as root: the test's temp folders are not readable by other users.
+                    "AuthorizedKeysFile none",
+                    f"AuthorizedKeysCommand /bin/cat {self.head.authorized_keys}",
+                    "AuthorizedKeysCommandUser root",
                     "StrictModes no",
                     "PidFile none",
                     "AllowTcpForwarding yes",
@@ -306,6 +311,14 @@ class HeadHost:
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self, ray: bool = True) -> HeadHost:
+        if os.geteuid() != 0:
+            raise RuntimeError("a test head needs root (ip netns, unshare, mount)")
+        for tool in (SSHD, SFTP_SERVER, shutil.which("nsenter"), shutil.which("ip")):
+            if not tool or not Path(tool).exists():
+                raise RuntimeError(
+                    f"a test head needs {tool or 'nsenter/ip'}: install the Debian packages in "
+                    "scripts/apt-packages.txt (scripts/test.sh does, as root)"
+                )
         try:
             self._network()
             self._init()
@@ -540,6 +553,26 @@ class HeadHost:
         ports = " or ".join(f"sport = :{s.port}" for s in self._sshds())
         out = self.run(["ss", "-tnH", "state", "established", f"( {ports} )"], check=False).stdout
         return [line.split()[-1] for line in out.splitlines() if line.strip()]
+
+    def add_user(self, name: str, in_ray_group: bool = True) -> str:
+        """A non-root login like the cluster's admin user; returns ``name@ip`` for ``--head``.
+
+        The account exists only inside the head (its /etc is an overlay). As on a real head,
+        the token becomes ``root:ray`` mode 0640, so only members of group ray can read it.
+        """
+        groups = "-G ray" if in_ray_group else ""
+        self.run(
+            [
+                "sh",
+                "-c",
+                f"getent group ray >/dev/null || groupadd --system ray; "
+                f"chgrp ray {layout.TOKEN_FILE} && chmod 0640 {layout.TOKEN_FILE}; "
+                f"id -u {name} >/dev/null 2>&1 || "
+                f"useradd --no-log-init --no-create-home --no-user-group -d / -s /bin/sh "
+                f"{groups} {name}; usermod -p '*' {name}",  # key login only, not 'locked'
+            ]
+        )
+        return f"{name}@{self.ip}"
 
     def unplug(self) -> None:
         """Take the head's network link down: packets to it vanish, nothing answers (a host

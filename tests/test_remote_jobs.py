@@ -358,3 +358,60 @@ def test_head_from_environment_and_saved_profile(head_host: HeadHost, home: Path
     assert run_driver("use", "--forget", home=home, env=env).returncode == 0
     r = run_driver("list", home=home, env=env)
     assert r.returncode == 2 and "local Ray is not running" in r.stderr, r.stderr
+
+
+def test_admin_user_reads_the_token_through_group_ray(head_host: HeadHost, home: Path) -> None:
+    """As on a real head: azureuser (the default user) is in group ray, the token is 0640."""
+    head_host.add_user("azureuser", in_ray_group=True)
+    outsider = head_host.add_user("outsider", in_ray_group=False)
+    key = ["-i", str(head_host.user_key)]
+    r = run_driver("list", "--head", head_host.ip, *key, home=home, env=driver_env(home))
+    assert r.returncode == 0, r.stderr
+    r = run_driver("status", "x", "--head", outsider, *key, home=home, env=driver_env(home))
+    assert r.returncode == 2
+    assert error_lines(r.stderr) == [
+        "error: outsider may not read /etc/ray-cluster/cluster-token on the head (permission "
+        "denied): expected it readable by group ray (mode 0640) and outsider in that group — "
+        "is this the cluster's admin user?"
+    ]
+
+
+def test_ctrl_c_during_download_leaves_no_partial_file(
+    head_host: HeadHost,
+    home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import driver.cli as cli
+
+    sid = "remote-dl-int-1"
+    folder = head_host.results_dir / sid
+    folder.mkdir(parents=True)
+    (folder / "big.bin").write_bytes(os.urandom(8 << 20))
+    for key, value in driver_env(home).items():
+        monkeypatch.setenv(key, value)
+    real_bar = cli._bar
+
+    def bar_that_presses_ctrl_c(desc: str):  # type: ignore[no-untyped-def]
+        inner = real_bar(desc)
+
+        def progress(done: int, total: int) -> None:
+            inner(done, total)
+            if 0 < done < total:
+                signal.raise_signal(signal.SIGINT)
+
+        return progress
+
+    monkeypatch.setattr(cli, "_bar", bar_that_presses_ctrl_c)
+    dest = home / "results"
+    before = leftovers_snapshot()
+    code = main(["download", sid, "--results", str(dest), *head_host.cli_args])
+    err = capsys.readouterr().err
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert not (dest / sid / "big.bin").exists()
+    assert not list(dest.rglob("*.part"))
+    assert_nothing_left(before)
+    monkeypatch.setattr(cli, "_bar", real_bar)
+    assert main(["download", sid, "--results", str(dest), *head_host.cli_args]) == 0
+    assert (dest / sid / "big.bin").read_bytes() == (folder / "big.bin").read_bytes()

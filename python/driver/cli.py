@@ -447,6 +447,8 @@ def _bar(desc: str) -> Callable[[int, int], None]:
     """A byte progress bar on stderr (only on a terminal), as a ``progress(done, total)``."""
     from tqdm import tqdm
 
+    # No monitor thread: it would outlive a bar abandoned by Ctrl-C.
+    tqdm.monitor_interval = 0
     bar: Any = None
 
     def progress(done: int, total: int) -> None:

@@ -127,7 +127,11 @@ class RemoteCluster:
         return self._ready
 
     def _token(self) -> str:
-        token = self.session.read_text(layout.TOKEN_FILE)
+        token = self.session.read_text(
+            layout.TOKEN_FILE,
+            denied_hint=f"expected it readable by group {layout.RAY_USER} (mode 0640) and "
+            f"{self.head.user} in that group — is this the cluster's admin user?",
+        )
         if token is None:
             raise DriverError(
                 f"no cluster token on the head at {layout.TOKEN_FILE}: expected the bootstrap "

@@ -260,7 +260,7 @@ class SshSession:
                 ) from None
         return self._sftp
 
-    def read_text(self, path: str) -> str | None:
+    def read_text(self, path: str, denied_hint: str = "") -> str | None:
         """A small file's text, or None if it does not exist. Other errors are DriverErrors."""
         try:
             with self.sftp().open(path, "r") as f:
@@ -270,6 +270,7 @@ class SshSession:
         except PermissionError:
             raise DriverError(
                 f"{self.head.user} may not read {path} on the head (permission denied)"
+                + (f": {denied_hint}" if denied_hint else "")
             ) from None
         except OSError as e:
             if e.errno == errno.ENOENT:

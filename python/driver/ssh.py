@@ -176,7 +176,10 @@ class SshSession:
             chan.settimeout(timeout)
             chan.exec_command(command)
             out, err = bytearray(), bytearray()
+            deadline = time.monotonic() + timeout
             while True:
+                if time.monotonic() > deadline:
+                    raise TimeoutError
                 select.select([chan], [], [], 0.2)
                 while chan.recv_ready():
                     out += chan.recv(65536)

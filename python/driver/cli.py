@@ -98,7 +98,7 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     from driver.remote import DEFAULT_READY_TIMEOUT_S
     from driver.ssh import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RETRIES
 
-    g = p.add_argument_group("cluster (first match wins; see --help of the top level)")
+    g = p.add_argument_group("cluster (first match wins: see the order below)")
     g.add_argument(
         "--head",
         metavar="[USER@]HOST[:PORT]",

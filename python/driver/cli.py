@@ -394,10 +394,10 @@ def _ready_timeout(args: argparse.Namespace) -> float:
 
 def _connect(args: argparse.Namespace, start_local: bool = False):  # type: ignore[no-untyped-def]
     from driver.cluster import connect
+    from driver.remote import RemoteCluster
     from driver.ssh import SshOptions
 
-    _quiet_ray_logs()
-    return connect(
+    cluster = connect(
         start_local=start_local,
         results_root=Path(getattr(args, "results", "results")),
         progress=say,
@@ -410,6 +410,15 @@ def _connect(args: argparse.Namespace, start_local: bool = False):  # type: igno
         ),
         ready_timeout=_ready_timeout(args),
     )
+    try:
+        if isinstance(cluster, RemoteCluster) and args.verb != "ssh":
+            # The head starts its SFTP server while this process imports Ray (~0.3 s each).
+            cluster.session.prefetch_sftp()
+        _quiet_ray_logs()
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
 
 
 def _quiet_ray_logs() -> None:

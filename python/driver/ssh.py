@@ -121,6 +121,7 @@ class SshSession:
         self.head = head
         self._client = client
         self._sftp: paramiko.SFTPClient | None = None
+        self._sftp_opening: threading.Thread | None = None
         self._forwards: list[Forward] = []
 
     # -- connecting ------------------------------------------------------------------------
@@ -252,7 +253,28 @@ class SshSession:
             chan.close()
 
     # -- files -----------------------------------------------------------------------------
+    def prefetch_sftp(self) -> None:
+        """Start opening SFTP in the background.
+
+        Opening it starts a process on the head, which costs a few hundred milliseconds of
+        pure waiting; a caller with CPU work to do meanwhile (importing Ray) overlaps the two.
+        :meth:`sftp` picks the result up; :meth:`close` waits for the thread.
+        """
+        if self._sftp is None and self._sftp_opening is None:
+            self._sftp_opening = threading.Thread(
+                target=self._open_sftp_quietly, name="raydriver-sftp-open", daemon=True
+            )
+            self._sftp_opening.start()
+
+    def _open_sftp_quietly(self) -> None:
+        # A failure here is reported by sftp(), which tries again in the caller's thread.
+        with contextlib.suppress(Exception):
+            self._sftp = self._client.open_sftp()
+
     def sftp(self) -> paramiko.SFTPClient:
+        if self._sftp_opening is not None:
+            self._sftp_opening.join()
+            self._sftp_opening = None
         if self._sftp is None:
             try:
                 self._sftp = self._client.open_sftp()
@@ -308,6 +330,12 @@ class SshSession:
         for fwd in self._forwards:
             fwd.close()
         self._forwards.clear()
+        if self._sftp_opening is not None:
+            # Closing the connection makes a pending open fail at once.
+            with contextlib.suppress(Exception):
+                self._client.close()
+            self._sftp_opening.join(timeout=10)
+            self._sftp_opening = None
         if self._sftp is not None:
             with contextlib.suppress(Exception):
                 self._sftp.close()

@@ -345,6 +345,10 @@ class SshSession:
 
 def _close_client(client: paramiko.SSHClient) -> None:
     transport = client.get_transport()
+    if transport is not None:
+        # Wake paramiko's reader thread now rather than at its next 0.1 s poll.
+        with contextlib.suppress(OSError, AttributeError):
+            transport.sock.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(Exception):
         client.close()
     # paramiko's close() does not always wait for its reader thread; do, so none outlives us.
@@ -543,6 +547,8 @@ class Forward:
             self._listener.close()
             raise DriverError(f"cannot listen on 127.0.0.1:{local_port}: {e.strerror}") from None
         self.local_port: int = self._listener.getsockname()[1]
+        # close() writes here to wake the accept loop at once instead of at its next poll.
+        self._wake_r, self._wake_w = socket.socketpair()
         self._accepter = threading.Thread(
             target=self._accept_loop, name=f"raydriver-forward-{remote_port}", daemon=True
         )
@@ -555,10 +561,10 @@ class Forward:
     def _accept_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                ready, _, _ = select.select([self._listener], [], [], 0.2)
+                ready, _, _ = select.select([self._listener, self._wake_r], [], [], 1.0)
             except (OSError, ValueError):
                 return
-            if not ready:
+            if self._listener not in ready:
                 continue
             try:
                 sock, peer = self._listener.accept()
@@ -608,9 +614,12 @@ class Forward:
 
     def close(self) -> None:
         self._stop.set()
-        self._accepter.join(timeout=5)
         with contextlib.suppress(OSError):
-            self._listener.close()
+            self._wake_w.send(b"x")
+        self._accepter.join(timeout=5)
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                sock.close()
         with self._lock:
             threads = list(self._threads)
             for sock in self._sockets:

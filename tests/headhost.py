@@ -42,7 +42,19 @@ namespace (which deletes the veth pair) and remove the temp folders. Nothing els
 
 Fixtures: ``head_host`` (session; sshd + Ray, ready) and ``make_head_host`` (a factory for bare
 heads: sshd only, no Ray, no ready marker, torn down after the test). Use them from a test module
-with ``pytest_plugins = ("headhost",)``. Needs root, iproute2, util-linux and openssh-server.
+with ``pytest_plugins = ("headhost",)``; outside pytest (benchmarks/driver_overhead.py),
+``HeadHost(folder).start(ray=True)`` … ``stop()``. Needs root, iproute2, util-linux and
+openssh-server.
+
+What a test uses: ``ip``, ``host_ip``, ``target``/``cli_args`` (``--head root@IP -i KEY``),
+``user_key``, ``token``, ``token_file``/``ready_marker``/``failed_marker``/``results_dir`` (host
+side paths of the head's layout), ``write_ready``/``clear_ready``/``write_failed``, ``run`` and
+``popen`` (commands on the head), ``ray_env`` (environment for Ray commands there),
+``add_user``, ``start_sshd``, ``unplug``, ``ssh_peers`` (who is still connected) and
+``sshd.known_hosts_line`` (to pre-trust the head). On the client side, ``driver_env(home)`` keeps
+the real user's HOME, SSH agent and cluster variables out of a driver process, and
+``leftovers_snapshot``/``assert_nothing_left`` check that an in-process command left no thread
+or socket behind.
 
 PYTEST_DONT_REWRITE (test modules import this before pytest loads it as a plugin).
 """

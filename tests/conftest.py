@@ -50,4 +50,3 @@ def run_driver(
 
 def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]
-

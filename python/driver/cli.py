@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import secrets
 import shlex
 import sys
@@ -27,6 +28,7 @@ from driver.errors import (
     EXIT_USAGE,
     DriverError,
 )
+from driver.workdir import ENTRYPOINT_NAMES, Submission
 
 PROG = "python -m driver"
 
@@ -433,8 +435,13 @@ def _quiet_ray_logs() -> None:
     logging.getLogger("ray.dashboard.modules.job.sdk").setLevel(logging.WARNING)
 
 
-def _default_submission_id(script: str) -> str:
-    stem = Path(script).stem.replace("_", "-").lower() or "job"
+def _default_submission_id(submission: Submission) -> str:
+    """``cartpole-20261121-153000-ab12`` for examples/cartpole/train.py: the folder names a job
+    better than a generic script name does."""
+    stem = Path(submission.script).stem
+    if submission.script in ENTRYPOINT_NAMES:
+        stem = submission.working_dir.name
+    stem = re.sub(r"[^a-z0-9-]+", "-", stem.lower()).strip("-") or "job"
     return f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
@@ -532,7 +539,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     submission = resolve(args.script, args.entrypoint_args)
     env = _parse_env(args.env)
-    sid = args.submission_id or _default_submission_id(submission.script)
+    sid = args.submission_id or _default_submission_id(submission)
     cluster = _connect(args, start_local=True)
     try:
         client = cluster.jobs()

@@ -300,3 +300,23 @@ def test_down_cleans_up_after_a_failed_up(rehearsal: RehearsalCluster) -> None:
     )
     assert down.returncode == 0, down.stderr
     assert leftovers("rhfail", cluster_dir) == []
+
+
+def test_add_worker_scales_the_running_cluster_out(rehearsal: RehearsalCluster) -> None:
+    """`rehearse add-worker` boots one more worker that joins the running head (a scale-out).
+
+    Last in this module: the cluster has one more node afterwards."""
+    p = subprocess.run(
+        [sys.executable, "-m", "driver", "rehearse", "add-worker", "--name", rehearsal.name],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=REPO,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    new_ip = p.stdout.strip().split("@")[-1]
+    assert new_ip not in (rehearsal.head_ip, *rehearsal.worker_ips)
+    code, out, err = rehearsal.ssh(rehearsal.head_ip, "ray list nodes --format json")
+    assert code == 0, err
+    alive = {n["node_ip"] for n in json.loads(out) if n["state"] == "ALIVE"}
+    assert alive == {rehearsal.head_ip, *rehearsal.worker_ips, new_ip}

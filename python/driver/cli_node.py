@@ -81,7 +81,7 @@ def register_rehearse(verbs: argparse._SubParsersAction) -> None:  # type: ignor
     actions.required = True
     up = actions.add_parser("up", help="Build what is missing and boot the cluster.")
     up.add_argument("--name", default="rehearsal", help="cluster name (default: rehearsal)")
-    up.add_argument("--workers", type=int, default=2, help="number of workers (default: 2)")
+    up.add_argument("--workers", type=int, default=2, help="number of workers (default: 2; 0-50)")
     up.add_argument(
         "--pip",
         action="append",
@@ -121,6 +121,19 @@ def register_rehearse(verbs: argparse._SubParsersAction) -> None:  # type: ignor
         help="seconds to wait for every node to be ready (default: 1800)",
     )
     up.set_defaults(func=cmd_rehearse_up)
+    add = actions.add_parser(
+        "add-worker",
+        help="Boot more workers into the running cluster (a scale-out, as autoscale does).",
+    )
+    add.add_argument("--name", default="rehearsal")
+    add.add_argument("--count", type=int, default=1, help="how many workers (default: 1)")
+    add.add_argument(
+        "--timeout",
+        type=float,
+        default=1800,
+        help="seconds to wait for the new workers (default: 1800)",
+    )
+    add.set_defaults(func=cmd_rehearse_add_worker)
     down = actions.add_parser("down", help="Remove every container, namespace, mount and file.")
     down.add_argument("--name", default="rehearsal")
     down.add_argument("--subnet", default=DEFAULT_SUBNET)
@@ -153,6 +166,16 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
         f"--head {state.admin_user}@{head.ip} -i {state.ssh_key}"
     )
     print(f"down:   python -m driver rehearse down --name {args.name}")
+    return EXIT_OK
+
+
+def cmd_rehearse_add_worker(args: argparse.Namespace) -> int:
+    from driver.rehearsal.cluster import Rehearsal
+
+    r = Rehearsal(args.name)
+    state = r.load()
+    for node in r.add_workers(args.count, timeout=args.timeout, progress=_say):
+        print(f"{node.name}: {state.admin_user if state else 'azureuser'}@{node.ip}")
     return EXIT_OK
 
 

@@ -70,6 +70,11 @@ class State:
     http_port: int
     ssh_key: str
     admin_user: str = ADMIN_USER
+    public_key: str = ""
+    documents_dir: str = ""
+    extra_pip: list[str] = field(default_factory=list)
+    warm_node_cache: bool = False
+    rootfs: str = ""
     http_pid: int | None = None
     nodes: list[Node] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
@@ -177,8 +182,8 @@ class Rehearsal:
     ) -> State:
         """Build what is missing, boot head + ``workers`` and wait until Ray runs on all."""
         require_root_linux()
-        if not 1 <= workers <= 50:
-            raise DriverError(f"--workers must be between 1 and 50, got {workers}")
+        if not 0 <= workers <= 50:
+            raise DriverError(f"--workers must be between 0 and 50, got {workers}")
         if self.load() is not None or self.dir.exists():
             raise DriverError(
                 f"rehearsal cluster {self.name!r} exists already ({self.dir}): "
@@ -220,50 +225,76 @@ class Rehearsal:
             host_ip=str(hosts[0]),
             http_port=self.http_port,
             ssh_key=str(key_path),
+            public_key=public_key,
+            documents_dir=str(documents_dir),
+            extra_pip=extra_pip,
+            warm_node_cache=warm_node_cache,
+            rootfs=str(rootfs),
         )
-        names = ["head", *[f"worker-{i}" for i in range(1, workers + 1)]]
-        for i, node_name in enumerate(names):
-            state.nodes.append(
-                Node(
-                    name=node_name,
-                    role="head" if i == 0 else "worker",
-                    ip=str(hosts[9 + i]),
-                    netns=f"rh-{self.name}-{'head' if i == 0 else f'w{i}'}",
-                    veth=f"rh-{self.name}-{i}",
-                    dir=str(self.dir / "nodes" / node_name),
-                )
-            )
         self._save(state)
-
         self._create_bridge(state)
         self._start_http(state)
-        values = {
-            "RAY_HEAD_IP": state.head.ip,
-            "RAY_CLUSTER_TOKEN": (self.dir / "token").read_text(),
-            "RAY_ADMIN_USER": ADMIN_USER,
-            "EXTRA_PIP_PACKAGES": " ".join(extra_pip),
-            "PIP_INDEX_URL": f"http://{state.host_ip}:{self.http_port}/simple",
-            "TORCH_INDEX_URL": f"http://{state.host_ip}:{self.http_port}/simple",
-            "APT_SOURCE": f"deb [trusted=yes] http://{state.host_ip}:{self.http_port}/debian ./",
-        }
-        instance = secrets.token_hex(4)
-        for node in state.nodes:
-            self._create_node(
-                state,
-                node,
-                rootfs,
-                render.fill(documents[node.role], values),
-                public_key,
-                instance,
-                warm_node_cache,
-            )
+        new = [self._plan_node(state, "head"), *[self._plan_node(state) for _ in range(workers)]]
+        for node in new:
+            self._create_node(state, node)
         progress(
-            f"booted {len(state.nodes)} containers on {state.bridge} ({self.subnet}); "
+            f"booted {len(new)} containers on {state.bridge} ({self.subnet}); "
             "waiting for cloud-init and Ray"
         )
         self.wait_ready(state, timeout, progress)
         progress(f"rehearsal cluster {self.name!r} is up ({time.monotonic() - t0:.0f} s)")
         return state
+
+    def add_workers(
+        self, count: int = 1, timeout: float = 1800, progress: Progress = lambda _: None
+    ) -> list[Node]:
+        """Boot ``count`` more workers into the running cluster (like a scale-out on Azure)."""
+        require_root_linux()
+        state = self.load()
+        if state is None:
+            raise DriverError(f"no rehearsal cluster {self.name!r}: run `rehearse up` first")
+        if not 1 <= count <= 50 - (len(state.nodes) - 1):
+            raise DriverError(f"--count must be between 1 and {51 - len(state.nodes)}")
+        new = [self._plan_node(state) for _ in range(count)]
+        for node in new:
+            self._create_node(state, node)
+        progress(f"booted {', '.join(n.name for n in new)}; waiting for cloud-init and Ray")
+        self.wait_ready(state, timeout, progress, nodes=new)
+        return new
+
+    def _plan_node(self, state: State, role: str = "worker") -> Node:
+        index = len(state.nodes)
+        if (role == "head") != (index == 0):
+            raise AssertionError("the head is node 0")
+        name = "head" if role == "head" else f"worker-{index}"
+        node = Node(
+            name=name,
+            role=role,
+            ip=str(list(self.subnet.hosts())[9 + index]),
+            netns=f"rh-{self.name}-{'head' if role == 'head' else f'w{index}'}",
+            veth=f"rh-{self.name}-{index}",
+            dir=str(self.dir / "nodes" / name),
+        )
+        state.nodes.append(node)
+        self._save(state)
+        return node
+
+    def _user_data(self, state: State, role: str) -> str:
+        """The committed document for ``role``, filled as Terraform and Bicep fill it."""
+        text = (Path(state.documents_dir) / f"{role}.yaml").read_text()
+        base = f"http://{state.host_ip}:{state.http_port}"
+        return render.fill(
+            text,
+            {
+                "RAY_HEAD_IP": state.head.ip,
+                "RAY_CLUSTER_TOKEN": (self.dir / "token").read_text(),
+                "RAY_ADMIN_USER": state.admin_user,
+                "EXTRA_PIP_PACKAGES": " ".join(state.extra_pip),
+                "PIP_INDEX_URL": f"{base}/simple",
+                "TORCH_INDEX_URL": f"{base}/simple",
+                "APT_SOURCE": f"deb [trusted=yes] {base}/debian ./",
+            },
+        )
 
     def _check_subnet_free(self) -> None:
         routes = run(["ip", "-4", "-o", "route", "show"], what="ip route").stdout
@@ -326,16 +357,12 @@ class Rehearsal:
                     ) from None
                 time.sleep(0.3)
 
-    def _create_node(
-        self,
-        state: State,
-        node: Node,
-        rootfs: Path,
-        user_data: str,
-        public_key: str,
-        instance: str,
-        warm_node_cache: bool,
-    ) -> None:
+    def _create_node(self, state: State, node: Node) -> None:
+        rootfs, user_data, public_key = (
+            state.rootfs,
+            self._user_data(state, node.role),
+            state.public_key,
+        )
         self._record(state, f"netns:{node.netns}")
         run(["ip", "netns", "add", node.netns], what=f"creating netns {node.netns}")
         self._record(state, f"link:{node.veth}")
@@ -391,13 +418,13 @@ class Rehearsal:
         seed = node.root / "var/lib/cloud/seed/nocloud"
         seed.mkdir(parents=True)
         (seed / "meta-data").write_text(
-            f"instance-id: rehearsal-{self.name}-{node.name}-{instance}\n"
+            f"instance-id: rehearsal-{self.name}-{node.name}-{secrets.token_hex(4)}\n"
             f"local-hostname: {node.name}\n"
             f"public-keys:\n  - {public_key}\n"
         )
         (seed / "user-data").write_text(user_data)
         binds = []
-        if warm_node_cache:
+        if state.warm_node_cache:
             cache = self.base / "node-cache"
             cache.mkdir(parents=True, exist_ok=True)
             binds.append(f"--bind={cache}:/var/cache/ray-cluster")
@@ -445,12 +472,14 @@ class Rehearsal:
                 return steps[-1]
         return "booting"
 
-    def wait_ready(self, state: State, timeout: float, progress: Progress) -> None:
+    def wait_ready(
+        self, state: State, timeout: float, progress: Progress, nodes: list[Node] | None = None
+    ) -> None:
         deadline = time.monotonic() + timeout
         next_note = 0.0
         while True:
             pending = []
-            for node in state.nodes:
+            for node in nodes or state.nodes:
                 reason = self.failure(node)
                 if reason:
                     raise DriverError(

@@ -54,14 +54,17 @@ def test_cartpole_trains_on_the_workers_and_download_brings_the_checkpoint_back(
     job_id = next(
         j["job_id"] for j in _ray_state(rehearsal, "jobs") if j.get("submission_id") == SID
     )
-    nodes = {n["node_id"]: n["node_ip"] for n in _ray_state(rehearsal, "nodes --limit 1000")}
+    node_list = _ray_state(rehearsal, "nodes --limit 1000")
+    nodes = {n["node_id"]: n["node_ip"] for n in node_list}
+    workers = {n["node_ip"] for n in node_list if not n["is_head_node"]}
+    assert rehearsal.head_ip not in workers and set(rehearsal.worker_ips) <= workers
     runners = [
         a
         for a in _ray_state(rehearsal, "actors --limit 10000 --detail")
         if a["class_name"] == "SingleAgentEnvRunner" and a["job_id"] == job_id
     ]
     assert len(runners) == 2, runners
-    assert {nodes[a["node_id"]] for a in runners} <= set(rehearsal.worker_ips)
+    assert {nodes[a["node_id"]] for a in runners} <= workers
 
     # The checkpoint and summary come back over SFTP; a second download skips what is there.
     results = tmp_path / "results"

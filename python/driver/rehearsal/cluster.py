@@ -253,6 +253,8 @@ class Rehearsal:
         state = self.load()
         if state is None:
             raise DriverError(f"no rehearsal cluster {self.name!r}: run `rehearse up` first")
+        # The cluster's own network, whatever this object was constructed with.
+        self.subnet = ipaddress.ip_network(state.subnet)
         if not 1 <= count <= 50 - (len(state.nodes) - 1):
             raise DriverError(f"--count must be between 1 and {51 - len(state.nodes)}")
         new = [self._plan_node(state) for _ in range(count)]

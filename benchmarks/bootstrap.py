@@ -49,7 +49,9 @@ def anchor_documents(out: Path) -> Path:
         text = script["content"]
         start = text.index('"$VENV/bin/pip" install')
         end = text.index("phase start_ray")
-        extra = ' tensorboard "setuptools<82"' if role == "head" else ""
+        # The head's own tools (TensorBoard) as the render config lists them, for both methods.
+        head_tools = render.load_config()["head_packages"] if role == "head" else []
+        extra = "".join(f' "{r}"' for r in head_tools)
         script["content"] = (
             text[:start]
             + "phase install_ray\n"
@@ -123,7 +125,8 @@ def main() -> int:
     cache.cache.ensure_rootfs(print)
     cache.cache.ensure_apt_repo(packages, print)
     torch = next(r for r in reqs if r.startswith("torch=="))
-    cache.cache.ensure_wheelhouse(reqs, torch, "https://download.pytorch.org/whl/cpu", print)
+    torch_index = render.placeholder_defaults()["TORCH_INDEX_URL"]
+    cache.cache.ensure_wheelhouse(reqs, torch, torch_index, print)
     report["host_caches_s"] = round(time.monotonic() - t, 1)
 
     if "cold" in wanted:

@@ -81,6 +81,7 @@ from pathlib import Path
 import pytest
 
 from driver import layout
+from driver.procs import pid_alive
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -115,16 +116,6 @@ def _children(pid: int) -> list[int]:
     except OSError:
         return []
     return [int(x) for x in text.split()]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def keygen(path: Path, comment: str = "raydriver-test") -> Path:
@@ -162,7 +153,7 @@ def reap_stale_heads() -> list[str]:
             owner = int(name[len(NS_PREFIX) :].split("-")[0])
         except ValueError:
             continue
-        if _pid_alive(owner):
+        if pid_alive(owner):
             continue
         pids = _sh("ip", "netns", "pids", name, check=False).stdout.split()
         for pid in pids:

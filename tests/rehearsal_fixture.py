@@ -20,6 +20,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from driver.procs import pids_with_cmdline
 from driver.rehearsal.cluster import Rehearsal
 
 NAME = "pytest"
@@ -93,14 +94,7 @@ def leftovers(name: str, cluster_dir: Path) -> list[str]:
         for m in mounts.splitlines()
         if m.split()[1].startswith(str(cluster_dir))
     ]
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if str(cluster_dir) in cmd and int(p.name) != os.getpid():
-                found.append(f"process {p.name}: {cmd[:120]}")
+    found += [f"process {pid}" for pid in pids_with_cmdline(str(cluster_dir))]
     if cluster_dir.exists():
         found.append(f"folder {cluster_dir}")
     return found

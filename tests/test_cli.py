@@ -81,3 +81,13 @@ def test_status_without_any_cluster_is_a_clear_error(tmp_path: Path) -> None:
     assert r.returncode == 2
     lines = error_lines(r.stderr)
     assert len(lines) == 1 and "local Ray is not running" in lines[0], r.stderr
+
+
+def test_an_os_error_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    r = run_driver("render", "--out", str(blocker / "sub"), home=tmp_path)
+    assert r.returncode == 2
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "Traceback" not in r.stderr

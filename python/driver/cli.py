@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from driver import __version__
+from driver import __version__, layout
 from driver.errors import (
     EXIT_INTERRUPTED,
     EXIT_JOB_FAILED,
@@ -99,7 +99,13 @@ def _job_id_arg(p: argparse.ArgumentParser) -> None:
 
 def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     """The options every verb that talks to a cluster takes (see CLUSTER_HELP for the order)."""
-    from driver.discovery import ARM_ENDPOINT_ENV, DEFAULT_ARM_ENDPOINT, HEAD_ENV, SUBSCRIPTION_ENV
+    from driver.discovery import (
+        ARM_ENDPOINT_ENV,
+        DEFAULT_ARM_ENDPOINT,
+        DEFAULT_USER,
+        HEAD_ENV,
+        SUBSCRIPTION_ENV,
+    )
     from driver.remote import DEFAULT_READY_TIMEOUT_S
     from driver.ssh import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RETRIES
 
@@ -107,7 +113,7 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--head",
         metavar="[USER@]HOST[:PORT]",
-        help=f"the head's SSH address (user azureuser, port 22 unless given; env {HEAD_ENV})",
+        help=f"the head's SSH address (user {DEFAULT_USER}, port 22 unless given; env {HEAD_ENV})",
     )
     g.add_argument(
         "--terraform-dir",
@@ -265,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         verbs,
         "download",
         "Bring a job's results and checkpoints back from the head.",
-        "Copy the job's results folder on the head (/var/lib/ray-cluster/results/"
+        f"Copy the job's results folder on the head ({layout.RESULTS_DIR}/"
         "SUBMISSION_ID) to DIR/SUBMISSION_ID over SFTP; files already there with the same "
         "size are skipped. For local Ray, say where the results already are.",
     )
@@ -711,7 +717,6 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    from driver import layout
     from driver.cluster import LocalCluster
 
     cluster = _connect(args)
@@ -883,3 +888,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
+    except OSError as e:
+        # The machine said no (a file, a permission, a port): one line, not a traceback.
+        where = f": {e.filename}" if e.filename else ""
+        say(f"error: {e.strerror or e}{where}")
+        return EXIT_USAGE

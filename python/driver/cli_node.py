@@ -7,14 +7,10 @@ Kept apart from cli.py (the job verbs) so the two grow independently; ``build_pa
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+from driver.cli import say
 from driver.errors import EXIT_JOB_FAILED, EXIT_OK
-
-
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -52,18 +48,21 @@ def cmd_render(args: argparse.Namespace) -> int:
             n for n, t in documents.items() if not (out / n).exists() or (out / n).read_text() != t
         ]
         if stale:
-            _say(f"out of date in {out}: {', '.join(stale)} (run: python -m driver render)")
+            say(f"out of date in {out}: {', '.join(stale)} (run: python -m driver render)")
             return EXIT_JOB_FAILED
-        _say(f"{out}: up to date")
+        say(f"{out}: up to date")
         return EXIT_OK
     for path in render.write(documents, out):
         size = render.custom_data_size(path.read_text())
-        _say(f"wrote {path} ({size} of {render.CUSTOM_DATA_LIMIT} base64 characters)")
+        say(f"wrote {path} ({size} of {render.CUSTOM_DATA_LIMIT} base64 characters)")
     return EXIT_OK
 
 
 def register_rehearse(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from driver.rehearsal.cluster import DEFAULT_HTTP_PORT, DEFAULT_SUBNET, DEFAULT_TORCH_INDEX
+    from driver.rehearsal.cluster import DEFAULT_HTTP_PORT, DEFAULT_SUBNET
+    from driver.render import placeholder_defaults
+
+    torch_index = placeholder_defaults()["TORCH_INDEX_URL"]
 
     p = verbs.add_parser(
         "rehearse",
@@ -104,9 +103,9 @@ def register_rehearse(verbs: argparse._SubParsersAction) -> None:  # type: ignor
     )
     up.add_argument(
         "--torch-index-url",
-        default=DEFAULT_TORCH_INDEX,
+        default=None,
         help=f"where the host fetches torch for the wheelhouse (default: "
-        f"{DEFAULT_TORCH_INDEX}; pip's own find-links are used too)",
+        f"{torch_index}, the nodes' default; pip's own find-links are used too)",
     )
     up.add_argument(
         "--warm-node-cache",
@@ -154,7 +153,7 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
         torch_index_url=args.torch_index_url,
         warm_node_cache=args.warm_node_cache,
         timeout=args.timeout,
-        progress=_say,
+        progress=say,
     )
     head = state.head
     print(f"head: {state.admin_user}@{head.ip}")
@@ -173,17 +172,19 @@ def cmd_rehearse_add_worker(args: argparse.Namespace) -> int:
     from driver.rehearsal.cluster import Rehearsal
 
     r = Rehearsal(args.name)
+    nodes = r.add_workers(args.count, timeout=args.timeout, progress=say)
     state = r.load()
-    for node in r.add_workers(args.count, timeout=args.timeout, progress=_say):
-        print(f"{node.name}: {state.admin_user if state else 'azureuser'}@{node.ip}")
+    assert state is not None  # add_workers refuses a cluster without state
+    for node in nodes:
+        print(f"{node.name}: {state.admin_user}@{node.ip}")
     return EXIT_OK
 
 
 def cmd_rehearse_down(args: argparse.Namespace) -> int:
     from driver.rehearsal.cluster import Rehearsal
 
-    removed = Rehearsal(args.name, subnet=args.subnet).down(progress=_say)
-    _say(f"rehearsal cluster {args.name!r}: removed {len(removed)} item(s)")
+    removed = Rehearsal(args.name, subnet=args.subnet).down(progress=say)
+    say(f"rehearsal cluster {args.name!r}: removed {len(removed)} item(s)")
     return EXIT_OK
 
 

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from driver import layout
 from driver.errors import DriverError
 
-DEFAULT_USER = "azureuser"
-"""The admin user both stacks create when none is given (Azure's own default)."""
+DEFAULT_USER = layout.ADMIN_USER
+"""The admin user both stacks create when none is given."""
 DEFAULT_SSH_PORT = 22
 HEAD_ENV = "RAYDRIVER_HEAD"
 SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"

@@ -18,6 +18,9 @@ TENSORBOARD_PORT = 6006
 """TensorBoard over the results folder, bound to 127.0.0.1 on the head."""
 
 # Accounts.
+ADMIN_USER = "azureuser"
+"""The VM admin user both stacks create by default, and the driver's default SSH user
+(cloud-init/placeholders.yaml's RAY_ADMIN_USER default; a test holds the two together)."""
 RAY_USER = "ray"
 """Unprivileged system user that runs Ray; its group may read the token and results."""
 

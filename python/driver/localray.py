@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from driver.errors import DriverError
+from driver.procs import pid_alive
 
 START_TIMEOUT_S = 90.0
 
@@ -77,25 +78,11 @@ def session_pids(session_id: int) -> list[int]:
         if pid == os.getpid():
             continue
         try:
-            if os.getsid(pid) == session_id and _pid_alive(pid):
+            if os.getsid(pid) == session_id and pid_alive(pid):
                 pids.append(pid)
         except (ProcessLookupError, PermissionError):
             continue
     return pids
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); treat it as dead.
-    with contextlib.suppress(OSError):
-        if "State:\tZ" in Path(f"/proc/{pid}/status").read_text():
-            return False
-    return True
 
 
 def _dashboard_up(port: int, timeout: float = 2.0) -> bool:
@@ -133,12 +120,12 @@ class LocalRay:
         head = self._read_state()
         if head is None:
             return None
-        if _pid_alive(head.pid) and _dashboard_up(head.dashboard_port):
+        if pid_alive(head.pid) and _dashboard_up(head.dashboard_port):
             return head
-        if _pid_alive(head.pid):
+        if pid_alive(head.pid):
             # Alive but not answering: give a slow dashboard a moment before declaring it dead.
             deadline = time.monotonic() + 15
-            while time.monotonic() < deadline and _pid_alive(head.pid):
+            while time.monotonic() < deadline and pid_alive(head.pid):
                 if _dashboard_up(head.dashboard_port):
                     return head
                 time.sleep(0.5)

@@ -92,6 +92,12 @@ def placeholder_names() -> list[str]:
     return list(data)
 
 
+def placeholder_defaults() -> dict[str, str]:
+    """Deploy-time values a stack uses when the user gives none (only those that have one)."""
+    data = yaml.safe_load((cloud_init_dir() / "placeholders.yaml").read_text())
+    return {name: str(spec["default"]) for name, spec in data.items() if "default" in spec}
+
+
 def placeholder_samples() -> dict[str, str]:
     data = yaml.safe_load((cloud_init_dir() / "placeholders.yaml").read_text())
     return {name: str(spec.get("sample", "")) for name, spec in data.items()}

@@ -25,14 +25,14 @@ from pathlib import Path
 
 from driver import layout, render
 from driver.errors import DriverError
+from driver.procs import pid_alive, pids_with_cmdline
 from driver.rehearsal.image import ADMIN_USER, ImageCache, document_requirements
-from driver.rehearsal.system import require_root_linux, run
+from driver.rehearsal.system import mount_overlay, require_root_linux, run
 
 BASE_ENV = "RAYDRIVER_REHEARSAL_DIR"
 DEFAULT_BASE = Path("/var/lib/ray-azure-rl/rehearsal")
 DEFAULT_SUBNET = "10.213.0.0/24"
 DEFAULT_HTTP_PORT = 8470
-DEFAULT_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,8}$")
 
 Progress = Callable[[str], None]
@@ -93,34 +93,6 @@ class State:
         return cls(**data)
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(OSError):
-        if "State:\tZ" in Path(f"/proc/{pid}/status").read_text():
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, os.WNOHANG)
-            return False
-    return True
-
-
-def _pids_matching(fragment: str) -> list[int]:
-    pids = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit() or int(p.name) == os.getpid():
-            continue
-        with contextlib.suppress(OSError):
-            if fragment in (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace"
-            ):
-                pids.append(int(p.name))
-    return pids
-
-
 def _children(pid: int) -> list[int]:
     with contextlib.suppress(OSError):
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
@@ -175,7 +147,7 @@ class Rehearsal:
         extra_pip: list[str] | None = None,
         ssh_public_key: Path | None = None,
         documents_dir: Path | None = None,
-        torch_index_url: str = DEFAULT_TORCH_INDEX,
+        torch_index_url: str | None = None,
         warm_node_cache: bool = False,
         timeout: float = 1800,
         progress: Progress = lambda _: None,
@@ -189,6 +161,8 @@ class Rehearsal:
                 f"rehearsal cluster {self.name!r} exists already ({self.dir}): "
                 f"run `python -m driver rehearse down --name {self.name}` first"
             )
+        if ssh_public_key is not None and not ssh_public_key.is_file():
+            raise DriverError(f"--ssh-public-key: no such file: {ssh_public_key}")
         extra_pip = list(extra_pip or [])
         for req in extra_pip:
             render.validate_value("EXTRA_PIP_PACKAGES", req)
@@ -205,7 +179,11 @@ class Rehearsal:
         rootfs = self.cache.ensure_rootfs(progress)
         self.cache.ensure_apt_repo(packages, progress)
         self.cache.ensure_wheelhouse(
-            [*requirements, *extra_pip], torch_req, torch_index_url, progress
+            [*requirements, *extra_pip],
+            torch_req,
+            # Where Azure nodes get torch by default is where the host fetches it for the nodes.
+            torch_index_url or render.placeholder_defaults()["TORCH_INDEX_URL"],
+            progress,
         )
         progress(f"image, apt repository and wheelhouse ready ({time.monotonic() - t0:.0f} s)")
 
@@ -405,17 +383,12 @@ class Rehearsal:
         for d in ("upper", "work", "root"):
             (ndir / d).mkdir(parents=True)
         self._record(state, f"mount:{node.root}")
-        run(
-            [
-                "mount",
-                "-t",
-                "overlay",
-                "overlay",
-                "-o",
-                f"lowerdir={rootfs},upperdir={ndir / 'upper'},workdir={ndir / 'work'}",
-                str(node.root),
-            ],
-            what=f"mounting the root filesystem of {node.name}",
+        mount_overlay(
+            Path(rootfs),
+            ndir / "upper",
+            ndir / "work",
+            node.root,
+            f"mounting the root filesystem of {node.name}",
         )
         seed = node.root / "var/lib/cloud/seed/nocloud"
         seed.mkdir(parents=True)
@@ -489,7 +462,7 @@ class Rehearsal:
                         f"(inspect {node.root}/var/log/cloud-init-output.log, then "
                         f"`python -m driver rehearse down --name {self.name}`)"
                     )
-                if not _alive(node.pid):
+                if not pid_alive(node.pid):
                     raise DriverError(
                         f"rehearsal node {node.name}'s container exited (console: "
                         f"{node.console_log}); run `python -m driver rehearse down --name "
@@ -517,13 +490,13 @@ class Rehearsal:
         removed: list[str] = []
         nodes = state.nodes if state else []
         # 1. containers: a clean poweroff first, then the whole PID namespace goes.
-        pids = {n.pid for n in nodes if _alive(n.pid)}
-        pids.update(_pids_matching(f"--directory={self.dir}/nodes/"))
+        pids = {n.pid for n in nodes if pid_alive(n.pid)}
+        pids.update(pids_with_cmdline(f"--directory={self.dir}/nodes/"))
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
             time.sleep(0.5)
         for pid in pids:
             for child in _children(pid):  # the container's init: SIGKILL ends its namespace
@@ -532,16 +505,16 @@ class Rehearsal:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
             time.sleep(0.5)
-        still = [p for p in pids if _alive(p)]
+        still = [p for p in pids if pid_alive(p)]
         if still:
             raise DriverError(f"containers did not stop (pids {still}); run down again")
         removed += [f"container pid {p}" for p in sorted(pids)]
         # 2. the package server.
         host_ip = state.host_ip if state else str(next(self.subnet.hosts()))
-        servers = {state.http_pid} if state and _alive(state.http_pid) else set()
-        servers.update(_pids_matching(f"http.server --bind {host_ip} "))
+        servers = {state.http_pid} if state and pid_alive(state.http_pid) else set()
+        servers.update(pids_with_cmdline(f"http.server --bind {host_ip} "))
         for pid in servers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -586,7 +559,7 @@ class Rehearsal:
                     "name": n.name,
                     "role": n.role,
                     "ip": n.ip,
-                    "running": _alive(n.pid),
+                    "running": pid_alive(n.pid),
                     "ready": marker is not None,
                     "failed": self.failure(n),
                     "phase": "ready" if marker else self.phase(n),

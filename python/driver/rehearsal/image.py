@@ -29,15 +29,16 @@ from pathlib import Path
 
 import yaml
 
+from driver import layout
 from driver.errors import DriverError
-from driver.rehearsal.system import run
+from driver.rehearsal.system import mount_overlay, run
 
 SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_INCLUDE = ("systemd", "systemd-sysv", "dbus", "iproute2", "ca-certificates")
 # cloud-init cannot go into --include (debootstrap fails); it is installed in a second step.
 IMAGE_PACKAGES = ("cloud-init", "openssh-server", "sudo", "locales")
-ADMIN_USER = "azureuser"
+ADMIN_USER = layout.ADMIN_USER
 IMAGE_CLOUD_CFG = f"""\
 # Rehearsal image: the NoCloud seed stands in for Azure's datasource, which provides the admin
 # user and its SSH key and turns password login off (disable_password_authentication = true).
@@ -82,18 +83,7 @@ def _overlay(lower: Path, scratch: Path) -> Iterator[Path]:
     upper, work, merged = scratch / "upper", scratch / "work", scratch / "merged"
     for d in (upper, work, merged):
         d.mkdir(parents=True)
-    run(
-        [
-            "mount",
-            "-t",
-            "overlay",
-            "overlay",
-            "-o",
-            f"lowerdir={lower},upperdir={upper},workdir={work}",
-            str(merged),
-        ],
-        what="mounting an overlay of the image",
-    )
+    mount_overlay(lower, upper, work, merged, "mounting an overlay of the image")
     try:
         yield merged
     finally:

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from driver.errors import DriverError
 
@@ -66,3 +67,19 @@ def run(
         tail = (p.stderr.strip() or p.stdout.strip()).splitlines()[-1:] or ["no output"]
         raise DriverError(f"{what or ' '.join(cmd[:3])} failed (exit {p.returncode}): {tail[0]}")
     return p
+
+
+def mount_overlay(lower: Path, upper: Path, work: Path, merged: Path, what: str) -> None:
+    """A writable overlay of ``lower`` at ``merged`` (writes land in ``upper``)."""
+    run(
+        [
+            "mount",
+            "-t",
+            "overlay",
+            "overlay",
+            "-o",
+            f"lowerdir={lower},upperdir={upper},workdir={work}",
+            str(merged),
+        ],
+        what=what,
+    )

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import yaml
 
-from driver import render
-from driver.rehearsal.cluster import Rehearsal
+from nodekit import render
+from nodekit.rehearsal.cluster import Rehearsal
 
 NAME = "bench"
 SUBNET = "10.217.0.0/24"
@@ -119,7 +119,7 @@ def main() -> int:
     Rehearsal(NAME, subnet=SUBNET).down()
     cache = Rehearsal(NAME, subnet=SUBNET)
     docs = {r: (render.rendered_dir() / f"{r}.yaml").read_text() for r in render.ROLES}
-    from driver.rehearsal.image import document_requirements
+    from nodekit.rehearsal.image import document_requirements
 
     packages, reqs = document_requirements(docs)
     cache.cache.ensure_rootfs(print)

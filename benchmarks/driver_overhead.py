@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "system"))
 
 from driver import layout  # noqa: E402
 from headhost import HeadHost, driver_env  # noqa: E402

@@ -1,3 +1,8 @@
 """Submit RLlib jobs to a Ray cluster on Azure (or to local Ray) and bring the results back."""
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("azure-ray-rl")
+except PackageNotFoundError:  # pragma: no cover - run from a source tree without installing
+    __version__ = "0+unknown"

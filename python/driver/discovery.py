@@ -1,38 +1,29 @@
-"""Which cluster a command means: the first of five sources that names one wins.
+"""Find the head a :class:`~driver.settings.ClusterSpec` names.
 
-1. ``--head [USER@]HOST[:PORT]`` or ``$RAYDRIVER_HEAD``;
-2. ``--terraform-dir DIR``: ``terraform output -json`` there (python-terraform);
-3. ``--resource-group RG --deployment NAME``: the ARM deployment's outputs (azure-mgmt-resource,
-   signed in with azure-identity's DefaultAzureCredential, as a "Deploy to Azure" user is);
-4. the profile saved by ``python -m driver use``;
-5. otherwise local Ray.
+- ``head``: the address as given (``--head``, ``$RAYDRIVER_HEAD`` or the profile);
+- ``terraform_dir``: ``terraform output -json`` there (python-terraform);
+- ``resource_group`` + ``deployment``: the ARM deployment's outputs (azure-mgmt-resource, signed
+  in with azure-identity's DefaultAzureCredential, as a "Deploy to Azure" user is);
+- none of them: local Ray.
 
-Sources 2 and 3 are read on every command rather than cached, so a redeployed head (new IP) is
-found without anyone editing a file. Nothing here opens an SSH connection.
+Terraform outputs and ARM deployments are read on every command rather than cached, so a
+redeployed head (new IP) is found without anyone editing a file.
+Nothing here opens an SSH connection.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import shlex
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver import layout
-from driver.errors import DriverError
+from driver.address import DEFAULT_USER, HeadAddress, parse_head
+from driver.errors import DriverError, one_line
+from driver.settings import DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV, ClusterSpec
 
-DEFAULT_USER = layout.ADMIN_USER
-"""The admin user both stacks create when none is given."""
-DEFAULT_SSH_PORT = 22
-HEAD_ENV = "RAYDRIVER_HEAD"
-SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"
-ARM_ENDPOINT_ENV = "AZURE_RESOURCE_MANAGER_ENDPOINT"
-DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
 DEPLOYMENTS_API_VERSION = "2024-03-01"
 """api-version for GET .../providers/Microsoft.Resources/deployments/{name}."""
 
@@ -42,134 +33,8 @@ TERRAFORM_ADMIN_USER = "admin_username"
 ARM_HEAD_IP = "headPublicIp"
 ARM_ADMIN_USER = "adminUsername"
 
-_HOST_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 
-
-@dataclass(frozen=True)
-class HeadAddress:
-    """Where the head's sshd listens and as whom to log in."""
-
-    host: str
-    port: int = DEFAULT_SSH_PORT
-    user: str = DEFAULT_USER
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        port = "" if self.port == DEFAULT_SSH_PORT else f":{self.port}"
-        return f"{self.user}@{host}{port}"
-
-    @property
-    def endpoint(self) -> str:
-        """``host:port`` for messages."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-
-@dataclass(frozen=True)
-class ClusterOptions:
-    """The cluster options a verb was given (flags already merged with their env variables)."""
-
-    head: str | None = None
-    head_from_env: bool = False
-    terraform_dir: str | None = None
-    resource_group: str | None = None
-    deployment: str | None = None
-    subscription: str | None = None
-    arm_endpoint: str | None = None
-
-    @classmethod
-    def from_flags(
-        cls,
-        head: str | None = None,
-        terraform_dir: str | None = None,
-        resource_group: str | None = None,
-        deployment: str | None = None,
-        subscription: str | None = None,
-        arm_endpoint: str | None = None,
-        environ: Mapping[str, str] | None = None,
-    ) -> ClusterOptions:
-        env = os.environ if environ is None else environ
-        from_env = not head and bool(env.get(HEAD_ENV))
-        return cls(
-            head=head or env.get(HEAD_ENV) or None,
-            head_from_env=from_env,
-            terraform_dir=terraform_dir,
-            resource_group=resource_group,
-            deployment=deployment,
-            subscription=subscription or env.get(SUBSCRIPTION_ENV) or None,
-            arm_endpoint=arm_endpoint or env.get(ARM_ENDPOINT_ENV) or None,
-        )
-
-    def any(self) -> bool:
-        return bool(self.head or self.terraform_dir or self.resource_group or self.deployment)
-
-    def as_profile(self) -> dict[str, str]:
-        """What ``use`` saves: the source, never anything secret."""
-        if self.head:
-            return {"head": self.head}
-        if self.terraform_dir:
-            return {"terraform_dir": str(Path(self.terraform_dir).expanduser().resolve())}
-        if self.resource_group or self.deployment:
-            saved = {
-                "resource_group": self.resource_group or "",
-                "deployment": self.deployment or "",
-            }
-            if self.subscription:
-                saved["subscription"] = self.subscription
-            if self.arm_endpoint:
-                saved["arm_endpoint"] = self.arm_endpoint
-            return saved
-        return {}
-
-
-@dataclass(frozen=True)
-class Target:
-    """The cluster a command will use, and how the user can name it again."""
-
-    head: HeadAddress | None
-    """None means local Ray."""
-    source: str
-    """Where it came from, for messages ("--head", "terraform outputs in infra/terraform", ...)."""
-    hint: list[str] = field(default_factory=list)
-    """Options that reach the same cluster next time (empty if env or profile do it anyway)."""
-
-    @property
-    def is_local(self) -> bool:
-        return self.head is None
-
-
-# -- 1. --head ---------------------------------------------------------------------------------
-def parse_head(spec: str, default_user: str = DEFAULT_USER) -> HeadAddress:
-    """``[user@]host[:port]``; an IPv6 address goes in brackets: ``user@[2001:db8::1]:22``."""
-    text = spec.strip()
-    expected = "expected [USER@]HOST[:PORT], e.g. azureuser@20.1.2.3 or 20.1.2.3:2222"
-    if not text or any(c.isspace() for c in text):
-        raise DriverError(f"--head: {expected}, got {spec!r}")
-    user, sep, rest = text.rpartition("@")
-    if sep and not user:
-        raise DriverError(f"--head: empty user in {spec!r} ({expected})")
-    user = user or default_user
-    port_text = ""
-    if rest.startswith("["):
-        host, bracket, tail = rest[1:].partition("]")
-        if not bracket or (tail and not tail.startswith(":")):
-            raise DriverError(f"--head: {expected}, got {spec!r}")
-        port_text = tail[1:]
-    elif rest.count(":") == 1:
-        host, _, port_text = rest.partition(":")
-    else:
-        host = rest
-    if not host or (":" not in host and not _HOST_RE.match(host)):
-        raise DriverError(f"--head: {expected}, got {spec!r}")
-    port = DEFAULT_SSH_PORT
-    if port_text:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise DriverError(f"--head: port must be 1-65535, got {port_text!r} in {spec!r}")
-        port = int(port_text)
-    return HeadAddress(host=host, port=port, user=user)
-
-
-# -- 2. terraform ------------------------------------------------------------------------------
+# -- Terraform ----------------------------------------------------------------------------------
 def terraform_outputs(directory: str | Path) -> dict[str, Any]:
     """``terraform output -json`` in ``directory``, as ``{name: value}``."""
     from python_terraform import IsFlagged, Terraform
@@ -209,7 +74,7 @@ def from_terraform(directory: str | Path) -> HeadAddress:
     )
 
 
-# -- 3. ARM deployment -------------------------------------------------------------------------
+# -- ARM deployment --------------------------------------------------------------------------
 def _normal(name: str) -> str:
     return name.replace("_", "").lower()
 
@@ -232,8 +97,8 @@ def _head_from_outputs(
 
 
 def _first_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return (lines[0] if lines else type(e).__name__)[:300]
+    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+    return one_line(lines[0] if lines else e)
 
 
 def arm_deployment_outputs(
@@ -264,11 +129,7 @@ def arm_deployment_outputs(
         ServiceRequestError,
     )
     from azure.identity import CredentialUnavailableError, DefaultAzureCredential
-
-    try:
-        from azure.mgmt.resource.resources import ResourceManagementClient
-    except ImportError:  # pragma: no cover - azure-mgmt-resource < 24
-        from azure.mgmt.resource import ResourceManagementClient  # type: ignore[no-redef]
+    from azure.mgmt.resource.resources import ResourceManagementClient
 
     where = f"ARM deployment {deployment} in resource group {resource_group}"
     resource_id = (
@@ -345,55 +206,32 @@ def from_arm(
 
 
 # -- all of them -------------------------------------------------------------------------------
-SOURCES_HELP = (
-    "The cluster is the first of: --head (or $RAYDRIVER_HEAD); --terraform-dir (terraform "
-    "output -json); --resource-group with --deployment (the ARM deployment's outputs); the "
-    "profile saved by `python -m driver use`; otherwise local Ray."
-)
+@dataclass(frozen=True)
+class Target:
+    """The head a command will use (None: local Ray) and where it was found, for messages."""
+
+    head: HeadAddress | None
+    source: str
+
+    @property
+    def is_local(self) -> bool:
+        return self.head is None
 
 
-def resolve(options: ClusterOptions, profile: Mapping[str, str] | None) -> Target:
-    """Apply the discovery order. ``profile`` is the saved profile (or None)."""
-    if options.head:
-        head = parse_head(options.head)
-        if options.head_from_env:
-            return Target(head, f"${HEAD_ENV}")
-        return Target(head, "--head", ["--head", str(head)])
-    if options.terraform_dir:
-        head = from_terraform(options.terraform_dir)
-        return Target(
-            head,
-            f"Terraform outputs in {options.terraform_dir}",
-            ["--terraform-dir", options.terraform_dir],
-        )
-    if options.resource_group or options.deployment:
-        if not (options.resource_group and options.deployment):
-            raise DriverError("--resource-group and --deployment go together: give both")
-        head = from_arm(
-            options.resource_group, options.deployment, options.subscription, options.arm_endpoint
-        )
-        hint = ["--resource-group", options.resource_group, "--deployment", options.deployment]
-        if options.subscription and not os.environ.get(SUBSCRIPTION_ENV):
-            hint += ["--subscription", options.subscription]
-        if options.arm_endpoint and not os.environ.get(ARM_ENDPOINT_ENV):
-            hint += ["--arm-endpoint", options.arm_endpoint]
-        return Target(
-            head, f"ARM deployment {options.deployment} in {options.resource_group}", hint
-        )
-    if profile:
-        saved = ClusterOptions(
-            head=profile.get("head"),
-            terraform_dir=profile.get("terraform_dir"),
-            resource_group=profile.get("resource_group"),
-            deployment=profile.get("deployment"),
-            subscription=profile.get("subscription") or options.subscription,
-            arm_endpoint=profile.get("arm_endpoint") or options.arm_endpoint,
-        )
-        if saved.any():
-            inner = resolve(saved, None)
-            return Target(inner.head, f"saved profile ({inner.source})")
+def locate(spec: ClusterSpec) -> Target:
+    """Find the head the user named (see :data:`driver.settings.CLUSTER_ORDER`)."""
+    what = spec.source if spec.source.startswith("$") else "--head"
+    if spec.head:
+        return Target(parse_head(spec.head, what=what), spec.source)
+    if spec.terraform_dir:
+        where = f"Terraform outputs in {spec.terraform_dir}"
+        return Target(from_terraform(spec.terraform_dir), _via(spec, where))
+    if spec.resource_group and spec.deployment:
+        head = from_arm(spec.resource_group, spec.deployment, spec.subscription, spec.arm_endpoint)
+        where = f"ARM deployment {spec.deployment} in {spec.resource_group}"
+        return Target(head, _via(spec, where))
     return Target(None, "local Ray")
 
 
-def hint_text(hint: list[str]) -> str:
-    return shlex.join(hint)
+def _via(spec: ClusterSpec, where: str) -> str:
+    return f"saved profile ({where})" if spec.source == "saved profile" else where

@@ -22,3 +22,11 @@ class DriverError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+def one_line(e: BaseException | str, limit: int = 300) -> str:
+    """An exception's text on one line (whitespace collapsed), cut to ``limit`` characters."""
+    text = " ".join(str(e).split())
+    if not text and isinstance(e, BaseException):
+        text = type(e).__name__
+    return text[:limit]

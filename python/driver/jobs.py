@@ -8,32 +8,81 @@ and follows logs until the job ends. The token travels only in the ``Authorizati
 from __future__ import annotations
 
 import asyncio
-import os
+import contextlib
+import importlib
+import logging
+import re
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from driver.errors import EXIT_USAGE, DriverError
+from driver.errors import EXIT_USAGE, DriverError, one_line
+from driver.progress import ByteProgress
+from driver.settings import clear_ray_client_overrides
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
-ProgressFn = Callable[[int, int], None]
-"""Called as ``progress(bytes_done, bytes_total)`` while a package uploads."""
+_SUBMISSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
-def _clean_client_environment() -> None:
-    # JobSubmissionClient lets RAY_ADDRESS / RAY_API_SERVER_ADDRESS override the address it is
-    # given, which would silently send a job to another cluster than the one the driver found.
-    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
-        os.environ.pop(var, None)
+def check_submission_id(text: str) -> str:
+    """The one rule for submission ids, used by every verb and for the results folder's name.
+
+    Letters, digits, ``_``, ``.`` and ``-``, at most 128, starting with a letter or digit: the id
+    names a folder on the head and here, so it may hold no ``/`` and cannot be ``..``.
+    """
+    if not _SUBMISSION_ID.match(text) or ".." in text:
+        raise ValueError(
+            f"a submission id is 1-128 letters, digits, '_', '.' or '-' starting with a letter "
+            f"or digit (it names the job's results folder), got {text!r}"
+        )
+    return text
 
 
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return text[:400] if text else type(e).__name__
+class SdkPreload:
+    """Import Ray's Jobs SDK (~0.6 s) in a thread while the caller reaches the cluster.
+
+    The SSH handshake and the head's replies are mostly waiting, so the two overlap. A failure
+    in the thread resurfaces in the caller's own import later, with its message. Always
+    :meth:`join` (the CLI does, also on errors), so no thread outlives the command.
+    """
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        if "ray.job_submission" not in sys.modules:
+            self._thread = threading.Thread(target=self._run, name="driver-import-ray", daemon=True)
+            self._thread.start()
+
+    @staticmethod
+    def _run() -> None:
+        with contextlib.suppress(BaseException):
+            importlib.import_module("ray.job_submission")
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
+def preload_sdk() -> SdkPreload:
+    return SdkPreload()
+
+
+def quiet_ray_logs() -> None:
+    """Ray's client libraries log at INFO ("Uploading package ..."); the CLI speaks for itself.
+
+    Ray configures its "ray" logger when first imported, so this imports it first.
+    """
+    import ray.job_submission  # noqa: F401
+
+    logging.getLogger("ray").setLevel(logging.WARNING)
+    # The Jobs SDK pins its own logger to INFO ("WebSocket closed for job ...").
+    logging.getLogger("ray.dashboard.modules.job.sdk").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)
@@ -77,7 +126,7 @@ def _info(details: Any) -> JobInfo:
 class _ProgressReader:
     """A file wrapper that reports how much of it has been read (requests streams it)."""
 
-    def __init__(self, f: BinaryIO, total: int, progress: ProgressFn | None) -> None:
+    def __init__(self, f: BinaryIO, total: int, progress: ByteProgress | None) -> None:
         self._f, self._total, self._done, self._progress = f, total, 0, progress
 
     def __len__(self) -> int:
@@ -95,7 +144,7 @@ class JobsClient:
     """Talk to one cluster's Jobs API at ``address`` (``http://127.0.0.1:PORT``)."""
 
     def __init__(self, address: str, token: str | None, where: str = "") -> None:
-        _clean_client_environment()
+        clear_ray_client_overrides()
         from ray.job_submission import JobSubmissionClient
 
         self.address = address
@@ -105,7 +154,7 @@ class JobsClient:
             self._client = JobSubmissionClient(address, headers=dict(self._headers))
         except Exception as e:
             raise DriverError(
-                f"cannot reach the Ray Jobs API of {self.where} at {address}: {_one_line(e)}",
+                f"cannot reach the Ray Jobs API of {self.where} at {address}: {one_line(e, 400)}",
                 EXIT_USAGE,
             ) from None
 
@@ -116,13 +165,13 @@ class JobsClient:
         except DriverError:
             raise
         except Exception as e:
-            text = _one_line(e)
+            text = one_line(e, 400)
             if "does not exist" in text or "404" in text:
                 raise DriverError(f"{what}: no such job on {self.where}", EXIT_USAGE) from None
             raise DriverError(f"{what} failed on {self.where}: {text}", EXIT_USAGE) from None
 
     # -- working directory -----------------------------------------------------------------
-    def upload_working_dir(self, working_dir: Path, progress: ProgressFn | None = None) -> str:
+    def upload_working_dir(self, working_dir: Path, progress: ByteProgress | None = None) -> str:
         """Package ``working_dir`` (honouring .gitignore and .rayignore) and upload it once.
 
         Returns the ``gcs://`` URI to use as ``runtime_env["working_dir"]``. Same packaging as
@@ -135,7 +184,7 @@ class JobsClient:
         try:
             uri = get_uri_for_directory(str(working_dir), include_gitignore=True, excludes=[])
         except ValueError as e:
-            raise DriverError(f"cannot package {working_dir}: {_one_line(e)}") from None
+            raise DriverError(f"cannot package {working_dir}: {one_line(e, 400)}") from None
         if self._call("checking the package", self._client._package_exists, uri):
             if progress:
                 progress(1, 1)
@@ -161,7 +210,7 @@ class JobsClient:
                     )
                 except requests.RequestException as e:
                     raise DriverError(
-                        f"uploading {working_dir} to {self.where} failed: {_one_line(e)}"
+                        f"uploading {working_dir} to {self.where} failed: {one_line(e, 400)}"
                     ) from None
         if r.status_code != 200:
             raise DriverError(
@@ -227,7 +276,7 @@ class JobsClient:
             raise
         except Exception as e:
             # The websocket can close early (tunnel hiccup); fall back to polling the status.
-            text = _one_line(e)
+            text = one_line(e, 400)
             if "does not exist" in text:
                 raise DriverError(f"job {submission_id}: no such job on {self.where}") from None
         for info in self.wait(submission_id):

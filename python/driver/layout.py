@@ -1,7 +1,7 @@
 """Where things live on a cluster node and which ports Ray uses there.
 
 One source of truth for the cloud-init renderer (what the nodes are told) and the driver (what
-it looks for on the head over SSH). Change a value here, re-render (``python -m driver render``)
+it looks for on the head over SSH). Change a value here, re-render (``python -m nodekit render``)
 and the golden-file test shows every document that moves.
 """
 

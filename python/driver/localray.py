@@ -22,12 +22,17 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO, Any
 
+from driver.cluster import DASHBOARD, TENSORBOARD, WebUI
 from driver.errors import DriverError
+from driver.jobs import JobsClient
 from driver.procs import pid_alive
+from driver.progress import ByteProgress, Progress
+from driver.results import DownloadReport
+from driver.settings import RESULTS_ENV
 
 START_TIMEOUT_S = 90.0
 
@@ -146,7 +151,7 @@ class LocalRay:
         self,
         num_cpus: int | None = None,
         timeout: float = START_TIMEOUT_S,
-        progress: Callable[[str], None] | None = None,
+        progress: Progress | None = None,
     ) -> tuple[LocalHead, bool]:
         """Return ``(head, started)``: the running head, starting one if there is none."""
         head = self.running()
@@ -284,3 +289,78 @@ class LocalRay:
         self.state_file.unlink(missing_ok=True)
         shutil.rmtree(head.temp_dir, ignore_errors=True)
         return True
+
+
+NO_CLUSTER_GIVEN = "no --head, --terraform-dir, --resource-group/--deployment or saved profile"
+
+
+class LocalCluster:
+    """The embedded default as a :class:`~driver.cluster.Cluster`: the driver's own Ray head."""
+
+    cli_hint = ""
+
+    def __init__(self, home: Path, results_root: Path, start: bool, progress: Progress) -> None:
+        self.local = LocalRay(home)
+        if start:
+            head, _ = self.local.start(progress=progress)
+            progress(f"using local Ray at {head.jobs_address} ({NO_CLUSTER_GIVEN})")
+        else:
+            running = self.local.running()
+            if running is None:
+                raise DriverError(
+                    "no cluster: local Ray is not running and no remote cluster was given "
+                    "(submit a job or run `python -m driver local start`)"
+                )
+            head = running
+        self.head = head
+        self.results_root = results_root
+        self.description = f"local Ray ({head.jobs_address})"
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def warm_up(self) -> None:
+        pass
+
+    def jobs(self) -> JobsClient:
+        return JobsClient(self.head.jobs_address, self.head.token(), where="local Ray")
+
+    def results_dir(self, submission_id: str) -> str:
+        return str((self.results_root / submission_id).resolve())
+
+    def download(
+        self, submission_id: str, destination: Path, progress: ByteProgress | None = None
+    ) -> DownloadReport:
+        """Nothing to copy: say where the job wrote its results on this machine."""
+        where = self.jobs().env_var(submission_id, RESULTS_ENV)
+        if not where:
+            raise DriverError(
+                f"job {submission_id} has no {RESULTS_ENV} (was it submitted by python -m "
+                "driver?): no results folder to point to"
+            )
+        if not Path(where).is_dir():
+            raise DriverError(f"job {submission_id} wrote no results: {where} does not exist")
+        return DownloadReport(where, Path(where), 0, 0, 0, in_place=True)
+
+    def dashboard(self, local_ports: dict[str, int]) -> list[WebUI]:
+        return [
+            WebUI(DASHBOARD, self.head.jobs_address),
+            WebUI(
+                TENSORBOARD, "", f"not started locally: tensorboard --logdir {self.results_root}"
+            ),
+        ]
+
+    def alive(self) -> bool:
+        return pid_alive(self.head.pid)
+
+    def shell(self, command: str | None, stdin: IO[Any], stdout: IO[Any], stderr: IO[Any]) -> int:
+        raise DriverError(
+            "ssh needs a remote cluster: expected --head, --terraform-dir, "
+            "--resource-group/--deployment or a saved profile"
+        )
+
+    def close(self) -> None:
+        pass

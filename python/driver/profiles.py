@@ -2,7 +2,7 @@
 
 It holds how to find the cluster (a head address, a Terraform folder, or an ARM deployment) and
 optionally which SSH key to use — never the cluster token, which stays on the head and is read
-over SSH each time. Written with mode 0600 in :func:`driver.paths.config_dir`.
+over SSH each time. Written with mode 0600 in :func:`driver.settings.config_dir`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from driver.errors import DriverError
-from driver.paths import config_dir
+from driver.settings import config_dir
 
 PROFILE_NAME = "profile.json"
 KEYS = ("head", "terraform_dir", "resource_group", "deployment", "subscription", "arm_endpoint")

@@ -15,22 +15,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from driver import layout
-from driver.discovery import Target
+from driver.address import HeadAddress
+from driver.cluster import DASHBOARD, TENSORBOARD, WebUI
 from driver.errors import DriverError
 from driver.jobs import JobsClient
-from driver.results import DownloadReport, ProgressFn, download_tree
+from driver.progress import ByteProgress, Progress
+from driver.results import DownloadReport, download_tree
+from driver.settings import DEFAULT_READY_TIMEOUT_S
 from driver.ssh import SshOptions, SshSession
 
-Progress = Callable[[str], None]
-
-DEFAULT_READY_TIMEOUT_S = 900.0
-"""A fresh VM installs Python, Ray and torch before Ray starts: several minutes."""
 READY_POLL_S = 3.0
 PROGRESS_EVERY_S = 30.0
 
@@ -98,27 +96,36 @@ def wait_until_ready(
 
 
 class RemoteCluster:
-    """The cluster behind one head, found by :mod:`driver.discovery`."""
+    """The cluster behind one head, reached through one SSH connection (a context manager)."""
 
     def __init__(
         self,
-        target: Target,
+        head: HeadAddress,
+        source: str,
         ssh_options: SshOptions,
         progress: Progress,
         ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
         cli_hint: str = "",
     ) -> None:
-        assert target.head is not None
-        self.head = target.head
-        self.target = target
+        self.head = head
         self.progress = progress
         self.ready_timeout = ready_timeout
         self.ssh_options = ssh_options
         self.cli_hint = cli_hint
-        self.description = f"the head {self.head} ({target.source})"
-        self.session = SshSession.connect(self.head, ssh_options, progress)
+        self.description = f"the head {head} ({source})"
+        self.session = SshSession.connect(head, ssh_options, progress)
         self._ready: ReadyState | None = None
         self._jobs: JobsClient | None = None
+
+    def __enter__(self) -> RemoteCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def warm_up(self) -> None:
+        """Let the head start its SFTP server while this process finishes importing Ray."""
+        self.session.prefetch_sftp()
 
     # -- readiness, token, tunnel ----------------------------------------------------------
     def ensure_ready(self) -> ReadyState:
@@ -196,22 +203,22 @@ class RemoteCluster:
         return str(PurePosixPath(layout.RESULTS_DIR) / submission_id)
 
     def download(
-        self, submission_id: str, destination: Path, progress: ProgressFn | None = None
+        self, submission_id: str, destination: Path, progress: ByteProgress | None = None
     ) -> DownloadReport:
         return download_tree(
             self.session.sftp(), self.results_dir(submission_id), destination, progress
         )
 
-    def dashboard(self, local_ports: dict[str, int]) -> list[tuple[str, str, str | None]]:
-        """Forward the dashboard and TensorBoard; ``[(name, local url, why not up or None)]``."""
+    def dashboard(self, local_ports: dict[str, int]) -> list[WebUI]:
+        """Forward the dashboard and TensorBoard to local ports (0: any free one)."""
         self.ensure_ready()
         shown = []
         for name, remote_port in (
-            ("Ray dashboard", layout.RAY_DASHBOARD_PORT),
-            ("TensorBoard", layout.TENSORBOARD_PORT),
+            (DASHBOARD, layout.RAY_DASHBOARD_PORT),
+            (TENSORBOARD, layout.TENSORBOARD_PORT),
         ):
             fwd = self.session.forward(remote_port, local_port=local_ports.get(name, 0))
-            shown.append((name, fwd.url, self.session.reachable(remote_port)))
+            shown.append(WebUI(name, fwd.url, self.session.reachable(remote_port), tunnelled=True))
         return shown
 
     def alive(self) -> bool:

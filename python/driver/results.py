@@ -11,16 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import paramiko
 
 from driver.errors import DriverError
-
-ProgressFn = Callable[[int, int], None]
-"""``progress(bytes_done, bytes_total)`` over the files that are actually fetched."""
+from driver.progress import ByteProgress
 
 
 @dataclass(frozen=True)
@@ -38,6 +35,8 @@ class DownloadReport:
     fetched: int
     skipped: int
     bytes_fetched: int
+    in_place: bool = False
+    """The results are already on this machine (local Ray): nothing was copied."""
 
 
 def list_files(sftp: paramiko.SFTPClient, root: str) -> list[RemoteFile]:
@@ -65,7 +64,7 @@ def download_tree(
     sftp: paramiko.SFTPClient,
     remote_root: str,
     local_root: Path,
-    progress: ProgressFn | None = None,
+    progress: ByteProgress | None = None,
 ) -> DownloadReport:
     try:
         attrs = sftp.stat(remote_root)

@@ -4,7 +4,7 @@ Why paramiko and not the ``ssh`` binary: the driver must work the same on a lapt
 OpenSSH's client configured, verify host keys with its own trust-on-first-use store, and forward
 ports without leaving an ``ssh -L`` process behind. Everything opened here is closed by
 :meth:`SshSession.close` — connection, SFTP, forwards and their threads — including after
-errors and Ctrl-C, because every verb runs inside ``try/finally``.
+errors and Ctrl-C: a session is a context manager, and so is every cluster that holds one.
 
 Host keys: the head's key must match ``~/.ssh/known_hosts`` or the driver's own known_hosts.
 A head seen for the first time is trusted once, its fingerprint reported and stored in the
@@ -30,14 +30,11 @@ from typing import IO, Any
 
 import paramiko
 
-from driver.discovery import HeadAddress
+from driver.address import HeadAddress
 from driver.errors import EXIT_USAGE, DriverError
-from driver.paths import known_hosts_file
+from driver.progress import Progress, silent
+from driver.settings import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RETRIES, known_hosts_file
 
-Progress = Callable[[str], None]
-
-DEFAULT_CONNECT_TIMEOUT_S = 10.0
-DEFAULT_RETRIES = 3
 MAX_BACKOFF_S = 15.0
 DEFAULT_KEY_FILES = ("id_ed25519", "id_ecdsa", "id_rsa")
 """What paramiko looks for in ~/.ssh when neither -i nor an agent key is accepted."""
@@ -124,10 +121,16 @@ class SshSession:
         self._sftp_opening: threading.Thread | None = None
         self._forwards: list[Forward] = []
 
+    def __enter__(self) -> SshSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- connecting ------------------------------------------------------------------------
     @classmethod
     def connect(
-        cls, head: HeadAddress, options: SshOptions, progress: Progress = lambda _: None
+        cls, head: HeadAddress, options: SshOptions, progress: Progress = silent
     ) -> SshSession:
         """Connect with retries and back-off for refusals and timeouts (a VM still booting).
 
@@ -591,7 +594,8 @@ class Forward:
     def _pump(self, sock: socket.socket, chan: paramiko.Channel) -> None:
         try:
             while not self._stop.is_set():
-                ready, _, _ = select.select([sock, chan], [], [], 0.2)
+                watched: list[Any] = [sock, chan]
+                ready, _, _ = select.select(watched, [], [], 0.2)
                 if sock in ready:
                     data = sock.recv(65536)
                     if not data:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The azurerm 4.x (and random) provider schema for tests/test_terraform_schema.py, read offline
-# from the CDK for Terraform bindings on PyPI (tests/azurerm_schema.py says how):
+# from the CDK for Terraform bindings on PyPI (scripts/azurerm_schema.py says how):
 #   .tools/azurerm-schema/wheels/  the two wheels (pip download --no-deps; ~45 MB, never committed)
 #   .tools/azurerm-schema/schema.json  the extracted compact schema (~1.3 MB)
 # Does nothing when schema.json was made from these pins by the current extractor.
@@ -13,7 +13,7 @@ DIR=.tools/azurerm-schema
 PYTHON=${PYTHON:-.venv/bin/python}
 [ -x "$PYTHON" ] || PYTHON=python3
 
-stamp="$AZURERM_BINDINGS $RANDOM_BINDINGS $(sha256sum tests/azurerm_schema.py | cut -d' ' -f1)"
+stamp="$AZURERM_BINDINGS $RANDOM_BINDINGS $(sha256sum scripts/azurerm_schema.py | cut -d' ' -f1)"
 if [ -f "$DIR/schema.json" ] && [ "$(cat "$DIR/stamp" 2>/dev/null)" = "$stamp" ]; then
     echo "azurerm schema: current ($DIR/schema.json)" >&2
     exit 0
@@ -29,7 +29,7 @@ for spec in "$AZURERM_BINDINGS" "$RANDOM_BINDINGS"; do
     wheel=$(ls "$DIR/wheels/${name//-/_}-${version}-"*.whl)
     wheels+=("$wheel")
 done
-"$PYTHON" tests/azurerm_schema.py extract --out "$DIR/schema.json" "${wheels[@]}"
+"$PYTHON" scripts/azurerm_schema.py extract --out "$DIR/schema.json" "${wheels[@]}"
 # Older wheels from earlier pins are not needed any more.
 for wheel in "$DIR"/wheels/*.whl; do
     case " ${wheels[*]} " in *" $wheel "*) ;; *) rm -f "$wheel" ;; esac

@@ -1,0 +1,88 @@
+"""``python -m driver``: submit RLlib jobs to a Ray cluster and bring the results back.
+
+A thin layer: each verb is one function in the module of its group (:mod:`.jobs`,
+:mod:`.cluster`, :mod:`.local`), registered next to its parser; shared options live in
+:mod:`.options` and everything shown to a person in :mod:`.output`. The work is done by the
+library modules they call, which never print. This module maps errors to exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from driver import __version__
+from driver.cli import cluster, jobs, local, node
+from driver.cli.options import EPILOG, Parser
+from driver.cli.output import PROG, say
+from driver.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, DriverError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog=PROG,
+        description=(
+            "Submit RLlib jobs to a Ray cluster through Ray's Jobs API, follow them and bring "
+            "their results back. A remote cluster is reached over SSH (the Jobs API is "
+            "tunnelled from the head's 127.0.0.1); with no cluster given, jobs run on a local "
+            "Ray head that the driver starts on 127.0.0.1."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="COMMAND", parser_class=Parser)
+    verbs.required = True
+    jobs.register(verbs)
+    cluster.register(verbs)
+    local.register(verbs)
+    node.register(verbs)
+    return parser
+
+
+def _split_trailing(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Arguments after the first ``--`` belong to the job (submit) or the remote command (ssh)."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, []
+
+
+def _quiet_library_logs() -> None:
+    """paramiko logs a traceback for a refused channel, azure-identity every credential it tried:
+    the driver reports what failed in one line instead."""
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
+    logging.getLogger("azure").setLevel(logging.CRITICAL)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _quiet_library_logs()
+    try:
+        if argv and argv[0] in node.ALIASES:  # the toolkit parses its own arguments
+            return node.run_toolkit(
+                argparse.Namespace(toolkit_verb=argv[0], rest=argv[1:], trailing=[])
+            )
+        own, trailing = _split_trailing(argv)
+        args = build_parser().parse_args(own)
+        if trailing and not getattr(args, "trailing_args", False):
+            raise DriverError(
+                f"{PROG} {args.verb}: arguments after `--` are only for submit and ssh"
+            )
+        args.trailing = trailing
+        return int(args.func(args))
+    except DriverError as e:
+        say(f"error: {e.message}")
+        return e.exit_code
+    except KeyboardInterrupt:
+        say("\ninterrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+    except OSError as e:
+        # The machine said no (a file, a permission, a port): one line, not a traceback.
+        where = f": {e.filename}" if e.filename else ""
+        say(f"error: {e.strerror or e}{where}")
+        return EXIT_USAGE

@@ -1,0 +1,152 @@
+"""Cluster verbs: dashboard, ssh, use, up, down."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+
+from driver import layout, profiles
+from driver.cli.options import Verbs, open_cluster, parse_pairs, port, settings_from, verb
+from driver.cli.output import PROG, say
+from driver.errors import EXIT_OK, DriverError
+
+
+def register(verbs: Verbs) -> None:
+    p = verb(
+        verbs,
+        "dashboard",
+        "Tunnel the Ray dashboard and TensorBoard to this machine until Ctrl-C.",
+    )
+    p.add_argument(
+        "--port", type=port, default=0, help="local port for the dashboard (default: any free)"
+    )
+    p.add_argument(
+        "--tensorboard-port",
+        type=port,
+        default=0,
+        help="local port for TensorBoard (default: any free)",
+    )
+    p.set_defaults(func=cmd_dashboard)
+
+    p = verb(
+        verbs,
+        "ssh",
+        "Open a shell on the head, or run one command there (after `--`).",
+        "With no command: an interactive shell on the head. With `-- COMMAND...`: run it "
+        "there and exit with its exit code. Works while the head is still bootstrapping.",
+    )
+    p.set_defaults(func=cmd_ssh, trailing_args=True)
+
+    p = verb(
+        verbs,
+        "use",
+        "Save (or show, or forget) the cluster the other commands use by default.",
+        "Remember the given cluster options (and -i) in the driver's profile, so later "
+        "commands need none. With no options, show the saved profile. The cluster token is "
+        "never saved: it stays on the head.",
+    )
+    p.add_argument("--forget", action="store_true", help="delete the saved profile")
+    p.set_defaults(func=cmd_use)
+
+    for name, what in (
+        ("up", "Create or update the cluster with `terraform apply`"),
+        ("down", "Delete the cluster with `terraform destroy`"),
+    ):
+        p = verb(verbs, name, f"{what} in --terraform-dir.", cluster=False)
+        p.add_argument(
+            "--terraform-dir", required=True, metavar="DIR", help="the Terraform configuration"
+        )
+        p.add_argument(
+            "--var",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="a Terraform input variable (repeatable)",
+        )
+        p.add_argument(
+            "--var-file", action="append", default=[], metavar="FILE", help="a .tfvars file"
+        )
+        p.set_defaults(func=cmd_up if name == "up" else cmd_down)
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from driver.cluster import DASHBOARD, TENSORBOARD
+
+    with open_cluster(args) as cluster:
+        shown = cluster.dashboard({DASHBOARD: args.port, TENSORBOARD: args.tensorboard_port})
+        for ui in shown:
+            print(f"{ui.name}: {ui.url}" + (f"  ({ui.down})" if ui.down else ""))
+        sys.stdout.flush()
+        if not any(ui.tunnelled for ui in shown):
+            return EXIT_OK
+        say(
+            f"The dashboard asks for the cluster token ({layout.TOKEN_FILE} on the head). "
+            "Press Ctrl-C to close the tunnel."
+        )
+        try:
+            while cluster.alive():
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            say("\nClosed the tunnel.")
+            return EXIT_OK
+        raise DriverError(f"the connection to {cluster.description} was lost")
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    # Like OpenSSH: the words are joined with spaces, so `-- 'ls | wc -l'` runs a pipeline there.
+    command = " ".join(args.trailing) if args.trailing else None
+    with open_cluster(args) as cluster:
+        return cluster.shell(command, sys.stdin, sys.stdout, sys.stderr)
+
+
+def cmd_use(args: argparse.Namespace) -> int:
+    from driver.discovery import locate
+
+    if args.forget:
+        path = profiles.profile_path()
+        say(f"Forgot the saved profile {path}." if profiles.forget() else "No saved profile.")
+        return EXIT_OK
+    settings = settings_from(args)
+    if not settings.cluster.explicit:
+        saved = profiles.load()
+        if not saved:
+            say("No saved profile: commands use local Ray unless given a cluster.")
+            return EXIT_OK
+        print(json.dumps(saved, indent=2))
+        return EXIT_OK
+    target = locate(settings.cluster)  # fails now, not on the next command
+    profile = settings.cluster.as_profile()
+    if settings.identity is not None:
+        if not settings.identity.is_file():
+            raise DriverError(f"-i: no such key file: {args.identity} (expected a private key)")
+        profile["identity"] = str(settings.identity.resolve())
+    path = profiles.save(profile)
+    say(f"Saved to {path}: later commands use {target.head} ({target.source}).")
+    return EXIT_OK
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from driver import terraform
+    from driver.discovery import from_terraform
+
+    variables = parse_pairs(args.var, "--var")
+    say(f"terraform init + apply in {args.terraform_dir} (its output follows)")
+    terraform.apply(args.terraform_dir, variables, args.var_file)
+    head = from_terraform(args.terraform_dir)
+    hint = shlex.join(["--terraform-dir", args.terraform_dir])
+    say(f"Cluster is up: head {head}. It bootstraps for a few minutes; the driver waits for it.")
+    say(f"Next:\n  {PROG} submit examples/cartpole/train.py {hint}\n  {PROG} use {hint}")
+    return EXIT_OK
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from driver import terraform
+
+    variables = parse_pairs(args.var, "--var")
+    say(f"terraform destroy in {args.terraform_dir} (its output follows)")
+    terraform.destroy(args.terraform_dir, variables, args.var_file)
+    say("Cluster deleted.")
+    return EXIT_OK

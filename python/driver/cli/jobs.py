@@ -1,0 +1,252 @@
+"""Job verbs: submit, status, logs, stop, list, download."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import secrets
+import sys
+import time
+from pathlib import Path
+
+from driver import layout
+from driver.cli.options import (
+    Verbs,
+    job_id_arg,
+    open_cluster,
+    parse_pairs,
+    submission_id,
+    verb,
+)
+from driver.cli.output import (
+    byte_bar,
+    command,
+    next_steps,
+    plural,
+    say,
+    size,
+    terminal_safe,
+    write_out,
+)
+from driver.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK
+from driver.jobs import JobsClient
+from driver.settings import RESULTS_ENV
+from driver.workdir import ENTRYPOINT_NAMES, Submission, resolve
+
+
+def register(verbs: Verbs) -> None:
+    p = verb(
+        verbs,
+        "submit",
+        "Submit a script as a job and follow its logs.",
+        "Upload the script's folder as the job's working directory (honouring .gitignore "
+        "and .rayignore), run `python SCRIPT ARGS...` on the cluster's head and stream the "
+        "logs until the job ends. Arguments for the script go after `--`. The job finds its "
+        f"results folder in ${RESULTS_ENV}.",
+    )
+    p.add_argument("script", metavar="SCRIPT", help="a .py file, or a folder with train.py/main.py")
+    p.add_argument(
+        "--submission-id",
+        type=submission_id,
+        help="the job's id (default: FOLDER-DATE-TIME-RANDOM for train.py/main.py, else "
+        "SCRIPT-DATE-TIME-RANDOM)",
+    )
+    p.add_argument(
+        "--pip",
+        action="append",
+        default=[],
+        metavar="PKG",
+        help="extra pip package for the job's runtime environment (repeatable)",
+    )
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment variable for the job (repeatable)",
+    )
+    p.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="return once the job is submitted instead of following its logs",
+    )
+    p.add_argument(
+        "--results",
+        default="results",
+        metavar="DIR",
+        help="local folder for results: a local job writes to DIR/SUBMISSION_ID (default: results)",
+    )
+    p.set_defaults(func=cmd_submit, trailing_args=True)
+
+    p = verb(verbs, "status", "Show a job's status.")
+    job_id_arg(p)
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.set_defaults(func=cmd_status)
+
+    p = verb(verbs, "logs", "Print a job's logs.")
+    job_id_arg(p)
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    p.set_defaults(func=cmd_logs)
+
+    p = verb(verbs, "stop", "Stop a running job.")
+    job_id_arg(p)
+    p.add_argument("--no-wait", action="store_true", help="do not wait for the job to stop")
+    p.set_defaults(func=cmd_stop)
+
+    p = verb(verbs, "list", "List the cluster's jobs.")
+    p.add_argument("--json", action="store_true", help="print the jobs as JSON")
+    p.set_defaults(func=cmd_list)
+
+    p = verb(
+        verbs,
+        "download",
+        "Bring a job's results and checkpoints back from the head.",
+        f"Copy the job's results folder on the head ({layout.RESULTS_DIR}/"
+        "SUBMISSION_ID) to DIR/SUBMISSION_ID over SFTP; files already there with the same "
+        "size are skipped. For local Ray, say where the results already are.",
+    )
+    job_id_arg(p)
+    p.add_argument(
+        "--results",
+        default="results",
+        metavar="DIR",
+        help="local folder; the job's files go to DIR/SUBMISSION_ID (default: results)",
+    )
+    p.set_defaults(func=cmd_download)
+
+
+def default_submission_id(submission: Submission) -> str:
+    """``cartpole-20261121-153000-ab12`` for examples/cartpole/train.py: the folder names a job
+    better than a generic script name does."""
+    stem = Path(submission.script).stem
+    if submission.script in ENTRYPOINT_NAMES:
+        stem = submission.working_dir.name
+    stem = re.sub(r"[^a-z0-9-]+", "-", stem.lower()).strip("-")[:80] or "job"
+    return f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def follow(client: JobsClient, sid: str, hint: str) -> int:
+    """Stream the job's logs until it ends; the exit code says how it ended."""
+    try:
+        info = client.follow(sid, write_out)
+    except KeyboardInterrupt:
+        say(f"\nStopped following; job {sid} keeps running.")
+        say(f"  follow: {command(f'logs {sid} --follow', hint)}")
+        say(f"  stop:   {command(f'stop {sid}', hint)}")
+        return EXIT_INTERRUPTED
+    # Ray appends the job's last log lines to a failure message; they were just streamed.
+    reason = info.message.splitlines()[0].rstrip(",: ") if info.message else ""
+    reason = terminal_safe(reason.split(", last available logs")[0])
+    say(
+        f"Job {sid} {info.status.lower()}"
+        + (f": {reason}" if info.status != "SUCCEEDED" and reason else ".")
+    )
+    return EXIT_OK if info.status == "SUCCEEDED" else EXIT_JOB_FAILED
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    submission = resolve(args.script, args.trailing)
+    env = parse_pairs(args.env, "--env")
+    sid = args.submission_id or default_submission_id(submission)
+    with open_cluster(args, start_local=True) as cluster:
+        client = cluster.jobs()
+        hint = cluster.cli_hint
+        uri = client.upload_working_dir(
+            submission.working_dir, progress=byte_bar("uploading working dir")
+        )
+        env.setdefault(RESULTS_ENV, cluster.results_dir(sid))
+        runtime_env: dict = {"working_dir": uri, "env_vars": env}
+        if args.pip:
+            runtime_env["pip"] = list(args.pip)
+        try:
+            client.submit(
+                submission.entrypoint,
+                runtime_env,
+                submission_id=sid,
+                metadata={"submitted_by": "python -m driver"},
+            )
+        except KeyboardInterrupt:
+            say(f"\nInterrupted while submitting; check with: {command(f'status {sid}', hint)}")
+            return EXIT_INTERRUPTED
+        say(f"Submitted job {sid} to {cluster.description}: {submission.entrypoint}")
+        say(next_steps(sid, hint))
+        if args.no_wait:
+            return EXIT_OK
+        return follow(client, sid, hint)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with open_cluster(args) as cluster:
+        info = cluster.jobs().info(args.submission_id)
+    if args.json:
+        print(json.dumps(info.as_dict(), indent=2))
+    else:
+        message = terminal_safe(info.message)
+        print(f"{info.submission_id}: {info.status}" + (f" ({message})" if message else ""))
+    return EXIT_OK
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    with open_cluster(args) as cluster:
+        client = cluster.jobs()
+        if args.follow:
+            return follow(client, args.submission_id, cluster.cli_hint)
+        write_out(client.logs(args.submission_id))
+        return EXIT_OK
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    with open_cluster(args) as cluster:
+        client = cluster.jobs()
+        info = client.info(args.submission_id)
+        if info.status in ("SUCCEEDED", "FAILED", "STOPPED"):
+            say(f"Job {args.submission_id} already ended: {info.status}")
+            return EXIT_OK
+        client.stop(args.submission_id)
+        if args.no_wait:
+            say(f"Asked job {args.submission_id} to stop.")
+            return EXIT_OK
+        final = list(client.wait(args.submission_id, interval=0.5))[-1]
+        say(f"Job {args.submission_id}: {final.status}")
+        return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with open_cluster(args) as cluster:
+        jobs = cluster.jobs().list()
+    if args.json:
+        print(json.dumps([j.as_dict() for j in jobs], indent=2))
+        return EXIT_OK
+    if not jobs:
+        say("No jobs.")
+        return EXIT_OK
+    width = max(len(j.submission_id) for j in jobs)
+    for j in jobs:
+        started = (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.start_time))
+            if j.start_time
+            else "-"
+        )
+        print(
+            f"{j.submission_id:<{width}}  {j.status:<9}  {started}  {terminal_safe(j.entrypoint)}"
+        )
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    sid = args.submission_id
+    with open_cluster(args) as cluster:
+        report = cluster.download(
+            sid, Path(args.results) / sid, progress=byte_bar(f"downloading {sid}")
+        )
+    if report.in_place:
+        say(f"Job {sid} ran on local Ray: its results are already here: {report.source}")
+        return EXIT_OK
+    say(
+        f"Downloaded {plural(report.fetched, 'file')} ({size(report.bytes_fetched)}) from "
+        f"{report.source} to {report.destination}"
+        + (f"; {report.skipped} already there" if report.skipped else "")
+    )
+    return EXIT_OK

@@ -1,0 +1,40 @@
+"""Open the cluster a command names: local Ray, or a head reached over SSH."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from driver.cluster import Cluster
+from driver.discovery import locate
+from driver.localray import LocalCluster
+from driver.progress import Progress
+from driver.remote import RemoteCluster
+from driver.settings import Settings, driver_home
+from driver.ssh import SshOptions
+
+
+def connect(
+    settings: Settings, *, start_local: bool, results_root: Path, progress: Progress
+) -> Cluster:
+    """Find the cluster (see :data:`driver.settings.CLUSTER_ORDER`) and open a way to it.
+
+    Use the result in a ``with`` block. Only ``submit`` may start local Ray (``start_local``).
+    """
+    target = locate(settings.cluster)
+    if target.head is None:
+        return LocalCluster(driver_home(), results_root, start=start_local, progress=progress)
+    ssh = SshOptions(
+        identity=settings.identity,
+        connect_timeout=settings.connect_timeout,
+        retries=settings.retries,
+        strict_host_keys=settings.strict_host_keys,
+    )
+    return RemoteCluster(
+        target.head,
+        target.source,
+        ssh,
+        progress,
+        ready_timeout=settings.ready_timeout,
+        cli_hint=shlex.join(settings.hint),
+    )

@@ -1,0 +1,3 @@
+from nodekit.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,229 @@
+"""``python -m nodekit``: render the cloud-init documents and rehearse a cluster locally.
+
+The node toolkit's command line, for whoever maintains the cluster image. ``python -m driver
+render|rehearse`` are aliases that run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from driver.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, EXIT_USAGE, DriverError
+
+PROG = "python -m nodekit"
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise DriverError(f"{self.prog}: {message} (see {self.prog} --help)", EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog=PROG, description=__doc__.splitlines()[0] if __doc__ else None)
+    verbs = parser.add_subparsers(dest="verb", metavar="COMMAND", parser_class=Parser)
+    verbs.required = True
+    p = verbs.add_parser(
+        "render",
+        help="Render the cloud-init documents for head and workers.",
+        description=(
+            "Render cloud-init/templates/ into cloud-init/rendered/{head,worker}.yaml. Settings "
+            "come from cloud-init/config.yaml, with the keys of --config FILE over them; the "
+            "Ray/torch/gymnasium pins come from pyproject.toml. Deploy-time values stay "
+            "placeholders (cloud-init/placeholders.yaml) for Terraform and Bicep to fill."
+        ),
+    )
+    p.add_argument("--config", type=Path, metavar="FILE", help="YAML settings over the defaults")
+    p.add_argument(
+        "--out", type=Path, metavar="DIR", help="output folder (default: cloud-init/rendered)"
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if the output folder's documents differ from a fresh render",
+    )
+    p.set_defaults(func=cmd_render)
+    register_rehearse(verbs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        return int(args.func(args))
+    except DriverError as e:
+        say(f"error: {e.message}")
+        return e.exit_code
+    except KeyboardInterrupt:
+        say("\ninterrupted")
+        return EXIT_INTERRUPTED
+    except OSError as e:
+        where = f": {e.filename}" if e.filename else ""
+        say(f"error: {e.strerror or e}{where}")
+        return EXIT_USAGE
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from nodekit import render
+
+    documents = render.render(render.load_config(args.config))
+    out = args.out or render.rendered_dir()
+    if args.check:
+        stale = [
+            n for n, t in documents.items() if not (out / n).exists() or (out / n).read_text() != t
+        ]
+        if stale:
+            say(f"out of date in {out}: {', '.join(stale)} (run: python -m nodekit render)")
+            return EXIT_JOB_FAILED
+        say(f"{out}: up to date")
+        return EXIT_OK
+    for path in render.write(documents, out):
+        size = render.custom_data_size(path.read_text())
+        say(f"wrote {path} ({size} of {render.CUSTOM_DATA_LIMIT} base64 characters)")
+    return EXIT_OK
+
+
+def register_rehearse(verbs: Any) -> None:
+    from nodekit.rehearsal.cluster import DEFAULT_HTTP_PORT, DEFAULT_SUBNET
+
+    p = verbs.add_parser(
+        "rehearse",
+        help="Boot a local rehearsal cluster from the rendered cloud-init (root, Linux).",
+        description=(
+            "Boot one head and N workers as Debian 12 systemd-nspawn containers, each in its own "
+            "network namespace on a private bridge, each seeded (NoCloud) with "
+            "cloud-init/rendered/*.yaml filled like Terraform and Bicep fill them. Packages come "
+            "only from what this machine serves on the bridge (an apt repository and a Python "
+            "index it builds from the registries and caches under "
+            "$RAYDRIVER_REHEARSAL_DIR, default /var/lib/ray-azure-rl/rehearsal). Needs root."
+        ),
+    )
+    actions = p.add_subparsers(dest="rehearse_verb", metavar="ACTION", parser_class=type(p))
+    actions.required = True
+    up = actions.add_parser("up", help="Build what is missing and boot the cluster.")
+    up.add_argument("--name", default="rehearsal", help="cluster name (default: rehearsal)")
+    up.add_argument("--workers", type=int, default=2, help="number of workers (default: 2; 0-50)")
+    up.add_argument(
+        "--pip",
+        action="append",
+        default=[],
+        metavar="REQ",
+        help="extra pip requirement for every node, like EXTRA_PIP_PACKAGES",
+    )
+    up.add_argument(
+        "--ssh-public-key",
+        type=Path,
+        metavar="FILE",
+        help="admin user's public key (default: a new key in the cluster folder)",
+    )
+    up.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"default: {DEFAULT_SUBNET}")
+    up.add_argument(
+        "--http-port",
+        type=int,
+        default=DEFAULT_HTTP_PORT,
+        help=f"port of the package server on the bridge (default: {DEFAULT_HTTP_PORT})",
+    )
+    up.add_argument(
+        "--torch-index-url",
+        default=None,
+        help="where the host fetches torch for the wheelhouse (default: the nodes' own "
+        "default, TORCH_INDEX_URL in cloud-init/placeholders.yaml; pip's own find-links are "
+        "used too)",
+    )
+    up.add_argument(
+        "--warm-node-cache",
+        action="store_true",
+        help="share a persistent package cache with the nodes, as a custom image "
+        "would carry one (benchmarks)",
+    )
+    up.add_argument(
+        "--timeout",
+        type=float,
+        default=1800,
+        help="seconds to wait for every node to be ready (default: 1800)",
+    )
+    up.set_defaults(func=cmd_rehearse_up)
+    add = actions.add_parser(
+        "add-worker",
+        help="Boot more workers into the running cluster (a scale-out, as autoscale does).",
+    )
+    add.add_argument("--name", default="rehearsal")
+    add.add_argument("--count", type=int, default=1, help="how many workers (default: 1)")
+    add.add_argument(
+        "--timeout",
+        type=float,
+        default=1800,
+        help="seconds to wait for the new workers (default: 1800)",
+    )
+    add.set_defaults(func=cmd_rehearse_add_worker)
+    down = actions.add_parser("down", help="Remove every container, namespace, mount and file.")
+    down.add_argument("--name", default="rehearsal")
+    down.add_argument("--subnet", default=DEFAULT_SUBNET)
+    down.set_defaults(func=cmd_rehearse_down)
+    st = actions.add_parser("status", help="Show the cluster's nodes (JSON).")
+    st.add_argument("--name", default="rehearsal")
+    st.set_defaults(func=cmd_rehearse_status)
+
+
+def cmd_rehearse_up(args: argparse.Namespace) -> int:
+    from nodekit.rehearsal.cluster import Rehearsal
+
+    r = Rehearsal(args.name, subnet=args.subnet, http_port=args.http_port)
+    state = r.up(
+        workers=args.workers,
+        extra_pip=args.pip,
+        ssh_public_key=args.ssh_public_key,
+        torch_index_url=args.torch_index_url,
+        warm_node_cache=args.warm_node_cache,
+        timeout=args.timeout,
+        progress=say,
+    )
+    head = state.head
+    print(f"head: {state.admin_user}@{head.ip}")
+    for n in state.nodes[1:]:
+        print(f"{n.name}: {state.admin_user}@{n.ip}")
+    print(f"ssh:    ssh -i {state.ssh_key} {state.admin_user}@{head.ip}")
+    print(
+        f"driver: python -m driver submit examples/cartpole/train.py "
+        f"--head {state.admin_user}@{head.ip} -i {state.ssh_key}"
+    )
+    print(f"down:   python -m nodekit rehearse down --name {args.name}")
+    return EXIT_OK
+
+
+def cmd_rehearse_add_worker(args: argparse.Namespace) -> int:
+    from nodekit.rehearsal.cluster import Rehearsal
+
+    r = Rehearsal(args.name)
+    nodes = r.add_workers(args.count, timeout=args.timeout, progress=say)
+    state = r.load()
+    assert state is not None  # add_workers refuses a cluster without state
+    for node in nodes:
+        print(f"{node.name}: {state.admin_user}@{node.ip}")
+    return EXIT_OK
+
+
+def cmd_rehearse_down(args: argparse.Namespace) -> int:
+    from nodekit.rehearsal.cluster import Rehearsal
+
+    removed = Rehearsal(args.name, subnet=args.subnet).down(progress=say)
+    say(f"rehearsal cluster {args.name!r}: removed {len(removed)} item(s)")
+    return EXIT_OK
+
+
+def cmd_rehearse_status(args: argparse.Namespace) -> int:
+    from nodekit.rehearsal.cluster import Rehearsal
+
+    status = Rehearsal(args.name).status()
+    print(json.dumps(status, indent=2))
+    return EXIT_OK if status["up"] else EXIT_JOB_FAILED

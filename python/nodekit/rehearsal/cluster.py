@@ -1,0 +1,602 @@
+"""Boot, inspect and remove a rehearsal cluster (see :mod:`nodekit.rehearsal`).
+
+Everything ``up`` creates is recorded in ``<base>/clusters/<name>/state.json`` *before* it is
+created, and every name carries the cluster's prefix, so ``down`` removes it all again: after a
+clean ``up``, after a failed one, and after a crash that lost the state file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from driver import layout
+from driver.errors import DriverError
+from driver.procs import pid_alive, pids_with_cmdline
+from driver.progress import Progress, silent
+from nodekit import render
+from nodekit.rehearsal.image import ADMIN_USER, ImageCache, document_requirements
+from nodekit.rehearsal.system import mount_overlay, require_root_linux, run
+
+BASE_ENV = "RAYDRIVER_REHEARSAL_DIR"
+DEFAULT_BASE = Path("/var/lib/ray-azure-rl/rehearsal")
+DEFAULT_SUBNET = "10.213.0.0/24"
+DEFAULT_HTTP_PORT = 8470
+NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,8}$")
+
+
+def default_base() -> Path:
+    return Path(os.environ.get(BASE_ENV) or DEFAULT_BASE)
+
+
+@dataclass
+class Node:
+    name: str
+    role: str
+    ip: str
+    netns: str
+    veth: str
+    dir: str
+    pid: int | None = None
+
+    @property
+    def root(self) -> Path:
+        return Path(self.dir) / "root"
+
+    @property
+    def console_log(self) -> Path:
+        return Path(self.dir) / "console.log"
+
+
+@dataclass
+class State:
+    name: str
+    subnet: str
+    bridge: str
+    host_ip: str
+    http_port: int
+    ssh_key: str
+    admin_user: str = ADMIN_USER
+    public_key: str = ""
+    documents_dir: str = ""
+    extra_pip: list[str] = field(default_factory=list)
+    warm_node_cache: bool = False
+    rootfs: str = ""
+    http_pid: int | None = None
+    nodes: list[Node] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)
+
+    @property
+    def head(self) -> Node:
+        return next(n for n in self.nodes if n.role == "head")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> State:
+        data = json.loads(text)
+        data["nodes"] = [Node(**n) for n in data.get("nodes", [])]
+        return cls(**data)
+
+
+def _children(pid: int) -> list[int]:
+    with contextlib.suppress(OSError):
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+        return [int(x) for x in text.split()]
+    return []
+
+
+class Rehearsal:
+    """One named rehearsal cluster under ``base``."""
+
+    def __init__(
+        self,
+        name: str = "rehearsal",
+        base: Path | None = None,
+        subnet: str = DEFAULT_SUBNET,
+        http_port: int = DEFAULT_HTTP_PORT,
+    ) -> None:
+        if not NAME_RE.match(name):
+            raise DriverError(
+                f"rehearsal name {name!r}: use 1-9 lowercase letters/digits, starting with a letter"
+            )
+        try:
+            net = ipaddress.ip_network(subnet)
+        except ValueError:
+            raise DriverError(f"--subnet {subnet!r} is not a network like 10.213.0.0/24") from None
+        if not isinstance(net, ipaddress.IPv4Network) or net.num_addresses < 16:
+            raise DriverError(f"--subnet {subnet}: need an IPv4 network of at least /28")
+        self.name = name
+        self.base = base or default_base()
+        self.subnet: ipaddress.IPv4Network = net
+        self.http_port = http_port
+        self.dir = self.base / "clusters" / name
+        self.state_file = self.dir / "state.json"
+        self.cache = ImageCache(self.base / "cache")
+
+    # -- state -----------------------------------------------------------------------------
+    def load(self) -> State | None:
+        try:
+            return State.from_json(self.state_file.read_text())
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def _save(self, state: State) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(state.to_json())
+        tmp.replace(self.state_file)
+
+    # -- up --------------------------------------------------------------------------------
+    def up(
+        self,
+        workers: int = 2,
+        extra_pip: list[str] | None = None,
+        ssh_public_key: Path | None = None,
+        documents_dir: Path | None = None,
+        torch_index_url: str | None = None,
+        warm_node_cache: bool = False,
+        timeout: float = 1800,
+        progress: Progress = silent,
+    ) -> State:
+        """Build what is missing, boot head + ``workers`` and wait until Ray runs on all."""
+        require_root_linux()
+        if not 0 <= workers <= 50:
+            raise DriverError(f"--workers must be between 0 and 50, got {workers}")
+        if self.load() is not None or self.dir.exists():
+            raise DriverError(
+                f"rehearsal cluster {self.name!r} exists already ({self.dir}): "
+                f"run `python -m nodekit rehearse down --name {self.name}` first"
+            )
+        if ssh_public_key is not None and not ssh_public_key.is_file():
+            raise DriverError(f"--ssh-public-key: no such file: {ssh_public_key}")
+        extra_pip = list(extra_pip or [])
+        for req in extra_pip:
+            render.validate_value("EXTRA_PIP_PACKAGES", req)
+        hosts = list(self.subnet.hosts())
+        self._check_subnet_free()
+        documents_dir = documents_dir or render.rendered_dir()
+        documents = {r: (documents_dir / f"{r}.yaml").read_text() for r in render.ROLES}
+        packages, requirements = document_requirements(documents)
+        torch_req = next((r for r in requirements if r.startswith("torch==")), None)
+        if torch_req is None:
+            raise DriverError("the rendered documents do not pin torch")
+
+        t0 = time.monotonic()
+        rootfs = self.cache.ensure_rootfs(progress)
+        self.cache.ensure_apt_repo(packages, progress)
+        self.cache.ensure_wheelhouse(
+            [*requirements, *extra_pip],
+            torch_req,
+            # Where Azure nodes get torch by default is where the host fetches it for the nodes.
+            torch_index_url or render.placeholder_defaults()["TORCH_INDEX_URL"],
+            progress,
+        )
+        progress(f"image, apt repository and wheelhouse ready ({time.monotonic() - t0:.0f} s)")
+
+        self.dir.mkdir(parents=True)
+        key_path = self.dir / "id_ed25519"
+        if ssh_public_key is None:
+            public_key = _new_ssh_key(key_path)
+        else:
+            public_key = ssh_public_key.read_text().strip()
+            key_path = ssh_public_key.with_suffix("")
+        (self.dir / "token").write_text(secrets.token_hex(32))
+        (self.dir / "token").chmod(0o600)
+        state = State(
+            name=self.name,
+            subnet=str(self.subnet),
+            bridge=f"rh-{self.name}",
+            host_ip=str(hosts[0]),
+            http_port=self.http_port,
+            ssh_key=str(key_path),
+            public_key=public_key,
+            documents_dir=str(documents_dir),
+            extra_pip=extra_pip,
+            warm_node_cache=warm_node_cache,
+            rootfs=str(rootfs),
+        )
+        self._save(state)
+        self._create_bridge(state)
+        self._start_http(state)
+        new = [self._plan_node(state, "head"), *[self._plan_node(state) for _ in range(workers)]]
+        for node in new:
+            self._create_node(state, node)
+        progress(
+            f"booted {len(new)} containers on {state.bridge} ({self.subnet}); "
+            "waiting for cloud-init and Ray"
+        )
+        self.wait_ready(state, timeout, progress)
+        progress(f"rehearsal cluster {self.name!r} is up ({time.monotonic() - t0:.0f} s)")
+        return state
+
+    def add_workers(
+        self, count: int = 1, timeout: float = 1800, progress: Progress = silent
+    ) -> list[Node]:
+        """Boot ``count`` more workers into the running cluster (like a scale-out on Azure)."""
+        require_root_linux()
+        state = self.load()
+        if state is None:
+            raise DriverError(f"no rehearsal cluster {self.name!r}: run `rehearse up` first")
+        # The cluster's own network, whatever this object was constructed with.
+        self.subnet = ipaddress.IPv4Network(state.subnet)
+        if not 1 <= count <= 50 - (len(state.nodes) - 1):
+            raise DriverError(f"--count must be between 1 and {51 - len(state.nodes)}")
+        new = [self._plan_node(state) for _ in range(count)]
+        for node in new:
+            self._create_node(state, node)
+        progress(f"booted {', '.join(n.name for n in new)}; waiting for cloud-init and Ray")
+        self.wait_ready(state, timeout, progress, nodes=new)
+        return new
+
+    def _plan_node(self, state: State, role: str = "worker") -> Node:
+        index = len(state.nodes)
+        if (role == "head") != (index == 0):
+            raise AssertionError("the head is node 0")
+        name = "head" if role == "head" else f"worker-{index}"
+        node = Node(
+            name=name,
+            role=role,
+            ip=str(list(self.subnet.hosts())[9 + index]),
+            netns=f"rh-{self.name}-{'head' if role == 'head' else f'w{index}'}",
+            veth=f"rh-{self.name}-{index}",
+            dir=str(self.dir / "nodes" / name),
+        )
+        state.nodes.append(node)
+        self._save(state)
+        return node
+
+    def _user_data(self, state: State, role: str) -> str:
+        """The committed document for ``role``, filled as Terraform and Bicep fill it."""
+        text = (Path(state.documents_dir) / f"{role}.yaml").read_text()
+        base = f"http://{state.host_ip}:{state.http_port}"
+        return render.fill(
+            text,
+            {
+                "RAY_HEAD_IP": state.head.ip,
+                "RAY_CLUSTER_TOKEN": (self.dir / "token").read_text(),
+                "RAY_ADMIN_USER": state.admin_user,
+                "EXTRA_PIP_PACKAGES": " ".join(state.extra_pip),
+                "PIP_INDEX_URL": f"{base}/simple",
+                "TORCH_INDEX_URL": f"{base}/simple",
+                "APT_SOURCE": f"deb [trusted=yes] {base}/debian ./",
+            },
+        )
+
+    def _check_subnet_free(self) -> None:
+        routes = run(["ip", "-4", "-o", "route", "show"], what="ip route").stdout
+        for line in routes.splitlines():
+            dest = line.split()[0]
+            if dest == "default":
+                continue
+            with contextlib.suppress(ValueError):
+                if ipaddress.ip_network(dest, strict=False).overlaps(self.subnet):
+                    raise DriverError(
+                        f"subnet {self.subnet} overlaps the host route '{line.strip()}': "
+                        "choose another with --subnet"
+                    )
+
+    def _record(self, state: State, item: str) -> None:
+        state.created.append(item)
+        self._save(state)
+
+    def _create_bridge(self, state: State) -> None:
+        self._record(state, f"link:{state.bridge}")
+        run(["ip", "link", "add", state.bridge, "type", "bridge"], what="creating the bridge")
+        run(
+            ["ip", "addr", "add", f"{state.host_ip}/{self.subnet.prefixlen}", "dev", state.bridge],
+            what="addressing the bridge",
+        )
+        run(["ip", "link", "set", state.bridge, "up"], what="raising the bridge")
+
+    def _start_http(self, state: State) -> None:
+        log = open(self.dir / "http.log", "wb")  # noqa: SIM115 - owned by the server process
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "http.server",
+                "--bind",
+                state.host_ip,
+                "--directory",
+                str(self.cache.serve),
+                str(state.http_port),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        state.http_pid = proc.pid
+        self._record(state, f"pid:{proc.pid}")
+        url = f"http://{state.host_ip}:{state.http_port}/simple/"
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=2):
+                    return
+            except OSError as e:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise DriverError(
+                        f"the package server on {state.host_ip}:{state.http_port} did not "
+                        f"start: {e}"
+                    ) from None
+                time.sleep(0.3)
+
+    def _create_node(self, state: State, node: Node) -> None:
+        rootfs, user_data, public_key = (
+            state.rootfs,
+            self._user_data(state, node.role),
+            state.public_key,
+        )
+        self._record(state, f"netns:{node.netns}")
+        run(["ip", "netns", "add", node.netns], what=f"creating netns {node.netns}")
+        self._record(state, f"link:{node.veth}")
+        run(
+            [
+                "ip",
+                "link",
+                "add",
+                node.veth,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                node.netns,
+            ],
+            what=f"creating the veth pair of {node.name}",
+        )
+        run(["ip", "link", "set", node.veth, "master", state.bridge, "up"], what="bridging")
+        run(
+            [
+                "ip",
+                "-n",
+                node.netns,
+                "addr",
+                "add",
+                f"{node.ip}/{self.subnet.prefixlen}",
+                "dev",
+                "eth0",
+            ],
+            what=f"addressing {node.name}",
+        )
+        run(["ip", "-n", node.netns, "link", "set", "eth0", "up"], what="raising eth0")
+        run(["ip", "-n", node.netns, "link", "set", "lo", "up"], what="raising lo")
+
+        ndir = Path(node.dir)
+        for d in ("upper", "work", "root"):
+            (ndir / d).mkdir(parents=True)
+        self._record(state, f"mount:{node.root}")
+        mount_overlay(
+            Path(rootfs),
+            ndir / "upper",
+            ndir / "work",
+            node.root,
+            f"mounting the root filesystem of {node.name}",
+        )
+        seed = node.root / "var/lib/cloud/seed/nocloud"
+        seed.mkdir(parents=True)
+        (seed / "meta-data").write_text(
+            f"instance-id: rehearsal-{self.name}-{node.name}-{secrets.token_hex(4)}\n"
+            f"local-hostname: {node.name}\n"
+            f"public-keys:\n  - {public_key}\n"
+        )
+        (seed / "user-data").write_text(user_data)
+        binds = []
+        if state.warm_node_cache:
+            cache = self.base / "node-cache"
+            cache.mkdir(parents=True, exist_ok=True)
+            binds.append(f"--bind={cache}:/var/cache/ray-cluster")
+        with open(node.console_log, "wb") as console:
+            proc = subprocess.Popen(
+                [
+                    "systemd-nspawn",
+                    "--quiet",
+                    "--boot",
+                    f"--directory={node.root}",
+                    "--register=no",
+                    "--keep-unit",
+                    f"--machine={node.netns}",
+                    f"--network-namespace-path=/run/netns/{node.netns}",
+                    *binds,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        node.pid = proc.pid
+        self._record(state, f"pid:{proc.pid}")
+
+    # -- readiness -------------------------------------------------------------------------
+    @staticmethod
+    def marker(node: Node) -> dict | None:
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads((node.root / layout.READY_MARKER.lstrip("/")).read_text())
+        return None
+
+    @staticmethod
+    def failure(node: Node) -> str | None:
+        with contextlib.suppress(OSError):
+            return (node.root / layout.FAILED_MARKER.lstrip("/")).read_text().strip()
+        return None
+
+    @staticmethod
+    def phase(node: Node) -> str:
+        """The bootstrap's last announced step, from the node's cloud-init output log."""
+        log = node.root / "var/log/cloud-init-output.log"
+        with contextlib.suppress(OSError):
+            steps = re.findall(r"ray-cluster-bootstrap\[\w+\]: (\w+)\n", log.read_text())
+            if steps:
+                return steps[-1]
+        return "booting"
+
+    def wait_ready(
+        self, state: State, timeout: float, progress: Progress, nodes: list[Node] | None = None
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        next_note = 0.0
+        while True:
+            pending = []
+            for node in nodes or state.nodes:
+                reason = self.failure(node)
+                if reason:
+                    raise DriverError(
+                        f"rehearsal node {node.name} failed to bootstrap: {reason} "
+                        f"(inspect {node.root}/var/log/cloud-init-output.log, then "
+                        f"`python -m nodekit rehearse down --name {self.name}`)"
+                    )
+                if not pid_alive(node.pid):
+                    raise DriverError(
+                        f"rehearsal node {node.name}'s container exited (console: "
+                        f"{node.console_log}); run `python -m nodekit rehearse down --name "
+                        f"{self.name}`"
+                    )
+                if self.marker(node) is None:
+                    pending.append(node)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise DriverError(
+                    f"rehearsal cluster not ready after {timeout:.0f} s: "
+                    + ", ".join(f"{n.name} at {self.phase(n)}" for n in pending)
+                )
+            if time.monotonic() >= next_note:
+                progress("waiting: " + ", ".join(f"{n.name} {self.phase(n)}" for n in pending))
+                next_note = time.monotonic() + 15
+            time.sleep(1)
+
+    # -- down ------------------------------------------------------------------------------
+    def down(self, progress: Progress = silent) -> list[str]:
+        """Remove every container, mount, namespace, link, process and file of the cluster."""
+        require_root_linux()
+        state = self.load()
+        removed: list[str] = []
+        nodes = state.nodes if state else []
+        # 1. containers: a clean poweroff first, then the whole PID namespace goes.
+        pids = {n.pid for n in nodes if n.pid is not None and pid_alive(n.pid)}
+        pids.update(pids_with_cmdline(f"--directory={self.dir}/nodes/"))
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+            time.sleep(0.5)
+        for pid in pids:
+            for child in _children(pid):  # the container's init: SIGKILL ends its namespace
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+            time.sleep(0.5)
+        still = [p for p in pids if pid_alive(p)]
+        if still:
+            raise DriverError(f"containers did not stop (pids {still}); run down again")
+        removed += [f"container pid {p}" for p in sorted(pids)]
+        # 2. the package server.
+        host_ip = state.host_ip if state else str(next(self.subnet.hosts()))
+        servers: set[int] = set()
+        if state and state.http_pid is not None and pid_alive(state.http_pid):
+            servers.add(state.http_pid)
+        servers.update(pids_with_cmdline(f"http.server --bind {host_ip} "))
+        for pid in servers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            removed.append(f"package server pid {pid}")
+        # 3. mounts under the cluster folder (deepest first).
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        for m in sorted((m for m in mounts if m.startswith(f"{self.dir}/")), reverse=True):
+            if run(["umount", m], check=False).returncode != 0:
+                run(["umount", "-l", m], what=f"unmounting {m}")
+            removed.append(f"mount {m}")
+        # 4. network namespaces and links with the cluster's prefix.
+        prefix = f"rh-{self.name}"
+        for ns in run(["ip", "netns", "list"], what="ip netns").stdout.split("\n"):
+            ns = ns.split(" ")[0]
+            if ns.startswith(prefix + "-"):
+                run(["ip", "netns", "del", ns], what=f"deleting netns {ns}")
+                removed.append(f"netns {ns}")
+        links = run(["ip", "-o", "link", "show"], what="ip link").stdout
+        for line in links.splitlines():
+            link = line.split(":")[1].strip().split("@")[0]
+            if link == prefix or link.startswith(prefix + "-"):
+                run(["ip", "link", "del", link], check=False)
+                removed.append(f"link {link}")
+        # 5. files.
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+            removed.append(f"folder {self.dir}")
+        for r in removed:
+            progress(f"removed {r}")
+        return removed
+
+    # -- status ----------------------------------------------------------------------------
+    def status(self) -> dict:
+        state = self.load()
+        if state is None:
+            return {"name": self.name, "up": False}
+        nodes = []
+        for n in state.nodes:
+            marker = self.marker(n)
+            nodes.append(
+                {
+                    "name": n.name,
+                    "role": n.role,
+                    "ip": n.ip,
+                    "running": pid_alive(n.pid),
+                    "ready": marker is not None,
+                    "failed": self.failure(n),
+                    "phase": "ready" if marker else self.phase(n),
+                }
+            )
+        return {
+            "name": self.name,
+            "up": True,
+            "subnet": state.subnet,
+            "bridge": state.bridge,
+            "ssh_key": state.ssh_key,
+            "admin_user": state.admin_user,
+            "head": state.head.ip,
+            "nodes": nodes,
+        }
+
+
+def _new_ssh_key(path: Path) -> str:
+    """Write an ed25519 key pair (OpenSSH format) and return the public key line."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption(),
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(private)
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+        + " rehearsal"
+    )
+    path.with_suffix(".pub").write_text(public + "\n")
+    return public

@@ -1,0 +1,244 @@
+"""Render the cloud-init documents every node boots from: ``cloud-init/rendered/*.yaml``.
+
+Inputs, each from its one source of truth:
+  - the templates in ``cloud-init/templates/`` (a shared base plus head and worker parts);
+  - render-time settings in ``cloud-init/config.yaml`` (optionally overridden by ``--config``);
+  - the Ray/torch/gymnasium pins from this package's metadata (pyproject.toml);
+  - paths and ports from :mod:`driver.layout`;
+  - the deploy-time placeholder names from ``cloud-init/placeholders.yaml``.
+
+The rendered documents keep the placeholders (``@@NAME@@``); Terraform and Bicep fill them at
+deploy time with ``replace()``, and :func:`fill` does the same for the rehearsal cluster and tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.metadata
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from driver import layout
+from driver.errors import DriverError
+
+DISTRIBUTION = "azure-ray-rl"
+ROLES = ("head", "worker")
+CLUSTER_PACKAGES = ("ray", "torch", "gymnasium")
+"""The pinned packages every node installs, at exactly the driver's versions."""
+CUSTOM_DATA_LIMIT = 87_380
+"""Azure's limit on custom data, in base64 characters."""
+PLACEHOLDER_RE = re.compile(r"@@([A-Z][A-Z0-9_]*)@@")
+REQUIREMENTS_PATH = f"{layout.CONFIG_DIR}/requirements.txt"
+NODE_CHECK_PATH = "/usr/local/lib/ray-cluster/node_check.py"
+READY_TIMEOUT_S = 1800
+
+
+REPO_ENV = "NODEKIT_REPO"
+
+
+def repo_root() -> Path:
+    """The repository checkout the toolkit works on (templates, rendered documents, stacks).
+
+    ``$NODEKIT_REPO`` if set; else the checkout this package was installed from in editable
+    mode; else the current folder or one of its parents. Called when a command runs, never at
+    import, so an installed wheel's ``--help`` works anywhere.
+    """
+    explicit = os.environ.get(REPO_ENV)
+    candidates = [Path(explicit)] if explicit else []
+    if not explicit:
+        here = Path.cwd().resolve()
+        candidates += [Path(__file__).resolve().parents[2], here, *here.parents]
+    for root in candidates:
+        if (root / "cloud-init" / "templates").is_dir():
+            return root
+    where = f"${REPO_ENV} ({explicit})" if explicit else "the current folder or its parents"
+    raise DriverError(
+        f"cannot find the repository's cloud-init/templates in {where}: run from a checkout "
+        f"of the repository, or set {REPO_ENV}"
+    )
+
+
+def cloud_init_dir() -> Path:
+    return repo_root() / "cloud-init"
+
+
+# -- inputs --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Pins:
+    requirements: tuple[str, ...]
+    """e.g. ``ray[default,rllib]==2.60.0``, as written in pyproject.toml."""
+    versions: dict[str, str]
+    """e.g. ``{"ray": "2.60.0", ...}``."""
+
+
+def cluster_pins() -> Pins:
+    """The exact Ray/torch/gymnasium pins of this package (pyproject.toml via its metadata)."""
+    from packaging.requirements import Requirement
+
+    try:
+        requires = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        raise DriverError(f"{DISTRIBUTION} is not installed: pip install -e .") from None
+    found: dict[str, tuple[str, str]] = {}
+    for text in requires:
+        req = Requirement(text)
+        if req.marker is not None or req.name not in CLUSTER_PACKAGES:
+            continue
+        specs = list(req.specifier)
+        if len(specs) != 1 or specs[0].operator != "==":
+            raise DriverError(f"pyproject.toml must pin {req.name} exactly (==), got {text!r}")
+        found[req.name] = (str(req), specs[0].version)
+    missing = [p for p in CLUSTER_PACKAGES if p not in found]
+    if missing:
+        raise DriverError(f"pyproject.toml does not pin {', '.join(missing)}")
+    return Pins(
+        requirements=tuple(found[p][0] for p in CLUSTER_PACKAGES),
+        versions={p: found[p][1] for p in CLUSTER_PACKAGES},
+    )
+
+
+def placeholder_names() -> list[str]:
+    data = yaml.safe_load((cloud_init_dir() / "placeholders.yaml").read_text())
+    return list(data)
+
+
+def placeholder_defaults() -> dict[str, str]:
+    """Deploy-time values a stack uses when the user gives none (only those that have one)."""
+    data = yaml.safe_load((cloud_init_dir() / "placeholders.yaml").read_text())
+    return {name: str(spec["default"]) for name, spec in data.items() if "default" in spec}
+
+
+def placeholder_samples() -> dict[str, str]:
+    data = yaml.safe_load((cloud_init_dir() / "placeholders.yaml").read_text())
+    return {name: str(spec.get("sample", "")) for name, spec in data.items()}
+
+
+_CONFIG_TYPES: dict[str, type | tuple[type, ...]] = {
+    "os_packages": list,
+    "env_packages": list,
+    "head_packages": list,
+    "uv_version": str,
+    "head_num_cpus": int,
+    "xvfb_screen": str,
+}
+_DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+_PIP_REQ_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~ ;:@/+]*$")
+
+
+def load_config(path: Path | None = None) -> dict[str, Any]:
+    """The defaults in cloud-init/config.yaml, with the keys of ``path`` (if given) over them."""
+    config = yaml.safe_load((cloud_init_dir() / "config.yaml").read_text())
+    if path is not None:
+        try:
+            override = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as e:
+            raise DriverError(f"cannot read render config {path}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise DriverError(f"render config {path} is not valid YAML: {e}") from None
+        if not isinstance(override, dict):
+            raise DriverError(f"render config {path} must be a mapping of settings")
+        unknown = sorted(set(override) - set(_CONFIG_TYPES))
+        if unknown:
+            raise DriverError(
+                f"render config {path}: unknown setting(s) {', '.join(unknown)} "
+                f"(known: {', '.join(_CONFIG_TYPES)})"
+            )
+        config.update(override)
+    for key, kind in _CONFIG_TYPES.items():
+        if not isinstance(config.get(key), kind) or isinstance(config.get(key), bool):
+            raise DriverError(f"render setting {key} must be a {kind.__name__}")  # type: ignore[union-attr]
+    for p in config["os_packages"]:
+        if not isinstance(p, str) or not _DEB_NAME.match(p):
+            raise DriverError(f"os_packages: {p!r} is not a Debian package name")
+    for key in ("env_packages", "head_packages"):
+        for r in config[key]:
+            if not isinstance(r, str) or not _PIP_REQ_SAFE.match(r) or "'" in r:
+                raise DriverError(f"{key}: {r!r} is not a pip requirement this renderer accepts")
+    if config["head_num_cpus"] < 0:
+        raise DriverError("head_num_cpus must be >= 0")
+    if not re.fullmatch(r"\d+x\d+x\d+", config["xvfb_screen"]):
+        raise DriverError("xvfb_screen must look like 1280x1024x24")
+    return config
+
+
+# -- rendering -----------------------------------------------------------------------------
+def render(config: dict[str, Any] | None = None) -> dict[str, str]:
+    """Return ``{"head.yaml": text, "worker.yaml": text}``."""
+    import jinja2
+
+    config = load_config() if config is None else config
+    pins = cluster_pins()
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(cloud_init_dir() / "templates")),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+        # Shell's ${#VAR} would open a Jinja comment: comments are {## ... ##} here.
+        comment_start_string="{##",
+        comment_end_string="##}",
+    )
+    out: dict[str, str] = {}
+    for role in ROLES:
+        requirements = [*pins.requirements, *config["env_packages"]]
+        if role == "head":
+            requirements += config["head_packages"]
+        text = env.get_template(f"{role}.yaml.j2").render(
+            role=role,
+            layout=layout,
+            versions=pins.versions,
+            requirements=requirements,
+            requirements_path=REQUIREMENTS_PATH,
+            node_check_path=NODE_CHECK_PATH,
+            ready_timeout_s=READY_TIMEOUT_S,
+            placeholder_names=placeholder_names(),
+            **config,
+        )
+        # One trailing newline, no trailing spaces: the documents are committed.
+        text = "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n") + "\n"
+        out[f"{role}.yaml"] = text
+    return out
+
+
+def write(documents: dict[str, str], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in documents.items():
+        path = out_dir / name
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+def rendered_dir() -> Path:
+    return cloud_init_dir() / "rendered"
+
+
+# -- deploy-time values ----------------------------------------------------------------------
+def validate_value(name: str, value: str) -> None:
+    """The rules of placeholders.yaml: one line, no single quote, no backslash."""
+    if any(c in value for c in "'\\\n\r"):
+        raise DriverError(
+            f"{name}: deploy-time values may not contain quotes, backslashes or newlines"
+        )
+
+
+def fill(text: str, values: dict[str, str]) -> str:
+    """Replace every placeholder, as Terraform's and Bicep's ``replace()`` do."""
+    names = set(PLACEHOLDER_RE.findall(text))
+    missing = sorted(names - set(values))
+    if missing:
+        raise DriverError(f"no value for placeholder(s) {', '.join(missing)}")
+    for name in sorted(names):
+        validate_value(name, values[name])
+        text = text.replace(f"@@{name}@@", values[name])
+    return text
+
+
+def custom_data_size(text: str) -> int:
+    """Length of the document as Azure custom data (base64 characters)."""
+    return len(base64.b64encode(text.encode()))

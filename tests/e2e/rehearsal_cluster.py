@@ -1,0 +1,104 @@
+"""One rehearsal cluster per test run, booted the way a user boots it, torn down and checked.
+
+The ``rehearsal`` fixture (session scope, in conftest.py) runs
+``python -m driver rehearse up --name pytest --workers 2`` from the committed rendered
+documents, hands the tests what they need to reach it, and at the end runs ``rehearse down``
+and asserts that no namespace, link, mount, process or folder of the cluster is left (set
+RAYDRIVER_KEEP_REHEARSAL=1 to keep it running for a look after a failure). Tests reach the
+nodes over real SSH as the admin user, like a person would.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+
+from driver.procs import pids_with_cmdline
+
+NAME = "pytest"
+SUBNET = "10.214.0.0/24"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class RehearsalCluster:
+    name: str
+    dir: Path
+    head_ip: str
+    worker_ips: tuple[str, ...]
+    admin_user: str
+    ssh_key: Path
+    token: str
+    netns: tuple[str, ...]
+
+    @property
+    def head(self) -> str:
+        return f"{self.admin_user}@{self.head_ip}"
+
+    def ssh(self, host: str, command: str, timeout: float = 300) -> tuple[int, str, str]:
+        """Run ``command`` in a login shell on ``host`` as the admin user."""
+        client = paramiko.SSHClient()
+        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # test hosts, fresh keys
+        client.connect(
+            host,
+            username=self.admin_user,
+            key_filename=str(self.ssh_key),
+            timeout=15,
+            allow_agent=False,
+            look_for_keys=False,
+        )
+        try:
+            _, out, err = client.exec_command(f"bash -lc {_quote(command)}", timeout=timeout)
+            code = out.channel.recv_exit_status()
+            return code, out.read().decode(), err.read().decode()
+        finally:
+            client.close()
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "'\"'\"'") + "'"
+
+
+def driver(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "driver", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
+    )
+
+
+def leftovers(name: str, cluster_dir: Path) -> list[str]:
+    """Anything of the cluster still on this machine: netns, links, mounts, processes, files."""
+    found = []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found += [f"netns {ln.split()[0]}" for ln in netns.splitlines() if ln.startswith(f"rh-{name}-")]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for ln in links.splitlines():
+        link = ln.split(":")[1].strip().split("@")[0]
+        if link == f"rh-{name}" or link.startswith(f"rh-{name}-"):
+            found.append(f"link {link}")
+    mounts = Path("/proc/mounts").read_text()
+    found += [
+        f"mount {m.split()[1]}"
+        for m in mounts.splitlines()
+        if m.split()[1].startswith(str(cluster_dir))
+    ]
+    found += [f"process {pid}" for pid in pids_with_cmdline(str(cluster_dir))]
+    if cluster_dir.exists():
+        found.append(f"folder {cluster_dir}")
+    return found
+
+
+def down_and_check(cluster_dir: Path) -> None:
+    down = driver("rehearse", "down", "--name", NAME, "--subnet", SUBNET, timeout=600)
+    assert down.returncode == 0, down.stderr
+    left = leftovers(NAME, cluster_dir)
+    assert left == [], f"rehearse down left things behind: {left}"

@@ -1,0 +1,323 @@
+"""The committed cloud-init documents, booted for real: a head and two workers forming a Ray
+cluster in Debian 12 containers (see tests/rehearsal_fixture.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import paramiko
+import pytest
+import yaml
+
+from driver import layout
+from nodekit import render
+from rehearsal_cluster import RehearsalCluster, leftovers
+from support import REPO, error_lines
+
+pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
+
+
+def test_cloud_init_finished_without_errors_on_every_node(rehearsal: RehearsalCluster) -> None:
+    for ip in (rehearsal.head_ip, *rehearsal.worker_ips):
+        _, out, err = rehearsal.ssh(ip, "cloud-init status --format json")
+        status = json.loads(out)
+        assert status["status"] == "done", (ip, out, err)
+        assert status["errors"] == [], (ip, status["errors"])
+        _, out, _ = rehearsal.ssh(ip, "systemctl --failed --no-legend --plain")
+        assert out.strip() == "", f"{ip} has failed units: {out}"
+        _, out, _ = rehearsal.ssh(ip, f"cat {layout.READY_MARKER}")
+        marker = json.loads(out)
+        assert marker["ray_version"] == render.cluster_pins().versions["ray"]
+        assert marker["node_ip"] == ip
+
+
+def test_ray_status_shows_three_nodes_with_the_expected_cpus(
+    rehearsal: RehearsalCluster,
+) -> None:
+    _, nproc, _ = rehearsal.ssh(rehearsal.worker_ips[0], "nproc")
+    head_cpus = yaml.safe_load((REPO / "cloud-init" / "config.yaml").read_text())["head_num_cpus"]
+    expected = head_cpus + len(rehearsal.worker_ips) * int(nproc)
+    # `ray status` reads the autoscaler's view, which follows node registration by a few seconds.
+    deadline = time.monotonic() + 60
+    while True:
+        code, out, err = rehearsal.ssh(rehearsal.head_ip, "ray status")
+        assert code == 0, err
+        active = out.split("Active:")[1].split("Pending:")[0]
+        if len([ln for ln in active.splitlines() if "node_" in ln]) == 3:
+            break
+        assert time.monotonic() < deadline, f"ray status never showed 3 nodes:\n{out}"
+        time.sleep(3)
+    assert f"0.0/{expected:.1f} CPU" in out, out
+    # Per node, from Ray's state API: the head carries the `head` resource, workers the CPUs.
+    code, out, err = rehearsal.ssh(rehearsal.head_ip, "ray list nodes --format json")
+    assert code == 0, err
+    nodes = {n["node_ip"]: n for n in json.loads(out) if n["state"] == "ALIVE"}
+    assert set(nodes) == {rehearsal.head_ip, *rehearsal.worker_ips}
+    head = nodes[rehearsal.head_ip]
+    assert head["is_head_node"] and head["resources_total"]["head"] == 1.0
+    assert head["resources_total"].get("CPU", 0) == head_cpus
+    for ip in rehearsal.worker_ips:
+        assert nodes[ip]["resources_total"]["CPU"] == int(nproc)
+
+
+WINDOW_PROBE = r"""
+import json, ray, subprocess, time
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(logging_level="ERROR")
+
+@ray.remote(num_cpus=1)
+def open_window():
+    import os
+    win = subprocess.Popen(["xmessage", "-name", "rehearsal-probe", "hello from Ray"])
+    try:
+        for _ in range(50):
+            tree = subprocess.run(["xwininfo", "-root", "-tree"], capture_output=True, text=True)
+            if "rehearsal-probe" in tree.stdout:
+                return {"display": os.environ.get("DISPLAY"), "window": True,
+                        "node": ray.util.get_node_ip_address()}
+            time.sleep(0.2)
+        return {"display": os.environ.get("DISPLAY"), "window": False, "err": tree.stderr}
+    finally:
+        win.kill()
+
+worker = [n for n in ray.nodes() if n["Alive"] and n["NodeManagerAddress"] == "WORKER_IP"][0]
+strategy = NodeAffinitySchedulingStrategy(worker["NodeID"], soft=False)
+print("PROBE " + json.dumps(ray.get(open_window.options(scheduling_strategy=strategy).remote())))
+"""
+
+
+def test_a_ray_task_opens_a_window_on_a_workers_virtual_display(
+    rehearsal: RehearsalCluster,
+) -> None:
+    """A job (`ray job submit` in the admin's shell on the head) runs a task on a worker."""
+    worker = rehearsal.worker_ips[1]
+    script = WINDOW_PROBE.replace("WORKER_IP", worker)
+    code, out, err = rehearsal.ssh(
+        rehearsal.head_ip,
+        f"mkdir -p /tmp/window-probe && cat > /tmp/window-probe/probe.py <<'EOF'\n{script}\nEOF\n"
+        "ray job submit --working-dir /tmp/window-probe -- python probe.py",
+    )
+    assert code == 0, out[-3000:] + err
+    line = next(ln for ln in out.splitlines() if ln.startswith("PROBE "))
+    assert json.loads(line[len("PROBE ") :]) == {
+        "display": layout.XVFB_DISPLAY,
+        "window": True,
+        "node": worker,
+    }
+
+
+def test_ssh_takes_the_users_key_and_refuses_passwords(rehearsal: RehearsalCluster) -> None:
+    code, out, _ = rehearsal.ssh(rehearsal.head_ip, "id -un; id -Gn")
+    assert code == 0
+    user, groups = out.split("\n")[:2]
+    assert user == rehearsal.admin_user
+    assert "ray" in groups.split()  # so it may read the token and the results
+    transport = paramiko.Transport((rehearsal.head_ip, 22))
+    try:
+        transport.connect()
+        with pytest.raises(paramiko.BadAuthenticationType) as e:
+            transport.auth_password(rehearsal.admin_user, "any-password")
+        assert e.value.allowed_types == ["publickey"]
+    finally:
+        transport.close()
+    # A wrong key is refused too.
+    client = paramiko.SSHClient()
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+    with pytest.raises(paramiko.AuthenticationException):
+        client.connect(
+            rehearsal.head_ip,
+            username=rehearsal.admin_user,
+            pkey=paramiko.ECDSAKey.generate(),
+            allow_agent=False,
+            look_for_keys=False,
+            timeout=15,
+        )
+    client.close()
+
+
+def _connect_from_netns(netns: str, host: str, port: int) -> str:
+    code = (
+        "import socket; s = socket.socket(); s.settimeout(5)\n"
+        f"try:\n    s.connect(({host!r}, {port})); print('open')\n"
+        "except OSError as e:\n    print(type(e).__name__)\n"
+    )
+    p = subprocess.run(
+        ["ip", "netns", "exec", netns, sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return p.stdout.strip()
+
+
+def test_jobs_api_is_not_reachable_from_a_worker(rehearsal: RehearsalCluster) -> None:
+    worker_ns = rehearsal.netns[1]
+    assert (
+        _connect_from_netns(worker_ns, rehearsal.head_ip, layout.RAY_DASHBOARD_PORT)
+        == "ConnectionRefusedError"
+    )
+    assert (
+        _connect_from_netns(worker_ns, rehearsal.head_ip, layout.TENSORBOARD_PORT)
+        == "ConnectionRefusedError"
+    )
+    # The GCS is reachable from workers (they join there), and the Jobs API is up on loopback.
+    assert _connect_from_netns(worker_ns, rehearsal.head_ip, layout.RAY_GCS_PORT) == "open"
+    _, out, _ = rehearsal.ssh(
+        rehearsal.head_ip,
+        'python -c "import urllib.request as u; '
+        f"print(u.urlopen('http://127.0.0.1:{layout.RAY_DASHBOARD_PORT}/api/gcs_healthz')"
+        '.status)"',
+    )
+    assert out.strip() == "200", out
+
+
+def test_a_ray_client_without_the_token_is_refused(rehearsal: RehearsalCluster) -> None:
+    worker = rehearsal.worker_ips[0]
+    address = f"{rehearsal.head_ip}:{layout.RAY_GCS_PORT}"
+    code, out, err = rehearsal.ssh(
+        worker,
+        f"env -u RAY_AUTH_TOKEN_PATH -u RAY_AUTH_TOKEN RAY_AUTH_MODE=token HOME=/tmp "
+        f"timeout 120 ray status --address {address}",
+    )
+    assert code != 0
+    assert "InvalidAuthToken" in out + err or "token" in (out + err).lower()
+    code, out, err = rehearsal.ssh(
+        worker,
+        f"echo -n wrong-token-0123456789abcdef0123456789 > /tmp/bad; "
+        f"RAY_AUTH_TOKEN_PATH=/tmp/bad timeout 120 ray status --address {address}",
+    )
+    assert code != 0 and "InvalidAuthToken" in out + err, out + err
+    # The same client with the cluster's token gets in.
+    code, out, err = rehearsal.ssh(worker, f"timeout 120 ray status --address {address}")
+    assert code == 0 and "Active:" in out, err
+    # And the Jobs API over the head's loopback refuses a request without the token.
+    code, out, _ = rehearsal.ssh(
+        rehearsal.head_ip,
+        'python -c "import urllib.request as u, urllib.error as e\n'
+        f"try: u.urlopen('http://127.0.0.1:{layout.RAY_DASHBOARD_PORT}/api/jobs/'); print(200)\n"
+        'except e.HTTPError as x: print(x.code)"',
+    )
+    assert out.strip() == "401"
+
+
+def test_a_worker_refuses_a_head_with_another_python(
+    rehearsal: RehearsalCluster, tmp_path: Path
+) -> None:
+    """The preflight every worker runs before joining, run from this machine's own Python."""
+    files = {
+        f["path"]: f["content"]
+        for f in yaml.safe_load((REPO / "cloud-init/rendered/worker.yaml").read_text())[
+            "write_files"
+        ]
+    }
+    check = tmp_path / "node_check.py"
+    check.write_text(files[render.NODE_CHECK_PATH])
+    token = tmp_path / "token"
+    token.write_text(rehearsal.token)
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+    env.pop("RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL", None)
+    head = f"{rehearsal.head_ip}:{layout.RAY_GCS_PORT}"
+    _, node_python, _ = rehearsal.ssh(
+        rehearsal.head_ip, "python -c 'import platform; print(platform.python_version())'"
+    )
+    p = subprocess.run(
+        [sys.executable, str(check), "preflight", "--head", head],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
+    import platform
+
+    if platform.python_version() != node_python.strip():
+        assert p.returncode == 78, p.stdout + p.stderr
+        assert p.stdout.strip() == (
+            f"refusing to join the Ray head at {head}: it runs Ray "
+            f"{render.cluster_pins().versions['ray']} with Python {node_python.strip()}, this "
+            f"node has Ray {render.cluster_pins().versions['ray']} with Python "
+            f"{platform.python_version()}"
+        )
+    # Relaxed to the minor version (Ray's own switch), the same node may join.
+    p = subprocess.run(
+        [sys.executable, str(check), "preflight", "--head", head],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**env, "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL": "minor"},
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_down_cleans_up_after_a_failed_up(rehearsal: RehearsalCluster) -> None:
+    """`up` that fails half-way (its package server cannot bind) leaves what `down` removes."""
+    busy = socket.socket()
+    busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    busy.bind(("0.0.0.0", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    env = dict(os.environ)
+    cmd = [sys.executable, "-m", "driver", "rehearse"]
+    try:
+        up = subprocess.run(
+            [
+                *cmd,
+                "up",
+                "--name",
+                "rhfail",
+                "--workers",
+                "1",
+                "--subnet",
+                "10.215.0.0/24",
+                "--http-port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+            cwd=REPO,
+        )
+    finally:
+        busy.close()
+    assert up.returncode == 2
+    assert error_lines(up.stderr)[-1].startswith("error: the package server on 10.215.0.1")
+    from nodekit.rehearsal.cluster import Rehearsal
+
+    cluster_dir = Rehearsal("rhfail").dir
+    assert leftovers("rhfail", cluster_dir) != []  # the failed up did leave something
+    down = subprocess.run(
+        [*cmd, "down", "--name", "rhfail", "--subnet", "10.215.0.0/24"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=REPO,
+    )
+    assert down.returncode == 0, down.stderr
+    assert leftovers("rhfail", cluster_dir) == []
+
+
+def test_add_worker_scales_the_running_cluster_out(rehearsal: RehearsalCluster) -> None:
+    """`rehearse add-worker` boots one more worker that joins the running head (a scale-out).
+
+    Last in this module: the cluster has one more node afterwards."""
+    p = subprocess.run(
+        [sys.executable, "-m", "driver", "rehearse", "add-worker", "--name", rehearsal.name],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=REPO,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    new_ip = p.stdout.strip().split("@")[-1]
+    assert new_ip not in (rehearsal.head_ip, *rehearsal.worker_ips)
+    code, out, err = rehearsal.ssh(rehearsal.head_ip, "ray list nodes --format json")
+    assert code == 0, err
+    alive = {n["node_ip"] for n in json.loads(out) if n["state"] == "ALIVE"}
+    assert alive == {rehearsal.head_ip, *rehearsal.worker_ips, new_ip}

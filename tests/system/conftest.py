@@ -1,0 +1,38 @@
+"""System tests: a real sshd and Ray head in a network namespace (root). See headhost.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from headhost import HeadHost
+
+
+@pytest.fixture(scope="session")
+def head_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeadHost]:
+    """A ready head: sshd on port 22 and a Ray head with token auth behind it."""
+    head = HeadHost(tmp_path_factory.mktemp("head"))
+    head.start(ray=True)
+    try:
+        yield head
+    finally:
+        head.stop()
+
+
+@pytest.fixture
+def make_head_host(tmp_path: Path) -> Iterator[Callable[[], HeadHost]]:
+    """Bare heads (sshd only: no Ray, no ready marker), removed when the test ends."""
+    heads: list[HeadHost] = []
+
+    def make() -> HeadHost:
+        head = HeadHost(tmp_path / f"head{len(heads)}")
+        heads.append(head)
+        return head.start(ray=False)
+
+    try:
+        yield make
+    finally:
+        for head in heads:
+            head.stop()

@@ -1,0 +1,93 @@
+"""The CLI's contract without a cluster: help, usage errors, bad input (one line, exit 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from driver.cli import build_parser, main
+from support import FIXTURES, error_lines, run_driver
+
+VERBS = ("submit", "status", "logs", "stop", "list", "local")
+
+
+def test_help_lists_the_verbs(tmp_path: Path) -> None:
+    r = run_driver("--help", home=tmp_path)
+    assert r.returncode == 0
+    for verb in VERBS:
+        assert f"\n    {verb}" in r.stdout, f"{verb} missing from --help"
+    assert "exit codes" in r.stdout
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_each_verb_has_help(verb: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([verb, "--help"])
+    assert e.value.code == 0
+    assert f"usage: python -m driver {verb}" in capsys.readouterr().out
+
+
+def test_unknown_verb_is_one_line_exit_2(tmp_path: Path) -> None:
+    r = run_driver("sumbit", "train.py", home=tmp_path)
+    assert r.returncode == 2
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1, r.stderr
+    assert "invalid choice: 'sumbit'" in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def test_unknown_flag_is_one_line_exit_2(tmp_path: Path) -> None:
+    r = run_driver("submit", "--frobnicate", "x.py", home=tmp_path)
+    assert r.returncode == 2
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1 and "unrecognized arguments: --frobnicate" in lines[0], r.stderr
+
+
+def test_submit_missing_file_exits_2_without_starting_ray(tmp_path: Path) -> None:
+    r = run_driver("submit", "does/not/exist.py", home=tmp_path)
+    assert r.returncode == 2
+    assert error_lines(r.stderr) == [
+        "error: no such file: does/not/exist.py (expected a Python script or a folder with one)"
+    ]
+    assert not (tmp_path / "local" / "head.json").exists()
+
+
+def test_submit_folder_without_entrypoint_exits_2(tmp_path: Path) -> None:
+    r = run_driver("submit", str(FIXTURES / "jobs" / "noentry"), home=tmp_path)
+    assert r.returncode == 2
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1 and "folder with no entrypoint" in lines[0], r.stderr
+
+
+def test_submit_non_python_file_exits_2(tmp_path: Path) -> None:
+    target = tmp_path / "notes.txt"
+    target.write_text("hello")
+    assert main(["submit", str(target)]) == 2
+
+
+def test_bad_env_pair_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["submit", "--env", "NOEQUALS", str(FIXTURES / "jobs" / "succeed.py")]) == 2
+    assert "--env expects KEY=VALUE" in capsys.readouterr().err
+
+
+def test_args_after_double_dash_only_for_submit(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "--", "x"]) == 2
+    assert "only for submit" in capsys.readouterr().err
+
+
+def test_status_without_any_cluster_is_a_clear_error(tmp_path: Path) -> None:
+    r = run_driver("status", "some-job", home=tmp_path)
+    assert r.returncode == 2
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1 and "local Ray is not running" in lines[0], r.stderr
+
+
+def test_an_os_error_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    r = run_driver("render", "--out", str(blocker / "sub"), home=tmp_path)
+    assert r.returncode == 2
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "Traceback" not in r.stderr

@@ -1,0 +1,179 @@
+"""The embedded default end to end: real local Ray, real Jobs API, no mocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from driver.localray import LocalRay, session_pids
+from support import FIXTURES, REPO, error_lines, run_driver
+
+JOBS = FIXTURES / "jobs"
+
+
+def _status(sid: str, home: Path) -> str:
+    r = run_driver("status", sid, "--json", home=home)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["status"]
+
+
+def test_submit_succeeding_script_exits_0(driver_home: Path, tmp_path: Path) -> None:
+    r = run_driver(
+        "submit",
+        "--env",
+        "GREETING=hello",
+        "--results",
+        str(tmp_path / "res"),
+        "--submission-id",
+        "ok-1",
+        str(JOBS / "succeed.py"),
+        "--",
+        "--flag",
+        "two words",
+        home=driver_home,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "SQUARES [0, 1, 4, 9]" in r.stdout
+    assert 'ARGS ["--flag", "two words"]' in r.stdout
+    assert "GREETING hello" in r.stdout
+    assert (tmp_path / "res" / "ok-1" / "out.txt").read_text() == "done\n"
+    assert "Job ok-1 succeeded." in r.stderr
+    assert "python -m driver logs ok-1 --follow" in r.stderr  # next commands are printed
+    assert _status("ok-1", driver_home) == "SUCCEEDED"
+
+
+def test_submit_failing_script_exits_1(driver_home: Path) -> None:
+    r = run_driver("submit", "--submission-id", "fail-1", str(JOBS / "fail.py"), home=driver_home)
+    assert r.returncode == 1, r.stderr
+    assert "this job fails on purpose" in r.stdout  # the job's own traceback is job output
+    last = error_lines(r.stderr)[-1]
+    assert last.startswith("Job fail-1 failed: Job entrypoint command failed with exit code 1")
+    assert "Traceback" not in r.stderr
+    assert _status("fail-1", driver_home) == "FAILED"
+
+
+def test_no_wait_status_logs_stop_list(driver_home: Path) -> None:
+    r = run_driver(
+        "submit",
+        "--no-wait",
+        "--submission-id",
+        "sleep-1",
+        str(JOBS / "sleep.py"),
+        home=driver_home,
+    )
+    assert r.returncode == 0, r.stderr
+    deadline = time.monotonic() + 60
+    while "tick 1" not in run_driver("logs", "sleep-1", home=driver_home).stdout:
+        assert time.monotonic() < deadline, "job never printed"
+        time.sleep(1)
+    assert _status("sleep-1", driver_home) == "RUNNING"
+    listed = run_driver("list", "--json", home=driver_home)
+    assert "sleep-1" in [j["submission_id"] for j in json.loads(listed.stdout)]
+    r = run_driver("stop", "sleep-1", home=driver_home)
+    assert r.returncode == 0, r.stderr
+    assert _status("sleep-1", driver_home) == "STOPPED"
+    # Following a stopped job reports it with the "failed or stopped" exit code.
+    assert run_driver("logs", "sleep-1", "--follow", home=driver_home).returncode == 1
+
+
+def test_unknown_job_id_exits_2(driver_home: Path) -> None:
+    run_driver("local", "start", home=driver_home)
+    r = run_driver("status", "no-such-job", home=driver_home)
+    assert r.returncode == 2
+    assert error_lines(r.stderr) == ["error: job no-such-job: no such job on local Ray"]
+
+
+def test_ctrl_c_leaves_the_job_running(driver_home: Path) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "driver",
+            "submit",
+            "--submission-id",
+            "int-1",
+            str(JOBS / "sleep.py"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "RAYDRIVER_HOME": str(driver_home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # wait until logs are streaming
+        if line.startswith("tick 2"):
+            break
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "job int-1 keeps running" in err
+    assert "python -m driver stop int-1" in err
+    assert "Traceback" not in err
+    assert _status("int-1", driver_home) == "RUNNING"
+    assert run_driver("stop", "int-1", home=driver_home).returncode == 0
+
+
+def test_local_ray_that_cannot_start_leaves_nothing(tmp_path: Path) -> None:
+    # Ray cannot create its session folder where a plain file stands in the way.
+    blocker = LocalRay(tmp_path).temp_dir
+    blocker.write_text("not a directory")
+    try:
+        r = run_driver("local", "start", home=tmp_path, timeout=180)
+    finally:
+        blocker.unlink()
+    assert r.returncode == 2
+    lines = error_lines(r.stderr)
+    assert lines[-1].startswith("error: local Ray did not start"), r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "local" / "head.json").exists()
+    temp_dir = str(LocalRay(tmp_path).temp_dir)
+    leftovers = subprocess.run(["pgrep", "-f", temp_dir], capture_output=True, text=True)
+    assert leftovers.stdout == "", f"stray Ray processes: {leftovers.stdout}"
+
+
+def test_local_stop_removes_every_process(tmp_path: Path) -> None:
+    r = run_driver("local", "start", "--num-cpus", "1", home=tmp_path, timeout=180)
+    assert r.returncode == 0, r.stderr
+    head = LocalRay(tmp_path).running()
+    assert head is not None
+    # A job leaves worker processes behind in the head's session: they must go too.
+    assert (
+        run_driver(
+            "submit", str(JOBS / "succeed.py"), "--results", str(tmp_path / "r"), home=tmp_path
+        ).returncode
+        == 0
+    )
+    assert len(session_pids(head.session_id)) > 3
+    assert run_driver("local", "stop", home=tmp_path).returncode == 0
+    assert session_pids(head.session_id) == []
+    assert run_driver("local", "status", home=tmp_path).returncode == 1
+
+
+@pytest.mark.slow
+def test_cartpole_reaches_450_within_its_step_budget(driver_home: Path, tmp_path: Path) -> None:
+    r = run_driver(
+        "submit",
+        "--results",
+        str(tmp_path),
+        "--submission-id",
+        "cartpole-test",
+        "examples/cartpole/train.py",
+        home=driver_home,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    result = json.loads(
+        next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT ") :]
+    )
+    assert result["episode_return_mean"] >= 450
+    assert result["env_steps"] <= 60_000
+    assert (tmp_path / "cartpole-test" / "checkpoint").is_dir()
+    assert json.loads((tmp_path / "cartpole-test" / "summary.json").read_text()) == result

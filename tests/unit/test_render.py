@@ -1,0 +1,208 @@
+"""The cloud-init documents: golden files, real `cloud-init schema`, size, pins, placeholders."""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from driver import layout
+from driver.errors import DriverError
+from nodekit import render
+from nodekit.cli import main
+from support import REPO
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+RENDERED = REPO / "cloud-init" / "rendered"
+
+
+@pytest.fixture(scope="module")
+def documents() -> dict[str, str]:
+    return render.render()
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The committed documents with sample deploy-time values, as Terraform/Bicep fill them."""
+    out = tmp_path_factory.mktemp("filled")
+    samples = render.placeholder_samples()
+    paths = {}
+    for name in ("head.yaml", "worker.yaml"):
+        paths[name] = out / name
+        paths[name].write_text(render.fill((RENDERED / name).read_text(), samples))
+    return paths
+
+
+def _files(text: str) -> dict[str, str]:
+    return {f["path"]: f.get("content", "") for f in yaml.safe_load(text)["write_files"]}
+
+
+# -- golden files ------------------------------------------------------------------------------
+def test_committed_documents_match_a_fresh_render(documents: dict[str, str]) -> None:
+    for name, text in documents.items():
+        committed = (RENDERED / name).read_text()
+        assert committed == text, f"{name} is stale: run `python -m driver render` and commit"
+
+
+def test_render_check_flags_a_stale_document(tmp_path: Path) -> None:
+    for name in ("head.yaml", "worker.yaml"):
+        shutil.copy(RENDERED / name, tmp_path / name)
+    assert main(["render", "--check", "--out", str(tmp_path)]) == 0
+    (tmp_path / "worker.yaml").write_text((RENDERED / "worker.yaml").read_text() + "# edit\n")
+    assert main(["render", "--check", "--out", str(tmp_path)]) == 1
+
+
+def test_render_config_overrides_and_rejects_unknown_keys(tmp_path: Path) -> None:
+    config = tmp_path / "cfg.yaml"
+    config.write_text("env_packages: ['minigrid==3.0.0']\nhead_num_cpus: 2\n")
+    docs = render.render(render.load_config(config))
+    for name in ("head.yaml", "worker.yaml"):
+        assert "minigrid==3.0.0" in _files(docs[name])[render.REQUIREMENTS_PATH]
+    assert "--num-cpus=2" in _files(docs["head.yaml"])["/usr/local/bin/ray-cluster-start"]
+    config.write_text("ray_version: '1.0'\n")
+    with pytest.raises(DriverError, match="unknown setting"):
+        render.load_config(config)
+    config.write_text("os_packages: ['Not A Package']\n")
+    with pytest.raises(DriverError, match="not a Debian package name"):
+        render.load_config(config)
+
+
+# -- cloud-init's own schema --------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["head.yaml", "worker.yaml"])
+def test_filled_documents_pass_cloud_init_schema(filled: dict[str, Path], name: str) -> None:
+    cloud_init = shutil.which("cloud-init")
+    assert cloud_init, "cloud-init is not installed (scripts/test.sh installs it as root)"
+    p = subprocess.run(
+        [cloud_init, "schema", "--config-file", str(filled[name])], capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Valid cloud-config" in p.stdout
+
+
+def test_cloud_init_schema_catches_a_broken_document(tmp_path: Path) -> None:
+    """The schema check above can fail: a wrong type is reported."""
+    broken = tmp_path / "broken.yaml"
+    text = (
+        (RENDERED / "worker.yaml").read_text().replace("package_update: true", "package_update: 3")
+    )
+    broken.write_text(render.fill(text, render.placeholder_samples()))
+    p = subprocess.run(
+        ["cloud-init", "schema", "--config-file", str(broken)], capture_output=True, text=True
+    )
+    assert p.returncode != 0
+    assert "package_update" in p.stdout + p.stderr
+
+
+# -- size ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["head.yaml", "worker.yaml"])
+def test_custom_data_fits_azure_limit(filled: dict[str, Path], name: str) -> None:
+    raw = filled[name].read_bytes()
+    assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT
+    # Headroom for long deploy-time values (extra packages, a private index URL).
+    assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT * 0.5
+
+
+# -- versions -----------------------------------------------------------------------------------
+def test_nodes_install_exactly_the_pyproject_pins() -> None:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    deps = {re.split(r"[\[=<>!~ ]", d)[0]: d for d in pyproject["project"]["dependencies"]}
+    for name in ("head.yaml", "worker.yaml"):
+        reqs = _files((RENDERED / name).read_text())[render.REQUIREMENTS_PATH].split()
+        for package in render.CLUSTER_PACKAGES:
+            assert deps[package] in reqs, f"{name}: {deps[package]} not installed as pinned"
+        header = (RENDERED / name).read_text().splitlines()[1]
+        assert f"Ray {render.cluster_pins().versions['ray']}" in header
+
+
+def test_head_and_workers_install_identical_versions() -> None:
+    head = set(_files((RENDERED / "head.yaml").read_text())[render.REQUIREMENTS_PATH].split())
+    worker = set(_files((RENDERED / "worker.yaml").read_text())[render.REQUIREMENTS_PATH].split())
+    assert worker <= head  # the head adds its own tools (TensorBoard) on top
+    torch = {r for r in head | worker if r.startswith("torch")}
+    assert len(torch) == 1
+
+
+def test_installed_ray_is_the_pinned_one() -> None:
+    import ray
+
+    assert ray.__version__ == render.cluster_pins().versions["ray"]
+
+
+# -- placeholders -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["head.yaml", "worker.yaml"])
+def test_each_placeholder_appears_exactly_once(name: str) -> None:
+    text = (RENDERED / name).read_text()
+    found = render.PLACEHOLDER_RE.findall(text)
+    assert sorted(found) == sorted(render.placeholder_names())
+
+
+def test_placeholders_are_filled_and_values_checked() -> None:
+    text = (RENDERED / "worker.yaml").read_text()
+    filled = render.fill(text, render.placeholder_samples())
+    assert "@@" not in filled
+    env = _files(filled)[layout.DEPLOY_ENV]
+    assert "RAY_HEAD_IP='10.42.1.4'" in env
+    with pytest.raises(DriverError, match="no value for placeholder"):
+        render.fill(text, {"RAY_HEAD_IP": "10.0.0.4"})
+    bad = {**render.placeholder_samples(), "EXTRA_PIP_PACKAGES": "x'; rm -rf /; '"}
+    with pytest.raises(DriverError, match="may not contain quotes"):
+        render.fill(text, bad)
+
+
+# -- the scripts inside the documents -----------------------------------------------------------
+def _scripts(name: str) -> dict[str, str]:
+    return {
+        p: c
+        for p, c in _files((RENDERED / name).read_text()).items()
+        if c.startswith("#!/bin/bash")
+    }
+
+
+@pytest.mark.parametrize("name", ["head.yaml", "worker.yaml"])
+def test_embedded_shell_scripts_parse_and_pass_shellcheck(name: str, tmp_path: Path) -> None:
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is not installed (scripts/test.sh installs it as root)"
+    scripts = _scripts(name)
+    assert set(scripts) == {
+        "/usr/local/sbin/ray-cluster-bootstrap",
+        "/usr/local/bin/ray-cluster-start",
+    }
+    for path, content in scripts.items():
+        f = tmp_path / Path(path).name
+        f.write_text(content)
+        assert subprocess.run(["bash", "-n", str(f)]).returncode == 0, path
+        p = subprocess.run([shellcheck, "-S", "warning", str(f)], capture_output=True, text=True)
+        assert p.returncode == 0, f"{path}:\n{p.stdout}"
+
+
+def test_node_check_compiles(tmp_path: Path) -> None:
+    src = _files((RENDERED / "worker.yaml").read_text())[render.NODE_CHECK_PATH]
+    f = tmp_path / "node_check.py"
+    f.write_text(src)
+    assert subprocess.run([sys.executable, "-m", "py_compile", str(f)]).returncode == 0
+
+
+def test_services_bind_the_dashboard_to_loopback_only() -> None:
+    start = _files((RENDERED / "head.yaml").read_text())["/usr/local/bin/ray-cluster-start"]
+    assert "--dashboard-host=127.0.0.1" in start
+    assert f"--dashboard-port={layout.RAY_DASHBOARD_PORT}" in start
+    assert "--disable-usage-stats" in start
+    for name in ("head.yaml", "worker.yaml"):
+        unit = _files((RENDERED / name).read_text())
+        service = next(
+            c
+            for p, c in unit.items()
+            if p.endswith(".service") and "ray-xvfb" not in p and "tensorboard" not in p
+        )
+        assert "User=ray" in service and "Restart=always" in service
+        assert "RestartPreventExitStatus=78" in service

@@ -1,0 +1,176 @@
+"""Conventions of the Terraform stack that hold it to its contracts: terraform fmt, provider
+pins, variable and output conventions, the output names the driver and the Bicep stack share,
+and a tfvars example with exactly the required inputs."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import hcl2
+import pytest
+from terraform_docs import outputs, variables
+
+REPO = Path(__file__).resolve().parents[2]
+STACK = REPO / "infra" / "terraform"
+
+# Read by `python -m driver --terraform-dir` (head_public_ip, admin_username) and mirrored by the
+# Bicep stack in camelCase (headPublicIp, ...): renaming one breaks a consumer.
+OUTPUT_CONTRACT = {
+    "head_public_ip",
+    "head_private_ip",
+    "admin_username",
+    "ssh_command",
+    "scale_set_id",
+    "resource_group_name",
+    "driver_command",
+}
+TERRAFORM_ONLY_VARIABLES = {"resource_group_name", "create_resource_group"}
+
+
+def _unquote(value: str) -> str:
+    return value[1:-1] if value.startswith('"') and value.endswith('"') else value
+
+
+def terraform_env(tmp: Path) -> dict[str, str]:
+    rc = tmp / "terraformrc"
+    rc.write_text("")
+    return {**os.environ, "CHECKPOINT_DISABLE": "1", "TF_CLI_CONFIG_FILE": str(rc)}
+
+
+def test_terraform_fmt_check_passes(tmp_path: Path) -> None:
+    if shutil.which("terraform") is None:
+        pytest.fail("terraform is not on PATH")
+    env = terraform_env(tmp_path)
+    result = subprocess.run(
+        ["terraform", "fmt", "-check", "-recursive", "-diff", "infra/terraform"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout
+    # ... and the check can fail: a misaligned copy is reported.
+    (tmp_path / "main.tf").write_text("locals {\n  a = 1\n  bb = 2\n}\n")
+    bad = subprocess.run(
+        ["terraform", "fmt", "-check", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode != 0 and "main.tf" in bad.stdout
+
+
+def test_versions_pin_terraform_and_azurerm_4() -> None:
+    [terraform] = hcl2.load((STACK / "versions.tf").open())["terraform"]
+    assert _unquote(terraform["required_version"]) == ">= 1.6"
+    providers = terraform["required_providers"][0]
+    assert _unquote(providers["azurerm"]["source"]) == "hashicorp/azurerm"
+    assert _unquote(providers["azurerm"]["version"]) == "~> 4.0"
+    assert _unquote(providers["random"]["source"]) == "hashicorp/random"
+    # random_bytes exists since 3.6
+    assert re.fullmatch(r"~> 3\.([6-9]|\d\d)", _unquote(providers["random"]["version"]))
+
+
+def test_every_variable_has_type_and_required_or_optional_description() -> None:
+    found = variables()
+    assert len(found) >= 25
+    for name, spec in found.items():
+        assert "type" in spec, name
+        description = _unquote(spec["description"])
+        required = "default" not in spec
+        prefix = "(Required) " if required else "(Optional) "
+        assert description.startswith(prefix), f"{name}: {description[:40]!r}"
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", name), name
+    required = {n for n, s in found.items() if "default" not in s}
+    assert required == {"location", "allowed_ssh_cidrs", "admin_ssh_public_key"}
+
+
+def test_variable_names_translate_to_bicep_camel_case() -> None:
+    """snake_case -> camelCase must be reversible for every input the Bicep stack shares."""
+    for name in set(variables()) - TERRAFORM_ONLY_VARIABLES:
+        head, *rest = name.split("_")
+        camel = head + "".join(p.capitalize() for p in rest)
+        back = re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), camel)
+        assert back == name and not re.search(r"_\d|\d_", name), name
+
+
+def test_outputs_are_the_contract_each_with_a_description() -> None:
+    found = outputs()
+    assert set(found) == OUTPUT_CONTRACT
+    for name, spec in found.items():
+        assert _unquote(spec.get("description", "")), name
+        assert "sensitive" not in spec, f"{name}: nothing secret belongs in an output"
+    assert "cluster_token" not in (STACK / "outputs.tf").read_text()
+
+
+def test_driver_command_is_exactly_the_submit_line() -> None:
+    local = {}
+    for block in hcl2.load((STACK / "locals.tf").open())["locals"]:
+        local.update(block)
+    assert local["ssh_target"] == '"${var.admin_username}@${azurerm_public_ip.head.ip_address}"'
+    found = outputs()
+    assert found["driver_command"]["value"] == (
+        '"python -m driver submit examples/cartpole/train.py --head ${local.ssh_target}"'
+    )
+    assert found["ssh_command"]["value"] == '"ssh ${local.ssh_target}"'
+    assert found["head_public_ip"]["value"] == "${azurerm_public_ip.head.ip_address}"
+    assert found["admin_username"]["value"] == "${var.admin_username}"
+    assert (REPO / "examples" / "cartpole" / "train.py").exists()
+
+
+def test_tfvars_example_sets_exactly_the_required_inputs() -> None:
+    example = hcl2.load((STACK / "terraform.tfvars.example").open())
+    given = {k for k in example if not k.startswith("__")}
+    required = {n for n, s in variables().items() if "default" not in s}
+    assert given == required
+
+
+def test_tfvars_example_passes_the_validations(tmp_path: Path) -> None:
+    if shutil.which("terraform") is None:
+        pytest.fail("terraform is not on PATH")
+    for name in ("variables.tf", "checks.tf"):
+        shutil.copy(STACK / name, tmp_path / name)
+    shutil.copy(STACK / "terraform.tfvars.example", tmp_path / "example.tfvars")
+    env = terraform_env(tmp_path)
+    for command in (
+        ["terraform", "init", "-input=false", "-no-color"],
+        ["terraform", "plan", "-input=false", "-no-color", "-var-file=example.tfvars"],
+    ):
+        result = subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_tftest_files_reference_what_the_stack_has() -> None:
+    """terraform test runs only on GitHub; here at least every address a test names must exist:
+    resources, variables in expect_failures and run variables, outputs, mocked providers."""
+    resources = set()
+    for path in STACK.glob("*.tf"):
+        for block in hcl2.load(path.open()).get("resource", []):
+            for rtype, instances in block.items():
+                resources |= {f"{rtype.strip(chr(34))}.{n.strip(chr(34))}" for n in instances}
+    known_vars, known_outputs = set(variables()), set(outputs())
+    files = sorted((STACK / "tests").glob("*.tftest.hcl"))
+    assert len(files) >= 2
+    runs = 0
+    for path in files:
+        text = path.read_text()
+        doc = hcl2.load(path.open())
+        mocked = {k.strip('"') for block in doc.get("mock_provider", []) for k in block}
+        assert mocked == {"azurerm", "random"}, path.name
+        assert set(doc.get("variables", [{}])[0]) - {"__is_block__"} <= known_vars
+        for block in doc["run"]:
+            for name, run in block.items():
+                runs += 1
+                assert run.get("command") == "plan", f"{path.name} {name}: plan only"
+                assert run.get("assert") or run.get("expect_failures"), f"{path.name} {name}"
+                for variables_block in run.get("variables", []):
+                    unknown = set(variables_block) - {"__is_block__"} - known_vars
+                    assert not unknown, f"{path.name} {name}: {unknown}"
+                for failure in run.get("expect_failures", []):
+                    target = failure.strip("${}")
+                    assert target.removeprefix("var.") in known_vars or target in resources
+        used = set(re.findall(r"\b((?:azurerm|random|terraform)_\w+\.\w+)", text))
+        assert used <= resources, f"{path.name}: {used - resources}"
+        assert set(re.findall(r"\boutput\.(\w+)", text)) <= known_outputs
+    assert runs >= 20

@@ -125,7 +125,7 @@ def main() -> int:
     cache.cache.ensure_rootfs(print)
     cache.cache.ensure_apt_repo(packages, print)
     torch = next(r for r in reqs if r.startswith("torch=="))
-    torch_index = render.placeholder_defaults()["TORCH_INDEX_URL"]
+    torch_index = render.deploy_value_defaults()["TORCH_INDEX_URL"]
     cache.cache.ensure_wheelhouse(reqs, torch, torch_index, print)
     report["host_caches_s"] = round(time.monotonic() - t, 1)
 

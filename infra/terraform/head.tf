@@ -71,9 +71,12 @@ resource "azurerm_linux_virtual_machine" "head" {
   # Managed storage account: serial console and the boot log show cloud-init's progress.
   boot_diagnostics {}
 
-  # The first boot installs packages: the subnet's NAT gateway and NSG must be in place.
+  # The first boot installs packages (the subnet's NAT gateway and NSG must be in place) and
+  # reads the cluster token from Key Vault (the secret and the identity's role must exist).
   depends_on = [
     azurerm_subnet_nat_gateway_association.this,
     azurerm_subnet_network_security_group_association.this,
+    azurerm_key_vault_secret.cluster_token,
+    azurerm_role_assignment.nodes_secrets_user,
   ]
 }

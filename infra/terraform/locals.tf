@@ -14,11 +14,13 @@ locals {
   os_image = local.os_images[var.os_image]
 
   # Deploy-time values for the rendered cloud-init documents, keyed by exactly the names in
-  # cloud-init/placeholders.yaml (tests/test_terraform_custom_data.py holds the two lists
-  # together). Each appears in the documents as @@NAME@@.
+  # cloud-init/placeholders.yaml (tests/unit/test_deploy_values.py holds the lists together).
+  # They reach the nodes as one JSON object: adding a value is one line here.
   deploy_values = {
     RAY_HEAD_IP        = local.head_private_ip
-    RAY_CLUSTER_TOKEN  = random_bytes.cluster_token.hex
+    KEY_VAULT_URL      = azurerm_key_vault.this.vault_uri
+    TOKEN_SECRET_NAME  = azurerm_key_vault_secret.cluster_token.name
+    IDENTITY_CLIENT_ID = azurerm_user_assigned_identity.this.client_id
     RAY_ADMIN_USER     = var.admin_username
     EXTRA_PIP_PACKAGES = join(" ", var.extra_pip_packages)
     PIP_INDEX_URL      = var.pip_index_url
@@ -26,20 +28,19 @@ locals {
     APT_SOURCE         = var.apt_source
   }
 
-  # The committed, rendered documents (python -m driver render writes them), filled in. Sent as
-  # plain base64: Azure allows 87,380 base64 characters of custom data, the documents use about
-  # a third of that (tests prove the bound for the longest values the variables accept).
+  # The committed, rendered documents (python -m nodekit render writes them), with their one
+  # placeholder filled. Sent as plain base64: Azure allows 87,380 base64 characters of custom
+  # data, the documents use about a third of that (tests prove the bound for the longest values
+  # the variables accept).
   cloud_init_dir = "${path.module}/../../cloud-init/rendered"
   cloud_init     = { for role in ["head", "worker"] : role => file("${local.cloud_init_dir}/${role}.yaml") }
-  custom_data = { for role, text in local.cloud_init : role => replace(replace(replace(replace(replace(replace(replace(text,
-    "@@RAY_HEAD_IP@@", local.deploy_values.RAY_HEAD_IP),
-    "@@RAY_CLUSTER_TOKEN@@", local.deploy_values.RAY_CLUSTER_TOKEN),
-    "@@RAY_ADMIN_USER@@", local.deploy_values.RAY_ADMIN_USER),
-    "@@EXTRA_PIP_PACKAGES@@", local.deploy_values.EXTRA_PIP_PACKAGES),
-    "@@PIP_INDEX_URL@@", local.deploy_values.PIP_INDEX_URL),
-    "@@TORCH_INDEX_URL@@", local.deploy_values.TORCH_INDEX_URL),
-    "@@APT_SOURCE@@", local.deploy_values.APT_SOURCE)
-  }
+  custom_data    = { for role, text in local.cloud_init : role => replace(text, "@@DEPLOY_VALUES@@", base64encode(jsonencode(local.deploy_values))) }
+
+  # Key Vault names are global: 3-24 letters, digits and '-'. Derived from the subscription,
+  # the resource group and the prefix, so a re-apply keeps it and another cluster differs.
+  key_vault_name = "${var.name_prefix}-kv-${substr(sha1("${data.azurerm_client_config.current.subscription_id}/${local.resource_group_name}/${var.name_prefix}"), 0, 23 - length(var.name_prefix) - 4)}"
+  # Key Vault takes single addresses without "/32".
+  key_vault_ip_rules = [for c in var.allowed_ssh_cidrs : endswith(c, "/32") ? trimsuffix(c, "/32") : c]
 
   ssh_target = "${var.admin_username}@${azurerm_public_ip.head.ip_address}"
 }

@@ -15,6 +15,9 @@ resource "azurerm_subnet" "this" {
   virtual_network_name            = azurerm_virtual_network.this.name
   address_prefixes                = [var.subnet_address_prefix]
   default_outbound_access_enabled = false
+  # The nodes reach the cluster's Key Vault from inside the network (its firewall admits this
+  # subnet).
+  service_endpoints = ["Microsoft.KeyVault"]
 }
 
 # Inbound: SSH from allowed_ssh_cidrs to the head, all traffic between cluster nodes (Ray needs

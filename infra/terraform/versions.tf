@@ -1,7 +1,7 @@
 terraform {
-  # Variable validations and preconditions below work from 1.6; `terraform test` with
-  # mock_provider (infra/terraform/tests) needs 1.7 or later.
-  required_version = ">= 1.6"
+  # The cluster token is an ephemeral value written to a write-only argument (keyvault.tf):
+  # both need Terraform 1.11.
+  required_version = ">= 1.11"
 
   required_providers {
     # 5.0 renames attributes this stack uses: stay on 4.x.
@@ -9,10 +9,10 @@ terraform {
       source  = "hashicorp/azurerm"
       version = "~> 4.0"
     }
-    # random_bytes (the cluster token) exists since 3.6.
+    # The ephemeral random_password (the cluster token) exists since 3.7.
     random = {
       source  = "hashicorp/random"
-      version = "~> 3.6"
+      version = "~> 3.7"
     }
   }
 }

@@ -88,6 +88,8 @@ resource "azurerm_linux_virtual_machine_scale_set" "workers" {
   depends_on = [
     azurerm_subnet_nat_gateway_association.this,
     azurerm_subnet_network_security_group_association.this,
+    azurerm_key_vault_secret.cluster_token,
+    azurerm_role_assignment.nodes_secrets_user,
     azurerm_linux_virtual_machine.head,
   ]
 }

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import importlib.metadata
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -32,10 +33,15 @@ CLUSTER_PACKAGES = ("ray", "torch", "gymnasium")
 """The pinned packages every node installs, at exactly the driver's versions."""
 CUSTOM_DATA_LIMIT = 87_380
 """Azure's limit on custom data, in base64 characters."""
+PLACEHOLDER = "@@DEPLOY_VALUES@@"
+"""The one placeholder in the rendered documents: base64 of the deploy-time values as JSON."""
 PLACEHOLDER_RE = re.compile(r"@@([A-Z][A-Z0-9_]*)@@")
+DEPLOY_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 REQUIREMENTS_PATH = f"{layout.CONFIG_DIR}/requirements.txt"
 NODE_CHECK_PATH = "/usr/local/lib/ray-cluster/node_check.py"
 READY_TIMEOUT_S = 1800
+TOKEN_TIMEOUT_S = 1200
+"""How long a node keeps trying to read the cluster token (role assignments take minutes)."""
 
 
 REPO_ENV = "NODEKIT_REPO"
@@ -102,20 +108,25 @@ def cluster_pins() -> Pins:
     )
 
 
-def placeholder_names() -> list[str]:
+def _deploy_value_specs() -> dict[str, dict[str, Any]]:
     data = yaml.safe_load((cloud_init_dir() / "placeholders.yaml").read_text())
-    return list(data)
+    if not isinstance(data, dict) or not all(DEPLOY_NAME_RE.match(n) for n in data):
+        raise DriverError("cloud-init/placeholders.yaml must map NAMES (A-Z, 0-9, _) to specs")
+    return data
 
 
-def placeholder_defaults() -> dict[str, str]:
+def deploy_value_names() -> list[str]:
+    """Every deploy-time value, in the order of cloud-init/placeholders.yaml."""
+    return list(_deploy_value_specs())
+
+
+def deploy_value_defaults() -> dict[str, str]:
     """Deploy-time values a stack uses when the user gives none (only those that have one)."""
-    data = yaml.safe_load((cloud_init_dir() / "placeholders.yaml").read_text())
-    return {name: str(spec["default"]) for name, spec in data.items() if "default" in spec}
+    return {n: str(s["default"]) for n, s in _deploy_value_specs().items() if "default" in s}
 
 
-def placeholder_samples() -> dict[str, str]:
-    data = yaml.safe_load((cloud_init_dir() / "placeholders.yaml").read_text())
-    return {name: str(spec.get("sample", "")) for name, spec in data.items()}
+def deploy_value_samples() -> dict[str, str]:
+    return {n: str(s.get("sample", "")) for n, s in _deploy_value_specs().items()}
 
 
 _CONFIG_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -195,7 +206,9 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
             requirements_path=REQUIREMENTS_PATH,
             node_check_path=NODE_CHECK_PATH,
             ready_timeout_s=READY_TIMEOUT_S,
-            placeholder_names=placeholder_names(),
+            token_timeout_s=TOKEN_TIMEOUT_S,
+            placeholder=PLACEHOLDER,
+            deploy_value_names=deploy_value_names(),
             **config,
         )
         # One trailing newline, no trailing spaces: the documents are committed.
@@ -219,24 +232,49 @@ def rendered_dir() -> Path:
 
 
 # -- deploy-time values ----------------------------------------------------------------------
-def validate_value(name: str, value: str) -> None:
-    """The rules of placeholders.yaml: one line, no single quote, no backslash."""
-    if any(c in value for c in "'\\\n\r"):
+def encode_deploy_values(values: dict[str, str]) -> str:
+    """What the stacks put in place of the placeholder: base64 of the values as a JSON object.
+
+    Exactly the names of cloud-init/placeholders.yaml, each a one-line string.
+    """
+    names = deploy_value_names()
+    missing = [n for n in names if n not in values]
+    unknown = sorted(set(values) - set(names))
+    if missing or unknown:
         raise DriverError(
-            f"{name}: deploy-time values may not contain quotes, backslashes or newlines"
+            "deploy-time values must be exactly those of cloud-init/placeholders.yaml: "
+            + "; ".join(
+                part
+                for part in (
+                    f"missing {', '.join(missing)}" if missing else "",
+                    f"unknown {', '.join(unknown)}" if unknown else "",
+                )
+                if part
+            )
         )
+    for name, value in values.items():
+        if not isinstance(value, str) or "\n" in value or "\r" in value:
+            raise DriverError(f"deploy-time value {name} must be one line of text")
+    return base64.b64encode(json.dumps(values).encode()).decode()
+
+
+def decode_deploy_values(encoded: str) -> dict[str, str]:
+    """The inverse of :func:`encode_deploy_values` (for tests and the rehearsal's checks)."""
+    data = json.loads(base64.b64decode(encoded, validate=True))
+    if not isinstance(data, dict):
+        raise DriverError("deploy-time values must be a JSON object")
+    return data
 
 
 def fill(text: str, values: dict[str, str]) -> str:
-    """Replace every placeholder, as Terraform's and Bicep's ``replace()`` do."""
-    names = set(PLACEHOLDER_RE.findall(text))
-    missing = sorted(names - set(values))
-    if missing:
-        raise DriverError(f"no value for placeholder(s) {', '.join(missing)}")
-    for name in sorted(names):
-        validate_value(name, values[name])
-        text = text.replace(f"@@{name}@@", values[name])
-    return text
+    """The document as a stack sends it: the placeholder replaced, as ``replace()`` does."""
+    others = sorted(set(PLACEHOLDER_RE.findall(text)) - {PLACEHOLDER.strip("@")})
+    if text.count(PLACEHOLDER) != 1 or others:
+        raise DriverError(
+            f"a rendered document holds {PLACEHOLDER} exactly once and no other placeholder "
+            f"(found it {text.count(PLACEHOLDER)} times, others: {others or 'none'})"
+        )
+    return text.replace(PLACEHOLDER, encode_deploy_values(values))
 
 
 def custom_data_size(text: str) -> int:

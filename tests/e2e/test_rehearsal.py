@@ -112,6 +112,37 @@ def test_a_ray_task_opens_a_window_on_a_workers_virtual_display(
     }
 
 
+def test_each_node_read_the_token_from_key_vault_not_from_custom_data(
+    rehearsal: RehearsalCluster,
+) -> None:
+    """The token reaches a node only through Key Vault, read with the node's managed identity
+    via its own metadata service; the user data (custom data on Azure) does not hold it."""
+    nodes = sorted((rehearsal.dir / "nodes").iterdir())
+    assert len(nodes) == 1 + len(rehearsal.worker_ips)
+    client_id = json.loads((rehearsal.dir / "state.json").read_text())["identity_client_id"]
+    for node in nodes:
+        root = node / "root"
+        assert (root / layout.TOKEN_FILE.lstrip("/")).read_text() == rehearsal.token, node.name
+        user_data = (root / "var/lib/cloud/seed/nocloud/user-data").read_text()
+        assert rehearsal.token not in user_data
+        deploy = (root / layout.DEPLOY_VALUES.lstrip("/")).read_text()
+        assert rehearsal.token not in deploy
+        assert json.loads(deploy)["IDENTITY_CLIENT_ID"] == client_id
+        calls = [
+            json.loads(line) for line in (node / "imds" / "requests.jsonl").read_text().splitlines()
+        ]
+        token_calls = [c for c in calls if c["path"] == "/metadata/identity/oauth2/token"]
+        assert token_calls and token_calls[-1]["query"]["client_id"] == client_id
+        assert token_calls[-1]["query"]["resource"] == "https://vault.azure.net"
+    vault_calls = [
+        json.loads(line)
+        for line in (rehearsal.dir / "azure" / "vault" / "requests.jsonl").read_text().splitlines()
+    ]
+    readers = {c["client"] for c in vault_calls if c["path"] == "/secrets/ray-cluster-token"}
+    assert readers == {rehearsal.head_ip, *rehearsal.worker_ips}
+    assert all(c["authorization"] for c in vault_calls)
+
+
 def test_ssh_takes_the_users_key_and_refuses_passwords(rehearsal: RehearsalCluster) -> None:
     code, out, _ = rehearsal.ssh(rehearsal.head_ip, "id -un; id -Gn")
     assert code == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
 import subprocess
@@ -35,7 +36,7 @@ def documents() -> dict[str, str]:
 def filled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The committed documents with sample deploy-time values, as Terraform/Bicep fill them."""
     out = tmp_path_factory.mktemp("filled")
-    samples = render.placeholder_samples()
+    samples = render.deploy_value_samples()
     paths = {}
     for name in ("head.yaml", "worker.yaml"):
         paths[name] = out / name
@@ -92,15 +93,13 @@ def test_filled_documents_pass_cloud_init_schema(filled: dict[str, Path], name: 
 def test_cloud_init_schema_catches_a_broken_document(tmp_path: Path) -> None:
     """The schema check above can fail: a wrong type is reported."""
     broken = tmp_path / "broken.yaml"
-    text = (
-        (RENDERED / "worker.yaml").read_text().replace("package_update: true", "package_update: 3")
-    )
-    broken.write_text(render.fill(text, render.placeholder_samples()))
+    text = (RENDERED / "worker.yaml").read_text().replace("encoding: b64", "encoding: 7", 1)
+    broken.write_text(render.fill(text, render.deploy_value_samples()))
     p = subprocess.run(
         ["cloud-init", "schema", "--config-file", str(broken)], capture_output=True, text=True
     )
     assert p.returncode != 0
-    assert "package_update" in p.stdout + p.stderr
+    assert "encoding" in p.stdout + p.stderr
 
 
 # -- size ---------------------------------------------------------------------------------------
@@ -138,25 +137,73 @@ def test_installed_ray_is_the_pinned_one() -> None:
     assert ray.__version__ == render.cluster_pins().versions["ray"]
 
 
-# -- placeholders -------------------------------------------------------------------------------
+# -- deploy-time values -------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["head.yaml", "worker.yaml"])
-def test_each_placeholder_appears_exactly_once(name: str) -> None:
+def test_the_one_placeholder_appears_exactly_once(name: str) -> None:
     text = (RENDERED / name).read_text()
-    found = render.PLACEHOLDER_RE.findall(text)
-    assert sorted(found) == sorted(render.placeholder_names())
+    assert render.PLACEHOLDER_RE.findall(text) == ["DEPLOY_VALUES"]
 
 
-def test_placeholders_are_filled_and_values_checked() -> None:
+def test_filled_document_carries_the_values_as_json() -> None:
     text = (RENDERED / "worker.yaml").read_text()
-    filled = render.fill(text, render.placeholder_samples())
-    assert "@@" not in filled
-    env = _files(filled)[layout.DEPLOY_ENV]
-    assert "RAY_HEAD_IP='10.42.1.4'" in env
-    with pytest.raises(DriverError, match="no value for placeholder"):
-        render.fill(text, {"RAY_HEAD_IP": "10.0.0.4"})
-    bad = {**render.placeholder_samples(), "EXTRA_PIP_PACKAGES": "x'; rm -rf /; '"}
-    with pytest.raises(DriverError, match="may not contain quotes"):
-        render.fill(text, bad)
+    samples = render.deploy_value_samples()
+    filled = yaml.safe_load(render.fill(text, samples))
+    entry = next(f for f in filled["write_files"] if f["path"] == layout.DEPLOY_VALUES)
+    assert (entry["encoding"], entry["permissions"]) == ("b64", "0600")
+    assert render.decode_deploy_values(entry["content"]) == samples
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda v: v.pop("RAY_HEAD_IP"), "missing RAY_HEAD_IP"),
+        (lambda v: v.update(SURPRISE="1"), "unknown SURPRISE"),
+        (lambda v: v.update(EXTRA_PIP_PACKAGES="a\nb"), "must be one line"),
+    ],
+)
+def test_deploy_values_are_exactly_the_listed_names(change, message: str) -> None:  # type: ignore[no-untyped-def]
+    values = render.deploy_value_samples()
+    change(values)
+    with pytest.raises(DriverError, match=message):
+        render.fill((RENDERED / "worker.yaml").read_text(), values)
+
+
+def test_values_with_quotes_and_backslashes_travel_intact() -> None:
+    """JSON carries any character: what a user types is what the node reads."""
+    values = {**render.deploy_value_samples(), "EXTRA_PIP_PACKAGES": 'a\'b \\c "d" $(x)'}
+    filled = yaml.safe_load(render.fill((RENDERED / "worker.yaml").read_text(), values))
+    entry = next(f for f in filled["write_files"] if f["path"] == layout.DEPLOY_VALUES)
+    assert render.decode_deploy_values(entry["content"]) == values
+
+
+def test_bootstrap_reads_the_values_safely(tmp_path: Path) -> None:
+    """The bootstrap's own reader turns the JSON into shell variables without evaluating them."""
+    script = _files((RENDERED / "worker.yaml").read_text())["/usr/local/sbin/ray-cluster-bootstrap"]
+    reader = re.search(r"values=\$\(python3 - (\S+) (.*?) <<'PY'\n(.*?)\nPY\n", script, re.S)
+    assert reader, "the bootstrap's deploy-value reader moved"
+    names = reader.group(2).split()
+    assert names == render.deploy_value_names()
+    values = {**render.deploy_value_samples(), "EXTRA_PIP_PACKAGES": "x'; touch pwned; '$(id)"}
+    deploy = tmp_path / "deploy.json"
+    deploy.write_text(json.dumps(values))
+    code = reader.group(3)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(deploy), *names], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    shell = subprocess.run(
+        ["bash", "-c", out.stdout + '\nprintf %s "$EXTRA_PIP_PACKAGES"'],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert shell.stdout == values["EXTRA_PIP_PACKAGES"]
+    assert not (tmp_path / "pwned").exists()
+    deploy.write_text(json.dumps({k: v for k, v in values.items() if k != "RAY_HEAD_IP"}))
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(deploy), *names], capture_output=True, text=True
+    )
+    assert out.returncode != 0 and "lacks RAY_HEAD_IP" in out.stderr
 
 
 # -- the scripts inside the documents -----------------------------------------------------------

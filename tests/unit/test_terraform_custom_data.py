@@ -1,10 +1,12 @@
-"""The Terraform stack's custom data: the committed rendered cloud-init documents, with exactly
-the deploy-time placeholders of cloud-init/placeholders.yaml filled in, under Azure's limit.
+"""The Terraform stack's custom data: the committed rendered cloud-init documents, their one
+placeholder filled with the deploy-time values of cloud-init/placeholders.yaml, under Azure's
+limit.
 
 Terraform cannot run the stack here (no provider), so the proof is structural: parse locals.tf,
-check that its ``deploy_values`` map and its nested ``replace()`` cover exactly the placeholder
-names, that ``file()`` points at the committed documents, and that the largest values the
-variables accept (their validations are exercised in test_terraform_validations.py) still fit.
+check that its ``deploy_values`` map has exactly the listed names and that one ``replace()``
+puts their JSON in place of the placeholder, that ``file()`` points at the committed documents,
+and that the largest values the variables accept (their validations are exercised in
+test_terraform_validations.py) still fit.
 """
 
 from __future__ import annotations
@@ -52,9 +54,7 @@ def locals_block() -> dict:
     return merged
 
 
-def test_deploy_values_are_keyed_by_exactly_the_placeholder_names() -> None:
-    deploy_values = locals_block()["deploy_values"]
-    assert set(deploy_values) == placeholder_names()
+def test_every_value_has_a_length_bound() -> None:
     assert set(MAX_VALUE_LENGTHS) == placeholder_names()
 
 
@@ -66,7 +66,7 @@ def test_variable_defaults_are_the_placeholder_defaults() -> None:
         for block in doc["variable"]
         for name, body in block.items()
     }
-    expected = render.placeholder_defaults()
+    expected = render.deploy_value_defaults()
     checked = set()
     for placeholder, expression in locals_block()["deploy_values"].items():
         variable = re.search(r"var\.(\w+)", expression)
@@ -82,16 +82,12 @@ def test_variable_defaults_are_the_placeholder_defaults() -> None:
     assert expected["RAY_ADMIN_USER"] == layout.ADMIN_USER
 
 
-def test_replace_chain_fills_each_placeholder_once_from_its_own_value() -> None:
+def test_one_replace_puts_the_values_json_in_place_of_the_placeholder() -> None:
     expression = locals_block()["custom_data"]
-    pairs = re.findall(r'"@@(\w+)@@", local\.deploy_values\.(\w+)\)', expression)
-    assert [a for a, b in pairs if a != b] == [], f"placeholder filled from another value: {pairs}"
-    names = [a for a, _ in pairs]
-    assert sorted(names) == sorted(placeholder_names()), names
-    assert len(names) == len(set(names))
-    # Nothing else is substituted: every @@ in the expression belongs to one of those pairs.
-    assert expression.count("@@") == 2 * len(pairs)
-    assert expression.count("replace(") == len(pairs)
+    assert expression == (
+        "${{for role, text in local.cloud_init : role => replace(text, "
+        f'"{render.PLACEHOLDER}", base64encode(jsonencode(local.deploy_values)))}}}}'
+    )
 
 
 def test_file_paths_are_the_committed_rendered_documents() -> None:
@@ -138,10 +134,7 @@ def rendered(role: str) -> str:
 
 @pytest.mark.parametrize("role", ROLES)
 def test_filled_document_is_cloud_config_without_placeholders(role: str) -> None:
-    samples = yaml.safe_load(PLACEHOLDERS.read_text())
-    text = rendered(role)
-    for name in placeholder_names():  # the order of the replace() chain does not matter here
-        text = text.replace(f"@@{name}@@", str(samples[name]["sample"]))
+    text = render.fill(rendered(role), render.deploy_value_samples())
     assert "@@" not in text
     assert text.startswith("#cloud-config\n")
     assert isinstance(yaml.safe_load(text), dict)
@@ -161,8 +154,8 @@ def test_cluster_token_length_matches_the_bound() -> None:
 
 @pytest.mark.parametrize("role", ROLES)
 def test_custom_data_fits_azure_limit_with_the_longest_accepted_values(role: str) -> None:
-    text = rendered(role)
-    for name, longest in MAX_VALUE_LENGTHS.items():
-        text = text.replace(f"@@{name}@@", "x" * longest)
+    text = render.fill(
+        rendered(role), {n: "x" * longest for n, longest in MAX_VALUE_LENGTHS.items()}
+    )
     size = len(base64.b64encode(text.encode()))
     assert size <= CUSTOM_DATA_LIMIT, f"{role}: {size} base64 characters at worst"

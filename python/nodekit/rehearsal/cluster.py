@@ -8,6 +8,7 @@ clean ``up``, after a failed one, and after a crash that lost the state file.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import ipaddress
 import json
 import os
@@ -15,10 +16,13 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -34,6 +38,11 @@ BASE_ENV = "RAYDRIVER_REHEARSAL_DIR"
 DEFAULT_BASE = Path("/var/lib/ray-azure-rl/rehearsal")
 DEFAULT_SUBNET = "10.213.0.0/24"
 DEFAULT_HTTP_PORT = 8470
+VAULT_PORT_OFFSET = 1
+"""The fake Key Vault listens on the bridge at the package server's port + 1."""
+TOKEN_SECRET_NAME = "ray-cluster-token"
+FAKES = "tests/fakes/azure_node.py"
+"""Azure's instance metadata service and Key Vault, played by the repository's test fakes."""
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,8}$")
 
 
@@ -75,6 +84,8 @@ class State:
     warm_node_cache: bool = False
     rootfs: str = ""
     http_pid: int | None = None
+    identity_client_id: str = ""
+    """The nodes' managed identity, as the fake metadata service and Key Vault know it."""
     nodes: list[Node] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
 
@@ -164,7 +175,8 @@ class Rehearsal:
             raise DriverError(f"--ssh-public-key: no such file: {ssh_public_key}")
         extra_pip = list(extra_pip or [])
         for req in extra_pip:
-            render.validate_value("EXTRA_PIP_PACKAGES", req)
+            if not req or any(c.isspace() for c in req) or req.startswith("-"):
+                raise DriverError(f"--pip {req!r}: expected one requirement such as 'x==1.0'")
         hosts = list(self.subnet.hosts())
         self._check_subnet_free()
         documents_dir = documents_dir or render.rendered_dir()
@@ -181,7 +193,7 @@ class Rehearsal:
             [*requirements, *extra_pip],
             torch_req,
             # Where Azure nodes get torch by default is where the host fetches it for the nodes.
-            torch_index_url or render.placeholder_defaults()["TORCH_INDEX_URL"],
+            torch_index_url or render.deploy_value_defaults()["TORCH_INDEX_URL"],
             progress,
         )
         progress(f"image, apt repository and wheelhouse ready ({time.monotonic() - t0:.0f} s)")
@@ -207,10 +219,12 @@ class Rehearsal:
             extra_pip=extra_pip,
             warm_node_cache=warm_node_cache,
             rootfs=str(rootfs),
+            identity_client_id=str(uuid.uuid4()),
         )
         self._save(state)
         self._create_bridge(state)
         self._start_http(state)
+        self._start_vault(state)
         new = [self._plan_node(state, "head"), *[self._plan_node(state) for _ in range(workers)]]
         for node in new:
             self._create_node(state, node)
@@ -258,22 +272,25 @@ class Rehearsal:
         self._save(state)
         return node
 
+    def deploy_values(self, state: State) -> dict[str, str]:
+        """The deploy-time values, as Terraform and Bicep compute them for a cluster on Azure."""
+        base = f"http://{state.host_ip}:{state.http_port}"
+        return {
+            "RAY_HEAD_IP": state.head.ip,
+            "KEY_VAULT_URL": f"https://{state.host_ip}:{state.http_port + VAULT_PORT_OFFSET}/",
+            "TOKEN_SECRET_NAME": TOKEN_SECRET_NAME,
+            "IDENTITY_CLIENT_ID": state.identity_client_id,
+            "RAY_ADMIN_USER": state.admin_user,
+            "EXTRA_PIP_PACKAGES": " ".join(state.extra_pip),
+            "PIP_INDEX_URL": f"{base}/simple",
+            "TORCH_INDEX_URL": f"{base}/simple",
+            "APT_SOURCE": f"deb [trusted=yes] {base}/debian ./",
+        }
+
     def _user_data(self, state: State, role: str) -> str:
         """The committed document for ``role``, filled as Terraform and Bicep fill it."""
         text = (Path(state.documents_dir) / f"{role}.yaml").read_text()
-        base = f"http://{state.host_ip}:{state.http_port}"
-        return render.fill(
-            text,
-            {
-                "RAY_HEAD_IP": state.head.ip,
-                "RAY_CLUSTER_TOKEN": (self.dir / "token").read_text(),
-                "RAY_ADMIN_USER": state.admin_user,
-                "EXTRA_PIP_PACKAGES": " ".join(state.extra_pip),
-                "PIP_INDEX_URL": f"{base}/simple",
-                "TORCH_INDEX_URL": f"{base}/simple",
-                "APT_SOURCE": f"deb [trusted=yes] {base}/debian ./",
-            },
-        )
+        return render.fill(text, self.deploy_values(state))
 
     def _check_subnet_free(self) -> None:
         routes = run(["ip", "-4", "-o", "route", "show"], what="ip route").stdout
@@ -336,6 +353,135 @@ class Rehearsal:
                     ) from None
                 time.sleep(0.3)
 
+    # -- Azure's part: Key Vault on the bridge, a metadata service in each node ------------------
+    @property
+    def azure_dir(self) -> Path:
+        return self.dir / "azure"
+
+    def _fakes(self) -> Path:
+        path = render.repo_root() / FAKES
+        if not path.is_file():
+            raise DriverError(
+                f"the rehearsal plays Azure's metadata service and Key Vault with {FAKES} from "
+                f"the repository, and {path} is missing"
+            )
+        return path
+
+    def _spawn(self, state: State, cmd: list[str], log: Path) -> int:
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._record(state, f"pid:{proc.pid}")
+        return proc.pid
+
+    def _start_vault(self, state: State) -> None:
+        """The cluster's Key Vault, holding the token (HTTPS with a CA the nodes trust)."""
+        fakes = self._fakes()
+        spec = importlib.util.spec_from_file_location("rehearsal_azure_fakes", fakes)
+        assert spec is not None and spec.loader is not None
+        azure_node = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(azure_node)
+        vault = self.azure_dir / "vault"
+        vault.mkdir(parents=True)
+        key = secrets.token_bytes(32)
+        (self.azure_dir / "token-key").write_bytes(key)
+        ca, cert, cert_key = azure_node.tls_certificate(self.azure_dir / "tls", state.host_ip)
+        token = (self.dir / "token").read_text()
+        config = azure_node.vault_config(
+            key, [state.identity_client_id], {TOKEN_SECRET_NAME: token}
+        )
+        (vault / "config.json").write_text(json.dumps(config))
+        port = state.http_port + VAULT_PORT_OFFSET
+        self._spawn(
+            state,
+            [
+                sys.executable,
+                str(fakes),
+                "keyvault",
+                "--bind",
+                state.host_ip,
+                "--port",
+                str(port),
+                "--state",
+                str(vault),
+                "--cert",
+                str(cert),
+                "--key",
+                str(cert_key),
+            ],
+            self.azure_dir / "vault.log",
+        )
+        _wait_for_port(state.host_ip, port, "the rehearsal's Key Vault")
+        (self.azure_dir / "imds.json").write_text(
+            json.dumps({"token_key": key.hex(), "ca": str(ca)})
+        )
+
+    def _start_imds(self, state: State, node: Node) -> None:
+        """The node's own metadata service at 169.254.169.254, inside its network namespace."""
+        fakes = self._fakes()
+        shared = json.loads((self.azure_dir / "imds.json").read_text())
+        folder = Path(node.dir) / "imds"
+        folder.mkdir(parents=True)
+        name = (
+            f"rh-{self.name}-head"
+            if node.role == "head"
+            else f"rh-{self.name}-workers_{node.name.split('-')[-1]}"
+        )
+        config = {
+            "token_key": shared["token_key"],
+            "identities": {state.identity_client_id: f"principal-{self.name}"},
+            "compute": {
+                "name": name,
+                "vmId": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.name}/{node.name}")),
+                "vmScaleSetName": "" if node.role == "head" else f"rh-{self.name}-workers",
+                "location": "rehearsal",
+                "osType": "Linux",
+            },
+        }
+        (folder / "config.json").write_text(json.dumps(config))
+        imds = urllib.parse.urlsplit(layout.IMDS_ENDPOINT)
+        run(
+            ["ip", "-n", node.netns, "addr", "add", f"{imds.hostname}/32", "dev", "lo"],
+            what=f"the metadata address of {node.name}",
+        )
+        self._spawn(
+            state,
+            [
+                "ip",
+                "netns",
+                "exec",
+                node.netns,
+                sys.executable,
+                str(fakes),
+                "imds",
+                "--bind",
+                str(imds.hostname),
+                "--port",
+                str(imds.port or 80),
+                "--state",
+                str(folder),
+            ],
+            folder / "imds.log",
+        )
+        _wait_for_port(
+            str(imds.hostname),
+            imds.port or 80,
+            f"the metadata service of {node.name}",
+            netns=node.netns,
+        )
+        # The node trusts the vault's CA, as a VM trusts the public CA behind vault.azure.net.
+        ca = Path(shared["ca"]).read_text()
+        local = node.root / "usr/local/share/ca-certificates"
+        local.mkdir(parents=True, exist_ok=True)
+        (local / "rehearsal-azure.crt").write_text(ca)
+        with open(node.root / "etc/ssl/certs/ca-certificates.crt", "a") as bundle:
+            bundle.write(ca)
+
     def _create_node(self, state: State, node: Node) -> None:
         rootfs, user_data, public_key = (
             state.rootfs,
@@ -389,6 +535,7 @@ class Rehearsal:
             node.root,
             f"mounting the root filesystem of {node.name}",
         )
+        self._start_imds(state, node)
         seed = node.root / "var/lib/cloud/seed/nocloud"
         seed.mkdir(parents=True)
         (seed / "meta-data").write_text(
@@ -516,10 +663,11 @@ class Rehearsal:
         if state and state.http_pid is not None and pid_alive(state.http_pid):
             servers.add(state.http_pid)
         servers.update(pids_with_cmdline(f"http.server --bind {host_ip} "))
+        servers.update(pids_with_cmdline(f"--state {self.dir}/"))  # the Azure fakes
         for pid in servers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            removed.append(f"package server pid {pid}")
+            removed.append(f"server pid {pid}")
         # 3. mounts under the cluster folder (deepest first).
         mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
         for m in sorted((m for m in mounts if m.startswith(f"{self.dir}/")), reverse=True):
@@ -600,3 +748,26 @@ def _new_ssh_key(path: Path) -> str:
     )
     path.with_suffix(".pub").write_text(public + "\n")
     return public
+
+
+def _wait_for_port(host: str, port: int, what: str, netns: str | None = None) -> None:
+    """Wait (15 s at most) until something accepts TCP connections on host:port."""
+    deadline = time.monotonic() + 15
+    while True:
+        if netns is None:
+            try:
+                with socket.create_connection((host, port), timeout=1):
+                    return
+            except OSError as e:
+                why = str(e)
+        else:
+            probe = run(
+                ["ip", "netns", "exec", netns, "bash", "-c", f"exec 3<>/dev/tcp/{host}/{port}"],
+                check=False,
+            )
+            if probe.returncode == 0:
+                return
+            why = probe.stderr.strip()[-200:]
+        if time.monotonic() > deadline:
+            raise DriverError(f"{what} did not start on {host}:{port}: {why}")
+        time.sleep(0.2)

@@ -319,8 +319,9 @@ def document_requirements(documents: dict[str, str]) -> tuple[list[str], list[st
     reqs: set[str] = set()
     for text in documents.values():
         doc = yaml.safe_load(text)
-        packages.update(doc.get("packages", []))
         for f in doc.get("write_files", []):
+            if f["path"] == layout.OS_PACKAGES:
+                packages.update(ln.strip() for ln in f["content"].splitlines() if ln.strip())
             if f["path"].endswith("/requirements.txt"):
                 reqs.update(ln.strip() for ln in f["content"].splitlines() if ln.strip())
             uv = re.search(r'"uv==([^"]+)"', f.get("content", ""))

@@ -171,20 +171,29 @@ class JobsClient:
             raise DriverError(f"{what} failed on {self.where}: {text}", EXIT_USAGE) from None
 
     # -- working directory -----------------------------------------------------------------
-    def upload_working_dir(self, working_dir: Path, progress: ByteProgress | None = None) -> str:
-        """Package ``working_dir`` (honouring .gitignore and .rayignore) and upload it once.
+    def upload_package(
+        self,
+        directory: Path,
+        excludes: list[str] | None = None,
+        module: bool = False,
+        progress: ByteProgress | None = None,
+    ) -> str:
+        """Package ``directory`` (honouring .gitignore, .rayignore and ``excludes``), upload it
+        once, and return its ``gcs://`` URI.
 
-        Returns the ``gcs://`` URI to use as ``runtime_env["working_dir"]``. Same packaging as
-        ``ray job submit``; done here so a person waiting sees upload progress.
+        ``module=False``: the folder's contents, for ``runtime_env["working_dir"]``;
+        ``module=True``: the folder itself (importable by its name), for ``py_modules``. Same
+        packaging as ``ray job submit``; done here so a person waiting sees upload progress.
         """
         import requests
         from ray._private.runtime_env.packaging import create_package, get_uri_for_directory
         from ray.dashboard.modules.dashboard_sdk import uri_to_http_components
 
+        excludes = list(excludes or [])
         try:
-            uri = get_uri_for_directory(str(working_dir), include_gitignore=True, excludes=[])
+            uri = get_uri_for_directory(str(directory), include_gitignore=True, excludes=excludes)
         except ValueError as e:
-            raise DriverError(f"cannot package {working_dir}: {one_line(e, 400)}") from None
+            raise DriverError(f"cannot package {directory}: {one_line(e, 400)}") from None
         if self._call("checking the package", self._client._package_exists, uri):
             if progress:
                 progress(1, 1)
@@ -193,11 +202,11 @@ class JobsClient:
         with tempfile.TemporaryDirectory() as tmp:
             package = Path(tmp) / name
             create_package(
-                str(working_dir),
+                str(directory),
                 package,
                 include_gitignore=True,
-                include_parent_dir=False,
-                excludes=[],
+                include_parent_dir=module,
+                excludes=excludes,
             )
             size = package.stat().st_size
             with open(package, "rb") as f:
@@ -210,11 +219,11 @@ class JobsClient:
                     )
                 except requests.RequestException as e:
                     raise DriverError(
-                        f"uploading {working_dir} to {self.where} failed: {one_line(e, 400)}"
+                        f"uploading {directory} to {self.where} failed: {one_line(e, 400)}"
                     ) from None
         if r.status_code != 200:
             raise DriverError(
-                f"uploading {working_dir} to {self.where} failed: HTTP {r.status_code} "
+                f"uploading {directory} to {self.where} failed: HTTP {r.status_code} "
                 f"{' '.join(r.text.split())[:200]}"
             )
         return uri

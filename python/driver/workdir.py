@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from driver.errors import DriverError
@@ -37,3 +37,73 @@ def resolve(target: str, args: list[str] | tuple[str, ...] = ()) -> Submission:
     if path.suffix != ".py":
         raise DriverError(f"{target} is not a Python script (expected a .py file)")
     return Submission(path.resolve().parent, path.name, tuple(args))
+
+
+RUNTIME_ENV_FILE = "runtime_env.yaml"
+"""Read from the job's folder when present: the parts of Ray's runtime_env a job may declare."""
+RUNTIME_ENV_KEYS = ("py_modules", "pip", "env_vars")
+
+
+@dataclass(frozen=True)
+class RuntimeEnvSpec:
+    """What a job's folder declares for its runtime environment (Ray's own key names).
+
+    ``py_modules`` are local folders, relative to the file, uploaded with the job and importable
+    by their folder name on every node (how the examples share their training harness).
+    """
+
+    source: Path | None = None
+    py_modules: tuple[Path, ...] = ()
+    pip: tuple[str, ...] = ()
+    env_vars: dict[str, str] = field(default_factory=dict)
+
+
+def load_runtime_env(path: Path) -> RuntimeEnvSpec:
+    """Read a runtime_env.yaml; every error is one line naming the file."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as e:
+        raise DriverError(f"cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise DriverError(f"{path} is not valid YAML: {' '.join(str(e).split())[:200]}") from None
+    if not isinstance(data, dict):
+        raise DriverError(f"{path} must be a mapping of {', '.join(RUNTIME_ENV_KEYS)}")
+    unknown = sorted(set(data) - set(RUNTIME_ENV_KEYS))
+    if unknown:
+        raise DriverError(
+            f"{path}: {', '.join(unknown)} not supported here (the driver takes "
+            f"{', '.join(RUNTIME_ENV_KEYS)}; the working directory is the script's folder)"
+        )
+    modules, pip, env_vars = (
+        data.get("py_modules", []),
+        data.get("pip", []),
+        data.get("env_vars", {}),
+    )
+    if not (isinstance(modules, list) and all(isinstance(m, str) for m in modules)):
+        raise DriverError(f"{path}: py_modules must be a list of folders")
+    if not (isinstance(pip, list) and all(isinstance(p, str) and p for p in pip)):
+        raise DriverError(f"{path}: pip must be a list of requirements")
+    if not (isinstance(env_vars, dict) and all(isinstance(v, str) for v in env_vars.values())):
+        raise DriverError(f"{path}: env_vars must map names to strings")
+    folders = []
+    for m in modules:
+        folder = (path.parent / m).resolve()
+        if not folder.is_dir():
+            raise DriverError(f"{path}: py_modules entry {m!r} is not a folder ({folder})")
+        folders.append(folder)
+    return RuntimeEnvSpec(
+        path, tuple(folders), tuple(pip), {str(k): v for k, v in env_vars.items()}
+    )
+
+
+def runtime_env_for(submission: Submission, explicit: str | None) -> RuntimeEnvSpec:
+    """``--runtime-env FILE`` if given, else the job folder's runtime_env.yaml, else nothing."""
+    if explicit is not None:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise DriverError(f"--runtime-env: no such file: {explicit}")
+        return load_runtime_env(path)
+    default = submission.working_dir / RUNTIME_ENV_FILE
+    return load_runtime_env(default) if default.is_file() else RuntimeEnvSpec()

@@ -49,6 +49,33 @@ def test_submit_succeeding_script_exits_0(driver_home: Path, tmp_path: Path) -> 
     assert _status("ok-1", driver_home) == "SUCCEEDED"
 
 
+def test_py_modules_from_runtime_env_yaml_are_importable(driver_home: Path, tmp_path: Path) -> None:
+    """A job folder's runtime_env.yaml ships a shared folder as an importable module."""
+    (tmp_path / "shared" / "harness").mkdir(parents=True)
+    (tmp_path / "shared" / "harness" / "__init__.py").write_text("GREETING = 'from harness'\n")
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "runtime_env.yaml").write_text(
+        "py_modules: [../shared/harness]\nenv_vars: {WHO: yaml, OVERRIDDEN: yaml}\n"
+    )
+    (job / "train.py").write_text(
+        "import os, harness\n"
+        "print('HARNESS', harness.GREETING, os.environ['WHO'], os.environ['OVERRIDDEN'])\n"
+    )
+    r = run_driver(
+        "submit",
+        "--submission-id",
+        "pymod-1",
+        "--env",
+        "OVERRIDDEN=flag",
+        str(job / "train.py"),
+        home=driver_home,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "HARNESS from harness yaml flag" in r.stdout
+    assert f"Uploading module {(tmp_path / 'shared' / 'harness').resolve()}: 1 file" in r.stderr
+
+
 def test_submit_failing_script_exits_1(driver_home: Path) -> None:
     r = run_driver("submit", "--submission-id", "fail-1", str(JOBS / "fail.py"), home=driver_home)
     assert r.returncode == 1, r.stderr

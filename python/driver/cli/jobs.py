@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from driver import layout
+from driver import layout, upload
 from driver.cli.options import (
     Verbs,
     job_id_arg,
@@ -32,7 +32,14 @@ from driver.cli.output import (
 from driver.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK
 from driver.jobs import JobsClient
 from driver.settings import RESULTS_ENV
-from driver.workdir import ENTRYPOINT_NAMES, Submission, resolve
+from driver.upload import ALLOW_FLAG
+from driver.workdir import (
+    ENTRYPOINT_NAMES,
+    RUNTIME_ENV_FILE,
+    Submission,
+    resolve,
+    runtime_env_for,
+)
 
 
 def register(verbs: Verbs) -> None:
@@ -65,6 +72,18 @@ def register(verbs: Verbs) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="environment variable for the job (repeatable)",
+    )
+    p.add_argument(
+        "--runtime-env",
+        metavar="FILE",
+        help=f"YAML with py_modules (folders uploaded with the job), pip and env_vars, as in "
+        f"Ray's runtime_env (default: {RUNTIME_ENV_FILE} in the script's folder, if any)",
+    )
+    p.add_argument(
+        ALLOW_FLAG,
+        action="store_true",
+        help="upload even a home folder or files that look secret (.ssh, .azure, *.tfstate, "
+        "private keys), which submit refuses otherwise",
     )
     p.add_argument(
         "--no-wait",
@@ -147,18 +166,34 @@ def follow(client: JobsClient, sid: str, hint: str) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     submission = resolve(args.script, args.trailing)
-    env = parse_pairs(args.env, "--env")
+    spec = runtime_env_for(submission, args.runtime_env)
+    env = {**spec.env_vars, **parse_pairs(args.env, "--env")}
     sid = args.submission_id or default_submission_id(submission)
+    # Decide what goes before connecting: a refusal costs nothing.
+    plans = [upload.plan(submission.working_dir, args.allow_sensitive)]
+    plans += [upload.plan(m, args.allow_sensitive, "a py_modules folder") for m in spec.py_modules]
     with open_cluster(args, start_local=True) as cluster:
         client = cluster.jobs()
         hint = cluster.cli_hint
-        uri = client.upload_working_dir(
-            submission.working_dir, progress=byte_bar("uploading working dir")
-        )
+        uris = []
+        for i, plan in enumerate(plans):
+            module = i > 0
+            say(f"Uploading {'module ' if module else ''}{plan.root}: {plan.summary()}")
+            uris.append(
+                client.upload_package(
+                    plan.root,
+                    plan.excludes,
+                    module=module,
+                    progress=byte_bar(f"uploading {plan.root.name}"),
+                )
+            )
         env.setdefault(RESULTS_ENV, cluster.results_dir(sid))
-        runtime_env: dict = {"working_dir": uri, "env_vars": env}
-        if args.pip:
-            runtime_env["pip"] = list(args.pip)
+        runtime_env: dict = {"working_dir": uris[0], "env_vars": env}
+        if uris[1:]:
+            runtime_env["py_modules"] = uris[1:]
+        pip = [*spec.pip, *args.pip]
+        if pip:
+            runtime_env["pip"] = pip
         try:
             client.submit(
                 submission.entrypoint,

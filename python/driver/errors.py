@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 EXIT_OK = 0
 """The job succeeded (or the command did what it was asked)."""
 EXIT_JOB_FAILED = 1
@@ -22,6 +24,28 @@ class DriverError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+def run_main(command: Callable[[], int], say: Callable[[str], None]) -> int:
+    """Run a command line's work and map what escapes it to a line and an exit code.
+
+    A :class:`DriverError` is its message; Ctrl-C is 130; an OS refusal (a file, a permission, a
+    port) is one line, not a traceback; a closed stdout (``| head``) is not an error.
+    """
+    try:
+        return int(command())
+    except DriverError as e:
+        say(f"error: {e.message}")
+        return e.exit_code
+    except KeyboardInterrupt:
+        say("\ninterrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+    except OSError as e:
+        where = f": {e.filename}" if e.filename else ""
+        say(f"error: {e.strerror or e}{where}")
+        return EXIT_USAGE
 
 
 def one_line(e: BaseException | str, limit: int = 300) -> str:

@@ -29,7 +29,7 @@ from typing import IO, Any
 from driver.cluster import DASHBOARD, TENSORBOARD, WebUI
 from driver.errors import DriverError
 from driver.jobs import JobsClient
-from driver.procs import pid_alive
+from driver.procs import pid_alive, spawn
 from driver.progress import ByteProgress, Progress
 from driver.results import DownloadReport
 from driver.settings import RESULTS_ENV
@@ -202,18 +202,10 @@ class LocalRay:
             PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
         )
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(self.log_file, "wb") as log:
-            try:
-                proc = subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
-            except OSError as e:
-                raise DriverError(f"cannot start local Ray: {e}") from None
+        try:
+            proc = spawn(cmd, self.log_file, env)
+        except OSError as e:
+            raise DriverError(f"cannot start local Ray: {e}") from None
         head = LocalHead(
             pid=proc.pid,
             session_id=proc.pid,  # start_new_session: the child leads its own session

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 from pathlib import Path
 
 
@@ -36,3 +37,16 @@ def pids_with_cmdline(fragment: str) -> list[int]:
             if fragment in cmdline:
                 pids.append(int(p.name))
     return pids
+
+
+def spawn(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` in its own session (so it can be stopped as a group), output to ``log``."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from driver.errors import DriverError
+from driver.progress import human_size
 
 RAY_PACKAGE_LIMIT = 512 * 1024 * 1024
 """Ray refuses working_dir/py_modules packages over 512 MiB (its GCS message limit)."""
@@ -64,7 +65,7 @@ class UploadPlan:
     sensitive: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        parts = [f"{self.files} file{'s' if self.files != 1 else ''}", _size(self.bytes)]
+        parts = [f"{self.files} file{'s' if self.files != 1 else ''}", human_size(self.bytes)]
         if self.git_ignored:
             parts.append(f"{self.git_ignored} git-ignored path(s) left out")
         if self.special:
@@ -72,14 +73,6 @@ class UploadPlan:
                 f"{len(self.special)} special file(s) left out: {', '.join(self.special[:3])}"
             )
         return ", ".join(parts)
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 def _pattern(relative: str) -> str:
@@ -167,8 +160,8 @@ def plan(
         )
     if result.bytes > RAY_PACKAGE_LIMIT:
         raise DriverError(
-            f"{what} {root} holds {_size(result.bytes)} ({result.files} files), over Ray's "
-            f"{_size(RAY_PACKAGE_LIMIT)} package limit: leave data out with .rayignore and "
+            f"{what} {root} holds {human_size(result.bytes)} ({result.files} files), over Ray's "
+            f"{human_size(RAY_PACKAGE_LIMIT)} package limit: leave data out with .rayignore and "
             "read it on the cluster instead"
         )
     return result

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from driver.errors import DriverError
+from driver.yamlfile import load_mapping
 
 ENTRYPOINT_NAMES = ("train.py", "main.py", "__main__.py")
 """Looked for, in this order, when ``submit`` is given a folder."""
@@ -60,22 +61,7 @@ class RuntimeEnvSpec:
 
 def load_runtime_env(path: Path) -> RuntimeEnvSpec:
     """Read a runtime_env.yaml; every error is one line naming the file."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except OSError as e:
-        raise DriverError(f"cannot read {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise DriverError(f"{path} is not valid YAML: {' '.join(str(e).split())[:200]}") from None
-    if not isinstance(data, dict):
-        raise DriverError(f"{path} must be a mapping of {', '.join(RUNTIME_ENV_KEYS)}")
-    unknown = sorted(set(data) - set(RUNTIME_ENV_KEYS))
-    if unknown:
-        raise DriverError(
-            f"{path}: {', '.join(unknown)} not supported here (the driver takes "
-            f"{', '.join(RUNTIME_ENV_KEYS)}; the working directory is the script's folder)"
-        )
+    data = load_mapping(path, "runtime env", RUNTIME_ENV_KEYS)
     modules, pip, env_vars = (
         data.get("py_modules", []),
         data.get("pip", []),

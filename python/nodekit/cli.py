@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from driver.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, EXIT_USAGE, DriverError
+from driver.errors import EXIT_JOB_FAILED, EXIT_OK, EXIT_USAGE, DriverError, run_main
 
 PROG = "python -m nodekit"
 
@@ -58,19 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
+    def command() -> int:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
         return int(args.func(args))
-    except DriverError as e:
-        say(f"error: {e.message}")
-        return e.exit_code
-    except KeyboardInterrupt:
-        say("\ninterrupted")
-        return EXIT_INTERRUPTED
-    except OSError as e:
-        where = f": {e.filename}" if e.filename else ""
-        say(f"error: {e.strerror or e}{where}")
-        return EXIT_USAGE
+
+    return run_main(command, say)
 
 
 def cmd_render(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ import yaml
 
 from driver import layout
 from driver.errors import DriverError
+from driver.yamlfile import load_mapping
 
 DISTRIBUTION = "azure-ray-rl"
 ROLES = ("head", "worker")
@@ -145,21 +146,7 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
     """The defaults in cloud-init/config.yaml, with the keys of ``path`` (if given) over them."""
     config = yaml.safe_load((cloud_init_dir() / "config.yaml").read_text())
     if path is not None:
-        try:
-            override = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as e:
-            raise DriverError(f"cannot read render config {path}: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            raise DriverError(f"render config {path} is not valid YAML: {e}") from None
-        if not isinstance(override, dict):
-            raise DriverError(f"render config {path} must be a mapping of settings")
-        unknown = sorted(set(override) - set(_CONFIG_TYPES))
-        if unknown:
-            raise DriverError(
-                f"render config {path}: unknown setting(s) {', '.join(unknown)} "
-                f"(known: {', '.join(_CONFIG_TYPES)})"
-            )
-        config.update(override)
+        config.update(load_mapping(path, "render config", _CONFIG_TYPES))
     for key, kind in _CONFIG_TYPES.items():
         if not isinstance(config.get(key), kind) or isinstance(config.get(key), bool):
             raise DriverError(f"render setting {key} must be a {kind.__name__}")  # type: ignore[union-attr]

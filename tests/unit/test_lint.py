@@ -23,3 +23,12 @@ def test_ruff_format() -> None:
         text=True,
     )
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_mypy() -> None:
+    """The packages ship py.typed: their annotations are checked (settings in pyproject.toml)."""
+    p = subprocess.run(
+        [sys.executable, "-m", "mypy"], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Success: no issues found" in p.stdout

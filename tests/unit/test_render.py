@@ -71,7 +71,7 @@ def test_render_config_overrides_and_rejects_unknown_keys(tmp_path: Path) -> Non
         assert "minigrid==3.0.0" in _files(docs[name])[render.REQUIREMENTS_PATH]
     assert "--num-cpus=2" in _files(docs["head.yaml"])["/usr/local/bin/ray-cluster-start"]
     config.write_text("ray_version: '1.0'\n")
-    with pytest.raises(DriverError, match="unknown setting"):
+    with pytest.raises(DriverError, match=r"render config .*: unknown ray_version"):
         render.load_config(config)
     config.write_text("os_packages: ['Not A Package']\n")
     with pytest.raises(DriverError, match="not a Debian package name"):

@@ -127,6 +127,7 @@ def test_pre_commit_config_is_valid_and_formats_terraform() -> None:
         "end-of-file-fixer",
         "trailing-whitespace",
         "terraform-fmt",
+        "mypy",
     } <= set(hooks)
     for repo in config["repos"]:
         assert repo["repo"] == "local" or re.fullmatch(r"v\d+\.\d+\.\d+", repo["rev"]), repo

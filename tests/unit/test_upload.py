@@ -126,8 +126,8 @@ def test_runtime_env_yaml_next_to_the_script(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("conda: x\n", "conda not supported here"),
-        ("working_dir: .\n", "working_dir not supported here"),
+        ("conda: x\n", r"unknown conda \(known: py_modules, pip, env_vars\)"),
+        ("working_dir: .\n", "unknown working_dir"),
         ("py_modules: ../nowhere\n", "py_modules must be a list"),
         ("py_modules: [../nowhere]\n", "is not a folder"),
         ("pip: [1]\n", "pip must be a list of requirements"),

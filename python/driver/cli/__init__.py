@@ -17,7 +17,7 @@ from driver import __version__
 from driver.cli import cluster, jobs, local, node
 from driver.cli.options import EPILOG, Parser
 from driver.cli.output import PROG, say
-from driver.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, DriverError
+from driver.errors import DriverError, run_main
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,32 +57,20 @@ def _quiet_library_logs() -> None:
     logging.getLogger("azure").setLevel(logging.CRITICAL)
 
 
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] in node.ALIASES:  # the toolkit parses its own arguments
+        return node.run_toolkit(
+            argparse.Namespace(toolkit_verb=argv[0], rest=argv[1:], trailing=[])
+        )
+    own, trailing = _split_trailing(argv)
+    args = build_parser().parse_args(own)
+    if trailing and not getattr(args, "trailing_args", False):
+        raise DriverError(f"{PROG} {args.verb}: arguments after `--` are only for submit and ssh")
+    args.trailing = trailing
+    return int(args.func(args))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The entry point; tests call it in-process with ``argv``."""
     _quiet_library_logs()
-    try:
-        if argv and argv[0] in node.ALIASES:  # the toolkit parses its own arguments
-            return node.run_toolkit(
-                argparse.Namespace(toolkit_verb=argv[0], rest=argv[1:], trailing=[])
-            )
-        own, trailing = _split_trailing(argv)
-        args = build_parser().parse_args(own)
-        if trailing and not getattr(args, "trailing_args", False):
-            raise DriverError(
-                f"{PROG} {args.verb}: arguments after `--` are only for submit and ssh"
-            )
-        args.trailing = trailing
-        return int(args.func(args))
-    except DriverError as e:
-        say(f"error: {e.message}")
-        return e.exit_code
-    except KeyboardInterrupt:
-        say("\ninterrupted")
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        return EXIT_OK
-    except OSError as e:
-        # The machine said no (a file, a permission, a port): one line, not a traceback.
-        where = f": {e.filename}" if e.filename else ""
-        say(f"error: {e.strerror or e}{where}")
-        return EXIT_USAGE
+    return run_main(lambda: _dispatch(list(sys.argv[1:] if argv is None else argv)), say)

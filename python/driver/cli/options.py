@@ -162,22 +162,26 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+SETTINGS_OPTIONS = (
+    "head",
+    "terraform_dir",
+    "resource_group",
+    "deployment",
+    "subscription",
+    "arm_endpoint",
+    "identity",
+    "connect_timeout",
+    "retries",
+    "ready_timeout",
+    "strict_host_keys",
+)
+"""The options add_cluster_options adds, by their argparse names (= resolve's keywords)."""
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     """The verb's options, with the environment and the saved profile under them."""
-    return resolve(
-        head=args.head,
-        terraform_dir=args.terraform_dir,
-        resource_group=args.resource_group,
-        deployment=args.deployment,
-        subscription=args.subscription,
-        arm_endpoint=args.arm_endpoint,
-        identity=args.identity,
-        connect_timeout=args.connect_timeout,
-        retries=args.retries,
-        ready_timeout=args.ready_timeout,
-        strict_host_keys=args.strict_host_keys,
-        load_profile=profiles.load,
-    )
+    given = {name: getattr(args, name) for name in SETTINGS_OPTIONS}
+    return resolve(**given, load_profile=profiles.load)
 
 
 def open_cluster(args: argparse.Namespace, start_local: bool = False) -> Cluster:

@@ -10,7 +10,9 @@ import re
 import sys
 from typing import Any
 
-from driver.progress import ByteProgress
+from driver.progress import ByteProgress, human_size
+
+size = human_size
 
 PROG = "python -m driver"
 
@@ -67,15 +69,6 @@ def byte_bar(desc: str) -> ByteProgress:
             bar.close()
 
     return progress
-
-
-def size(n: float) -> str:
-    """``512 B``, ``1.5 KB``, ``3.2 MB`` ..."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 def command(verb: str, hint: str = "") -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from driver import layout
 from driver.errors import DriverError
-from driver.procs import pid_alive, pids_with_cmdline
+from driver.procs import pid_alive, pids_with_cmdline, spawn
 from driver.progress import Progress, silent
 from nodekit import render
 from nodekit.rehearsal.image import ADMIN_USER, ImageCache, document_requirements
@@ -368,14 +368,7 @@ class Rehearsal:
         return path
 
     def _spawn(self, state: State, cmd: list[str], log: Path) -> int:
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        proc = spawn(cmd, log)
         self._record(state, f"pid:{proc.pid}")
         return proc.pid
 

@@ -1,0 +1,136 @@
+"""The shape of the Python code: two packages whose imports run one way, without cycles, and a
+client whose command line loads neither Ray nor the toolkit nor any repository file."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from support import REPO
+
+PYTHON = REPO / "python"
+SHARED = {"driver.layout", "driver.errors", "driver.procs", "driver.progress", "driver.yamlfile"}
+"""What the node toolkit may use from the client's package."""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PYTHON).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module → the modules of driver/nodekit it imports (explicitly, anywhere in the file)."""
+    modules = {_module_name(p): p for p in PYTHON.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges: set[str] = set()
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                    base = f"{base}.{node.module}" if node.module else base
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                    for a in node.names
+                ]
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def test_the_client_never_imports_the_toolkit() -> None:
+    graph = import_graph()
+    offending = {
+        m: sorted(e for e in edges if e.startswith("nodekit"))
+        for m, edges in graph.items()
+        if m.startswith("driver")
+    }
+    assert {m: e for m, e in offending.items() if e} == {}
+
+
+def test_the_toolkit_uses_only_the_shared_modules_of_the_client() -> None:
+    graph = import_graph()
+    used = {
+        e
+        for m, edges in graph.items()
+        if m.startswith("nodekit")
+        for e in edges
+        if e.startswith("driver")
+    }
+    assert used <= SHARED, used - SHARED
+
+
+def test_no_import_cycles() -> None:
+    graph = import_graph()
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            # A package's __init__ importing its own submodules is how packages work, not a cycle.
+            if node.startswith(nxt + "."):
+                continue
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert cycles == []
+
+
+def test_the_graph_sees_imports() -> None:
+    """The checks above would pass on an empty graph: make sure it holds real edges."""
+    graph = import_graph()
+    assert "driver.ssh" in graph["driver.remote"]
+    assert "driver.layout" in graph["nodekit.render"]
+    assert "driver.cli.options" in graph["driver.cli.jobs"]
+
+
+def test_the_command_line_loads_neither_ray_nor_the_toolkit(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from driver.cli import build_parser\n"
+        "build_parser().format_help()\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'torch', 'nodekit'}))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+
+
+def test_help_works_outside_the_checkout(tmp_path: Path) -> None:
+    """Nothing reads repository files at import or parse time."""
+    for module in ("driver", "nodekit"):
+        for args in (
+            ["--help"],
+            ["submit", "--help"] if module == "driver" else ["rehearse", "up", "--help"],
+        ):
+            p = subprocess.run(
+                [sys.executable, "-m", module, *args],
+                capture_output=True,
+                text=True,
+                cwd=tmp_path,
+                env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NODEKIT_REPO": str(tmp_path)},
+            )
+            assert p.returncode == 0, (module, args, p.stderr)

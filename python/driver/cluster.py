@@ -64,6 +64,11 @@ class Cluster(Protocol):
         """Make the dashboard and TensorBoard reachable from this machine."""
         ...
 
+    def reconnect(self, reason: str) -> None:
+        """After :class:`~driver.errors.ConnectionLost`: a new way to the cluster, or
+        ConnectionLost again when none can be had within the reconnect budget."""
+        ...
+
     def alive(self) -> bool:
         """Whether what :meth:`dashboard` opened still works."""
         ...

@@ -29,6 +29,8 @@ def connect(
         connect_timeout=settings.connect_timeout,
         retries=settings.retries,
         strict_host_keys=settings.strict_host_keys,
+        keepalive_s=settings.connect_timeout,
+        dead_after_s=3 * settings.connect_timeout,
     )
     return RemoteCluster(
         target.head,
@@ -36,5 +38,6 @@ def connect(
         ssh,
         progress,
         ready_timeout=settings.ready_timeout,
+        reconnect_timeout=settings.reconnect_timeout,
         cli_hint=shlex.join(settings.hint),
     )

@@ -26,6 +26,13 @@ class DriverError(Exception):
         return self.message
 
 
+class ConnectionLost(DriverError):
+    """The way to the cluster broke (network silent, SSH dropped): not a statement about a job."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USAGE)
+
+
 def run_main(command: Callable[[], int], say: Callable[[str], None]) -> int:
     """Run a command line's work and map what escapes it to a line and an exit code.
 

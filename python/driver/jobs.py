@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from driver.errors import EXIT_USAGE, DriverError, one_line
+from driver.errors import EXIT_USAGE, ConnectionLost, DriverError, one_line
 from driver.progress import ByteProgress
 from driver.settings import clear_ray_client_overrides
 
@@ -140,19 +140,89 @@ class _ProgressReader:
         return chunk
 
 
-class JobsClient:
-    """Talk to one cluster's Jobs API at ``address`` (``http://127.0.0.1:PORT``)."""
+def _is_connection_error(e: BaseException) -> bool:
+    """Whether ``e`` (or what caused it) says the connection broke, not what the server said."""
+    import aiohttp
+    import requests
 
-    def __init__(self, address: str, token: str | None, where: str = "") -> None:
+    kinds = (
+        requests.ConnectionError,
+        requests.Timeout,
+        aiohttp.ClientConnectionError,
+        asyncio.TimeoutError,
+        ConnectionError,
+        TimeoutError,
+    )
+    seen: set[int] = set()
+    current: BaseException | None = e
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kinds):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    text = str(e)
+    return "WebSocket connection closed unexpectedly" in text or "Connection aborted" in text
+
+
+class LogStream:
+    """Where a job's log goes, across reconnections.
+
+    Ray replays a job's log from its first byte to every new follower, so after a reconnection
+    the characters already written are skipped: the person sees each line once.
+    """
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self._write = write
+        self.written = 0
+        """Characters written so far."""
+        self.status = ""
+        """The job's status when last seen."""
+        self._seen = 0
+        """Characters received on the current stream."""
+
+    def restart(self) -> None:
+        self._seen = 0
+
+    def __call__(self, chunk: str) -> None:
+        start = self._seen
+        self._seen += len(chunk)
+        if self._seen <= self.written:
+            return
+        new = chunk[max(0, self.written - start) :]
+        self._write(new)
+        self.written += len(new)
+
+
+class JobsClient:
+    """Talk to one cluster's Jobs API at ``address`` (``http://127.0.0.1:PORT``).
+
+    Every request has a timeout (Ray's own client has none, so a dead tunnel would hang a
+    command); a request that fails because the connection broke raises :class:`ConnectionLost`,
+    never an error that reads like the job failed.
+    """
+
+    def __init__(
+        self, address: str, token: str | None, where: str = "", timeout: float = 10.0
+    ) -> None:
         clear_ray_client_overrides()
         from ray.job_submission import JobSubmissionClient
 
+        class BoundedClient(JobSubmissionClient):
+            def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:
+                kwargs.setdefault("timeout", (timeout, max(60.0, 6 * timeout)))
+                return super()._do_request(method, endpoint, **kwargs)
+
         self.address = address
         self.where = where or address
+        self.timeout = timeout
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
-            self._client = JobSubmissionClient(address, headers=dict(self._headers))
+            self._client = BoundedClient(address, headers=dict(self._headers))
         except Exception as e:
+            if _is_connection_error(e):
+                raise ConnectionLost(
+                    f"cannot reach the Ray Jobs API of {self.where}: {one_line(e, 300)}"
+                ) from None
             raise DriverError(
                 f"cannot reach the Ray Jobs API of {self.where} at {address}: {one_line(e, 400)}",
                 EXIT_USAGE,
@@ -166,9 +236,15 @@ class JobsClient:
             raise
         except Exception as e:
             text = one_line(e, 400)
+            if _is_connection_error(e):
+                raise ConnectionLost(
+                    f"lost the connection to {self.where} while {what}: {one_line(e, 200)}"
+                ) from None
             if "does not exist" in text or "404" in text:
                 raise DriverError(f"{what}: no such job on {self.where}", EXIT_USAGE) from None
-            raise DriverError(f"{what} failed on {self.where}: {text}", EXIT_USAGE) from None
+            raise DriverError(
+                f"{what}: the Jobs API of {self.where} answered: {text}", EXIT_USAGE
+            ) from None
 
     # -- working directory -----------------------------------------------------------------
     def upload_package(
@@ -269,25 +345,55 @@ class JobsClient:
     def logs(self, submission_id: str) -> str:
         return self._call(f"logs of job {submission_id}", self._client.get_job_logs, submission_id)
 
-    def follow(self, submission_id: str, write: Callable[[str], None]) -> JobInfo:
-        """Stream the job's logs through ``write`` until it ends; return its final info.
+    def follow(
+        self, submission_id: str, stream: LogStream, poll: float = 5.0, grace: float = 5.0
+    ) -> JobInfo:
+        """Stream the job's logs into ``stream`` until it ends; return its final info.
 
-        KeyboardInterrupt propagates to the caller with the job untouched.
+        The status is polled next to the log stream: once the job is terminal, the stream gets
+        ``grace`` seconds to deliver what is left, so a stream that stalls cannot keep a finished
+        job's command waiting. :class:`ConnectionLost` when the way to the cluster breaks;
+        KeyboardInterrupt propagates with the job untouched.
         """
+        stream.restart()
 
         async def tail() -> None:
             async for chunk in self._client.tail_job_logs(submission_id):
-                write(chunk)
+                stream(chunk)
+
+        async def follow() -> JobInfo | None:
+            loop = asyncio.get_running_loop()
+            task = asyncio.create_task(tail())
+            try:
+                while True:
+                    done, _ = await asyncio.wait({task}, timeout=poll)
+                    if done:
+                        return None  # the stream ended: the status below says how
+                    info = await loop.run_in_executor(None, self.info, submission_id)
+                    stream.status = info.status
+                    if info.status in TERMINAL:
+                        with contextlib.suppress(Exception):
+                            await asyncio.wait_for(asyncio.shield(task), grace)
+                        return info
+            finally:
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
 
         try:
-            asyncio.run(tail())
-        except KeyboardInterrupt:
+            final = asyncio.run(follow())
+        except (KeyboardInterrupt, DriverError):
             raise
         except Exception as e:
-            # The websocket can close early (tunnel hiccup); fall back to polling the status.
+            # The stream broke: a lost connection says so below; anything else falls back to
+            # polling the status.
             text = one_line(e, 400)
             if "does not exist" in text:
                 raise DriverError(f"job {submission_id}: no such job on {self.where}") from None
+            final = None
+        if final is not None:
+            return final
         for info in self.wait(submission_id):
             if info.status in TERMINAL:
                 return info

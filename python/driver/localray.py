@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from driver.cluster import DASHBOARD, TENSORBOARD, WebUI
-from driver.errors import DriverError
+from driver.errors import ConnectionLost, DriverError
 from driver.jobs import JobsClient
 from driver.procs import pid_alive, spawn
 from driver.progress import ByteProgress, Progress
@@ -305,6 +305,7 @@ class LocalCluster:
                 )
             head = running
         self.head = head
+        self.progress = progress
         self.results_root = results_root
         self.description = f"local Ray ({head.jobs_address})"
 
@@ -344,6 +345,12 @@ class LocalCluster:
                 TENSORBOARD, "", f"not started locally: tensorboard --logdir {self.results_root}"
             ),
         ]
+
+    def reconnect(self, reason: str) -> None:
+        """Local Ray has no network path to heal: if its Jobs API went away, the head did."""
+        if self.local.running() is None:
+            raise ConnectionLost(f"local Ray stopped ({reason})")
+        self.progress(f"local Ray answered again after: {reason}")
 
     def alive(self) -> bool:
         return pid_alive(self.head.pid)

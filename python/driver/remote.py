@@ -13,6 +13,7 @@ ready, the token and the tunnel.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -22,12 +23,12 @@ from typing import IO, Any
 from driver import layout
 from driver.address import HeadAddress
 from driver.cluster import DASHBOARD, TENSORBOARD, WebUI
-from driver.errors import DriverError
+from driver.errors import ConnectionLost, DriverError
 from driver.jobs import JobsClient
 from driver.progress import ByteProgress, Progress
 from driver.results import DownloadReport, download_tree
-from driver.settings import DEFAULT_READY_TIMEOUT_S
-from driver.ssh import SshOptions, SshSession
+from driver.settings import DEFAULT_READY_TIMEOUT_S, DEFAULT_RECONNECT_TIMEOUT_S
+from driver.ssh import AccessDenied, SshOptions, SshSession
 
 READY_POLL_S = 3.0
 PROGRESS_EVERY_S = 30.0
@@ -105,11 +106,13 @@ class RemoteCluster:
         ssh_options: SshOptions,
         progress: Progress,
         ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
+        reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S,
         cli_hint: str = "",
     ) -> None:
         self.head = head
         self.progress = progress
         self.ready_timeout = ready_timeout
+        self.reconnect_timeout = reconnect_timeout
         self.ssh_options = ssh_options
         self.cli_hint = cli_hint
         self.description = f"the head {head} ({source})"
@@ -134,11 +137,17 @@ class RemoteCluster:
         return self._ready
 
     def _token(self) -> str:
-        token = self.session.read_text(
-            layout.TOKEN_FILE,
-            denied_hint=f"expected it readable by group {layout.RAY_USER} (mode 0640) and "
-            f"{self.head.user} in that group — is this the cluster's admin user?",
+        hint = (
+            f"expected it readable by group {layout.RAY_USER} (mode 0640) and "
+            f"{self.head.user} in that group — is this the cluster's admin user?"
         )
+        try:
+            token = self.session.read_text(layout.TOKEN_FILE, denied_hint=hint)
+        except AccessDenied:
+            # A connection opened while the head bootstrapped keeps the group list the admin
+            # user had then, without `ray`: a new one gets it (`terraform apply`, then `submit`).
+            self._new_session()
+            token = self.session.read_text(layout.TOKEN_FILE, denied_hint=hint)
         if token is None:
             raise DriverError(
                 f"no cluster token on the head at {layout.TOKEN_FILE}: expected the bootstrap "
@@ -195,8 +204,48 @@ class RemoteCluster:
             token = self._token()
             fwd = self.session.forward(layout.RAY_DASHBOARD_PORT)
             self._check_jobs_api(fwd.url, token)
-            self._jobs = JobsClient(fwd.url, token, where=f"the head {self.head.host}")
+            self._jobs = JobsClient(
+                fwd.url,
+                token,
+                where=f"the head {self.head.host}",
+                timeout=self.ssh_options.connect_timeout,
+            )
         return self._jobs
+
+    def _new_session(self) -> None:
+        """Replace the SSH connection (and with it the tunnel) by a fresh one."""
+        self._jobs = None
+        self.session.close()
+        self.session = SshSession.connect(self.head, self.ssh_options, self.progress)
+
+    def reconnect(self, reason: str) -> None:
+        """After the connection broke: a fresh one, retried with back-off for at most
+        ``reconnect_timeout`` seconds; :class:`ConnectionLost` if none can be had."""
+        budget = self.reconnect_timeout
+        self.progress(
+            f"lost the connection to {self.head.endpoint} ({reason}); reconnecting for up to "
+            f"{budget:.0f} s"
+        )
+        deadline = time.monotonic() + budget
+        delay, last = 1.0, reason
+        quick = dataclasses.replace(self.ssh_options, retries=0)
+        while True:
+            self._jobs = None
+            self.session.close()
+            try:
+                self.session = SshSession.connect(self.head, quick, self.progress)
+                self.jobs()
+                self.progress(f"reconnected to {self.head.endpoint}")
+                return
+            except ConnectionLost as e:
+                last = e.message
+            if time.monotonic() + delay > deadline:
+                raise ConnectionLost(
+                    f"lost the connection to {self.head.endpoint} and could not reconnect "
+                    f"within {budget:.0f} s ({last})"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
     # -- the rest of the verbs -------------------------------------------------------------
     def results_dir(self, submission_id: str) -> str:

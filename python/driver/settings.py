@@ -27,6 +27,9 @@ HEAD_ENV = "RAYDRIVER_HEAD"
 """``[USER@]HOST[:PORT]`` of the head, like ``--head``."""
 READY_TIMEOUT_ENV = "RAYDRIVER_READY_TIMEOUT"
 """Seconds to wait for a head that is still bootstrapping, like ``--ready-timeout``."""
+RECONNECT_TIMEOUT_ENV = "RAYDRIVER_RECONNECT_TIMEOUT"
+"""Seconds to keep reconnecting after the connection to the head broke, like
+``--reconnect-timeout``."""
 SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"
 ARM_ENDPOINT_ENV = "AZURE_RESOURCE_MANAGER_ENDPOINT"
 XDG_STATE_ENV = "XDG_STATE_HOME"
@@ -44,6 +47,9 @@ DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_RETRIES = 3
 DEFAULT_READY_TIMEOUT_S = 900.0
 """A fresh VM installs Python, Ray and torch before Ray starts: several minutes."""
+DEFAULT_RECONNECT_TIMEOUT_S = 300.0
+"""Long enough for a Wi-Fi change or a VPN reconnect; a laptop that slept longer reconnects
+when it wakes (the budget starts when the loss is noticed)."""
 DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
 MAX_SECONDS = 7 * 24 * 3600.0
 """No timeout a person means is longer than a week; larger values are typos (or ``inf``)."""
@@ -203,6 +209,7 @@ class Settings:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S
     retries: int = DEFAULT_RETRIES
     ready_timeout: float = DEFAULT_READY_TIMEOUT_S
+    reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S
     strict_host_keys: bool = False
     hint: tuple[str, ...] = ()
     """Options that reach the same cluster again, for the next commands printed after submit
@@ -232,6 +239,7 @@ def resolve(
     connect_timeout: float | None = None,
     retries: int | None = None,
     ready_timeout: float | None = None,
+    reconnect_timeout: float | None = None,
     strict_host_keys: bool = False,
     environ: Mapping[str, str] | None = None,
     load_profile: Callable[[], Mapping[str, str] | None] | None = None,
@@ -314,6 +322,16 @@ def resolve(
             None,
             None,
             DEFAULT_READY_TIMEOUT_S,
+            parse_seconds,
+        ).value,
+        reconnect_timeout=pick(
+            "reconnect-timeout",
+            reconnect_timeout,
+            RECONNECT_TIMEOUT_ENV,
+            env,
+            None,
+            None,
+            DEFAULT_RECONNECT_TIMEOUT_S,
             parse_seconds,
         ).value,
         strict_host_keys=strict_host_keys,

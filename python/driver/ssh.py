@@ -31,7 +31,7 @@ from typing import IO, Any
 import paramiko
 
 from driver.address import HeadAddress
-from driver.errors import EXIT_USAGE, DriverError
+from driver.errors import EXIT_USAGE, ConnectionLost, DriverError
 from driver.progress import Progress, silent
 from driver.settings import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_RETRIES, known_hosts_file
 
@@ -52,6 +52,10 @@ class SshOptions:
     """Refuse a head whose key is not known yet, instead of trusting it once."""
     known_hosts: Path | None = None
     """The driver's own known_hosts (default: in the driver home)."""
+    keepalive_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    """Send a keepalive after this many quiet seconds."""
+    dead_after_s: float = 3 * DEFAULT_CONNECT_TIMEOUT_S
+    """Declare the connection dead when the head acknowledges nothing for this long."""
     system_known_hosts: Path | None = None
     """OpenSSH's file (default: ~/.ssh/known_hosts), read only."""
 
@@ -102,6 +106,10 @@ class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
 
 class _Transient(Exception):
     """A failure worth another attempt: the head may still be booting."""
+
+
+class AccessDenied(DriverError):
+    """The admin user may not read a file on the head (permission denied)."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +163,7 @@ class SshSession:
                 time.sleep(delay)
                 delay = min(delay * 2, MAX_BACKOFF_S)
         elapsed = time.monotonic() - started
-        raise DriverError(
+        raise ConnectionLost(
             f"cannot reach the head {head.endpoint} over SSH after {attempts} attempt"
             f"{'s' if attempts > 1 else ''} in {elapsed:.0f} s: {reason} — expected sshd "
             "there (is the VM running, and does its network security group allow SSH from "
@@ -167,8 +175,12 @@ class SshSession:
     def transport(self) -> paramiko.Transport:
         t = self._client.get_transport()
         if t is None or not t.is_active():
-            raise DriverError(f"the SSH connection to {self.head.endpoint} was lost")
+            raise ConnectionLost(f"the SSH connection to {self.head.endpoint} was lost")
         return t
+
+    def alive(self) -> bool:
+        t = self._client.get_transport()
+        return t is not None and t.is_active()
 
     def run(self, command: str, timeout: float = 30.0) -> CommandResult:
         """Run one command on the head; collect its output and exit status."""
@@ -282,6 +294,10 @@ class SshSession:
             try:
                 self._sftp = self._client.open_sftp()
             except (paramiko.SSHException, OSError, EOFError) as e:
+                if not self.alive():
+                    raise ConnectionLost(
+                        f"the SSH connection to {self.head.endpoint} was lost: {e}"
+                    ) from None
                 raise DriverError(
                     f"cannot open SFTP on {self.head.endpoint}: {e} (expected the sftp "
                     "subsystem, on by default in sshd)"
@@ -296,13 +312,18 @@ class SshSession:
         except FileNotFoundError:
             return None
         except PermissionError:
-            raise DriverError(
+            raise AccessDenied(
                 f"{self.head.user} may not read {path} on the head (permission denied)"
                 + (f": {denied_hint}" if denied_hint else "")
             ) from None
-        except OSError as e:
-            if e.errno == errno.ENOENT:
+        except (OSError, EOFError, paramiko.SSHException) as e:
+            if isinstance(e, OSError) and e.errno == errno.ENOENT:
                 return None
+            if not self.alive() or isinstance(e, EOFError | socket.timeout):
+                raise ConnectionLost(
+                    f"lost the SSH connection to {self.head.endpoint} while reading {path}: "
+                    f"{e or type(e).__name__}"
+                ) from None
             raise DriverError(f"cannot read {path} on the head: {e}") from None
 
     # -- port forwarding -------------------------------------------------------------------
@@ -359,6 +380,52 @@ def _close_client(client: paramiko.SSHClient) -> None:
         transport.join(timeout=5)
 
 
+def _tune_socket(sock: socket.socket, options: SshOptions) -> None:
+    """Notice a silent network within ``dead_after_s`` instead of never (laptop sleep, Wi-Fi
+    change, a NAT or load balancer dropping an idle flow): TCP keepalives while idle, and a
+    user timeout for data the head does not acknowledge (Linux; elsewhere keepalives only)."""
+    idle = max(1, int(options.keepalive_s))
+    settings = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (
+        ("TCP_KEEPIDLE", idle),
+        ("TCP_KEEPINTVL", idle),
+        ("TCP_KEEPCNT", max(1, int(options.dead_after_s // idle))),
+        ("TCP_USER_TIMEOUT", int(options.dead_after_s * 1000)),
+    ):
+        if hasattr(socket, name):
+            settings.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    for level, option, value in settings:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(level, option, value)
+
+
+def _add_known_hosts(keys: paramiko.HostKeys, path: Path, progress: Progress) -> None:
+    """Add the readable entries of an OpenSSH known_hosts file; say how many lines were not.
+
+    paramiko's own loader stops with a traceback at the first malformed line; one bad line in a
+    user's ~/.ssh/known_hosts must not keep the driver from every head.
+    """
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return
+    bad = 0
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line, number)
+        except Exception:  # paramiko's InvalidHostKey is no SSHException: any malformed line
+            entry = None
+        if entry is None:
+            bad += 1
+            continue
+        for host in entry.hostnames:
+            keys.add(host, entry.key.get_name(), entry.key)
+    if bad:
+        progress(f"skipped {bad} unreadable line{'s' if bad > 1 else ''} in {path}")
+
+
 def _connect_once(head: HeadAddress, options: SshOptions, progress: Progress) -> paramiko.SSHClient:
     timeout = options.connect_timeout
     try:
@@ -375,15 +442,12 @@ def _connect_once(head: HeadAddress, options: SshOptions, progress: Progress) ->
     except OSError as e:
         raise _Transient(e.strerror or str(e)) from None
 
+    _tune_socket(sock, options)
     client = paramiko.SSHClient()
     try:
-        system = options.user_known_hosts()
-        if system.is_file():
-            with contextlib.suppress(OSError):
-                client.load_system_host_keys(str(system))
         ours = options.driver_known_hosts()
-        if ours.is_file():
-            client.get_host_keys().load(str(ours))
+        for path in (options.user_known_hosts(), ours):
+            _add_known_hosts(client.get_host_keys(), path, progress)
         client.set_missing_host_key_policy(
             _TrustOnFirstUse(ours, options.strict_host_keys, progress)
         )
@@ -399,6 +463,11 @@ def _connect_once(head: HeadAddress, options: SshOptions, progress: Progress) ->
             banner_timeout=timeout,
             auth_timeout=timeout,
         )
+        transport = client.get_transport()
+        if transport is not None:
+            # Something crosses the connection every keepalive interval, so a silent network
+            # trips the socket's user timeout (and Azure's idle timeout never sees it idle).
+            transport.set_keepalive(max(1, int(options.keepalive_s)))
         return client
     except paramiko.BadHostKeyException as e:
         _close_client(client)
@@ -466,9 +535,10 @@ def _changed_key_message(
     name = head.host if head.port == 22 else f"[{head.host}]:{head.port}"
     where = options.driver_known_hosts()
     system = options.user_known_hosts()
-    with contextlib.suppress(OSError, paramiko.SSHException):
-        if system.is_file() and paramiko.HostKeys(str(system)).lookup(name) is not None:
-            where = system
+    keys = paramiko.HostKeys()
+    _add_known_hosts(keys, system, lambda _: None)
+    if keys.lookup(name) is not None:
+        where = system
     return (
         f"REFUSING the head {head.endpoint}: its host key changed — expected "
         f"{_key_label(e.expected_key)} {fingerprint(e.expected_key)} (from {where}), got "

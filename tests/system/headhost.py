@@ -50,7 +50,7 @@ What a test uses: ``ip``, ``host_ip``, ``target``/``cli_args`` (``--head root@IP
 ``user_key``, ``token``, ``token_file``/``ready_marker``/``failed_marker``/``results_dir`` (host
 side paths of the head's layout), ``write_ready``/``clear_ready``/``write_failed``, ``run`` and
 ``popen`` (commands on the head), ``ray_env`` (environment for Ray commands there),
-``add_user``, ``start_sshd``, ``unplug``, ``ssh_peers`` (who is still connected) and
+``add_user``, ``start_sshd``, ``unplug``/``plug``, ``ssh_peers`` (who is still connected) and
 ``sshd.known_hosts_line`` (to pre-trust the head). On the client side, ``driver_env(home)`` keeps
 the real user's HOME, SSH agent and cluster variables out of a driver process, and
 ``leftovers_snapshot``/``assert_nothing_left`` check that an in-process command left no thread
@@ -577,6 +577,11 @@ class HeadHost:
         """Take the head's network link down: packets to it vanish, nothing answers (a host
         that is off, or a firewall that drops)."""
         self.run(["ip", "link", "set", self.veth_head, "down"])
+
+    def plug(self) -> None:
+        """Undo :meth:`unplug`: the link comes back with its address and route, and the
+        connections that lived through the silence go on (a laptop waking up)."""
+        self.run(["ip", "link", "set", self.veth_head, "up"])
 
     def start_sshd(self, port: int) -> Sshd:
         """Another sshd on ``port`` with its own host key (stopped with the head)."""

@@ -31,6 +31,7 @@ def test_needs_linux(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_names_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(system.os, "geteuid", lambda: 0)  # as root, so the next check runs
     real = system.shutil.which
     monkeypatch.setattr(system.shutil, "which", lambda t: None if t == "debootstrap" else real(t))
     with pytest.raises(DriverError, match=r"apt-get install debootstrap\)"):

@@ -29,8 +29,9 @@ from driver.cli.output import (
     terminal_safe,
     write_out,
 )
-from driver.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK
-from driver.jobs import JobsClient
+from driver.cluster import Cluster
+from driver.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, ConnectionLost
+from driver.jobs import LogStream
 from driver.settings import RESULTS_ENV
 from driver.upload import ALLOW_FLAG
 from driver.workdir import (
@@ -145,10 +146,29 @@ def default_submission_id(submission: Submission) -> str:
     return f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
-def follow(client: JobsClient, sid: str, hint: str) -> int:
-    """Stream the job's logs until it ends; the exit code says how it ended."""
+def follow(cluster: Cluster, sid: str) -> int:
+    """Stream the job's logs until it ends; the exit code says how it ended.
+
+    A broken connection is healed (the cluster reconnects with back-off) and the log goes on
+    where it stopped; when it cannot be healed, the job is said to keep running — never to
+    have failed — with the command that reattaches.
+    """
+    hint = cluster.cli_hint
+    stream = LogStream(write_out)
     try:
-        info = client.follow(sid, write_out)
+        while True:
+            try:
+                info = cluster.jobs().follow(sid, stream)
+                break
+            except ConnectionLost as e:
+                try:
+                    cluster.reconnect(e.message)
+                except ConnectionLost as gone:
+                    seen = f" (last seen {stream.status})" if stream.status else ""
+                    raise ConnectionLost(
+                        f"{gone.message}. Job {sid} keeps running on the cluster{seen}: "
+                        f"reattach with `{command(f'logs {sid} --follow', hint)}`"
+                    ) from None
     except KeyboardInterrupt:
         say(f"\nStopped following; job {sid} keeps running.")
         say(f"  follow: {command(f'logs {sid} --follow', hint)}")
@@ -208,7 +228,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         say(next_steps(sid, hint))
         if args.no_wait:
             return EXIT_OK
-        return follow(client, sid, hint)
+        return follow(cluster, sid)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -224,10 +244,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     with open_cluster(args) as cluster:
-        client = cluster.jobs()
         if args.follow:
-            return follow(client, args.submission_id, cluster.cli_hint)
-        write_out(client.logs(args.submission_id))
+            return follow(cluster, args.submission_id)
+        write_out(cluster.jobs().logs(args.submission_id))
         return EXIT_OK
 
 

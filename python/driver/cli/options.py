@@ -18,9 +18,11 @@ from driver.settings import (
     DEFAULT_ARM_ENDPOINT,
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READY_TIMEOUT_S,
+    DEFAULT_RECONNECT_TIMEOUT_S,
     DEFAULT_RETRIES,
     HEAD_ENV,
     READY_TIMEOUT_ENV,
+    RECONNECT_TIMEOUT_ENV,
     SUBSCRIPTION_ENV,
     Settings,
     parse_count,
@@ -155,6 +157,14 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
         f"{READY_TIMEOUT_ENV}; default {DEFAULT_READY_TIMEOUT_S:.0f})",
     )
     g.add_argument(
+        "--reconnect-timeout",
+        type=seconds,
+        metavar="S",
+        help="when the connection to the head breaks while following a job, keep reconnecting "
+        f"with back-off for this long (env {RECONNECT_TIMEOUT_ENV}; default "
+        f"{DEFAULT_RECONNECT_TIMEOUT_S:.0f}); the job keeps running either way",
+    )
+    g.add_argument(
         "--strict-host-keys",
         action="store_true",
         help="refuse a head whose host key is not already known (default: trust it on first "
@@ -173,6 +183,7 @@ SETTINGS_OPTIONS = (
     "connect_timeout",
     "retries",
     "ready_timeout",
+    "reconnect_timeout",
     "strict_host_keys",
 )
 """The options add_cluster_options adds, by their argparse names (= resolve's keywords)."""

@@ -1,0 +1,185 @@
+"""The driver on a bad network, against a real sshd and Ray head (headhost.py): a network that
+goes silent mid-job (laptop sleep, Wi-Fi change, an idle timeout) is noticed and healed, a
+network that stays away ends in one line that says the job keeps running, and the first
+connection to a head that is still bootstrapping can read the token once it is ready."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from headhost import HeadHost, driver_env
+from support import REPO
+
+TICKS = 45
+TICK_JOB = f"""\
+import time
+for i in range({TICKS}):
+    print(f"TICK {{i}}", flush=True)
+    time.sleep(1)
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path, head_host: HeadHost) -> Path:
+    (tmp_path / "user-home").mkdir()
+    assert head_host.sshd is not None
+    (tmp_path / "known_hosts").write_text(head_host.sshd.known_hosts_line)
+    return tmp_path
+
+
+class Driver:
+    """``python -m driver`` as its own process, its output collected as it comes."""
+
+    def __init__(self, head: HeadHost, home: Path, *args: str, user: str = "") -> None:
+        verb, *rest = args
+        target = (
+            ["--head", f"{user}@{head.ip}", "-i", str(head.user_key)] if user else head.cli_args
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "driver", verb, *target, *rest],
+            cwd=REPO,
+            env={**__import__("os").environ, **driver_env(home)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._threads = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self.out), daemon=True),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    @staticmethod
+    def _read(pipe, into: list[str]) -> None:  # type: ignore[no-untyped-def]
+        for line in pipe:
+            into.append(line)
+
+    def wait_for(self, text: str, limit: float = 120) -> None:
+        deadline = time.monotonic() + limit
+        while not any(text in line for line in self.out):
+            assert self.proc.poll() is None, "".join(self.err)
+            assert time.monotonic() < deadline, f"never saw {text!r}: {''.join(self.err)}"
+            time.sleep(0.2)
+
+    def finish(self, limit: float) -> int:
+        code = self.proc.wait(timeout=limit)
+        for t in self._threads:
+            t.join(timeout=5)
+        return code
+
+
+def _job(tmp_path: Path) -> Path:
+    folder = tmp_path / "ticker"
+    folder.mkdir()
+    (folder / "train.py").write_text(TICK_JOB)
+    return folder / "train.py"
+
+
+def test_a_silent_network_is_noticed_and_the_log_goes_on_once(
+    head_host: HeadHost, home: Path, tmp_path: Path
+) -> None:
+    sid = "net-heal-1"
+    d = Driver(
+        head_host,
+        home,
+        "submit",
+        "--submission-id",
+        sid,
+        "--connect-timeout",
+        "2",
+        str(_job(tmp_path)),
+    )
+    try:
+        d.wait_for("TICK 3")
+        head_host.unplug()  # packets vanish: no error, no reset, nothing
+        time.sleep(15)  # longer than the 6 s the driver allows a silent connection
+        head_host.plug()
+        code = d.finish(limit=180)
+    finally:
+        head_host.plug()
+        if d.proc.poll() is None:
+            d.proc.kill()
+    err = "".join(d.err)
+    assert code == 0, err
+    ticks = [line.strip() for line in d.out if line.startswith("TICK ")]
+    assert ticks == [f"TICK {i}" for i in range(TICKS)]  # every line once, none twice
+    assert "lost the connection to" in err and "reconnecting for up to" in err
+    assert "reconnected to" in err
+    assert f"Job {sid} succeeded." in err
+    assert "failed" not in err.lower()
+
+
+def test_a_network_that_stays_away_ends_in_one_line_saying_the_job_runs_on(
+    head_host: HeadHost, home: Path, tmp_path: Path
+) -> None:
+    sid = "net-gone-1"
+    d = Driver(
+        head_host,
+        home,
+        "submit",
+        "--submission-id",
+        sid,
+        "--connect-timeout",
+        "2",
+        "--reconnect-timeout",
+        "8",
+        str(_job(tmp_path)),
+    )
+    try:
+        d.wait_for("TICK 6")  # the driver has seen the job RUNNING by now
+        head_host.unplug()
+        started = time.monotonic()
+        code = d.finish(limit=120)
+        took = time.monotonic() - started
+    finally:
+        head_host.plug()
+        if d.proc.poll() is None:
+            d.proc.kill()
+    last = [line.strip() for line in d.err if line.strip()][-1]
+    assert code == 2, "".join(d.err)
+    assert took < 60, took  # noticed and given up on in bounded time, not hung
+    assert last.startswith(
+        f"error: lost the connection to {head_host.ip}:22 and could not reconnect within 8 s"
+    )
+    assert f"Job {sid} keeps running on the cluster (last seen RUNNING)" in last
+    assert f"reattach with `python -m driver logs {sid} --follow --head {head_host.target}" in last
+    assert "failed" not in "".join(d.err).lower()
+    # And it did keep running: reattaching follows it to its end.
+    again = Driver(head_host, home, "logs", sid, "--follow")
+    assert again.finish(limit=120) == 0, "".join(again.err)
+    assert f"TICK {TICKS - 1}" in "".join(again.out)
+
+
+def test_the_first_connection_reads_the_token_once_the_head_is_ready(
+    head_host: HeadHost, home: Path
+) -> None:
+    """`terraform apply`, then `submit` at once: the driver connects while the head still
+    bootstraps, before the bootstrap adds the admin user to group ray. That connection keeps
+    the old group list; the token must still be read once the head is ready."""
+    user = head_host.add_user("latecomer", in_ray_group=False).split("@")[0]
+    head_host.clear_ready()
+    d = None
+    try:
+        d = Driver(head_host, home, "list", "--ready-timeout", "90", user=user)
+        deadline = time.monotonic() + 60
+        while not any("waiting for the head to finish bootstrapping" in e for e in d.err):
+            assert d.proc.poll() is None and time.monotonic() < deadline, "".join(d.err)
+            time.sleep(0.2)
+        head_host.run(["usermod", "-aG", "ray", user])  # what the bootstrap does, late
+        head_host.write_ready()
+        code = d.finish(limit=120)
+    finally:
+        head_host.write_ready()
+        if d is not None and d.proc.poll() is None:
+            d.proc.kill()
+    assert code == 0, "".join(d.err)
+    assert not any("may not read" in e for e in d.err)

@@ -1,9 +1,14 @@
 """Bring a job's results folder (checkpoints, summaries, TensorBoard files) back over SFTP.
 
 Re-running a download fetches only what is new: a file already present locally with the same
-size is skipped (checkpoint files are written once and not modified in place). Each file lands
-as ``NAME.part`` and is renamed when complete, so an interrupted download never leaves a
-truncated file that a later run would take for finished.
+size and modification time is skipped. Each file lands as ``NAME.part`` and is renamed when
+complete, so an interrupted download never leaves a truncated file that a later run would take
+for finished.
+
+What is on the head is not trusted: a job (or anyone with the ray user's rights) can put
+symlinks and odd names into its results folder. Symlinks are never followed (the folder itself
+may not be one), names that are not a plain file name are skipped, and every local path is
+checked to stay inside the destination.
 """
 
 from __future__ import annotations
@@ -37,17 +42,28 @@ class DownloadReport:
     bytes_fetched: int
     in_place: bool = False
     """The results are already on this machine (local Ray): nothing was copied."""
+    left_out: tuple[str, ...] = ()
+    """Entries not downloaded: symlinks, special files, unsafe names (relative paths)."""
 
 
-def list_files(sftp: paramiko.SFTPClient, root: str) -> list[RemoteFile]:
-    """Every regular file under ``root`` (symlinks and special files are left out)."""
+def _safe_name(name: str) -> bool:
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
+
+
+def list_files(sftp: paramiko.SFTPClient, root: str) -> tuple[list[RemoteFile], list[str]]:
+    """Every regular file under ``root``, and what was left out (symlinks — never followed —,
+    special files, and entries whose name is not a plain file name)."""
     files: list[RemoteFile] = []
+    left_out: list[str] = []
     pending = [PurePosixPath(".")]
     while pending:
         rel = pending.pop()
         folder = str(PurePosixPath(root) / rel)
         for entry in sorted(sftp.listdir_attr(folder), key=lambda a: a.filename):
             mode = entry.st_mode or 0
+            if not _safe_name(entry.filename):
+                left_out.append(f"{rel}/{entry.filename!r}")
+                continue
             child = rel / entry.filename
             if stat.S_ISDIR(mode):
                 pending.append(child)
@@ -57,7 +73,17 @@ def list_files(sftp: paramiko.SFTPClient, root: str) -> list[RemoteFile]:
                         str(PurePosixPath(root) / child), child, entry.st_size or 0, entry.st_mtime
                     )
                 )
-    return files
+            else:  # listdir_attr reports the entry itself (lstat): a symlink stays a symlink
+                left_out.append(str(child))
+    return files, left_out
+
+
+def _inside(root: Path, path: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
 
 
 def download_tree(
@@ -67,7 +93,7 @@ def download_tree(
     progress: ByteProgress | None = None,
 ) -> DownloadReport:
     try:
-        attrs = sftp.stat(remote_root)
+        attrs = sftp.lstat(remote_root)
     except FileNotFoundError:
         raise DriverError(
             f"no results on the head at {remote_root}: expected the job to write there "
@@ -75,17 +101,35 @@ def download_tree(
         ) from None
     except PermissionError:
         raise DriverError(f"may not read {remote_root} on the head (permission denied)") from None
+    if stat.S_ISLNK(attrs.st_mode or 0):
+        target = ""
+        with contextlib.suppress(OSError):
+            target = f" (to {sftp.readlink(remote_root)})"
+        raise DriverError(
+            f"{remote_root} on the head is a symlink{target}: refusing to follow it (a job's "
+            "results folder is a real folder)"
+        )
     if not stat.S_ISDIR(attrs.st_mode or 0):
         raise DriverError(f"{remote_root} on the head is not a folder")
     try:
-        files = list_files(sftp, remote_root)
+        files, left_out = list_files(sftp, remote_root)
     except PermissionError as e:
         raise DriverError(f"may not list {e.filename or remote_root} on the head") from None
     todo: list[tuple[RemoteFile, Path]] = []
     skipped = 0
+    local_root.mkdir(parents=True, exist_ok=True)
     for f in files:
         local = local_root.joinpath(*f.relative.parts)
-        if local.is_file() and local.stat().st_size == f.size:
+        if not _inside(local_root, local):
+            left_out.append(str(f.relative))
+            continue
+        same = (
+            local.is_file()
+            and not local.is_symlink()
+            and local.stat().st_size == f.size
+            and (f.mtime is None or int(local.stat().st_mtime) == int(f.mtime))
+        )
+        if same:
             skipped += 1
         else:
             todo.append((f, local))
@@ -93,10 +137,10 @@ def download_tree(
     done = 0
     if progress:
         progress(0, total)
-    local_root.mkdir(parents=True, exist_ok=True)
     for f, local in todo:
         local.parent.mkdir(parents=True, exist_ok=True)
         part = local.with_name(local.name + ".part")
+        part.unlink(missing_ok=True)  # never write through a link someone left there
         base = done
 
         def step(transferred: int, _total: int, base: int = base) -> None:
@@ -121,4 +165,6 @@ def download_tree(
         done += f.size
     if progress:
         progress(total, total)
-    return DownloadReport(remote_root, local_root, len(todo), skipped, total)
+    return DownloadReport(
+        remote_root, local_root, len(todo), skipped, total, left_out=tuple(left_out)
+    )

@@ -303,4 +303,12 @@ def cmd_download(args: argparse.Namespace) -> int:
         f"{report.source} to {report.destination}"
         + (f"; {report.skipped} already there" if report.skipped else "")
     )
+    if report.left_out:
+        shown = ", ".join(terminal_safe(x) for x in report.left_out[:5])
+        more = f" and {len(report.left_out) - 5} more" if len(report.left_out) > 5 else ""
+        count = len(report.left_out)
+        say(
+            f"Left out {count} {'entry' if count == 1 else 'entries'} that are symlinks, "
+            f"special files or not plain names: {shown}{more}"
+        )
     return EXIT_OK

@@ -183,3 +183,24 @@ def test_the_first_connection_reads_the_token_once_the_head_is_ready(
             d.proc.kill()
     assert code == 0, "".join(d.err)
     assert not any("may not read" in e for e in d.err)
+
+
+def test_a_malformed_known_hosts_line_is_skipped_not_a_traceback(
+    head_host: HeadHost, home: Path
+) -> None:
+    """One bad line in ~/.ssh/known_hosts (or the driver's own file) used to stop every command
+    with a traceback; the good lines still count, the bad ones are named."""
+    assert head_host.sshd is not None
+    user_known = home / "user-home" / ".ssh" / "known_hosts"
+    user_known.parent.mkdir(parents=True, exist_ok=True)
+    user_known.write_text("garbage-without-fields\nexample.org ssh-ed25519 !!!notbase64!!!\n")
+    (home / "known_hosts").write_text(
+        "203.0.113.1 ssh-rsa AAAA====broken\n" + head_host.sshd.known_hosts_line
+    )
+    d = Driver(head_host, home, "list", "--strict-host-keys")  # the good line must still count
+    code = d.finish(limit=120)
+    err = "".join(d.err)
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert f"skipped 2 unreadable lines in {user_known}" in err
+    assert f"skipped 1 unreadable line in {home / 'known_hosts'}" in err

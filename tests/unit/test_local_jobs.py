@@ -204,3 +204,68 @@ def test_cartpole_reaches_450_within_its_step_budget(driver_home: Path, tmp_path
     assert result["env_steps"] <= 60_000
     assert (tmp_path / "cartpole-test" / "checkpoint").is_dir()
     assert json.loads((tmp_path / "cartpole-test" / "summary.json").read_text()) == result
+
+
+def test_env_that_would_keep_a_job_from_starting_is_refused(driver_home: Path) -> None:
+    r = run_driver(
+        "submit", "--env", "PATH=/nonexistent", str(JOBS / "succeed.py"), home=driver_home
+    )
+    assert r.returncode == 2
+    assert error_lines(r.stderr) == [
+        "error: --env PATH=/nonexistent would replace the PATH Ray's processes need, and the job "
+        "would never start: extend it instead, e.g. PATH=/nonexistent:${PATH}"
+    ]
+    r = run_driver(
+        "submit",
+        "--submission-id",
+        "env-path-ok",
+        "--env",
+        "PATH=/opt/extra:${PATH}",
+        str(JOBS / "succeed.py"),
+        home=driver_home,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def test_stop_of_a_job_that_never_starts_ends_in_bounded_time(driver_home: Path) -> None:
+    """A job Ray cannot start stays PENDING; stop says so instead of waiting forever."""
+    from ray.job_submission import JobSubmissionClient
+
+    head = LocalRay(driver_home).start()[0]
+    client = JobSubmissionClient(
+        head.jobs_address, headers={"Authorization": f"Bearer {head.token()}"}
+    )
+    sid = client.submit_job(
+        entrypoint="python -c pass",
+        submission_id="stuck-pending-1",
+        runtime_env={"env_vars": {"PATH": "/nonexistent"}},  # what the driver now refuses
+    )
+    time.sleep(3)
+    assert _status(sid, driver_home) == "PENDING"
+    started = time.monotonic()
+    r = run_driver("stop", sid, "--timeout", "5", home=driver_home, timeout=120)
+    assert time.monotonic() - started < 60
+    assert r.returncode == 2
+    [line] = error_lines(r.stderr)
+    assert line.startswith(f"error: asked Ray to stop job {sid}, but it is still PENDING after 5 s")
+
+
+def test_control_sequences_from_a_job_do_not_reach_the_terminal(
+    driver_home: Path, tmp_path: Path
+) -> None:
+    """A job's output may carry escape sequences that retitle, clear or rewrite a terminal (or
+    hide text): colours stay, the rest is removed before it is printed."""
+    job = tmp_path / "escapes"
+    job.mkdir()
+    (job / "train.py").write_text(
+        "print('\\x1b]0;pwned title\\x07\\x1b[2J\\x1b[H\\x1b]8;;http://evil\\x1b\\\\link"
+        "\\x1b]8;;\\x1b\\\\ \\x1b[31mred\\x1b[0m bell\\x07 done')\n"
+    )
+    r = run_driver(
+        "submit", "--submission-id", "escapes-1", str(job / "train.py"), home=driver_home
+    )
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.endswith("done"))
+    assert line == "link \x1b[31mred\x1b[0m bell done"
+    logs = run_driver("logs", "escapes-1", home=driver_home).stdout
+    assert "\x1b]" not in logs and "\x1b[2J" not in logs and "\x07" not in logs

@@ -16,6 +16,7 @@ from driver.cli.options import (
     job_id_arg,
     open_cluster,
     parse_pairs,
+    seconds,
     submission_id,
     verb,
 )
@@ -30,8 +31,8 @@ from driver.cli.output import (
     write_out,
 )
 from driver.cluster import Cluster
-from driver.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, ConnectionLost
-from driver.jobs import LogStream
+from driver.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, ConnectionLost, DriverError
+from driver.jobs import TERMINAL, LogStream
 from driver.settings import RESULTS_ENV
 from driver.upload import ALLOW_FLAG
 from driver.workdir import (
@@ -112,6 +113,13 @@ def register(verbs: Verbs) -> None:
     p = verb(verbs, "stop", "Stop a running job.")
     job_id_arg(p)
     p.add_argument("--no-wait", action="store_true", help="do not wait for the job to stop")
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=60.0,
+        metavar="S",
+        help="how long to wait for the job to stop (default: 60)",
+    )
     p.set_defaults(func=cmd_stop)
 
     p = verb(verbs, "list", "List the cluster's jobs.")
@@ -134,6 +142,25 @@ def register(verbs: Verbs) -> None:
         help="local folder; the job's files go to DIR/SUBMISSION_ID (default: results)",
     )
     p.set_defaults(func=cmd_download)
+
+
+REPLACING_BREAKS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME")
+"""Variables Ray's own processes for the job need: replacing them leaves a job PENDING for good."""
+
+
+def check_job_env(env: dict[str, str]) -> dict[str, str]:
+    """Refuse environment variables that would keep the job from ever starting.
+
+    Ray starts the job's supervisor and workers with these variables: ``PATH=/opt/x`` instead of
+    ``PATH=/opt/x:${PATH}`` leaves the job PENDING until Ray's start timeout (15 min).
+    """
+    for name in REPLACING_BREAKS:
+        if name in env and f"${{{name}}}" not in env[name]:
+            raise DriverError(
+                f"--env {name}={env[name]} would replace the {name} Ray's processes need, and "
+                f"the job would never start: extend it instead, e.g. {name}={env[name]}:${{{name}}}"
+            )
+    return env
 
 
 def default_submission_id(submission: Submission) -> str:
@@ -187,7 +214,7 @@ def follow(cluster: Cluster, sid: str) -> int:
 def cmd_submit(args: argparse.Namespace) -> int:
     submission = resolve(args.script, args.trailing)
     spec = runtime_env_for(submission, args.runtime_env)
-    env = {**spec.env_vars, **parse_pairs(args.env, "--env")}
+    env = check_job_env({**spec.env_vars, **parse_pairs(args.env, "--env")})
     sid = args.submission_id or default_submission_id(submission)
     # Decide what goes before connecting: a refusal costs nothing.
     plans = [upload.plan(submission.working_dir, args.allow_sensitive)]
@@ -261,7 +288,15 @@ def cmd_stop(args: argparse.Namespace) -> int:
         if args.no_wait:
             say(f"Asked job {args.submission_id} to stop.")
             return EXIT_OK
-        final = list(client.wait(args.submission_id, interval=0.5))[-1]
+        deadline = time.monotonic() + args.timeout
+        for final in client.wait(args.submission_id, interval=0.5):
+            if final.status not in TERMINAL and time.monotonic() > deadline:
+                why = f" ({terminal_safe(final.message)})" if final.message else ""
+                raise DriverError(
+                    f"asked Ray to stop job {args.submission_id}, but it is still "
+                    f"{final.status} after {args.timeout:.0f} s{why}; a job that never started "
+                    "is marked FAILED when Ray's start timeout ends (15 min by default)"
+                )
         say(f"Job {args.submission_id}: {final.status}")
         return EXIT_OK
 

@@ -1,10 +1,22 @@
 """The embedded default: a local Ray head the driver starts, reuses and stops.
 
-The head is a ``ray start --head --block`` process in its own session, bound to 127.0.0.1 with
-token authentication switched on explicitly (Ray 2.60 otherwise decides from whether
+The head is a ``ray start --head --block`` process in its own session, with token
+authentication switched on explicitly (Ray 2.60 otherwise decides from whether
 ``~/.ray/auth_token`` happens to exist). Every process Ray spawns stays in that session, so
 ``stop`` removes exactly what the driver started and nothing else: ``ray stop`` would also kill
 unrelated Ray processes, including those of a rehearsal cluster's containers.
+
+One head per Python environment: jobs run ``python`` of the environment that started the head,
+so a driver from another virtual environment (another clone's ``.venv``) gets a head of its own
+instead of silently running its jobs in someone else's packages.
+
+What listens, and where (Ray 2.60 offers no way to bind its gRPC services to loopback): the
+dashboard/Jobs API on 127.0.0.1 only; the GCS, the raylet (node and object manager) and the
+dashboard agent's gRPC port on all interfaces, the agents' HTTP ports and the Ray Client server
+on 127.0.0.1 and the machine's address — every one of them refuses requests without the token
+(the tests check the HTTP and GCS ones). The autoscaler monitor and the Prometheus metrics
+endpoints, which answer without a token, are not started. Ray's session folder lives in a
+folder only the user may enter (Ray itself makes its own folders world-writable).
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -48,6 +61,8 @@ class LocalHead:
     token_file: str
     temp_dir: str
     log_file: str
+    prefix: str = ""
+    """The Python environment (sys.prefix) whose ``python`` runs the jobs."""
 
     @property
     def jobs_address(self) -> str:
@@ -100,18 +115,42 @@ def _dashboard_up(port: int, timeout: float = 2.0) -> bool:
         return False
 
 
-class LocalRay:
-    """Start, find and stop the driver's own local Ray head, with its state under ``home``."""
+def environment_key(prefix: str | None = None) -> str:
+    """Names the Python environment (``sys.prefix``) a local head belongs to."""
+    return hashlib.sha1(str(Path(prefix or sys.prefix).resolve()).encode()).hexdigest()[:10]
 
-    def __init__(self, home: Path) -> None:
-        self.dir = home / "local"
+
+def private_tmp() -> Path:
+    """``/tmp/raydriver-UID``: mode 0700, owned by this user (refused otherwise: another user
+    could have made it, to read or plant what Ray writes there)."""
+    path = Path("/tmp") / f"raydriver-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise DriverError(
+            f"{path} is not a folder of yours: remove it (another user may have made it) and "
+            "try again"
+        )
+    if st.st_mode & 0o077:
+        path.chmod(0o700)
+    return path
+
+
+class LocalRay:
+    """Start, find and stop the local Ray head of this Python environment, state under ``home``."""
+
+    def __init__(self, home: Path, prefix: str | None = None) -> None:
+        self.prefix = str(Path(prefix or sys.prefix).resolve())
+        self.root = home / "local"
+        self.dir = self.root / environment_key(self.prefix)
         self.state_file = self.dir / "head.json"
         self.token_file = self.dir / "token"
         self.log_file = self.dir / "ray-start.log"
         # Ray's unix sockets live under the temp dir and their paths must stay under 108 bytes,
         # so the temp dir is short and derived from the state folder rather than inside it.
         digest = hashlib.sha1(str(self.dir.resolve()).encode()).hexdigest()[:10]
-        self.temp_dir = Path("/tmp") / f"raydriver-{os.getuid()}-{digest}"
+        self.temp_dir = Path("/tmp") / f"raydriver-{os.getuid()}" / digest
 
     # -- state -----------------------------------------------------------------------------
     def _read_state(self) -> LocalHead | None:
@@ -157,6 +196,7 @@ class LocalRay:
         head = self.running()
         if head is not None:
             return head, False
+        private_tmp()
         self._token()
         ray_bin = Path(sys.executable).with_name("ray")
         if not ray_bin.exists():
@@ -187,6 +227,7 @@ class LocalRay:
             "--dashboard-host=127.0.0.1",
             f"--temp-dir={self.temp_dir}",
             "--disable-usage-stats",
+            "--no-monitor",  # the autoscaler's monitor serves metrics on 0.0.0.0 without a token
             *[f"--{k}={v}" for k, v in ports.items()],
         ]
         if num_cpus is not None:
@@ -198,6 +239,8 @@ class LocalRay:
             RAY_AUTH_MODE="token",
             RAY_AUTH_TOKEN_PATH=str(self.token_file),
             RAY_USAGE_STATS_ENABLED="0",
+            # No Prometheus endpoints: they listen on every interface and take no token.
+            RAY_enable_metrics_collection="0",
             # Jobs run `python script.py`: make that the driver's own interpreter.
             PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
         )
@@ -214,6 +257,7 @@ class LocalRay:
             token_file=str(self.token_file),
             temp_dir=str(self.temp_dir),
             log_file=str(self.log_file),
+            prefix=self.prefix,
         )
         deadline = time.monotonic() + timeout
         try:
@@ -271,6 +315,20 @@ class LocalRay:
         # Reap our own child if it is ours, so no zombie lingers in a long-lived caller.
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(session_id, os.WNOHANG)
+
+    @classmethod
+    def others(cls, home: Path) -> list[LocalHead]:
+        """Running heads that other Python environments started under ``home``."""
+        mine = environment_key()
+        found = []
+        for state in sorted((home / "local").glob("*/head.json")):
+            if state.parent.name == mine:
+                continue
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                head = LocalHead(**json.loads(state.read_text()))
+                if pid_alive(head.pid):
+                    found.append(head)
+        return found
 
     def stop(self) -> bool:
         """Stop the head this driver started. Returns False if none was running."""

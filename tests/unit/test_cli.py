@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from driver.cli import build_parser, main
+from driver.localray import LocalRay
 from support import FIXTURES, error_lines, run_driver
 
 VERBS = ("submit", "status", "logs", "stop", "list", "local")
@@ -50,7 +51,7 @@ def test_submit_missing_file_exits_2_without_starting_ray(tmp_path: Path) -> Non
     assert error_lines(r.stderr) == [
         "error: no such file: does/not/exist.py (expected a Python script or a folder with one)"
     ]
-    assert not (tmp_path / "local" / "head.json").exists()
+    assert not LocalRay(tmp_path).state_file.exists()
 
 
 def test_submit_folder_without_entrypoint_exits_2(tmp_path: Path) -> None:

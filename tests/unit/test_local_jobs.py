@@ -160,7 +160,7 @@ def test_local_ray_that_cannot_start_leaves_nothing(tmp_path: Path) -> None:
     lines = error_lines(r.stderr)
     assert lines[-1].startswith("error: local Ray did not start"), r.stderr
     assert "Traceback" not in r.stderr
-    assert not (tmp_path / "local" / "head.json").exists()
+    assert not LocalRay(tmp_path).state_file.exists()
     temp_dir = str(LocalRay(tmp_path).temp_dir)
     leftovers = subprocess.run(["pgrep", "-f", temp_dir], capture_output=True, text=True)
     assert leftovers.stdout == "", f"stray Ray processes: {leftovers.stdout}"

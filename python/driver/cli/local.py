@@ -16,8 +16,9 @@ def register(verbs: Verbs) -> None:
         "local",
         help="Start, stop or inspect the local Ray head (the default cluster).",
         description=(
-            "The local Ray head binds to 127.0.0.1 with token authentication; its state lives "
-            f"in ${HOME_ENV} (default: $XDG_STATE_HOME/ray-azure-rl)."
+            "The local Ray head takes the token for every request; its state lives in "
+            f"${HOME_ENV} (default: $XDG_STATE_HOME/ray-azure-rl). Each Python environment has "
+            "its own head, so jobs run in the environment of the driver that submits them."
         ),
     )
     local = p.add_subparsers(dest="local_verb", metavar="ACTION", parser_class=Parser)
@@ -46,9 +47,16 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    head = LocalRay(driver_home()).running()
+    local = LocalRay(driver_home())
+    head = local.running()
+    for other in LocalRay.others(driver_home()):
+        say(
+            f"(another local Ray runs for {other.prefix or 'another environment'}: pid {other.pid})"
+        )
     if head is None:
-        print("local Ray: not running")
+        print(f"local Ray: not running (for {local.prefix})")
         return EXIT_JOB_FAILED
-    print(f"local Ray: running (pid {head.pid}), Jobs API at {head.jobs_address}")
+    print(
+        f"local Ray: running (pid {head.pid}) for {local.prefix}, Jobs API at {head.jobs_address}"
+    )
     return EXIT_OK

@@ -1,56 +1,132 @@
-"""``up``/``down``: ``terraform apply``/``destroy`` through python-terraform, output streamed.
+"""``up``/``down``: a Terraform plan shown first, applied only when the user agrees.
 
-Kept tiny on purpose: the Terraform configuration is the source of truth for the cluster, and a
-user who wants plans, workspaces or remote state runs terraform directly. Terraform's own output
-goes straight to the terminal (it is the progress a person waits on).
+``terraform plan -out`` writes the plan a person reads (streamed to the terminal, it is the
+progress they wait on); ``terraform show -json`` of that very file says what it would replace;
+``terraform apply PLANFILE`` applies exactly what was shown, nothing newer. The Terraform
+configuration stays the source of truth: a user who wants workspaces or remote state runs
+terraform directly.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from driver.errors import DriverError
 
+HEAD_VM = "azurerm_linux_virtual_machine.head"
+"""The head VM of infra/terraform: replacing it loses what is on its disk."""
 
-def _terraform(directory: str, variables: dict[str, str], var_files: list[str]):  # type: ignore[no-untyped-def]
-    from python_terraform import Terraform
 
+@dataclass(frozen=True)
+class PlanSummary:
+    add: int = 0
+    change: int = 0
+    destroy: int = 0
+    replaced_head: tuple[str, ...] = field(default_factory=tuple)
+    """Addresses of resources named ``head`` that the plan deletes or replaces."""
+
+    @property
+    def empty(self) -> bool:
+        return not (self.add or self.change or self.destroy)
+
+
+def _terraform_binary() -> str:
+    binary = shutil.which("terraform")
+    if binary is None:
+        raise DriverError("up/down need the terraform CLI on PATH (terraform >= 1.11)")
+    return binary
+
+
+def _check_inputs(directory: str, var_files: list[str]) -> Path:
     path = Path(directory).expanduser()
     if not path.is_dir():
         raise DriverError(f"--terraform-dir: no such folder: {directory}")
-    binary = shutil.which("terraform")
-    if binary is None:
-        raise DriverError("up/down need the terraform CLI on PATH")
     for f in var_files:
         if not Path(f).is_file():
             raise DriverError(f"--var-file: no such file: {f}")
-    return Terraform(
-        working_dir=str(path),
-        terraform_bin_path=binary,
-        variables=variables or None,
-        var_file=[str(Path(f).resolve()) for f in var_files] or None,
+    return path
+
+
+def _run(path: Path, args: list[str], what: str, capture: bool = False) -> str:
+    env = {**os.environ, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
+    if capture or not sys.stdout.isatty():  # colours only for a person's terminal
+        args = [*args, "-no-color"]
+    p = subprocess.run(
+        [_terraform_binary(), *args],
+        cwd=path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=capture,
+        text=True,
     )
+    if p.returncode != 0:
+        detail = (
+            f": {' '.join((p.stderr or '').split())[:300]}" if capture else ": see its output above"
+        )
+        raise DriverError(f"{what} failed in {path} (exit {p.returncode}){detail}")
+    return p.stdout if capture else ""
 
 
-def _check(code: int | None, what: str, directory: str) -> None:
-    if code != 0:
-        raise DriverError(f"{what} failed in {directory} (exit {code}): see its output above")
+def _var_args(variables: dict[str, str], var_files: list[str]) -> list[str]:
+    return [
+        *(f"-var={k}={v}" for k, v in variables.items()),
+        *(f"-var-file={Path(f).resolve()}" for f in var_files),
+    ]
 
 
-def apply(directory: str, variables: dict[str, str], var_files: list[str]) -> None:
-    from python_terraform import IsNotFlagged
+def summarize(plan: dict[str, Any]) -> PlanSummary:
+    """What a plan (``terraform show -json`` of a plan file) does, and to the head."""
+    add = change = destroy = 0
+    replaced: list[str] = []
+    for rc in plan.get("resource_changes", []):
+        actions = rc.get("change", {}).get("actions", [])
+        if actions in (["no-op"], ["read"]):
+            continue
+        if "create" in actions:
+            add += 1
+        if "delete" in actions:
+            destroy += 1
+            if rc.get("name") == "head" and not rc.get("module_address"):
+                replaced.append(rc["address"])
+        if actions == ["update"]:
+            change += 1
+    return PlanSummary(add, change, destroy, tuple(replaced))
 
-    tf = _terraform(directory, variables, var_files)
-    code, _, _ = tf.init(capture_output=False, reconfigure=IsNotFlagged, var=None, var_file=None)
-    _check(code, "terraform init", directory)
-    code, _, _ = tf.apply(capture_output=False, skip_plan=True)
-    _check(code, "terraform apply", directory)
+
+@contextmanager
+def planned(
+    directory: str, variables: dict[str, str], var_files: list[str], destroy: bool = False
+) -> Iterator[tuple[Path, PlanSummary]]:
+    """``terraform init`` and ``plan`` (shown on the terminal); yields the plan file and what
+    it does. The plan file is deleted afterwards: it may hold sensitive values."""
+    path = _check_inputs(directory, var_files)
+    _run(path, ["init", "-input=false"], "terraform init")
+    with tempfile.TemporaryDirectory(prefix="raydriver-plan-") as tmp:
+        planfile = Path(tmp) / "cluster.tfplan"
+        args = ["plan", "-input=false", f"-out={planfile}"]
+        _run(
+            path,
+            [*args, *(["-destroy"] if destroy else []), *_var_args(variables, var_files)],
+            "terraform plan",
+        )
+        shown = _run(path, ["show", "-json", str(planfile)], "terraform show", capture=True)
+        try:
+            summary = summarize(json.loads(shown))
+        except ValueError:
+            raise DriverError(f"terraform show -json printed no JSON in {path}") from None
+        yield planfile, summary
 
 
-def destroy(directory: str, variables: dict[str, str], var_files: list[str]) -> None:
-    from python_terraform import IsFlagged, IsNotFlagged
-
-    tf = _terraform(directory, variables, var_files)
-    code, _, _ = tf.destroy(capture_output=False, force=IsNotFlagged, auto_approve=IsFlagged)
-    _check(code, "terraform destroy", directory)
+def apply_plan(directory: str, planfile: Path) -> None:
+    """Apply exactly the saved plan (its output streams to the terminal)."""
+    _run(Path(directory).expanduser(), ["apply", "-input=false", str(planfile)], "terraform apply")

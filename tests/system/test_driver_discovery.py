@@ -144,7 +144,14 @@ def test_up_and_down_wrap_terraform(tmp_path: Path) -> None:
     (folder / "main.tf").write_text(PROVIDER_FREE_CONFIG)
     env = driver_env(tmp_path)
     r = run_driver(
-        "up", "--terraform-dir", str(folder), "--var", "head_ip=203.0.113.9", home=tmp_path, env=env
+        "up",
+        "--yes",
+        "--terraform-dir",
+        str(folder),
+        "--var",
+        "head_ip=203.0.113.9",
+        home=tmp_path,
+        env=env,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Apply complete! Resources: 1 added" in r.stdout
@@ -152,15 +159,24 @@ def test_up_and_down_wrap_terraform(tmp_path: Path) -> None:
     assert f"python -m driver use --terraform-dir {folder}" in r.stderr
     assert from_terraform(folder) == HeadAddress("203.0.113.9", 22, "root")
     r = run_driver(
-        "down", "--terraform-dir", str(folder), "--var", "head_ip=x", home=tmp_path, env=env
+        "down",
+        "--yes",
+        "--terraform-dir",
+        str(folder),
+        "--var",
+        "head_ip=x",
+        home=tmp_path,
+        env=env,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Destroy complete! Resources: 1 destroyed." in r.stdout
+    assert "Apply complete! Resources: 0 added, 0 changed, 1 destroyed." in r.stdout
     with pytest.raises(DriverError, match="no Terraform outputs"):
         from_terraform(folder)
-    r = run_driver("up", "--terraform-dir", str(folder), home=tmp_path, env=env)  # no head_ip
+    r = run_driver(
+        "up", "--yes", "--terraform-dir", str(folder), home=tmp_path, env=env
+    )  # no head_ip
     assert r.returncode == 2
-    assert error_lines(r.stderr)[-1].startswith(f"error: terraform apply failed in {folder}")
+    assert error_lines(r.stderr)[-1].startswith(f"error: terraform plan failed in {folder}")
 
 
 # -- ARM ---------------------------------------------------------------------------------------

@@ -52,10 +52,10 @@ def register(verbs: Verbs) -> None:
     p.set_defaults(func=cmd_use)
 
     for name, what in (
-        ("up", "Create or update the cluster with `terraform apply`"),
-        ("down", "Delete the cluster with `terraform destroy`"),
+        ("up", "Create or update the cluster: `terraform plan`, shown, applied if you agree"),
+        ("down", "Delete the cluster: `terraform plan -destroy`, shown, applied if you agree"),
     ):
-        p = verb(verbs, name, f"{what} in --terraform-dir.", cluster=False)
+        p = verb(verbs, name, f"{what} (in --terraform-dir).", cluster=False)
         p.add_argument(
             "--terraform-dir", required=True, metavar="DIR", help="the Terraform configuration"
         )
@@ -68,6 +68,13 @@ def register(verbs: Verbs) -> None:
         )
         p.add_argument(
             "--var-file", action="append", default=[], metavar="FILE", help="a .tfvars file"
+        )
+        p.add_argument(
+            "-y",
+            "--yes",
+            action="store_true",
+            help="apply the plan without asking (for scripts; otherwise the plan is shown and "
+            "only 'yes' goes ahead)",
         )
         p.set_defaults(func=cmd_up if name == "up" else cmd_down)
 
@@ -128,13 +135,48 @@ def cmd_use(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _confirm(args: argparse.Namespace, question: str) -> None:
+    """Ask on the terminal (Terraform's own rule: only "yes" goes ahead); --yes answers."""
+    if args.yes:
+        return
+    if not sys.stdin.isatty():
+        raise DriverError(
+            f"{question.rstrip('?')}: not without a yes — stdin is not a terminal, so pass --yes "
+            "to apply the plan shown above"
+        )
+    say(f"{question} Only 'yes' goes ahead.")
+    try:
+        answer = input("  Enter a value: ")
+    except EOFError:
+        answer = ""
+    if answer.strip() != "yes":
+        raise DriverError("not applied: the answer was not yes (nothing changed)")
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from driver import terraform
     from driver.discovery import from_terraform
 
     variables = parse_pairs(args.var, "--var")
-    say(f"terraform init + apply in {args.terraform_dir} (its output follows)")
-    terraform.apply(args.terraform_dir, variables, args.var_file)
+    say(f"terraform init + plan in {args.terraform_dir} (its output follows)")
+    with terraform.planned(args.terraform_dir, variables, args.var_file) as (plan, summary):
+        if summary.empty:
+            say("No changes: the cluster already matches the configuration.")
+        else:
+            for address in summary.replaced_head:
+                say(
+                    f"WARNING: this plan REPLACES {address}: the head's disk goes with it — "
+                    f"results and checkpoints under {layout.RESULTS_DIR} are lost; download "
+                    "them first (python -m driver download ID)"
+                    if address == terraform.HEAD_VM
+                    else f"WARNING: this plan replaces {address} (the head's address may change)"
+                )
+            _confirm(
+                args,
+                f"Apply: {summary.add} to add, {summary.change} to change, {summary.destroy} "
+                "to destroy?",
+            )
+            terraform.apply_plan(args.terraform_dir, plan)
     head = from_terraform(args.terraform_dir)
     hint = shlex.join(["--terraform-dir", args.terraform_dir])
     say(f"Cluster is up: head {head}. It bootstraps for a few minutes; the driver waits for it.")
@@ -146,7 +188,19 @@ def cmd_down(args: argparse.Namespace) -> int:
     from driver import terraform
 
     variables = parse_pairs(args.var, "--var")
-    say(f"terraform destroy in {args.terraform_dir} (its output follows)")
-    terraform.destroy(args.terraform_dir, variables, args.var_file)
+    say(f"terraform init + plan -destroy in {args.terraform_dir} (its output follows)")
+    with terraform.planned(args.terraform_dir, variables, args.var_file, destroy=True) as (
+        plan,
+        summary,
+    ):
+        if summary.empty:
+            say("Nothing to delete.")
+            return EXIT_OK
+        _confirm(
+            args,
+            f"Delete the cluster: {summary.destroy} resources, the head's disk with its results "
+            "among them?",
+        )
+        terraform.apply_plan(args.terraform_dir, plan)
     say("Cluster deleted.")
     return EXIT_OK

@@ -1,0 +1,159 @@
+"""up/down show Terraform's plan first and apply it only on a yes: --yes for scripts, a refusal
+without a terminal, a warning when the head would be replaced. Real terraform on a configuration
+of Terraform's built-in resources (no provider to download)."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from driver.terraform import summarize
+from support import REPO, error_lines, run_driver
+
+CONFIG = """
+variable "head_ip" {
+  type = string
+}
+
+resource "terraform_data" "head" {
+  input            = var.head_ip
+  triggers_replace = var.head_ip
+}
+
+resource "terraform_data" "workers" {
+  input = "workers"
+}
+
+output "head_public_ip" {
+  value = terraform_data.head.output
+}
+
+output "admin_username" {
+  value = "root"
+}
+"""
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Path:
+    folder = tmp_path / "tf"
+    folder.mkdir()
+    (folder / "main.tf").write_text(CONFIG)
+    return folder
+
+
+def _driver(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_driver(*args, home=home, env={"CHECKPOINT_DISABLE": "1"}, timeout=300)
+
+
+def test_up_without_a_terminal_shows_the_plan_and_applies_nothing(
+    stack: Path, tmp_path: Path
+) -> None:
+    r = _driver(tmp_path, "up", "--terraform-dir", str(stack), "--var", "head_ip=203.0.113.9")
+    assert r.returncode == 2
+    assert "Plan: 2 to add, 0 to change, 0 to destroy." in r.stdout
+    assert error_lines(r.stderr)[-1] == (
+        "error: Apply: 2 to add, 0 to change, 0 to destroy: not without a yes — stdin is not a "
+        "terminal, so pass --yes to apply the plan shown above"
+    )
+    assert not (stack / "terraform.tfstate").exists()
+
+
+def test_up_yes_applies_and_a_replaced_head_is_warned_about(stack: Path, tmp_path: Path) -> None:
+    r = _driver(
+        tmp_path, "up", "--yes", "--terraform-dir", str(stack), "--var", "head_ip=203.0.113.9"
+    )
+    assert r.returncode == 0, r.stderr
+    assert "Cluster is up: head root@203.0.113.9." in r.stderr
+    r = _driver(
+        tmp_path, "up", "--yes", "--terraform-dir", str(stack), "--var", "head_ip=203.0.113.9"
+    )
+    assert r.returncode == 0 and "No changes: the cluster already matches" in r.stderr
+    r = _driver(
+        tmp_path, "up", "--yes", "--terraform-dir", str(stack), "--var", "head_ip=203.0.113.10"
+    )
+    assert r.returncode == 0, r.stderr
+    assert "WARNING: this plan replaces terraform_data.head" in r.stderr
+    assert "Cluster is up: head root@203.0.113.10." in r.stderr
+    r = _driver(tmp_path, "down", "--terraform-dir", str(stack), "--var", "head_ip=x")
+    assert r.returncode == 2 and "not without a yes" in r.stderr
+    r = _driver(tmp_path, "down", "--yes", "--terraform-dir", str(stack), "--var", "head_ip=x")
+    assert r.returncode == 0, r.stderr
+    assert "Apply complete! Resources: 0 added, 0 changed, 2 destroyed." in r.stdout
+
+
+@pytest.mark.parametrize(("answer", "applied"), [("yes", True), ("y", False)])
+def test_up_asks_on_a_terminal_and_only_yes_goes_ahead(
+    stack: Path, tmp_path: Path, answer: str, applied: bool
+) -> None:
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "driver",
+            "up",
+            "--terraform-dir",
+            str(stack),
+            "--var",
+            "head_ip=1.2.3.4",
+        ],
+        cwd=REPO,
+        stdin=secondary,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "RAYDRIVER_HOME": str(tmp_path), "CHECKPOINT_DISABLE": "1"},
+        text=True,
+    )
+    os.close(secondary)
+    try:
+        time.sleep(0.5)
+        os.write(primary, f"{answer}\n".encode())  # waits in the terminal until input() reads
+        out, err = proc.communicate(timeout=300)
+    finally:
+        os.close(primary)
+    assert "Only 'yes' goes ahead." in err
+    assert ((stack / "terraform.tfstate").exists() and "Apply complete" in out) == applied
+    assert proc.returncode == (0 if applied else 2), err
+    if not applied:
+        assert (
+            error_lines(err)[-1] == "error: not applied: the answer was not yes (nothing changed)"
+        )
+
+
+def test_summarize_counts_and_names_the_replaced_head() -> None:
+    plan = {
+        "resource_changes": [
+            {
+                "address": "azurerm_linux_virtual_machine.head",
+                "name": "head",
+                "change": {"actions": ["delete", "create"]},
+            },
+            {
+                "address": "azurerm_public_ip.head",
+                "name": "head",
+                "change": {"actions": ["update"]},
+            },
+            {
+                "address": "azurerm_key_vault.this",
+                "name": "this",
+                "change": {"actions": ["create"]},
+            },
+            {
+                "address": "module.x.thing.head",
+                "name": "head",
+                "module_address": "module.x",
+                "change": {"actions": ["delete"]},
+            },
+            {"address": "data.x.y", "name": "y", "change": {"actions": ["read"]}},
+        ]
+    }
+    s = summarize(plan)
+    assert (s.add, s.change, s.destroy) == (2, 1, 2)
+    assert s.replaced_head == ("azurerm_linux_virtual_machine.head",)

@@ -143,6 +143,74 @@ def test_each_node_read_the_token_from_key_vault_not_from_custom_data(
     assert all(c["authorization"] for c in vault_calls)
 
 
+SANDBOX_PROBE = r"""
+import json, os, ray, subprocess
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+def attempts():
+    def write(path):
+        try:
+            with open(path, "w") as f:
+                f.write("x")
+            os.remove(path)
+            return "written"
+        except OSError as e:
+            return type(e).__name__
+    def listing(path):
+        try:
+            return sorted(os.listdir(path))
+        except OSError as e:
+            return type(e).__name__
+    sudo = subprocess.run(["sudo", "-n", "true"], capture_output=True, text=True)
+    status = open("/proc/self/status").read()
+    return {
+        "/etc": write("/etc/pwned"),
+        "/usr/local/bin": write("/usr/local/bin/pwned"),
+        "venv": write("/opt/ray-cluster/venv/pwned"),
+        "/root": write("/root/pwned"),
+        "home": listing("/home"),
+        "results": write("/var/lib/ray-cluster/results/sandbox-probe"),
+        "tmp": write("/tmp/sandbox-probe"),
+        "sudo": sudo.returncode,
+        "no_new_privs": "NoNewPrivs:	1" in status,
+        "node": ray.util.get_node_ip_address(),
+    }
+
+ray.init(logging_level="ERROR")
+probe = ray.remote(num_cpus=1)(attempts)
+worker = [n for n in ray.nodes() if n["Alive"] and n["NodeManagerAddress"] == "WORKER_IP"][0]
+strategy = NodeAffinitySchedulingStrategy(worker["NodeID"], soft=False)
+print("PROBE " + json.dumps({"driver": attempts(),
+      "task": ray.get(probe.options(scheduling_strategy=strategy).remote())}))
+"""
+
+
+def test_jobs_cannot_write_outside_their_paths(rehearsal: RehearsalCluster) -> None:
+    """The Ray units' systemd sandbox, on the head (the job's driver) and on a worker (a task):
+    the system, the admin's home and the environment are read-only or hidden, no privilege can
+    be gained; results and /tmp stay writable."""
+    worker = rehearsal.worker_ips[0]
+    script = SANDBOX_PROBE.replace("WORKER_IP", worker)
+    code, out, err = rehearsal.ssh(
+        rehearsal.head_ip,
+        "mkdir -p /tmp/sandbox-probe-job && "
+        f"cat > /tmp/sandbox-probe-job/probe.py <<'EOF'\n{script}\nEOF\n"
+        "ray job submit --working-dir /tmp/sandbox-probe-job -- python probe.py",
+    )
+    assert code == 0, out[-3000:] + err
+    line = next(ln for ln in out.splitlines() if ln.startswith("PROBE "))
+    seen = json.loads(line[len("PROBE ") :])
+    assert seen["task"]["node"] == worker
+    for where in ("driver", "task"):
+        got = seen[where]
+        for path in ("/etc", "/usr/local/bin", "venv"):
+            assert got[path] == "OSError", (where, path, got)  # EROFS: read-only file system
+        assert got["/root"] in ("PermissionError", "OSError"), (where, got)
+        assert got["home"] == "PermissionError", (where, got)  # ProtectHome: out of reach
+        assert (got["results"], got["tmp"]) == ("written", "written"), (where, got)
+        assert got["sudo"] != 0 and got["no_new_privs"] is True, (where, got)
+
+
 def test_ssh_takes_the_users_key_and_refuses_passwords(rehearsal: RehearsalCluster) -> None:
     code, out, _ = rehearsal.ssh(rehearsal.head_ip, "id -un; id -Gn")
     assert code == 0

@@ -17,6 +17,8 @@ from typing import Any
 
 import hcl2
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from test_terraform_custom_data import MAX_VALUE_LENGTHS
 
@@ -26,7 +28,28 @@ STACK = REPO / "infra" / "terraform"
 ED25519 = (
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIP4S9mbJDa3rbswrgZDZPW0SvS6zPUB0LvnB0IkRZLgc you@example"
 )
-RSA = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7" + "A" * 300 + "== you@example"
+
+
+# Real keys, made fresh for every run (cryptography comes with paramiko, a runtime dependency).
+def openssh_public_key(key: ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey) -> str:
+    """One line of an OpenSSH .pub file, as ssh-keygen writes it."""
+    line = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    return f"{line.decode()} you@example"
+
+
+def rsa_key(bits: int) -> str:
+    return openssh_public_key(rsa.generate_private_key(public_exponent=65537, key_size=bits))
+
+
+ED25519_REAL = openssh_public_key(ed25519.Ed25519PrivateKey.generate())
+RSA_1024, RSA_2047, RSA_2048, RSA_4096 = (rsa_key(b) for b in (1024, 2047, 2048, 4096))
+ED25519_BLOB = ED25519_REAL.split()[1]
+RSA_BLOB = RSA_2048.split()[1]
+# Base64 characters 4-7 carry bytes 3-5 of the blob: changing character 7 changes the second
+# "s" of the key type string inside it, while the blob keeps its length.
+ED25519_BAD_TYPE = ED25519_BLOB[:7] + ("A" if ED25519_BLOB[7] != "A" else "B") + ED25519_BLOB[8:]
 REQUIRED = {
     "location": "westeurope",
     "allowed_ssh_cidrs": ["203.0.113.7/32"],
@@ -45,10 +68,39 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"allowed_ssh_cidrs": ["203.0.113.7"]}, "every entry must be an IPv4 CIDR"),
     ({"allowed_ssh_cidrs": ["300.1.1.1/32"]}, "every entry must be an IPv4 CIDR"),
     ({"allowed_ssh_cidrs": ["2001:db8::/32"]}, "every entry must be an IPv4 CIDR"),
+    # ... and the whole Internet by other spellings: numbers, not strings, decide.
+    ({"allowed_ssh_cidrs": ["0.0.0.0/00"]}, "every entry must be an IPv4 CIDR"),
+    ({"allowed_ssh_cidrs": ["010.0.0.1/32"]}, "every entry must be an IPv4 CIDR"),
+    ({"allowed_ssh_cidrs": ["203.0.113.7/032"]}, "every entry must be an IPv4 CIDR"),
+    ({"allowed_ssh_cidrs": [" 203.0.113.7/32"]}, "every entry must be an IPv4 CIDR"),
+    ({"allowed_ssh_cidrs": ["203.0.113.7/33"]}, "every entry must be an IPv4 CIDR"),
+    ({"allowed_ssh_cidrs": ["1.2.3.4/1"]}, "every entry must be a network address"),
+    ({"allowed_ssh_cidrs": ["198.51.100.7/24"]}, "every entry must be a network address"),
+    ({"allowed_ssh_cidrs": ["0.0.0.0/1", "128.0.0.0/1"]}, "every entry must be /8 or narrower"),
+    ({"allowed_ssh_cidrs": ["8.0.0.0/7"]}, "every entry must be /8 or narrower"),
+    (
+        {"allowed_ssh_cidrs": ["10.0.0.0/8", "11.0.0.0/8"]},
+        "allowed_ssh_cidrs must cover at most 16,777,216 addresses",
+    ),
+    (
+        {"allowed_ssh_cidrs": ["10.0.0.0/8", "203.0.113.7/32"]},
+        "allowed_ssh_cidrs must cover at most 16,777,216 addresses",
+    ),
     ({"admin_ssh_public_key": ""}, "admin_ssh_public_key must be one OpenSSH public key line"),
     ({"admin_ssh_public_key": "~/.ssh/id_ed25519.pub"}, "admin_ssh_public_key must be one"),
     ({"admin_ssh_public_key": "ecdsa-sha2-nistp256 AAAAE2Vj"}, "admin_ssh_public_key must be"),
     ({"admin_ssh_public_key": ED25519 + "\n" + ED25519}, "admin_ssh_public_key must be one"),
+    # The key blob is decoded (SSH wire format, RFC 4253 6.6) and must match its type word.
+    ({"admin_ssh_public_key": RSA_1024}, "RSA keys must have 2048 bits or more"),
+    ({"admin_ssh_public_key": RSA_2047}, "RSA keys must have 2048 bits or more"),
+    ({"admin_ssh_public_key": f"ssh-rsa {ED25519_BLOB}"}, "the key data is not a valid"),
+    ({"admin_ssh_public_key": f"ssh-ed25519 {RSA_BLOB}"}, "the key data is not a valid"),
+    ({"admin_ssh_public_key": f"ssh-ed25519 {ED25519_BLOB[:-4]}"}, "the key data is not a"),
+    ({"admin_ssh_public_key": f"ssh-ed25519 {ED25519_BLOB}AAAA"}, "the key data is not a"),
+    ({"admin_ssh_public_key": f"ssh-ed25519 {ED25519_BLOB[:-1]}"}, "the key data is not a"),
+    ({"admin_ssh_public_key": f"ssh-ed25519 {ED25519_BAD_TYPE}"}, "the key data is not a"),
+    ({"admin_ssh_public_key": f"ssh-rsa {RSA_BLOB[:-8]}"}, "the key data is not a valid"),
+    ({"admin_ssh_public_key": "ssh-ed25519 AAAA"}, "the key data is not a valid"),
     ({"resource_group_name": "rg with spaces"}, "resource_group_name must be 1-90"),
     ({"resource_group_name": "ends-in-dot."}, "resource_group_name must be 1-90"),
     ({"resource_group_name": "r" * 91}, "resource_group_name must be 1-90"),
@@ -56,16 +108,69 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"name_prefix": "r"}, "name_prefix must be 2-16 lower-case"),
     ({"name_prefix": "ray-"}, "name_prefix must be 2-16 lower-case"),
     ({"name_prefix": "r" * 17}, "name_prefix must be 2-16 lower-case"),
-    ({"vnet_address_space": "10.0.0.0/7"}, "vnet_address_space must be an IPv4 CIDR"),
-    ({"vnet_address_space": "10.42.0.0/29"}, "vnet_address_space must be an IPv4 CIDR"),
-    ({"vnet_address_space": "ten.0.0.0/16"}, "vnet_address_space must be an IPv4 CIDR"),
+    ({"vnet_address_space": "10.0.0.0/7"}, "vnet_address_space must be an IPv4 network"),
+    ({"vnet_address_space": "10.42.0.0/29"}, "vnet_address_space must be an IPv4 network"),
+    ({"vnet_address_space": "ten.0.0.0/16"}, "vnet_address_space must be an IPv4 network"),
+    ({"vnet_address_space": "10.42.0.5/16"}, "vnet_address_space must be an IPv4 network"),
+    ({"vnet_address_space": "010.42.0.0/16"}, "vnet_address_space must be an IPv4 network"),
     ({"subnet_address_prefix": "10.42.1.5/24"}, "subnet_address_prefix must be an IPv4 network"),
     ({"subnet_address_prefix": "10.42.1.0/29"}, "subnet_address_prefix must be an IPv4 network"),
+    ({"subnet_address_prefix": "10.42.01.0/24"}, "subnet_address_prefix must be an IPv4 network"),
+    # Only private ranges: a public one would shadow real Internet addresses; Azure refuses the
+    # special ones late (virtual network FAQ).
+    (
+        {"vnet_address_space": "20.42.0.0/16", "subnet_address_prefix": "20.42.1.0/24"},
+        "vnet_address_space must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "172.32.0.0/16", "subnet_address_prefix": "172.32.1.0/24"},
+        "vnet_address_space must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "100.128.0.0/16", "subnet_address_prefix": "100.128.1.0/24"},
+        "vnet_address_space must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "127.0.0.0/8", "subnet_address_prefix": "127.0.0.0/24"},
+        "vnet_address_space must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "169.254.0.0/16", "subnet_address_prefix": "169.254.1.0/24"},
+        "vnet_address_space must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "224.0.0.0/8", "subnet_address_prefix": "224.0.1.0/24"},
+        "vnet_address_space must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "168.63.128.0/22", "subnet_address_prefix": "168.63.129.0/24"},
+        "subnet_address_prefix must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "8.0.0.0/8", "subnet_address_prefix": "8.8.8.0/24"},
+        "subnet_address_prefix must lie in a private range",
+    ),
     ({"admin_username": "AzureUser"}, "admin_username must be 1-32 lower-case"),
     ({"admin_username": "a" * 33}, "admin_username must be 1-32 lower-case"),
     ({"admin_username": "o'brien"}, "admin_username must be 1-32 lower-case"),
     ({"admin_username": "root"}, "admin_username must not be a name Azure reserves"),
     ({"admin_username": "admin"}, "admin_username must not be a name Azure reserves"),
+    # The Ray service user and the images' own accounts and groups.
+    ({"admin_username": "ray"}, "admin_username must not be ray"),
+    ({"admin_username": "root"}, "admin_username must not be ray"),
+    ({"admin_username": "ubuntu"}, "admin_username must not be ray"),
+    ({"admin_username": "debian"}, "admin_username must not be ray"),
+    ({"admin_username": "daemon"}, "admin_username must not be ray"),
+    ({"admin_username": "www-data"}, "admin_username must not be ray"),
+    ({"admin_username": "nobody"}, "admin_username must not be ray"),
+    ({"admin_username": "sshd"}, "admin_username must not be ray"),
+    ({"admin_username": "syslog"}, "admin_username must not be ray"),
+    ({"admin_username": "polkitd"}, "admin_username must not be ray"),
+    ({"admin_username": "sudo"}, "admin_username must not be ray"),
+    ({"admin_username": "systemd-network"}, "admin_username must not be ray"),
+    ({"admin_username": "systemd-anything"}, "admin_username must not be ray"),
+    ({"admin_username": "_apt"}, "admin_username must not be ray"),
+    ({"admin_username": "_chrony"}, "admin_username must not be ray"),
     ({"os_image": "ubuntu-20.04"}, "os_image must be one of"),
     ({"head_vm_size": "D4s_v5"}, "head_vm_size must be an Azure VM size"),
     ({"worker_vm_size": "Standard D4s v5"}, "worker_vm_size must be an Azure VM size"),
@@ -86,6 +191,9 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"extra_pip_packages": ["minigrid 3.0.0"]}, "extra_pip_packages: each entry must be one"),
     ({"extra_pip_packages": ["it's"]}, "extra_pip_packages: each entry must be one"),
     ({"extra_pip_packages": ["back\\slash"]}, "extra_pip_packages: each entry must be one"),
+    ({"extra_pip_packages": ["--index-url=https://x.example/"]}, "not pip options"),
+    ({"extra_pip_packages": ["minigrid", "-e"]}, "not pip options"),
+    ({"extra_pip_packages": ["-rrequirements.txt"]}, "not pip options"),
     (
         {"extra_pip_packages": ["a" * 600, "b" * (MAX_VALUE_LENGTHS["EXTRA_PIP_PACKAGES"] - 600)]},
         "extra_pip_packages must come to 1,024 characters or fewer",
@@ -124,14 +232,26 @@ BAD: list[tuple[dict[str, Any], str]] = [
 GOOD: list[dict[str, Any]] = [
     {},  # the defaults
     {"allowed_ssh_cidrs": ["203.0.113.7/32", "198.51.100.0/24", "192.0.2.128/25"]},
+    {"allowed_ssh_cidrs": ["10.0.0.0/8"]},  # a whole /8, the most allowed in all
+    {"allowed_ssh_cidrs": ["0.0.0.0/8"]},
+    {"allowed_ssh_cidrs": ["255.255.255.255/32", "198.51.100.0/24"]},
+    {"allowed_ssh_cidrs": ["10.0.0.0/9", "10.128.0.0/9"]},
     {"admin_ssh_public_key": ED25519 + "\n"},
-    {"admin_ssh_public_key": RSA},
+    {"admin_ssh_public_key": ED25519_REAL},
+    {"admin_ssh_public_key": RSA_2048},
+    {"admin_ssh_public_key": RSA_4096},
+    {"admin_ssh_public_key": "  " + RSA_2048.split(" you@")[0] + "\n"},  # no comment
     {"location": "eastus2", "resource_group_name": "My_RG-(ray).1", "create_resource_group": False},
     {"name_prefix": "ab"},
     {"name_prefix": "ray-cluster-2026"},
     {"vnet_address_space": "10.0.0.0/8", "subnet_address_prefix": "10.200.0.0/16"},
     {"vnet_address_space": "192.168.0.0/24", "subnet_address_prefix": "192.168.0.16/28"},
+    {"vnet_address_space": "192.168.0.0/16", "subnet_address_prefix": "192.168.255.0/24"},
+    {"vnet_address_space": "172.16.0.0/12", "subnet_address_prefix": "172.31.255.0/24"},
+    {"vnet_address_space": "100.64.0.0/10", "subnet_address_prefix": "100.127.255.0/24"},
     {"admin_username": "ray_ops"},
+    {"admin_username": "rayadmin"},
+    {"admin_username": "systemd"},
     {"admin_username": "a" * MAX_VALUE_LENGTHS["RAY_ADMIN_USER"]},
     {"os_image": "ubuntu-24.04"},
     {"os_image": "debian-12"},
@@ -143,6 +263,7 @@ GOOD: list[dict[str, Any]] = [
     {"worker_spot_enabled": True, "worker_termination_notice_minutes": 15},
     {"encryption_at_host_enabled": True, "tags": {"project": "ray-rl"}},
     {"extra_pip_packages": ["minigrid==3.0.0", "gymnasium[atari]>=1.0", "ale-py"]},
+    {"extra_pip_packages": ["ale-py>=0.9,!=0.10.0", "torch-geometric==2.6.1"]},
     {"extra_pip_packages": ["a" * 600, "b" * (MAX_VALUE_LENGTHS["EXTRA_PIP_PACKAGES"] - 601)]},
     {"pip_index_url": "http://10.0.0.5:8080/simple/"},
     {"pip_index_url": "https://x.example/" + "a" * (MAX_VALUE_LENGTHS["PIP_INDEX_URL"] - 18)},
@@ -151,6 +272,10 @@ GOOD: list[dict[str, Any]] = [
     {"apt_source": "deb [trusted=yes] http://10.0.0.5/debian ./"},
     {"apt_source": "deb http://a/" + "a" * (MAX_VALUE_LENGTHS["APT_SOURCE"] - 13)},
 ]
+
+
+RULE_FAILED = {"Invalid value for variable", "Resource precondition failed"}
+"""The summaries of a failed validation and of a failed precondition."""
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -218,6 +343,11 @@ def test_bad_value_is_refused_with_its_message(workdir: Path, case: tuple[dict, 
     details = [e["detail"] for e in errors]
     assert code != 0, f"{variables} was accepted"
     assert any(expected in d for d in details), f"expected {expected!r} among {details}"
+    # Refused by a rule, never by an expression that broke on the bad value (HCL's || does not
+    # short-circuit: cidrhost("*", 0) in a rule is an error, and `terraform test`'s
+    # expect_failures does not count errors as failed validations).
+    broken = [f"{e['summary']}: {e['detail']}" for e in errors if e["summary"] not in RULE_FAILED]
+    assert not broken, broken
 
 
 @pytest.mark.parametrize("variables", GOOD, ids=[_case_id(c) for c in GOOD])

@@ -8,7 +8,10 @@ resource "azurerm_public_ip" "head" {
   resource_group_name = local.resource_group_name
   allocation_method   = "Static"
   sku                 = "Standard"
-  tags                = var.tags
+  # Azure drops a silent inbound flow after 4 minutes by default: an SSH tunnel to the dashboard
+  # or the Jobs API would die while a job runs quietly.
+  idle_timeout_in_minutes = var.tcp_idle_timeout_minutes
+  tags                    = var.tags
 }
 
 resource "azurerm_network_interface" "head" {

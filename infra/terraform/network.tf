@@ -84,11 +84,12 @@ resource "azurerm_public_ip" "nat" {
 }
 
 resource "azurerm_nat_gateway" "this" {
-  name                    = "${var.name_prefix}-nat"
-  location                = var.location
-  resource_group_name     = local.resource_group_name
-  sku_name                = "Standard"
-  idle_timeout_in_minutes = 10
+  name                = "${var.name_prefix}-nat"
+  location            = var.location
+  resource_group_name = local.resource_group_name
+  sku_name            = "Standard"
+  # The same as the head's public IP: one idle timeout for every flow of the cluster.
+  idle_timeout_in_minutes = var.tcp_idle_timeout_minutes
   tags                    = var.tags
 }
 

@@ -208,6 +208,17 @@ variable "subnet_address_prefix" {
   }
 }
 
+variable "tcp_idle_timeout_minutes" {
+  type        = number
+  default     = 30
+  description = "(Optional) Minutes a TCP connection may stay silent before Azure drops it, 4-30: on the head's public IP (an SSH session or tunnel to the head, e.g. the driver's, with no traffic for this long is cut; 30 is the public IP's maximum) and on the NAT gateway (the nodes' outbound connections, e.g. slow package downloads)."
+
+  validation {
+    condition     = var.tcp_idle_timeout_minutes >= 4 && var.tcp_idle_timeout_minutes <= 30 && floor(var.tcp_idle_timeout_minutes) == var.tcp_idle_timeout_minutes
+    error_message = "tcp_idle_timeout_minutes must be a whole number from 4 to 30 (Azure's range for a public IP), e.g. 30."
+  }
+}
+
 # ---------------------------------------------------------------------------------------------
 # Optional: virtual machines
 # ---------------------------------------------------------------------------------------------

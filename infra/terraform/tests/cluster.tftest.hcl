@@ -198,6 +198,19 @@ run "regular_workers_get_a_termination_notice" {
   }
 }
 
+run "idle_timeout_follows_its_variable" {
+  command = plan
+
+  variables {
+    tcp_idle_timeout_minutes = 4
+  }
+
+  assert {
+    condition     = azurerm_public_ip.head.idle_timeout_in_minutes == 4 && azurerm_nat_gateway.this.idle_timeout_in_minutes == 4
+    error_message = "tcp_idle_timeout_minutes must set the head's public IP and the NAT gateway alike."
+  }
+}
+
 run "spot_workers" {
   command = plan
 
@@ -238,6 +251,11 @@ run "head_network_and_image" {
   assert {
     condition     = azurerm_public_ip.head.sku == "Standard" && azurerm_public_ip.head.allocation_method == "Static"
     error_message = "The head's public IP must be Standard and static."
+  }
+
+  assert {
+    condition     = azurerm_public_ip.head.idle_timeout_in_minutes == 30 && azurerm_nat_gateway.this.idle_timeout_in_minutes == 30
+    error_message = "The head's public IP and the NAT gateway must keep silent TCP flows for 30 minutes (an idle SSH tunnel survives)."
   }
 
   assert {

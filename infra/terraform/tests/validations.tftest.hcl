@@ -241,3 +241,11 @@ run "pip_option_as_package_is_refused" {
   }
   expect_failures = [var.extra_pip_packages]
 }
+
+run "idle_timeout_beyond_the_public_ip_maximum_is_refused" {
+  command = plan
+  variables {
+    tcp_idle_timeout_minutes = 31
+  }
+  expect_failures = [var.tcp_idle_timeout_minutes]
+}

@@ -403,6 +403,85 @@ variable "worker_termination_notice_minutes" {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Optional: the cluster token in Key Vault (keyvault.tf)
+# ---------------------------------------------------------------------------------------------
+
+variable "key_vault_allowed_cidrs" {
+  type        = list(string)
+  default     = null
+  description = "(Optional) Public IPv4 addresses or CIDRs the Key Vault's firewall admits, e.g. [\"203.0.113.7/32\"]. The address Terraform runs from must be among them: Terraform writes the cluster token into the vault, and reads it back on every plan, through the vault's data plane. null takes the public entries of allowed_ssh_cidrs. The nodes reach the vault through its private endpoint whatever this says."
+
+  validation {
+    condition     = var.key_vault_allowed_cidrs == null || try(length(var.key_vault_allowed_cidrs) > 0, false)
+    error_message = "key_vault_allowed_cidrs must be null (the public entries of allowed_ssh_cidrs) or list at least one public IPv4 address, e.g. [\"203.0.113.7/32\"] (your address: curl -s https://ifconfig.me)."
+  }
+
+  validation {
+    condition     = alltrue([for c in coalesce(var.key_vault_allowed_cidrs, []) : can(regex(local.ipv4_cidr_pattern, c))])
+    error_message = "key_vault_allowed_cidrs: every entry must be an IPv4 CIDR in canonical form, four decimal octets 0-255 without leading zeros and a prefix length 0-32, e.g. \"203.0.113.7/32\"."
+  }
+
+  validation {
+    condition     = alltrue([for c in coalesce(var.key_vault_allowed_cidrs, []) : can(regex(local.ipv4_cidr_pattern, c)) ? cidrhost(c, 0) == split("/", c)[0] : true])
+    error_message = "key_vault_allowed_cidrs: every entry must be a network address whose host bits are zero, e.g. \"198.51.100.0/24\"; one address is \"203.0.113.7/32\"."
+  }
+
+  validation {
+    condition     = alltrue([for c in coalesce(var.key_vault_allowed_cidrs, []) : can(regex(local.ipv4_cidr_pattern, c)) ? tonumber(split("/", c)[1]) >= 8 : true])
+    error_message = "key_vault_allowed_cidrs: every entry must be /8 or narrower (never the whole Internet), e.g. \"203.0.113.7/32\"."
+  }
+
+  validation {
+    condition     = sum(concat([0], [for c in coalesce(var.key_vault_allowed_cidrs, []) : can(regex(local.ipv4_cidr_pattern, c)) ? pow(2, 32 - tonumber(split("/", c)[1])) : 0])) <= pow(2, 24)
+    error_message = "key_vault_allowed_cidrs must cover at most 16,777,216 addresses (one /8) in all, every entry counted, e.g. [\"203.0.113.7/32\"]."
+  }
+
+  # Key Vault's firewall sees the public address a request comes from; it refuses private
+  # ranges in IP rules (Add-AzKeyVaultNetworkRule: "any IP range inside 10.0.0.0-10.255.255.255
+  # (private IP addresses) cannot be used"). Two CIDRs overlap when they agree on the shorter
+  # prefix of the two.
+  validation {
+    condition = alltrue([for c in coalesce(var.key_vault_allowed_cidrs, []) : can(regex(local.ipv4_cidr_pattern, c)) ? !anytrue([
+      for r in local.non_public_ipv4_ranges : cidrhost("${split("/", c)[0]}/${min(tonumber(split("/", c)[1]), tonumber(split("/", r)[1]))}", 0) == cidrhost("${split("/", r)[0]}/${min(tonumber(split("/", c)[1]), tonumber(split("/", r)[1]))}", 0)
+    ]) : true])
+    error_message = "key_vault_allowed_cidrs: Key Vault's firewall admits public addresses only; none may touch a private or special range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 0.0.0.0/8, 224.0.0.0/3): list the public address Terraform runs from, e.g. [\"203.0.113.7/32\"]."
+  }
+}
+
+variable "cluster_token_version" {
+  type        = number
+  default     = 1
+  description = "(Optional) Version of the Ray cluster token, a whole number from 1. Raise it to write a new random token into Key Vault (and a new expiration date); then restart Ray on every node or replace the VMs: running nodes keep the token they read at boot."
+
+  validation {
+    condition     = var.cluster_token_version >= 1 && floor(var.cluster_token_version) == var.cluster_token_version
+    error_message = "cluster_token_version must be a whole number from 1, e.g. 2 to rotate the token."
+  }
+}
+
+variable "cluster_token_expiration_days" {
+  type        = number
+  default     = 365
+  description = "(Optional) Days from writing the cluster token to the expiration date recorded on its Key Vault secret, 1-3650. The date is informational (Key Vault still returns an expired secret, so nodes keep booting): it marks the token due for rotation with cluster_token_version, and satisfies policies that require one."
+
+  validation {
+    condition     = var.cluster_token_expiration_days >= 1 && var.cluster_token_expiration_days <= 3650 && floor(var.cluster_token_expiration_days) == var.cluster_token_expiration_days
+    error_message = "cluster_token_expiration_days must be a whole number from 1 to 3650, e.g. 365."
+  }
+}
+
+variable "rbac_propagation_wait_seconds" {
+  type        = number
+  default     = 60
+  description = "(Optional) Seconds Terraform waits, 0-900, after granting itself Key Vault Secrets Officer on the new vault and before writing the token: role assignments take a while to reach Key Vault's data plane. If the write still fails with 403 ForbiddenByRbac, run terraform apply again."
+
+  validation {
+    condition     = var.rbac_propagation_wait_seconds >= 0 && var.rbac_propagation_wait_seconds <= 900 && floor(var.rbac_propagation_wait_seconds) == var.rbac_propagation_wait_seconds
+    error_message = "rbac_propagation_wait_seconds must be a whole number from 0 to 900, e.g. 60."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------
 # Optional: software (deploy-time values of the cloud-init documents, cloud-init/placeholders.yaml:
 # one line, no single quote, no backslash)
 # ---------------------------------------------------------------------------------------------

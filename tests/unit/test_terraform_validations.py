@@ -229,16 +229,52 @@ BAD: list[tuple[dict[str, Any], str]] = [
         {"vnet_address_space": "10.42.1.0/24", "subnet_address_prefix": "10.42.0.0/16"},
         "must lie inside vnet_address_space",
     ),
-    ({"subnet_address_prefix": "10.42.1.0/28", "worker_max_count": 11}, "has room for 10 workers"),
+    # 16 addresses: Azure keeps 5, the head and the Key Vault's private endpoint take 2.
+    ({"subnet_address_prefix": "10.42.1.0/28", "worker_max_count": 10}, "has room for 9 workers"),
+    # The vault's firewall must admit the deployer: only public addresses can be named.
+    ({"allowed_ssh_cidrs": ["10.0.0.0/8"]}, "The Key Vault's firewall would admit no address"),
+    (
+        {"allowed_ssh_cidrs": ["192.168.1.0/24", "100.64.0.0/16"]},
+        "The Key Vault's firewall would admit no address",
+    ),
+    # the Key Vault's variables
+    ({"key_vault_allowed_cidrs": []}, "key_vault_allowed_cidrs must be null"),
+    (
+        {"key_vault_allowed_cidrs": ["203.0.113.07/32"]},
+        "key_vault_allowed_cidrs: every entry must be an IPv4",
+    ),
+    ({"key_vault_allowed_cidrs": ["198.51.100.7/24"]}, "must be a network address whose host bits"),
+    ({"key_vault_allowed_cidrs": ["0.0.0.0/0"]}, "key_vault_allowed_cidrs: every entry must be /8"),
+    (
+        {"key_vault_allowed_cidrs": ["11.0.0.0/8", "12.0.0.0/8"]},
+        "key_vault_allowed_cidrs must cover at most 16,777,216 addresses",
+    ),
+    ({"key_vault_allowed_cidrs": ["10.1.0.0/16"]}, "firewall admits public addresses only"),
+    ({"key_vault_allowed_cidrs": ["172.0.0.0/8"]}, "firewall admits public addresses only"),
+    ({"key_vault_allowed_cidrs": ["100.64.0.1/32"]}, "firewall admits public addresses only"),
+    ({"key_vault_allowed_cidrs": ["127.0.0.1/32"]}, "firewall admits public addresses only"),
+    ({"cluster_token_version": 0}, "cluster_token_version must be a whole number from 1"),
+    ({"cluster_token_version": 1.5}, "cluster_token_version must be a whole number from 1"),
+    ({"cluster_token_expiration_days": 0}, "cluster_token_expiration_days must be a whole"),
+    ({"cluster_token_expiration_days": 3651}, "cluster_token_expiration_days must be a whole"),
+    ({"rbac_propagation_wait_seconds": -1}, "rbac_propagation_wait_seconds must be a whole"),
+    ({"rbac_propagation_wait_seconds": 901}, "rbac_propagation_wait_seconds must be a whole"),
+    ({"rbac_propagation_wait_seconds": 2.5}, "rbac_propagation_wait_seconds must be a whole"),
 ]
 
 GOOD: list[dict[str, Any]] = [
     {},  # the defaults
     {"allowed_ssh_cidrs": ["203.0.113.7/32", "198.51.100.0/24", "192.0.2.128/25"]},
-    {"allowed_ssh_cidrs": ["10.0.0.0/8"]},  # a whole /8, the most allowed in all
-    {"allowed_ssh_cidrs": ["0.0.0.0/8"]},
+    # a whole /8, the most allowed in all (private: the vault then needs its own address)
+    {"allowed_ssh_cidrs": ["10.0.0.0/8"], "key_vault_allowed_cidrs": ["203.0.113.7/32"]},
+    {"allowed_ssh_cidrs": ["20.0.0.0/8"]},
     {"allowed_ssh_cidrs": ["255.255.255.255/32", "198.51.100.0/24"]},
-    {"allowed_ssh_cidrs": ["10.0.0.0/9", "10.128.0.0/9"]},
+    {"allowed_ssh_cidrs": ["10.0.0.0/9", "10.128.0.0/10", "203.0.113.7/32"]},
+    {"key_vault_allowed_cidrs": ["203.0.113.7/32", "198.51.100.0/24", "20.0.0.0/9"]},
+    {"key_vault_allowed_cidrs": None},
+    {"cluster_token_version": 7, "cluster_token_expiration_days": 1},
+    {"cluster_token_expiration_days": 3650, "rbac_propagation_wait_seconds": 0},
+    {"rbac_propagation_wait_seconds": 900},
     {"admin_ssh_public_key": ED25519 + "\n"},
     {"admin_ssh_public_key": ED25519_REAL},
     {"admin_ssh_public_key": RSA_2048},
@@ -262,6 +298,7 @@ GOOD: list[dict[str, Any]] = [
     {"os_image": "debian-12"},
     {"head_vm_size": "Standard_NC4as_T4_v3", "worker_vm_size": "standard_f8s_v2"},
     {"worker_min_count": 0, "worker_default_count": 0, "worker_max_count": 1},
+    {"subnet_address_prefix": "10.42.1.0/28", "worker_max_count": 9},
     {"worker_min_count": 100, "worker_default_count": 100, "worker_max_count": 100},
     {"scale_out_cpu_percent": 100, "scale_in_cpu_percent": 99},
     {"scale_out_cooldown_minutes": 60, "scale_in_cooldown_minutes": 1},
@@ -408,3 +445,44 @@ def test_every_rule_is_exercised(workdir: Path, kind: str, file: str) -> None:
     assert len(messages) >= (20 if kind == "validation" else 4)
     untested = [m for m in messages if not any(_prefix(m) in seen for seen in observed)]
     assert not untested, f"{kind}s no bad case triggers: {untested}"
+
+
+def console(work: Path, variables: dict[str, Any], expression: str) -> Any:
+    """``expression`` evaluated by ``terraform console`` with the required inputs plus
+    ``variables``."""
+    var_file = work / "console.tfvars.json"
+    var_file.write_text(json.dumps({**REQUIRED, **variables}))
+    result = subprocess.run(
+        ["terraform", "console", "-no-color", f"-var-file={var_file.name}"],
+        input=f"jsonencode({expression})\n",
+        cwd=work, env=_env(work), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(json.loads(result.stdout))
+
+
+@pytest.mark.parametrize(
+    "variables,rules",
+    [
+        ({}, ["203.0.113.7"]),  # /32 -> the bare address, as Key Vault keeps it
+        (
+            {"allowed_ssh_cidrs": ["10.0.0.0/9", "203.0.113.7/32", "192.168.0.0/24"]},
+            ["203.0.113.7"],  # private entries cannot be named on Key Vault's firewall
+        ),
+        (
+            {"allowed_ssh_cidrs": ["198.51.100.0/24", "100.64.0.0/10", "169.254.1.0/24"]},
+            ["198.51.100.0/24"],
+        ),
+        (
+            {"allowed_ssh_cidrs": ["10.0.0.0/8"], "key_vault_allowed_cidrs": ["192.0.2.10/32"]},
+            ["192.0.2.10"],  # the variable replaces allowed_ssh_cidrs
+        ),
+        (
+            {"key_vault_allowed_cidrs": ["198.51.100.0/24", "192.0.2.1/32"]},
+            ["198.51.100.0/24", "192.0.2.1"],
+        ),
+    ],
+    ids=["default", "private-dropped", "cgnat-link-local-dropped", "variable", "two"],
+)
+def test_key_vault_firewall_rules(workdir: Path, variables: dict, rules: list[str]) -> None:
+    assert console(workdir, variables, "local.key_vault_ip_rules") == rules

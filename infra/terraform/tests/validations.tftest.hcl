@@ -2,7 +2,9 @@
 # exercised offline with the real terraform binary in tests/test_terraform_validations.py.)
 
 mock_provider "azurerm" {}
-mock_provider "random" {}
+mock_provider "time" {}
+# random is not mocked: mock providers cannot open the ephemeral random_password (see
+# cluster.tftest.hcl).
 
 variables {
   location             = "westeurope"
@@ -248,4 +250,52 @@ run "idle_timeout_beyond_the_public_ip_maximum_is_refused" {
     tcp_idle_timeout_minutes = 31
   }
   expect_failures = [var.tcp_idle_timeout_minutes]
+}
+
+run "private_range_on_the_key_vault_firewall_is_refused" {
+  command = plan
+  variables {
+    key_vault_allowed_cidrs = ["10.1.0.0/16"]
+  }
+  expect_failures = [var.key_vault_allowed_cidrs]
+}
+
+run "empty_key_vault_firewall_is_refused" {
+  command = plan
+  variables {
+    key_vault_allowed_cidrs = []
+  }
+  expect_failures = [var.key_vault_allowed_cidrs]
+}
+
+run "ssh_from_private_ranges_only_needs_a_key_vault_address" {
+  command = plan
+  variables {
+    allowed_ssh_cidrs = ["10.0.0.0/8"]
+  }
+  expect_failures = [terraform_data.input_checks]
+}
+
+run "cluster_token_version_zero_is_refused" {
+  command = plan
+  variables {
+    cluster_token_version = 0
+  }
+  expect_failures = [var.cluster_token_version]
+}
+
+run "cluster_token_expiration_beyond_ten_years_is_refused" {
+  command = plan
+  variables {
+    cluster_token_expiration_days = 3651
+  }
+  expect_failures = [var.cluster_token_expiration_days]
+}
+
+run "rbac_wait_beyond_fifteen_minutes_is_refused" {
+  command = plan
+  variables {
+    rbac_propagation_wait_seconds = 901
+  }
+  expect_failures = [var.rbac_propagation_wait_seconds]
 }

@@ -514,7 +514,7 @@ variable "pip_index_url" {
   type        = string
   default     = "https://pypi.org/simple"
   sensitive   = true
-  description = "(Optional) Python package index (PEP 503 simple API) the nodes install Ray and its dependencies from. It may carry credentials (https://USER:TOKEN@host/simple), so Terraform hides it in plans and logs (sensitive); the nodes' custom data, and so the Terraform state and the VMs' model in Azure, still carry it in clear text: prefer a token that can only read the index."
+  description = "(Optional) Python package index (PEP 503 simple API) the nodes install Ray and its dependencies from. It may carry credentials (a user name and token before the host), so Terraform hides it in plans and logs (sensitive); the nodes' custom data, and so the Terraform state and the VMs' model in Azure, still carry it in clear text: prefer a token that can only read the index."
 
   validation {
     condition     = can(regex("^https?://[^\\s'\\\\]+$", var.pip_index_url)) && length(var.pip_index_url) <= 512

@@ -15,8 +15,9 @@ locals {
   # One OpenSSH public key line, ed25519 or RSA (the key types Azure takes), comment optional.
   ssh_public_key_pattern = "^(ssh-ed25519|ssh-rsa) [A-Za-z0-9+/]+={0,3}( [^\\r\\n]*)?$"
 
-  # Addresses Key Vault's firewall never sees as a client's public address: RFC 1918, RFC 6598,
-  # "this network", loopback, link-local, multicast and the reserved 240.0.0.0/4.
+  # Addresses Key Vault's firewall never sees as a client's public address: "this network",
+  # RFC 1918, RFC 6598, loopback, link-local, and 224.0.0.0/3 (multicast 224.0.0.0/4 and the
+  # reserved 240.0.0.0/4).
   non_public_ipv4_ranges = ["0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/3"]
 
   # For decoding an SSH key blob in admin_ssh_public_key's validation: base64 character ->

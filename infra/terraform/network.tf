@@ -21,8 +21,8 @@ resource "azurerm_subnet" "this" {
 }
 
 # Inbound: SSH from allowed_ssh_cidrs to the head, all traffic between cluster nodes (Ray needs
-# every TCP port between them; the nodes reach the Key Vault's private endpoint), nothing else. Outbound stays Azure's default (to the Internet via
-# the NAT gateway).
+# every TCP port between them; the nodes reach the Key Vault's private endpoint), nothing else.
+# Outbound stays Azure's default (to the Internet via the NAT gateway).
 resource "azurerm_network_security_group" "this" {
   name                = "${var.name_prefix}-nsg"
   location            = var.location

@@ -4,8 +4,13 @@ Why this exists: ``terraform init`` cannot download providers on this machine, s
 ``terraform validate`` nor a plan can tell us that an argument or block is misspelled or that a
 required argument is missing. The schema is still available offline: the CDK for Terraform
 bindings on PyPI (``cdktf-cdktf-provider-azurerm==14.23.1`` = azurerm 4.55.0,
-``cdktf-cdktf-provider-random==12.0.1``) carry a jsii assembly (``_jsii/*.jsii.tgz`` →
-``package/.jsii``, JSON) that describes every resource's configuration struct.
+``cdktf-cdktf-provider-random==12.0.1`` = random 3.7.2, ``cdktf-cdktf-provider-time==11.0.1`` =
+time 0.13.1) carry a jsii assembly (``_jsii/*.jsii.tgz`` → ``package/.jsii``, JSON) that
+describes every resource's configuration struct.
+
+Ephemeral resources (``ephemeral "random_password" ...``, Terraform 1.10+) are not in the
+assemblies: cdktf never modelled them. Their arguments come from ``EPHEMERAL_RESOURCES`` below,
+written from the providers' own documentation, and ``extract`` adds them to the schema.
 
 How the assembly maps to Terraform names (proved on every property by ``extract``):
 
@@ -48,8 +53,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_FORMAT = 1
-"""Bumped whenever the layout of the extracted JSON changes (the set-up step re-extracts)."""
+SCHEMA_FORMAT = 2
+"""Bumped whenever the layout of the extracted JSON changes (the set-up step re-extracts).
+2: providers carry ``ephemeral_resources``."""
 
 _DOC_LINK = re.compile(
     r"registry\.terraform\.io/providers/(?P<ns>[\w-]+)/(?P<provider>[\w-]+)/(?P<version>[\w.-]+)"
@@ -73,6 +79,38 @@ BUILTIN_TERRAFORM = {
         }
     },
     "data_sources": {},
+    "ephemeral_resources": {},
+}
+
+
+# Ephemeral resource types, by provider, in the schema's own layout. Only types this repository
+# uses are listed; an ephemeral block of any other type is reported as unknown.
+EPHEMERAL_RESOURCES: dict[str, dict[str, Any]] = {
+    "random": {
+        # hashicorp/terraform-provider-random docs/ephemeral-resources/password.md (3.7.x):
+        # length is required; the rest optional. No keepers and no `number` (unlike the
+        # random_password resource); result and bcrypt_hash are read-only.
+        "random_password": {
+            "attributes": {
+                "length": {"required": True},
+                **{
+                    name: {"required": False}
+                    for name in (
+                        "lower",
+                        "min_lower",
+                        "min_numeric",
+                        "min_special",
+                        "min_upper",
+                        "numeric",
+                        "override_special",
+                        "special",
+                        "upper",
+                    )
+                },
+            },
+            "blocks": {},
+        },
+    },
 }
 
 
@@ -194,6 +232,7 @@ def extract(assembly: dict[str, Any]) -> tuple[dict[str, Any], Extraction]:
         "provider": provider_block,
         "resources": dict(sorted(resources.items())),
         "data_sources": dict(sorted(data_sources.items())),
+        "ephemeral_resources": EPHEMERAL_RESOURCES.get(provider_name, {}),
     }, ex
 
 
@@ -298,7 +337,8 @@ def parse_tf(path: Path) -> dict[str, Any]:
 class Report:
     problems: list[str] = field(default_factory=list)
     resources: list[str] = field(default_factory=list)
-    """``type.name`` of every resource and data source checked."""
+    """``type.name`` of every resource, ``data.type.name`` of every data source and
+    ``ephemeral.type.name`` of every ephemeral resource checked."""
     arguments: int = 0
     """Arguments and blocks checked (every key of every checked body, nested ones included)."""
 
@@ -324,12 +364,18 @@ def _count_keys(body: Any) -> int:
 
 
 def check_files(paths: list[Path], schema: dict[str, Any]) -> Report:
-    """Check every resource, data source and provider block of ``paths`` against ``schema``."""
+    """Check every resource, data source, ephemeral resource and provider block of ``paths``
+    against ``schema``."""
     report = Report()
     providers = {"terraform": BUILTIN_TERRAFORM, **schema["providers"]}
+    sections = (
+        ("resource", "resources"),
+        ("data", "data_sources"),
+        ("ephemeral", "ephemeral_resources"),
+    )
     for path in paths:
         doc = parse_tf(path)
-        for section, kind in (("resource", "resources"), ("data", "data_sources")):
+        for section, kind in sections:
             for entry in doc.get(section, []):
                 for raw_type, instances in entry.items():
                     tf_type = _unquote(raw_type)
@@ -337,9 +383,8 @@ def check_files(paths: list[Path], schema: dict[str, Any]) -> Report:
                     for raw_name, body in instances.items():
                         if raw_name.startswith("__"):
                             continue
-                        label = ("data." if section == "data" else "") + (
-                            f"{tf_type}.{_unquote(raw_name)}"
-                        )
+                        prefix_label = "" if section == "resource" else f"{section}."
+                        label = f"{prefix_label}{tf_type}.{_unquote(raw_name)}"
                         where = f"{path.name}: {label}"
                         report.resources.append(label)
                         if prefix not in providers:

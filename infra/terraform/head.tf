@@ -8,7 +8,10 @@ resource "azurerm_public_ip" "head" {
   resource_group_name = local.resource_group_name
   allocation_method   = "Static"
   sku                 = "Standard"
-  tags                = var.tags
+  # Azure drops a silent inbound flow after 4 minutes by default: an SSH tunnel to the dashboard
+  # or the Jobs API would die while a job runs quietly.
+  idle_timeout_in_minutes = var.tcp_idle_timeout_minutes
+  tags                    = var.tags
 }
 
 resource "azurerm_network_interface" "head" {
@@ -72,11 +75,14 @@ resource "azurerm_linux_virtual_machine" "head" {
   boot_diagnostics {}
 
   # The first boot installs packages (the subnet's NAT gateway and NSG must be in place) and
-  # reads the cluster token from Key Vault (the secret and the identity's role must exist).
+  # reads the cluster token from Key Vault (the secret, the identity's role, the private
+  # endpoint and its DNS name in the network must exist).
   depends_on = [
     azurerm_subnet_nat_gateway_association.this,
     azurerm_subnet_network_security_group_association.this,
     azurerm_key_vault_secret.cluster_token,
     azurerm_role_assignment.nodes_secrets_user,
+    azurerm_private_endpoint.key_vault,
+    azurerm_private_dns_zone_virtual_network_link.key_vault,
   ]
 }

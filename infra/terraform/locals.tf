@@ -4,6 +4,8 @@ locals {
   # The head's private address is fixed (the 4th host: Azure keeps .0-.3 of every subnet), so the
   # workers' cloud-init can name it before the head exists.
   head_private_ip = cidrhost(var.subnet_address_prefix, 4)
+  # The Key Vault's private endpoint takes the next one (keyvault.tf).
+  key_vault_private_ip = cidrhost(var.subnet_address_prefix, 5)
 
   # var.os_image -> marketplace image. Every one is a generation 2 image.
   os_images = {
@@ -39,8 +41,7 @@ locals {
   # Key Vault names are global: 3-24 letters, digits and '-'. Derived from the subscription,
   # the resource group and the prefix, so a re-apply keeps it and another cluster differs.
   key_vault_name = "${var.name_prefix}-kv-${substr(sha1("${data.azurerm_client_config.current.subscription_id}/${local.resource_group_name}/${var.name_prefix}"), 0, 23 - length(var.name_prefix) - 4)}"
-  # Key Vault takes single addresses without "/32".
-  key_vault_ip_rules = [for c in var.allowed_ssh_cidrs : endswith(c, "/32") ? trimsuffix(c, "/32") : c]
+  # The vault's firewall rules (local.key_vault_ip_rules) derive from inputs alone: checks.tf.
 
   ssh_target = "${var.admin_username}@${azurerm_public_ip.head.ip_address}"
 }

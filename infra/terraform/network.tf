@@ -15,14 +15,14 @@ resource "azurerm_subnet" "this" {
   virtual_network_name            = azurerm_virtual_network.this.name
   address_prefixes                = [var.subnet_address_prefix]
   default_outbound_access_enabled = false
-  # The nodes reach the cluster's Key Vault from inside the network (its firewall admits this
-  # subnet).
-  service_endpoints = ["Microsoft.KeyVault"]
+  # The Key Vault's private endpoint lives here too (keyvault.tf). With network policies on, the
+  # NSG below governs it like the VMs: only the cluster subnet reaches it, not peered networks.
+  private_endpoint_network_policies = "NetworkSecurityGroupEnabled"
 }
 
 # Inbound: SSH from allowed_ssh_cidrs to the head, all traffic between cluster nodes (Ray needs
-# every TCP port between them), nothing else. Outbound stays Azure's default (to the Internet via
-# the NAT gateway).
+# every TCP port between them; the nodes reach the Key Vault's private endpoint), nothing else.
+# Outbound stays Azure's default (to the Internet via the NAT gateway).
 resource "azurerm_network_security_group" "this" {
   name                = "${var.name_prefix}-nsg"
   location            = var.location
@@ -84,11 +84,12 @@ resource "azurerm_public_ip" "nat" {
 }
 
 resource "azurerm_nat_gateway" "this" {
-  name                    = "${var.name_prefix}-nat"
-  location                = var.location
-  resource_group_name     = local.resource_group_name
-  sku_name                = "Standard"
-  idle_timeout_in_minutes = 10
+  name                = "${var.name_prefix}-nat"
+  location            = var.location
+  resource_group_name = local.resource_group_name
+  sku_name            = "Standard"
+  # The same as the head's public IP: one idle timeout for every flow of the cluster.
+  idle_timeout_in_minutes = var.tcp_idle_timeout_minutes
   tags                    = var.tags
 }
 

@@ -2,7 +2,10 @@
 # (allowed_ssh_cidrs -> allowedSshCidrs); resource_group_name and create_resource_group are
 # Terraform's own (Bicep deploys into a resource group given to `az deployment group create`).
 # Each validation names its variable and shows the expected form; rules that compare two inputs
-# are preconditions in checks.tf (Terraform < 1.9 cannot compare variables in a validation).
+# are preconditions in checks.tf, which also holds the constants the validations share (CIDR
+# pattern, private ranges, base64 alphabet). A condition refers to its own variable and to
+# constants only: a local derived from the variable would make a cycle, hence the
+# `for x in [expression] : ...` bindings in the longer conditions.
 
 # ---------------------------------------------------------------------------------------------
 # Required
@@ -33,9 +36,29 @@ variable "allowed_ssh_cidrs" {
     error_message = "allowed_ssh_cidrs must not open SSH to the whole Internet (0.0.0.0/0, *, Internet, Any or any /0): list your own addresses, e.g. [\"203.0.113.7/32\"]."
   }
 
+  # The rules below compare numbers, not spellings: 0.0.0.0/00, 010.0.0.1/32, 1.2.3.4/1 or
+  # ["0.0.0.0/1", "128.0.0.0/1"] are the whole Internet too. Each rule skips entries that are
+  # not in canonical form (the first one reports those) with `? :`, not `||`: HCL evaluates
+  # both sides of `||`, and cidrhost("*", 0) would be an error instead of a message.
   validation {
-    condition     = alltrue([for c in var.allowed_ssh_cidrs : can(regex("^[0-9]{1,3}(\\.[0-9]{1,3}){3}/[0-9]{1,2}$", c)) && can(cidrhost(c, 0))])
-    error_message = "allowed_ssh_cidrs: every entry must be an IPv4 CIDR such as \"203.0.113.7/32\" or \"198.51.100.0/24\"."
+    condition     = alltrue([for c in var.allowed_ssh_cidrs : can(regex(local.ipv4_cidr_pattern, c))])
+    error_message = "allowed_ssh_cidrs: every entry must be an IPv4 CIDR in canonical form, four decimal octets 0-255 without leading zeros and a prefix length 0-32, e.g. \"203.0.113.7/32\" or \"198.51.100.0/24\"."
+  }
+
+  validation {
+    condition     = alltrue([for c in var.allowed_ssh_cidrs : can(regex(local.ipv4_cidr_pattern, c)) ? cidrhost(c, 0) == split("/", c)[0] : true])
+    error_message = "allowed_ssh_cidrs: every entry must be a network address whose host bits are zero, e.g. \"198.51.100.0/24\" (not \"198.51.100.7/24\"); one address is \"198.51.100.7/32\"."
+  }
+
+  validation {
+    condition     = alltrue([for c in var.allowed_ssh_cidrs : can(regex(local.ipv4_cidr_pattern, c)) ? tonumber(split("/", c)[1]) >= 8 : true])
+    error_message = "allowed_ssh_cidrs: every entry must be /8 or narrower, e.g. \"203.0.113.7/32\" or \"198.51.100.0/24\"."
+  }
+
+  validation {
+    # Every entry counts in full, overlaps included: 2^24 addresses is one /8 in all.
+    condition     = sum(concat([0], [for c in var.allowed_ssh_cidrs : can(regex(local.ipv4_cidr_pattern, c)) ? pow(2, 32 - tonumber(split("/", c)[1])) : 0])) <= pow(2, 24)
+    error_message = "allowed_ssh_cidrs must cover at most 16,777,216 addresses (one /8) in all, every entry counted, e.g. [\"203.0.113.7/32\", \"198.51.100.0/24\"]."
   }
 }
 
@@ -44,8 +67,61 @@ variable "admin_ssh_public_key" {
   description = "(Required) OpenSSH public key of the admin user, one line: \"ssh-ed25519 AAAA... you@host\" or \"ssh-rsa AAAA...\" (RSA 2048 bits or more). The contents of ~/.ssh/id_ed25519.pub, not its path. Password login is disabled."
 
   validation {
-    condition     = can(regex("^(ssh-ed25519|ssh-rsa) [A-Za-z0-9+/]+={0,3}( [^\\r\\n]*)?$", trimspace(var.admin_ssh_public_key)))
+    condition     = can(regex(local.ssh_public_key_pattern, trimspace(var.admin_ssh_public_key)))
     error_message = "admin_ssh_public_key must be one OpenSSH public key line, ed25519 or RSA: \"ssh-ed25519 AAAA... you@host\" (the contents of ~/.ssh/id_ed25519.pub, not the file name)."
+  }
+
+  # The key data, decoded: the SSH wire format (RFC 4253 section 6.6, RFC 8709 for ed25519) is a
+  # string (uint32 length + bytes) holding the key type, then for ssh-ed25519 one string of 32
+  # bytes (51 bytes in all), for ssh-rsa two mpints, e and n. base64decode() cannot help (it
+  # wants UTF-8 text), so each group of 4 base64 characters becomes its 3 bytes arithmetically.
+  validation {
+    condition = !can(regex(local.ssh_public_key_pattern, trimspace(var.admin_ssh_public_key))) ? true : alltrue([
+      for key in [split(" ", trimspace(var.admin_ssh_public_key))] : alltrue([
+        for b in [flatten([for g in range(min(floor(length(key[1]) / 4), 1000)) : [
+          for v in [sum([for j in range(4) : lookup(local.base64_values, substr(key[1], 4 * g + j, 1), 0) * pow(64, 3 - j)])] :
+          [floor(v / 65536), floor(v / 256) % 256, v % 256]
+          ]])] : alltrue([
+          for size in [length(b) - length(regex("=*$", key[1]))] : (
+            length(key[1]) % 4 == 0 && length(key[1]) <= 4000 &&
+            # the type string inside the blob is the type word
+            try(b[0] * 16777216 + b[1] * 65536 + b[2] * 256 + b[3] == length(key[0]), false) &&
+            try(slice(b, 4, 4 + length(key[0])) == [for c in regexall(".", key[0]) : local.ascii_codes[c]], false) &&
+            (key[0] == "ssh-ed25519"
+              ? size == 51 && try(b[15] * 16777216 + b[16] * 65536 + b[17] * 256 + b[18] == 32, false)
+              # ssh-rsa: e and n fill the blob exactly
+              : try(alltrue([
+                for e in [b[11] * 16777216 + b[12] * 65536 + b[13] * 256 + b[14]] : alltrue([
+                  for n in [b[15 + e] * 16777216 + b[16 + e] * 65536 + b[17 + e] * 256 + b[18 + e]] : e >= 1 && n >= 1 && size == 19 + e + n
+                ])
+            ]), false))
+          )
+        ])
+      ])
+    ])
+    error_message = "admin_ssh_public_key: the key data is not a valid ssh-ed25519 or ssh-rsa public key (it must decode to a key of the type its first word names; an ed25519 key is 51 bytes): paste the whole line of ~/.ssh/id_ed25519.pub, e.g. \"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA... you@host\"."
+  }
+
+  validation {
+    # n is an mpint: a leading zero byte only keeps it positive. 2048 bits = 256 bytes with
+    # the top bit set.
+    condition = !(can(regex("^ssh-rsa ", trimspace(var.admin_ssh_public_key))) && can(regex(local.ssh_public_key_pattern, trimspace(var.admin_ssh_public_key)))) ? true : alltrue([
+      for key in [split(" ", trimspace(var.admin_ssh_public_key))] : alltrue([
+        for b in [flatten([for g in range(min(floor(length(key[1]) / 4), 1000)) : [
+          for v in [sum([for j in range(4) : lookup(local.base64_values, substr(key[1], 4 * g + j, 1), 0) * pow(64, 3 - j)])] :
+          [floor(v / 65536), floor(v / 256) % 256, v % 256]
+          ]])] : try(alltrue([
+          for e in [b[11] * 16777216 + b[12] * 65536 + b[13] * 256 + b[14]] : alltrue([
+            for n in [b[15 + e] * 16777216 + b[16 + e] * 65536 + b[17 + e] * 256 + b[18 + e]] : alltrue([
+              for first in [b[19 + e]] : (first == 0
+                ? n - 1 > 256 || (n - 1 == 256 && b[20 + e] >= 128)
+              : n > 256 || (n == 256 && first >= 128))
+            ])
+          ])
+        ]), true) # a malformed blob is the rule above's to report
+      ])
+    ])
+    error_message = "admin_ssh_public_key: RSA keys must have 2048 bits or more (Azure refuses shorter ones): make an ed25519 key (ssh-keygen -t ed25519) or a longer RSA key (ssh-keygen -t rsa -b 4096), e.g. \"ssh-ed25519 AAAA... you@host\"."
   }
 }
 
@@ -95,22 +171,51 @@ variable "tags" {
 variable "vnet_address_space" {
   type        = string
   default     = "10.42.0.0/16"
-  description = "(Optional) Address space of the virtual network, an IPv4 CIDR between /8 and /28."
+  description = "(Optional) Address space of the virtual network, an IPv4 network address between /8 and /28 in a private range: 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 (RFC 1918) or 100.64.0.0/10 (RFC 6598)."
 
   validation {
-    condition     = can(regex("^[0-9]{1,3}(\\.[0-9]{1,3}){3}/[0-9]{1,2}$", var.vnet_address_space)) && can(cidrhost(var.vnet_address_space, 0)) && try(tonumber(split("/", var.vnet_address_space)[1]) >= 8 && tonumber(split("/", var.vnet_address_space)[1]) <= 28, false)
-    error_message = "vnet_address_space must be an IPv4 CIDR between /8 and /28, e.g. \"10.42.0.0/16\"."
+    condition     = can(regex(local.ipv4_cidr_pattern, var.vnet_address_space)) && try(cidrhost(var.vnet_address_space, 0) == split("/", var.vnet_address_space)[0] && tonumber(split("/", var.vnet_address_space)[1]) >= 8 && tonumber(split("/", var.vnet_address_space)[1]) <= 28, false)
+    error_message = "vnet_address_space must be an IPv4 network address between /8 and /28 in canonical form (no leading zeros) whose host bits are zero, e.g. \"10.42.0.0/16\"."
+  }
+
+  # Azure's virtual network FAQ: RFC 1918 ranges, or RFC 6598's shared space, "treated as a
+  # private IP address space in Azure"; never 224.0.0.0/4, 127.0.0.0/8, 169.254.0.0/16 or
+  # 168.63.129.16 (Azure's DNS and health probes), which none of the four contains. A public
+  # range would hide those Internet addresses from the nodes.
+  validation {
+    condition = !can(regex(local.ipv4_cidr_pattern, var.vnet_address_space)) ? true : anytrue([
+      for r in local.private_ipv4_ranges : tonumber(split("/", var.vnet_address_space)[1]) >= tonumber(split("/", r)[1]) && cidrhost("${split("/", var.vnet_address_space)[0]}/${split("/", r)[1]}", 0) == split("/", r)[0]
+    ])
+    error_message = "vnet_address_space must lie in a private range, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or 100.64.0.0/10 (public ranges, loopback 127.0.0.0/8, link-local 169.254.0.0/16, multicast 224.0.0.0/4 and Azure's 168.63.129.16 are refused), e.g. \"10.42.0.0/16\"."
   }
 }
 
 variable "subnet_address_prefix" {
   type        = string
   default     = "10.42.1.0/24"
-  description = "(Optional) The cluster's subnet inside vnet_address_space, an IPv4 network address between /8 and /28 (the head takes its 4th host, e.g. 10.42.1.4; workers take the rest)."
+  description = "(Optional) The cluster's subnet inside vnet_address_space, an IPv4 network address between /8 and /28 in a private range (the head takes its 4th host, e.g. 10.42.1.4, the Key Vault's private endpoint its 5th; workers take the rest)."
 
   validation {
-    condition     = can(regex("^[0-9]{1,3}(\\.[0-9]{1,3}){3}/[0-9]{1,2}$", var.subnet_address_prefix)) && try(cidrhost(var.subnet_address_prefix, 0) == split("/", var.subnet_address_prefix)[0], false) && try(tonumber(split("/", var.subnet_address_prefix)[1]) >= 8 && tonumber(split("/", var.subnet_address_prefix)[1]) <= 28, false)
-    error_message = "subnet_address_prefix must be an IPv4 network address between /8 and /28 whose host bits are zero, e.g. \"10.42.1.0/24\"."
+    condition     = can(regex(local.ipv4_cidr_pattern, var.subnet_address_prefix)) && try(cidrhost(var.subnet_address_prefix, 0) == split("/", var.subnet_address_prefix)[0] && tonumber(split("/", var.subnet_address_prefix)[1]) >= 8 && tonumber(split("/", var.subnet_address_prefix)[1]) <= 28, false)
+    error_message = "subnet_address_prefix must be an IPv4 network address between /8 and /28 in canonical form (no leading zeros) whose host bits are zero, e.g. \"10.42.1.0/24\"."
+  }
+
+  validation {
+    condition = !can(regex(local.ipv4_cidr_pattern, var.subnet_address_prefix)) ? true : anytrue([
+      for r in local.private_ipv4_ranges : tonumber(split("/", var.subnet_address_prefix)[1]) >= tonumber(split("/", r)[1]) && cidrhost("${split("/", var.subnet_address_prefix)[0]}/${split("/", r)[1]}", 0) == split("/", r)[0]
+    ])
+    error_message = "subnet_address_prefix must lie in a private range, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or 100.64.0.0/10 (public ranges, loopback, link-local, multicast and Azure's 168.63.129.16 are refused), e.g. \"10.42.1.0/24\"."
+  }
+}
+
+variable "tcp_idle_timeout_minutes" {
+  type        = number
+  default     = 30
+  description = "(Optional) Minutes a TCP connection may stay silent before Azure drops it, 4-30: on the head's public IP (an SSH session or tunnel to the head, e.g. the driver's, with no traffic for this long is cut; 30 is the public IP's maximum) and on the NAT gateway (the nodes' outbound connections, e.g. slow package downloads)."
+
+  validation {
+    condition     = var.tcp_idle_timeout_minutes >= 4 && var.tcp_idle_timeout_minutes <= 30 && floor(var.tcp_idle_timeout_minutes) == var.tcp_idle_timeout_minutes
+    error_message = "tcp_idle_timeout_minutes must be a whole number from 4 to 30 (Azure's range for a public IP), e.g. 30."
   }
 }
 
@@ -131,6 +236,32 @@ variable "admin_username" {
   validation {
     condition     = !contains(["1", "123", "a", "actuser", "adm", "admin", "admin1", "admin2", "administrator", "aspnet", "backup", "console", "david", "guest", "john", "owner", "root", "server", "sql", "support", "support_388945a0", "sys", "test", "test1", "test2", "test3", "user", "user1", "user2", "user3", "user4", "user5"], var.admin_username)
     error_message = "admin_username must not be a name Azure reserves (admin, administrator, root, user, test, guest, ...): choose e.g. \"azureuser\"."
+  }
+
+  # Names the VM images already use, or that the cluster uses: creating the admin user would
+  # fail at first boot, or would make the admin someone else. "ray" runs Ray and every job; the
+  # admin has passwordless sudo, so an admin called ray would let any job become root.
+  # Sources: Debian's base-passwd 3.6.1 passwd.master and group.master (Debian 12; Ubuntu
+  # 22.04's 3.5.52 adds gnats), and the /etc/passwd and /etc/group of Ubuntu 22.04 and 24.04
+  # server cloud images and Debian 12 cloud images (dbus, openssh-server, rsyslog, uuid-runtime,
+  # tcpdump, tpm-udev, landscape-common, pollinate, fwupd, usbmuxd, lxd, dnsmasq, polkitd,
+  # dhcpcd, chrony, snapd), plus the images' cloud-init default users ubuntu and debian. Names
+  # starting with "systemd-" or "_" are system accounts by convention (systemd-network,
+  # systemd-timesync, _apt, _chrony, ...).
+  validation {
+    condition = !(startswith(var.admin_username, "systemd-") || startswith(var.admin_username, "_") || contains([
+      "ray",
+      "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy",
+      "www-data", "backup", "list", "irc", "gnats", "nobody",
+      "adm", "tty", "disk", "kmem", "dialout", "fax", "voice", "cdrom", "floppy", "tape", "sudo",
+      "audio", "dip", "operator", "src", "shadow", "utmp", "video", "sasl", "plugdev", "staff",
+      "users", "nogroup",
+      "messagebus", "sshd", "ssh", "syslog", "uuidd", "tcpdump", "tss", "landscape", "pollinate",
+      "fwupd-refresh", "usbmux", "lxd", "dnsmasq", "polkitd", "dhcpcd", "chrony", "snap_daemon",
+      "netdev", "crontab", "input", "kvm", "render", "sgx", "admin",
+      "ubuntu", "debian",
+    ], var.admin_username))
+    error_message = "admin_username must not be ray (the Ray service user: jobs run as ray, and the admin may sudo) nor an account or group the images already have (root, daemon, bin, sys, nobody, www-data, sudo, sshd, syslog, messagebus, ubuntu, debian, systemd-*, _*, ...): choose e.g. \"azureuser\"."
   }
 }
 
@@ -272,6 +403,85 @@ variable "worker_termination_notice_minutes" {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Optional: the cluster token in Key Vault (keyvault.tf)
+# ---------------------------------------------------------------------------------------------
+
+variable "key_vault_allowed_cidrs" {
+  type        = list(string)
+  default     = null
+  description = "(Optional) Public IPv4 addresses or CIDRs the Key Vault's firewall admits, e.g. [\"203.0.113.7/32\"]. The address Terraform runs from must be among them: Terraform writes the cluster token into the vault, and reads it back on every plan, through the vault's data plane. null takes the public entries of allowed_ssh_cidrs. The nodes reach the vault through its private endpoint whatever this says."
+
+  validation {
+    condition     = var.key_vault_allowed_cidrs == null || try(length(var.key_vault_allowed_cidrs) > 0, false)
+    error_message = "key_vault_allowed_cidrs must be null (the public entries of allowed_ssh_cidrs) or list at least one public IPv4 address, e.g. [\"203.0.113.7/32\"] (your address: curl -s https://ifconfig.me)."
+  }
+
+  validation {
+    condition     = alltrue([for c in coalesce(var.key_vault_allowed_cidrs, []) : can(regex(local.ipv4_cidr_pattern, c))])
+    error_message = "key_vault_allowed_cidrs: every entry must be an IPv4 CIDR in canonical form, four decimal octets 0-255 without leading zeros and a prefix length 0-32, e.g. \"203.0.113.7/32\"."
+  }
+
+  validation {
+    condition     = alltrue([for c in coalesce(var.key_vault_allowed_cidrs, []) : can(regex(local.ipv4_cidr_pattern, c)) ? cidrhost(c, 0) == split("/", c)[0] : true])
+    error_message = "key_vault_allowed_cidrs: every entry must be a network address whose host bits are zero, e.g. \"198.51.100.0/24\"; one address is \"203.0.113.7/32\"."
+  }
+
+  validation {
+    condition     = alltrue([for c in coalesce(var.key_vault_allowed_cidrs, []) : can(regex(local.ipv4_cidr_pattern, c)) ? tonumber(split("/", c)[1]) >= 8 : true])
+    error_message = "key_vault_allowed_cidrs: every entry must be /8 or narrower (never the whole Internet), e.g. \"203.0.113.7/32\"."
+  }
+
+  validation {
+    condition     = sum(concat([0], [for c in coalesce(var.key_vault_allowed_cidrs, []) : can(regex(local.ipv4_cidr_pattern, c)) ? pow(2, 32 - tonumber(split("/", c)[1])) : 0])) <= pow(2, 24)
+    error_message = "key_vault_allowed_cidrs must cover at most 16,777,216 addresses (one /8) in all, every entry counted, e.g. [\"203.0.113.7/32\"]."
+  }
+
+  # Key Vault's firewall sees the public address a request comes from; it refuses private
+  # ranges in IP rules (Add-AzKeyVaultNetworkRule: "any IP range inside 10.0.0.0-10.255.255.255
+  # (private IP addresses) cannot be used"). Two CIDRs overlap when they agree on the shorter
+  # prefix of the two.
+  validation {
+    condition = alltrue([for c in coalesce(var.key_vault_allowed_cidrs, []) : can(regex(local.ipv4_cidr_pattern, c)) ? !anytrue([
+      for r in local.non_public_ipv4_ranges : cidrhost("${split("/", c)[0]}/${min(tonumber(split("/", c)[1]), tonumber(split("/", r)[1]))}", 0) == cidrhost("${split("/", r)[0]}/${min(tonumber(split("/", c)[1]), tonumber(split("/", r)[1]))}", 0)
+    ]) : true])
+    error_message = "key_vault_allowed_cidrs: Key Vault's firewall admits public addresses only; none may touch a private or special range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 0.0.0.0/8, 224.0.0.0/3): list the public address Terraform runs from, e.g. [\"203.0.113.7/32\"]."
+  }
+}
+
+variable "cluster_token_version" {
+  type        = number
+  default     = 1
+  description = "(Optional) Version of the Ray cluster token, a whole number from 1. Raise it to write a new random token into Key Vault (and a new expiration date); then restart Ray on every node or replace the VMs: running nodes keep the token they read at boot."
+
+  validation {
+    condition     = var.cluster_token_version >= 1 && floor(var.cluster_token_version) == var.cluster_token_version
+    error_message = "cluster_token_version must be a whole number from 1, e.g. 2 to rotate the token."
+  }
+}
+
+variable "cluster_token_expiration_days" {
+  type        = number
+  default     = 365
+  description = "(Optional) Days from writing the cluster token to the expiration date recorded on its Key Vault secret, 1-3650. The date is informational (Key Vault still returns an expired secret, so nodes keep booting): it marks the token due for rotation with cluster_token_version, and satisfies policies that require one."
+
+  validation {
+    condition     = var.cluster_token_expiration_days >= 1 && var.cluster_token_expiration_days <= 3650 && floor(var.cluster_token_expiration_days) == var.cluster_token_expiration_days
+    error_message = "cluster_token_expiration_days must be a whole number from 1 to 3650, e.g. 365."
+  }
+}
+
+variable "rbac_propagation_wait_seconds" {
+  type        = number
+  default     = 60
+  description = "(Optional) Seconds Terraform waits, 0-900, after granting itself Key Vault Secrets Officer on the new vault and before writing the token: role assignments take a while to reach Key Vault's data plane. If the write still fails with 403 ForbiddenByRbac, run terraform apply again."
+
+  validation {
+    condition     = var.rbac_propagation_wait_seconds >= 0 && var.rbac_propagation_wait_seconds <= 900 && floor(var.rbac_propagation_wait_seconds) == var.rbac_propagation_wait_seconds
+    error_message = "rbac_propagation_wait_seconds must be a whole number from 0 to 900, e.g. 60."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------
 # Optional: software (deploy-time values of the cloud-init documents, cloud-init/placeholders.yaml:
 # one line, no single quote, no backslash)
 # ---------------------------------------------------------------------------------------------
@@ -287,6 +497,13 @@ variable "extra_pip_packages" {
     error_message = "extra_pip_packages: each entry must be one requirement without spaces, single quotes or backslashes, e.g. \"minigrid==3.0.0\"."
   }
 
+  # The node hands the list to pip as requirements: an option (-e, -r FILE, --index-url=...)
+  # would change how pip installs, or where from.
+  validation {
+    condition     = alltrue([for p in var.extra_pip_packages : !startswith(p, "-")])
+    error_message = "extra_pip_packages: entries are requirements, not pip options: none may start with '-' (\"--index-url=...\", \"-e\", \"-r ...\"); set pip_index_url for another index, e.g. [\"minigrid==3.0.0\"]."
+  }
+
   validation {
     condition     = length(join(" ", var.extra_pip_packages)) <= 1024
     error_message = "extra_pip_packages must come to 1,024 characters or fewer (joined by spaces)."
@@ -296,7 +513,8 @@ variable "extra_pip_packages" {
 variable "pip_index_url" {
   type        = string
   default     = "https://pypi.org/simple"
-  description = "(Optional) Python package index (PEP 503 simple API) the nodes install Ray and its dependencies from."
+  sensitive   = true
+  description = "(Optional) Python package index (PEP 503 simple API) the nodes install Ray and its dependencies from. It may carry credentials (a user name and token before the host), so Terraform hides it in plans and logs (sensitive); the nodes' custom data, and so the Terraform state and the VMs' model in Azure, still carry it in clear text: prefer a token that can only read the index."
 
   validation {
     condition     = can(regex("^https?://[^\\s'\\\\]+$", var.pip_index_url)) && length(var.pip_index_url) <= 512

@@ -4,15 +4,21 @@ terraform {
   required_version = ">= 1.11"
 
   required_providers {
-    # 5.0 renames attributes this stack uses: stay on 4.x.
+    # 5.0 renames attributes this stack uses: stay on 4.x. 4.42 is the first with the Key
+    # Vault's rbac_authorization_enabled (4.23 brought the secret's write-only value_wo).
     azurerm = {
       source  = "hashicorp/azurerm"
-      version = "~> 4.0"
+      version = "~> 4.42"
     }
     # The ephemeral random_password (the cluster token) exists since 3.7.
     random = {
       source  = "hashicorp/random"
       version = "~> 3.7"
+    }
+    # time_sleep (RBAC propagation) and time_offset (the token's expiration date), keyvault.tf.
+    time = {
+      source  = "hashicorp/time"
+      version = "~> 0.13"
     }
   }
 }

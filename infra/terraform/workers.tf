@@ -90,6 +90,8 @@ resource "azurerm_linux_virtual_machine_scale_set" "workers" {
     azurerm_subnet_network_security_group_association.this,
     azurerm_key_vault_secret.cluster_token,
     azurerm_role_assignment.nodes_secrets_user,
+    azurerm_private_endpoint.key_vault,
+    azurerm_private_dns_zone_virtual_network_link.key_vault,
     azurerm_linux_virtual_machine.head,
   ]
 }

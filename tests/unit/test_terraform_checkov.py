@@ -1,14 +1,18 @@
-"""checkov on the Terraform stack (and on the workflows): zero failed checks, and every skip is
-a `#checkov:skip=ID:reason` comment inside the resource it concerns, used by checkov, with a
-reason. checkov lives in its own environment (.tools/checkov, created by scripts/test.sh,
-exported as $RAYDRIVER_CHECKOV); without it these tests fail, they do not skip.
+"""checkov on the Terraform stack, on the workflows and, for secrets, on the whole repository:
+zero failed checks, and every skip is a `checkov:skip=ID:reason` comment inside the resource (or
+next to the line) it concerns, used by checkov, with a reason. checkov lives in its own
+environment (.tools/checkov, created by scripts/test.sh, exported as $RAYDRIVER_CHECKOV); without
+it these tests fail, they do not skip.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import shutil
+import string
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -33,16 +37,19 @@ def checkov_binary() -> Path:
     return path
 
 
-def run_checkov(directory: Path, framework: str) -> dict[str, Any]:
+def run_checkov(directory: Path | None, framework: str, root: Path = REPO) -> dict[str, Any]:
+    """checkov with ``root``'s .checkov.yaml, run from ``root``; ``directory`` None scans what
+    the configuration names (the repository root)."""
+    where = [] if directory is None else ["--directory", str(directory)]
     result = subprocess.run(
         [
             str(checkov_binary()),
-            "--config-file", str(REPO / ".checkov.yaml"),
-            "--directory", str(directory),
+            "--config-file", str(root / ".checkov.yaml"),
+            *where,
             "--framework", framework,
             "--output", "json",
         ],
-        cwd=REPO,
+        cwd=root,
         capture_output=True,
         text=True,
         timeout=600,
@@ -122,13 +129,93 @@ def test_github_workflows_pass_checkov() -> None:
     assert report["summary"]["passed"] > 0
 
 
+# What skip-path may leave out: the deliberately broken fixtures, and git-ignored folders that
+# tools create in the work tree (not the repository's code).
+ALLOWED_SKIP_PATHS = {
+    "tests/fixtures/terraform/broken",
+    r"/\.venv/",
+    r"/\.tools/",
+    r"/\.rehearsal/",
+    r"/\.pytest_cache/",
+    r"/\.ruff_cache/",
+    r"/\.mypy_cache/",
+    "/__pycache__/",
+    r"\.egg-info/",
+    "/results/",
+}
+
+
 def test_checkov_config_is_shared_by_every_stack() -> None:
     config = yaml.safe_load((REPO / ".checkov.yaml").read_text())
-    assert {"terraform", "bicep", "arm", "github_actions"} <= set(config["framework"])
-    assert "infra" in config["directory"]
+    assert {"terraform", "bicep", "arm", "github_actions", "secrets"} <= set(config["framework"])
+    assert config["directory"] == ["."]  # the whole repository
+    assert config.get("enable-secret-scan-all-files") is True  # .py, .sh, .j2, .md too
     assert config.get("skip-download") is True  # offline: no Prisma Cloud API calls
-    # Skips belong in the resources, with their reasons, never here.
-    assert not {"skip-check", "skip-path", "soft-fail"} & set(config)
+    # Skips belong in the resources, with their reasons, never here; skip-path only for what
+    # is not the repository's own code.
+    assert not {"skip-check", "soft-fail", "check"} & set(config)
+    assert set(config["skip-path"]) <= ALLOWED_SKIP_PATHS
+    assert "tests/fixtures/terraform/broken" in config["skip-path"]
+
+
+@pytest.fixture(scope="module")
+def secrets_report() -> dict[str, Any]:
+    return run_checkov(None, "secrets")
+
+
+def test_no_secret_in_the_repository(secrets_report: dict[str, Any]) -> None:
+    summary = secrets_report["summary"]
+    failed = [
+        f"{c['check_id']} {c['file_path']}:{c['file_line_range'][0]}: {c['check_name']}"
+        for c in secrets_report["results"]["failed_checks"]
+    ]
+    assert summary["failed"] == 0, failed
+    assert summary["parsing_errors"] == 0
+    # The secrets framework reports findings only, so its resource count is the number of
+    # findings: here the skipped ones (secret *names* that look like secrets, in Python and
+    # tftest files), proof that the scan reached those files.
+    assert summary["resource_count"] > 0
+    assert summary["skipped"] == summary["resource_count"]
+
+
+def test_every_secret_skip_is_next_to_its_line_with_a_reason(secrets_report: dict) -> None:
+    skipped = secrets_report["results"]["skipped_checks"]
+    assert skipped
+    for check in skipped:
+        reason = check["check_result"]["suppress_comment"]
+        where = f"{check['file_path']}:{check['file_line_range'][0]}"
+        assert len(reason) >= 40, f"{where} {check['check_id']}: the reason is missing or too short"
+        lines = (REPO / check["file_path"].lstrip("/")).read_text().splitlines()
+        first = check["file_line_range"][0]
+        # checkov reads the skip on the line before, the line of, or the line after a finding.
+        around = lines[max(0, first - 2) : first + 1]
+        assert any(f"checkov:skip={check['check_id']}:{reason}" in line for line in around), where
+
+
+def test_secrets_scan_reaches_every_part_of_the_repository(tmp_path: Path) -> None:
+    """A planted credential in every top-level folder of the tracked files (hidden ones too)
+    and in the root, in file types checkov skips by default, is found; one in the deliberately
+    broken fixtures is not. Scanned in a copy of the tracked files with the repository's own
+    .checkov.yaml, so nothing local (tool environments, caches) decides the outcome."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
+    copy = tmp_path / "repo"
+    for name in filter(None, tracked):
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, copy / name)
+    tops = sorted({n.split("/")[0] for n in tracked if "/" in n})
+    assert {".github", "infra", "cloud-init", "python", "scripts", "tests"} <= set(tops)
+    # An AWS access key id is what every secrets scanner knows; made here, so that this file
+    # holds none.
+    key = "AKIA" + "".join(random.choices(string.ascii_uppercase + string.digits, k=16))
+    planted = {f"{top}/planted-{i}{ext}" for i, top in enumerate(tops) for ext in (".py", ".sh")}
+    planted.add("planted-root.md")
+    for name in planted | {"tests/fixtures/terraform/broken/planted.py"}:
+        (copy / name).write_text(f'aws_access_key_id = "{key}"\n')
+    report = run_checkov(None, "secrets", root=copy)
+    found = {c["file_path"].lstrip("/") for c in report["results"]["failed_checks"]}
+    assert found == planted
 
 
 def test_checkov_parses_every_file_of_the_stack(terraform_report: dict[str, Any]) -> None:

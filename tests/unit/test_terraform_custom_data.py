@@ -12,6 +12,7 @@ test_terraform_validations.py) still fit.
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 import subprocess
 from pathlib import Path
@@ -30,9 +31,14 @@ ROLES = {"head": "head.tf", "worker": "workers.tf"}
 
 CUSTOM_DATA_LIMIT = render.CUSTOM_DATA_LIMIT
 
+KEY_VAULT_NAME_MAX = 24  # Key Vault names: 3-24 characters (checked below for the stack's name)
+SECRET_NAME_MAX = 127  # Key Vault secret names: 1-127 letters, digits and '-'
+
 MAX_VALUE_LENGTHS = {
     "RAY_HEAD_IP": len("255.255.255.255"),
-    "RAY_CLUSTER_TOKEN": 64,  # random_bytes, 32 bytes, hex (checked below)
+    "KEY_VAULT_URL": len("https://") + KEY_VAULT_NAME_MAX + len(".vault.azure.net/"),
+    "TOKEN_SECRET_NAME": SECRET_NAME_MAX,
+    "IDENTITY_CLIENT_ID": len("00000000-0000-0000-0000-000000000000"),  # a GUID
     "RAY_ADMIN_USER": 32,  # admin_username validation
     "EXTRA_PIP_PACKAGES": 1024,  # extra_pip_packages validation (joined by spaces)
     "PIP_INDEX_URL": 512,  # pip_index_url validation
@@ -71,7 +77,7 @@ def test_variable_defaults_are_the_placeholder_defaults() -> None:
     for placeholder, expression in locals_block()["deploy_values"].items():
         variable = re.search(r"var\.(\w+)", expression)
         if placeholder not in expected:
-            continue  # computed at apply time (head IP, token): no default to agree on
+            continue  # computed at apply time (head IP, vault, identity): no default to agree on
         assert variable, f"{placeholder} has a default but no variable feeds it: {expression}"
         default = defaults[variable.group(1)]
         value = " ".join(default) if isinstance(default, list) else default.strip('"')
@@ -140,16 +146,88 @@ def test_filled_document_is_cloud_config_without_placeholders(role: str) -> None
     assert isinstance(yaml.safe_load(text), dict)
 
 
-def test_cluster_token_length_matches_the_bound() -> None:
-    doc = hcl2.load((STACK / "identity.tf").open())
-    token = next(
-        instances['"cluster_token"']
-        for block in doc["resource"]
-        for rtype, instances in block.items()
-        if rtype.strip('"') == "random_bytes"
+def keyvault() -> dict:
+    return hcl2.load((STACK / "keyvault.tf").open())
+
+
+def blocks(doc: dict, section: str, rtype: str) -> dict[str, dict]:
+    """The ``section`` blocks (resource, ephemeral, ...) of type ``rtype``, by name."""
+    return {
+        name.strip('"'): body
+        for block in doc.get(section, [])
+        for kind, instances in block.items()
+        if kind.strip('"') == rtype
+        for name, body in instances.items()
+        if not name.startswith("__")
+    }
+
+
+def test_cluster_token_is_ephemeral_and_reaches_only_the_write_only_secret() -> None:
+    """The token is generated as an ephemeral value (never in plan or state) and handed to the
+    secret's write-only value_wo; no resource of the stack keeps a token."""
+    doc = keyvault()
+    [token] = blocks(doc, "ephemeral", "random_password").values()
+    assert token["length"] >= 32  # the placeholder contract: a Ray token of 32+ characters
+    assert token.get("special") is False  # letters and digits: safe in any file or header
+    [secret] = blocks(doc, "resource", "azurerm_key_vault_secret").values()
+    assert secret["value_wo"] == "${ephemeral.random_password.cluster_token.result}"
+    assert "value" not in secret, "the token must never be a (stored) secret value"
+    assert secret["value_wo_version"] == "${var.cluster_token_version}"
+    assert f'"{secret["name"].strip(chr(34))}"' == secret["name"]
+    name = secret["name"].strip('"')
+    assert re.fullmatch(r"[0-9A-Za-z-]+", name) and len(name) <= SECRET_NAME_MAX
+    # No random resource (random_bytes, random_password, ...) anywhere in the stack.
+    for path in STACK.glob("*.tf"):
+        resources = hcl2.load(path.open()).get("resource", [])
+        kinds = {k.strip('"') for block in resources for k in block}
+        assert not {k for k in kinds if k.startswith("random_")}, path.name
+
+
+def test_token_value_is_nowhere_in_custom_data_or_outputs() -> None:
+    """Only the secret's value_wo refers to the token; custom data and outputs name where the
+    token is (vault, secret name, identity), never its value."""
+    uses = [
+        (path.name, line.strip())
+        for path in sorted(STACK.glob("*.tf"))
+        for line in path.read_text().splitlines()
+        if "random_password.cluster_token" in line and not line.strip().startswith("#")
+    ]
+    assert uses == [
+        ("keyvault.tf", "value_wo         = ephemeral.random_password.cluster_token.result"),
+    ]
+    everything = "\n".join(p.read_text() for p in STACK.glob("*.tf"))
+    assert "RAY_CLUSTER_TOKEN" not in everything and "random_bytes" not in everything
+    # The secret's value is never read back into anything.
+    assert not re.search(r"azurerm_key_vault_secret\.cluster_token\.value\b", everything)
+    deploy_values = locals_block()["deploy_values"]
+    assert deploy_values["TOKEN_SECRET_NAME"] == "${azurerm_key_vault_secret.cluster_token.name}"
+    assert deploy_values["KEY_VAULT_URL"] == "${azurerm_key_vault.this.vault_uri}"
+    assert deploy_values["IDENTITY_CLIENT_ID"] == (
+        "${azurerm_user_assigned_identity.this.client_id}"
     )
-    assert 2 * token["length"] == MAX_VALUE_LENGTHS["RAY_CLUSTER_TOKEN"]  # hex: 2 chars a byte
-    assert token["length"] >= 16  # the placeholder contract: 32+ hex characters
+    for expression in deploy_values.values():
+        assert "ephemeral" not in expression and "random" not in expression, expression
+    outputs = (STACK / "outputs.tf").read_text()
+    assert "ephemeral" not in outputs and "key_vault_secret" not in outputs
+
+
+def test_key_vault_name_fits_its_bound_for_every_prefix() -> None:
+    """locals.tf's vault name, replayed here: name_prefix (2-16 characters), "-kv-", then a sha1
+    prefix that fills the name to 23 characters; Key Vault names are 3-24 letters, digits and
+    '-', start with a letter, end with a letter or digit, never hold "--"."""
+    expression = locals_block()["key_vault_name"]
+    assert expression == (
+        '"${var.name_prefix}-kv-${substr(sha1("${data.azurerm_client_config.current'
+        '.subscription_id}/${local.resource_group_name}/${var.name_prefix}"), 0, 23 - '
+        'length(var.name_prefix) - 4)}"'
+    )
+    for prefix in ("ab", "ray", "ray-cluster-2026", "r" * 16, "a1-b2-c3-d4-e5f6"):
+        digest = hashlib.sha1(f"sub/rg/{prefix}".encode()).hexdigest()
+        name = f"{prefix}-kv-{digest[: 23 - len(prefix) - 4]}"
+        assert 3 <= len(name) <= KEY_VAULT_NAME_MAX, name
+        assert re.fullmatch(r"[A-Za-z][A-Za-z0-9-]*[A-Za-z0-9]", name) and "--" not in name, name
+        url = f"https://{name}.vault.azure.net/"
+        assert len(url) <= MAX_VALUE_LENGTHS["KEY_VAULT_URL"]
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -1,10 +1,12 @@
 """Every resource type, argument and block of the Terraform stack exists in the azurerm 4.x (and
-random) provider schema, and every required argument is set — checked offline.
+random, time) provider schema, and every required argument is set — checked offline.
 
-The schema comes from the jsii assemblies of the CDK for Terraform bindings (azurerm 4.55.0),
-extracted by scripts/azurerm_schema.py into .tools/azurerm-schema/schema.json by the set-up step
-scripts/setup.d/10-azurerm-schema.sh. The checker is proved on deliberately broken fixtures
-(tests/fixtures/terraform/broken/), and the name mapping on resources whose schema is known.
+The schema comes from the jsii assemblies of the CDK for Terraform bindings (azurerm 4.55.0,
+random 3.7.2, time 0.13.1), extracted by scripts/azurerm_schema.py into
+.tools/azurerm-schema/schema.json by the set-up step scripts/setup.d/10-azurerm-schema.sh;
+ephemeral resources, which cdktf does not model, from the checker's own documented table. The
+checker is proved on deliberately broken fixtures (tests/fixtures/terraform/broken/), and the
+name mapping on resources whose schema is known.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azurerm_schema import check_dir, check_files, load_schema
+from azurerm_schema import EPHEMERAL_RESOURCES, check_dir, check_files, load_schema
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "infra" / "terraform"
@@ -39,6 +41,8 @@ def test_schema_is_azurerm_4(schema: dict[str, Any]) -> None:
     assert len(azurerm["resources"]) > 1000
     assert len(azurerm["data_sources"]) > 300
     assert schema["providers"]["random"]["provider_version"].startswith("3.")
+    assert schema["providers"]["time"]["provider_version"].startswith("0.")
+    assert schema["format"] == 2
 
 
 def test_names_map_from_registry_anchors_as_the_provider_docs_spell_them(
@@ -84,6 +88,25 @@ def test_names_map_from_registry_anchors_as_the_provider_docs_spell_them(
     # Computed `id` is not an argument.
     assert "id" not in resources["azurerm_resource_group"]["attributes"]
     assert "length" in schema["providers"]["random"]["resources"]["random_bytes"]["attributes"]
+    # Write-only arguments (Terraform 1.11) are in the assemblies like any other argument.
+    secret = resources["azurerm_key_vault_secret"]["attributes"]
+    assert secret["value_wo"] == secret["value_wo_version"] == {"required": False}
+    assert set(schema["providers"]["time"]["resources"]["time_sleep"]["attributes"]) == {
+        "create_duration",
+        "destroy_duration",
+        "triggers",
+    }
+
+
+def test_ephemeral_resources_come_from_the_documented_table(schema: dict[str, Any]) -> None:
+    """cdktf has no ephemeral resources; the checker's table is what the schema carries."""
+    password = schema["providers"]["random"]["ephemeral_resources"]["random_password"]
+    assert password == EPHEMERAL_RESOURCES["random"]["random_password"]
+    assert {k for k, v in password["attributes"].items() if v["required"]} == {"length"}
+    # The resource random_password has keepers; the ephemeral one does not.
+    assert "keepers" in schema["providers"]["random"]["resources"]["random_password"]["attributes"]
+    assert "keepers" not in password["attributes"]
+    assert schema["providers"]["azurerm"]["ephemeral_resources"] == {}
 
 
 def test_names_that_are_not_camel_case_of_their_anchor_are_few_and_known(
@@ -110,10 +133,19 @@ def test_stack_matches_the_provider_schema(schema: dict[str, Any]) -> None:
         "azurerm_network_security_group",
         "azurerm_nat_gateway",
         "azurerm_user_assigned_identity",
-        "random_bytes",
+        "azurerm_key_vault",
+        "azurerm_key_vault_secret",
+        "azurerm_private_endpoint",
+        "azurerm_private_dns_zone",
+        "azurerm_private_dns_zone_virtual_network_link",
+        "time_sleep",
+        "time_offset",
     } <= types
-    assert len(report.resources) >= 18
-    assert report.arguments >= 200
+    # The cluster token is checked too: an ephemeral resource, not a resource.
+    assert "ephemeral.random_password.cluster_token" in report.resources
+    assert not any(r.startswith("random_") for r in report.resources)
+    assert len(report.resources) >= 25
+    assert report.arguments >= 250
 
 
 # fixture file -> the one problem the checker must report for it
@@ -129,6 +161,9 @@ BROKEN_EXPECTED = {
     "repeated_single_block.tf": "block 'os_disk' may appear only once",
     "unknown_ignore_changes.tf": "lifecycle.ignore_changes names unknown 'instance_count'",
     "unknown_provider_argument.tf": "provider azurerm: 'skip_registration' is not a known argument",
+    "unknown_ephemeral_argument.tf": "ephemeral.random_password.token: 'specials' is not a known",
+    "unknown_ephemeral_type.tf": "unknown ephemeral type 'random_passwd'",
+    "missing_required_ephemeral_argument.tf": "random_password.token: required 'length' is missing",
 }
 
 
@@ -161,4 +196,4 @@ def test_command_line_exit_codes(schema: dict[str, Any], tmp_path: Path) -> None
         text=True,
     )
     assert bad.returncode == 1 and "termination_notice" in bad.stdout
-    assert json.loads(SCHEMA.read_text())["format"] == 1
+    assert json.loads(SCHEMA.read_text())["format"] == 2

@@ -28,7 +28,15 @@ OUTPUT_CONTRACT = {
     "resource_group_name",
     "driver_command",
 }
-TERRAFORM_ONLY_VARIABLES = {"resource_group_name", "create_resource_group"}
+# Terraform's own: Bicep deploys into a resource group given to `az deployment group create`, and
+# writes the token secret through Azure Resource Manager (control plane), so it needs neither a
+# firewall opening for the deployer nor a wait for the deployer's data-plane role.
+TERRAFORM_ONLY_VARIABLES = {
+    "resource_group_name",
+    "create_resource_group",
+    "key_vault_allowed_cidrs",
+    "rbac_propagation_wait_seconds",
+}
 
 
 def _unquote(value: str) -> str:
@@ -61,13 +69,32 @@ def test_terraform_fmt_check_passes(tmp_path: Path) -> None:
 
 def test_versions_pin_terraform_and_azurerm_4() -> None:
     [terraform] = hcl2.load((STACK / "versions.tf").open())["terraform"]
-    assert _unquote(terraform["required_version"]) == ">= 1.6"
-    providers = terraform["required_providers"][0]
+    # ephemeral resources (1.10) and write-only arguments (1.11)
+    assert _unquote(terraform["required_version"]) == ">= 1.11"
+    providers = {k: v for k, v in terraform["required_providers"][0].items() if k[:2] != "__"}
+    assert set(providers) == {"azurerm", "random", "time"}
     assert _unquote(providers["azurerm"]["source"]) == "hashicorp/azurerm"
-    assert _unquote(providers["azurerm"]["version"]) == "~> 4.0"
+    # 4.x, from 4.42: the Key Vault's rbac_authorization_enabled (value_wo came in 4.23)
+    assert _unquote(providers["azurerm"]["version"]) == "~> 4.42"
     assert _unquote(providers["random"]["source"]) == "hashicorp/random"
-    # random_bytes exists since 3.6
-    assert re.fullmatch(r"~> 3\.([6-9]|\d\d)", _unquote(providers["random"]["version"]))
+    # the ephemeral random_password exists since 3.7
+    assert re.fullmatch(r"~> 3\.([7-9]|\d\d)", _unquote(providers["random"]["version"]))
+    assert _unquote(providers["time"]["source"]) == "hashicorp/time"
+    assert _unquote(providers["time"]["version"]) == "~> 0.13"
+    # Every provider a resource or ephemeral block of the stack uses is pinned, and no other.
+    used = set()
+    for path in STACK.glob("*.tf"):
+        doc = hcl2.load(path.open())
+        for section in ("resource", "data", "ephemeral"):
+            for block in doc.get(section, []):
+                used |= {k.strip('"').split("_")[0] for k in block if not k.startswith("__")}
+    assert used - {"terraform"} == set(providers)
+
+
+def test_only_pip_index_url_is_sensitive_and_says_where_it_still_goes() -> None:
+    found = variables()
+    assert {n for n, s in found.items() if s.get("sensitive") is True} == {"pip_index_url"}
+    assert "custom data" in _unquote(found["pip_index_url"]["description"])
 
 
 def test_every_variable_has_type_and_required_or_optional_description() -> None:
@@ -157,7 +184,10 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
         text = path.read_text()
         doc = hcl2.load(path.open())
         mocked = {k.strip('"') for block in doc.get("mock_provider", []) for k in block}
-        assert mocked == {"azurerm", "random"}, path.name
+        # random stays real: mock providers cannot open ephemeral resources (Terraform's
+        # internal/providers/mock.go, 1.11-1.15: "No ephemeral resource types in mock
+        # providers"), and the cluster token is an ephemeral random_password.
+        assert mocked == {"azurerm", "time"}, path.name
         assert set(doc.get("variables", [{}])[0]) - {"__is_block__"} <= known_vars
         for block in doc["run"]:
             for name, run in block.items():
@@ -170,7 +200,7 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
                 for failure in run.get("expect_failures", []):
                     target = failure.strip("${}")
                     assert target.removeprefix("var.") in known_vars or target in resources
-        used = set(re.findall(r"\b((?:azurerm|random|terraform)_\w+\.\w+)", text))
+        used = set(re.findall(r"\b((?:azurerm|random|terraform|time)_\w+\.\w+)", text))
         assert used <= resources, f"{path.name}: {used - resources}"
         assert set(re.findall(r"\boutput\.(\w+)", text)) <= known_outputs
     assert runs >= 20

@@ -17,6 +17,8 @@ from typing import Any
 
 import hcl2
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from test_terraform_custom_data import MAX_VALUE_LENGTHS
 
@@ -26,7 +28,28 @@ STACK = REPO / "infra" / "terraform"
 ED25519 = (
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIP4S9mbJDa3rbswrgZDZPW0SvS6zPUB0LvnB0IkRZLgc you@example"
 )
-RSA = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7" + "A" * 300 + "== you@example"
+
+
+# Real keys, made fresh for every run (cryptography comes with paramiko, a runtime dependency).
+def openssh_public_key(key: ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey) -> str:
+    """One line of an OpenSSH .pub file, as ssh-keygen writes it."""
+    line = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    return f"{line.decode()} you@example"
+
+
+def rsa_key(bits: int) -> str:
+    return openssh_public_key(rsa.generate_private_key(public_exponent=65537, key_size=bits))
+
+
+ED25519_REAL = openssh_public_key(ed25519.Ed25519PrivateKey.generate())
+RSA_1024, RSA_2047, RSA_2048, RSA_4096 = (rsa_key(b) for b in (1024, 2047, 2048, 4096))
+ED25519_BLOB = ED25519_REAL.split()[1]
+RSA_BLOB = RSA_2048.split()[1]
+# Base64 characters 4-7 carry bytes 3-5 of the blob: changing character 7 changes the second
+# "s" of the key type string inside it, while the blob keeps its length.
+ED25519_BAD_TYPE = ED25519_BLOB[:7] + ("A" if ED25519_BLOB[7] != "A" else "B") + ED25519_BLOB[8:]
 REQUIRED = {
     "location": "westeurope",
     "allowed_ssh_cidrs": ["203.0.113.7/32"],
@@ -45,10 +68,39 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"allowed_ssh_cidrs": ["203.0.113.7"]}, "every entry must be an IPv4 CIDR"),
     ({"allowed_ssh_cidrs": ["300.1.1.1/32"]}, "every entry must be an IPv4 CIDR"),
     ({"allowed_ssh_cidrs": ["2001:db8::/32"]}, "every entry must be an IPv4 CIDR"),
+    # ... and the whole Internet by other spellings: numbers, not strings, decide.
+    ({"allowed_ssh_cidrs": ["0.0.0.0/00"]}, "every entry must be an IPv4 CIDR"),
+    ({"allowed_ssh_cidrs": ["010.0.0.1/32"]}, "every entry must be an IPv4 CIDR"),
+    ({"allowed_ssh_cidrs": ["203.0.113.7/032"]}, "every entry must be an IPv4 CIDR"),
+    ({"allowed_ssh_cidrs": [" 203.0.113.7/32"]}, "every entry must be an IPv4 CIDR"),
+    ({"allowed_ssh_cidrs": ["203.0.113.7/33"]}, "every entry must be an IPv4 CIDR"),
+    ({"allowed_ssh_cidrs": ["1.2.3.4/1"]}, "every entry must be a network address"),
+    ({"allowed_ssh_cidrs": ["198.51.100.7/24"]}, "every entry must be a network address"),
+    ({"allowed_ssh_cidrs": ["0.0.0.0/1", "128.0.0.0/1"]}, "every entry must be /8 or narrower"),
+    ({"allowed_ssh_cidrs": ["8.0.0.0/7"]}, "every entry must be /8 or narrower"),
+    (
+        {"allowed_ssh_cidrs": ["10.0.0.0/8", "11.0.0.0/8"]},
+        "allowed_ssh_cidrs must cover at most 16,777,216 addresses",
+    ),
+    (
+        {"allowed_ssh_cidrs": ["10.0.0.0/8", "203.0.113.7/32"]},
+        "allowed_ssh_cidrs must cover at most 16,777,216 addresses",
+    ),
     ({"admin_ssh_public_key": ""}, "admin_ssh_public_key must be one OpenSSH public key line"),
     ({"admin_ssh_public_key": "~/.ssh/id_ed25519.pub"}, "admin_ssh_public_key must be one"),
     ({"admin_ssh_public_key": "ecdsa-sha2-nistp256 AAAAE2Vj"}, "admin_ssh_public_key must be"),
     ({"admin_ssh_public_key": ED25519 + "\n" + ED25519}, "admin_ssh_public_key must be one"),
+    # The key blob is decoded (SSH wire format, RFC 4253 6.6) and must match its type word.
+    ({"admin_ssh_public_key": RSA_1024}, "RSA keys must have 2048 bits or more"),
+    ({"admin_ssh_public_key": RSA_2047}, "RSA keys must have 2048 bits or more"),
+    ({"admin_ssh_public_key": f"ssh-rsa {ED25519_BLOB}"}, "the key data is not a valid"),
+    ({"admin_ssh_public_key": f"ssh-ed25519 {RSA_BLOB}"}, "the key data is not a valid"),
+    ({"admin_ssh_public_key": f"ssh-ed25519 {ED25519_BLOB[:-4]}"}, "the key data is not a"),
+    ({"admin_ssh_public_key": f"ssh-ed25519 {ED25519_BLOB}AAAA"}, "the key data is not a"),
+    ({"admin_ssh_public_key": f"ssh-ed25519 {ED25519_BLOB[:-1]}"}, "the key data is not a"),
+    ({"admin_ssh_public_key": f"ssh-ed25519 {ED25519_BAD_TYPE}"}, "the key data is not a"),
+    ({"admin_ssh_public_key": f"ssh-rsa {RSA_BLOB[:-8]}"}, "the key data is not a valid"),
+    ({"admin_ssh_public_key": "ssh-ed25519 AAAA"}, "the key data is not a valid"),
     ({"resource_group_name": "rg with spaces"}, "resource_group_name must be 1-90"),
     ({"resource_group_name": "ends-in-dot."}, "resource_group_name must be 1-90"),
     ({"resource_group_name": "r" * 91}, "resource_group_name must be 1-90"),
@@ -56,16 +108,72 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"name_prefix": "r"}, "name_prefix must be 2-16 lower-case"),
     ({"name_prefix": "ray-"}, "name_prefix must be 2-16 lower-case"),
     ({"name_prefix": "r" * 17}, "name_prefix must be 2-16 lower-case"),
-    ({"vnet_address_space": "10.0.0.0/7"}, "vnet_address_space must be an IPv4 CIDR"),
-    ({"vnet_address_space": "10.42.0.0/29"}, "vnet_address_space must be an IPv4 CIDR"),
-    ({"vnet_address_space": "ten.0.0.0/16"}, "vnet_address_space must be an IPv4 CIDR"),
+    ({"vnet_address_space": "10.0.0.0/7"}, "vnet_address_space must be an IPv4 network"),
+    ({"vnet_address_space": "10.42.0.0/29"}, "vnet_address_space must be an IPv4 network"),
+    ({"vnet_address_space": "ten.0.0.0/16"}, "vnet_address_space must be an IPv4 network"),
+    ({"vnet_address_space": "10.42.0.5/16"}, "vnet_address_space must be an IPv4 network"),
+    ({"vnet_address_space": "010.42.0.0/16"}, "vnet_address_space must be an IPv4 network"),
     ({"subnet_address_prefix": "10.42.1.5/24"}, "subnet_address_prefix must be an IPv4 network"),
     ({"subnet_address_prefix": "10.42.1.0/29"}, "subnet_address_prefix must be an IPv4 network"),
+    ({"subnet_address_prefix": "10.42.01.0/24"}, "subnet_address_prefix must be an IPv4 network"),
+    # Only private ranges: a public one would shadow real Internet addresses; Azure refuses the
+    # special ones late (virtual network FAQ).
+    (
+        {"vnet_address_space": "20.42.0.0/16", "subnet_address_prefix": "20.42.1.0/24"},
+        "vnet_address_space must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "172.32.0.0/16", "subnet_address_prefix": "172.32.1.0/24"},
+        "vnet_address_space must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "100.128.0.0/16", "subnet_address_prefix": "100.128.1.0/24"},
+        "vnet_address_space must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "127.0.0.0/8", "subnet_address_prefix": "127.0.0.0/24"},
+        "vnet_address_space must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "169.254.0.0/16", "subnet_address_prefix": "169.254.1.0/24"},
+        "vnet_address_space must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "224.0.0.0/8", "subnet_address_prefix": "224.0.1.0/24"},
+        "vnet_address_space must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "168.63.128.0/22", "subnet_address_prefix": "168.63.129.0/24"},
+        "subnet_address_prefix must lie in a private range",
+    ),
+    (
+        {"vnet_address_space": "8.0.0.0/8", "subnet_address_prefix": "8.8.8.0/24"},
+        "subnet_address_prefix must lie in a private range",
+    ),
+    ({"tcp_idle_timeout_minutes": 3}, "tcp_idle_timeout_minutes must be a whole number"),
+    ({"tcp_idle_timeout_minutes": 31}, "tcp_idle_timeout_minutes must be a whole number"),
+    ({"tcp_idle_timeout_minutes": 4.5}, "tcp_idle_timeout_minutes must be a whole number"),
     ({"admin_username": "AzureUser"}, "admin_username must be 1-32 lower-case"),
     ({"admin_username": "a" * 33}, "admin_username must be 1-32 lower-case"),
     ({"admin_username": "o'brien"}, "admin_username must be 1-32 lower-case"),
     ({"admin_username": "root"}, "admin_username must not be a name Azure reserves"),
     ({"admin_username": "admin"}, "admin_username must not be a name Azure reserves"),
+    # The Ray service user and the images' own accounts and groups.
+    ({"admin_username": "ray"}, "admin_username must not be ray"),
+    ({"admin_username": "root"}, "admin_username must not be ray"),
+    ({"admin_username": "ubuntu"}, "admin_username must not be ray"),
+    ({"admin_username": "debian"}, "admin_username must not be ray"),
+    ({"admin_username": "daemon"}, "admin_username must not be ray"),
+    ({"admin_username": "www-data"}, "admin_username must not be ray"),
+    ({"admin_username": "nobody"}, "admin_username must not be ray"),
+    ({"admin_username": "sshd"}, "admin_username must not be ray"),
+    ({"admin_username": "syslog"}, "admin_username must not be ray"),
+    ({"admin_username": "polkitd"}, "admin_username must not be ray"),
+    ({"admin_username": "sudo"}, "admin_username must not be ray"),
+    ({"admin_username": "systemd-network"}, "admin_username must not be ray"),
+    ({"admin_username": "systemd-anything"}, "admin_username must not be ray"),
+    ({"admin_username": "_apt"}, "admin_username must not be ray"),
+    ({"admin_username": "_chrony"}, "admin_username must not be ray"),
     ({"os_image": "ubuntu-20.04"}, "os_image must be one of"),
     ({"head_vm_size": "D4s_v5"}, "head_vm_size must be an Azure VM size"),
     ({"worker_vm_size": "Standard D4s v5"}, "worker_vm_size must be an Azure VM size"),
@@ -86,6 +194,9 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"extra_pip_packages": ["minigrid 3.0.0"]}, "extra_pip_packages: each entry must be one"),
     ({"extra_pip_packages": ["it's"]}, "extra_pip_packages: each entry must be one"),
     ({"extra_pip_packages": ["back\\slash"]}, "extra_pip_packages: each entry must be one"),
+    ({"extra_pip_packages": ["--index-url=https://x.example/"]}, "not pip options"),
+    ({"extra_pip_packages": ["minigrid", "-e"]}, "not pip options"),
+    ({"extra_pip_packages": ["-rrequirements.txt"]}, "not pip options"),
     (
         {"extra_pip_packages": ["a" * 600, "b" * (MAX_VALUE_LENGTHS["EXTRA_PIP_PACKAGES"] - 600)]},
         "extra_pip_packages must come to 1,024 characters or fewer",
@@ -118,31 +229,83 @@ BAD: list[tuple[dict[str, Any], str]] = [
         {"vnet_address_space": "10.42.1.0/24", "subnet_address_prefix": "10.42.0.0/16"},
         "must lie inside vnet_address_space",
     ),
-    ({"subnet_address_prefix": "10.42.1.0/28", "worker_max_count": 11}, "has room for 10 workers"),
+    # 16 addresses: Azure keeps 5, the head and the Key Vault's private endpoint take 2.
+    ({"subnet_address_prefix": "10.42.1.0/28", "worker_max_count": 10}, "has room for 9 workers"),
+    # The vault's firewall must admit the deployer: only public addresses can be named.
+    ({"allowed_ssh_cidrs": ["10.0.0.0/8"]}, "The Key Vault's firewall would admit no address"),
+    (
+        {"allowed_ssh_cidrs": ["192.168.1.0/24", "100.64.0.0/16"]},
+        "The Key Vault's firewall would admit no address",
+    ),
+    # the Key Vault's variables
+    ({"key_vault_allowed_cidrs": []}, "key_vault_allowed_cidrs must be null"),
+    (
+        {"key_vault_allowed_cidrs": ["203.0.113.07/32"]},
+        "key_vault_allowed_cidrs: every entry must be an IPv4",
+    ),
+    ({"key_vault_allowed_cidrs": ["198.51.100.7/24"]}, "must be a network address whose host bits"),
+    ({"key_vault_allowed_cidrs": ["0.0.0.0/0"]}, "key_vault_allowed_cidrs: every entry must be /8"),
+    (
+        {"key_vault_allowed_cidrs": ["11.0.0.0/8", "12.0.0.0/8"]},
+        "key_vault_allowed_cidrs must cover at most 16,777,216 addresses",
+    ),
+    ({"key_vault_allowed_cidrs": ["10.1.0.0/16"]}, "firewall admits public addresses only"),
+    ({"key_vault_allowed_cidrs": ["172.0.0.0/8"]}, "firewall admits public addresses only"),
+    ({"key_vault_allowed_cidrs": ["100.64.0.1/32"]}, "firewall admits public addresses only"),
+    ({"key_vault_allowed_cidrs": ["127.0.0.1/32"]}, "firewall admits public addresses only"),
+    ({"cluster_token_version": 0}, "cluster_token_version must be a whole number from 1"),
+    ({"cluster_token_version": 1.5}, "cluster_token_version must be a whole number from 1"),
+    ({"cluster_token_expiration_days": 0}, "cluster_token_expiration_days must be a whole"),
+    ({"cluster_token_expiration_days": 3651}, "cluster_token_expiration_days must be a whole"),
+    ({"rbac_propagation_wait_seconds": -1}, "rbac_propagation_wait_seconds must be a whole"),
+    ({"rbac_propagation_wait_seconds": 901}, "rbac_propagation_wait_seconds must be a whole"),
+    ({"rbac_propagation_wait_seconds": 2.5}, "rbac_propagation_wait_seconds must be a whole"),
 ]
 
 GOOD: list[dict[str, Any]] = [
     {},  # the defaults
     {"allowed_ssh_cidrs": ["203.0.113.7/32", "198.51.100.0/24", "192.0.2.128/25"]},
+    # a whole /8, the most allowed in all (private: the vault then needs its own address)
+    {"allowed_ssh_cidrs": ["10.0.0.0/8"], "key_vault_allowed_cidrs": ["203.0.113.7/32"]},
+    {"allowed_ssh_cidrs": ["20.0.0.0/8"]},
+    {"allowed_ssh_cidrs": ["255.255.255.255/32", "198.51.100.0/24"]},
+    {"allowed_ssh_cidrs": ["10.0.0.0/9", "10.128.0.0/10", "203.0.113.7/32"]},
+    {"key_vault_allowed_cidrs": ["203.0.113.7/32", "198.51.100.0/24", "20.0.0.0/9"]},
+    {"key_vault_allowed_cidrs": None},
+    {"cluster_token_version": 7, "cluster_token_expiration_days": 1},
+    {"cluster_token_expiration_days": 3650, "rbac_propagation_wait_seconds": 0},
+    {"rbac_propagation_wait_seconds": 900},
     {"admin_ssh_public_key": ED25519 + "\n"},
-    {"admin_ssh_public_key": RSA},
+    {"admin_ssh_public_key": ED25519_REAL},
+    {"admin_ssh_public_key": RSA_2048},
+    {"admin_ssh_public_key": RSA_4096},
+    {"admin_ssh_public_key": "  " + RSA_2048.split(" you@")[0] + "\n"},  # no comment
     {"location": "eastus2", "resource_group_name": "My_RG-(ray).1", "create_resource_group": False},
     {"name_prefix": "ab"},
     {"name_prefix": "ray-cluster-2026"},
     {"vnet_address_space": "10.0.0.0/8", "subnet_address_prefix": "10.200.0.0/16"},
     {"vnet_address_space": "192.168.0.0/24", "subnet_address_prefix": "192.168.0.16/28"},
+    {"vnet_address_space": "192.168.0.0/16", "subnet_address_prefix": "192.168.255.0/24"},
+    {"vnet_address_space": "172.16.0.0/12", "subnet_address_prefix": "172.31.255.0/24"},
+    {"vnet_address_space": "100.64.0.0/10", "subnet_address_prefix": "100.127.255.0/24"},
+    {"tcp_idle_timeout_minutes": 4},
+    {"tcp_idle_timeout_minutes": 30},
     {"admin_username": "ray_ops"},
+    {"admin_username": "rayadmin"},
+    {"admin_username": "systemd"},
     {"admin_username": "a" * MAX_VALUE_LENGTHS["RAY_ADMIN_USER"]},
     {"os_image": "ubuntu-24.04"},
     {"os_image": "debian-12"},
     {"head_vm_size": "Standard_NC4as_T4_v3", "worker_vm_size": "standard_f8s_v2"},
     {"worker_min_count": 0, "worker_default_count": 0, "worker_max_count": 1},
+    {"subnet_address_prefix": "10.42.1.0/28", "worker_max_count": 9},
     {"worker_min_count": 100, "worker_default_count": 100, "worker_max_count": 100},
     {"scale_out_cpu_percent": 100, "scale_in_cpu_percent": 99},
     {"scale_out_cooldown_minutes": 60, "scale_in_cooldown_minutes": 1},
     {"worker_spot_enabled": True, "worker_termination_notice_minutes": 15},
     {"encryption_at_host_enabled": True, "tags": {"project": "ray-rl"}},
     {"extra_pip_packages": ["minigrid==3.0.0", "gymnasium[atari]>=1.0", "ale-py"]},
+    {"extra_pip_packages": ["ale-py>=0.9,!=0.10.0", "torch-geometric==2.6.1"]},
     {"extra_pip_packages": ["a" * 600, "b" * (MAX_VALUE_LENGTHS["EXTRA_PIP_PACKAGES"] - 601)]},
     {"pip_index_url": "http://10.0.0.5:8080/simple/"},
     {"pip_index_url": "https://x.example/" + "a" * (MAX_VALUE_LENGTHS["PIP_INDEX_URL"] - 18)},
@@ -151,6 +314,10 @@ GOOD: list[dict[str, Any]] = [
     {"apt_source": "deb [trusted=yes] http://10.0.0.5/debian ./"},
     {"apt_source": "deb http://a/" + "a" * (MAX_VALUE_LENGTHS["APT_SOURCE"] - 13)},
 ]
+
+
+RULE_FAILED = {"Invalid value for variable", "Resource precondition failed"}
+"""The summaries of a failed validation and of a failed precondition."""
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -218,6 +385,11 @@ def test_bad_value_is_refused_with_its_message(workdir: Path, case: tuple[dict, 
     details = [e["detail"] for e in errors]
     assert code != 0, f"{variables} was accepted"
     assert any(expected in d for d in details), f"expected {expected!r} among {details}"
+    # Refused by a rule, never by an expression that broke on the bad value (HCL's || does not
+    # short-circuit: cidrhost("*", 0) in a rule is an error, and `terraform test`'s
+    # expect_failures does not count errors as failed validations).
+    broken = [f"{e['summary']}: {e['detail']}" for e in errors if e["summary"] not in RULE_FAILED]
+    assert not broken, broken
 
 
 @pytest.mark.parametrize("variables", GOOD, ids=[_case_id(c) for c in GOOD])
@@ -273,3 +445,44 @@ def test_every_rule_is_exercised(workdir: Path, kind: str, file: str) -> None:
     assert len(messages) >= (20 if kind == "validation" else 4)
     untested = [m for m in messages if not any(_prefix(m) in seen for seen in observed)]
     assert not untested, f"{kind}s no bad case triggers: {untested}"
+
+
+def console(work: Path, variables: dict[str, Any], expression: str) -> Any:
+    """``expression`` evaluated by ``terraform console`` with the required inputs plus
+    ``variables``."""
+    var_file = work / "console.tfvars.json"
+    var_file.write_text(json.dumps({**REQUIRED, **variables}))
+    result = subprocess.run(
+        ["terraform", "console", "-no-color", f"-var-file={var_file.name}"],
+        input=f"jsonencode({expression})\n",
+        cwd=work, env=_env(work), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return json.loads(json.loads(result.stdout))
+
+
+@pytest.mark.parametrize(
+    "variables,rules",
+    [
+        ({}, ["203.0.113.7"]),  # /32 -> the bare address, as Key Vault keeps it
+        (
+            {"allowed_ssh_cidrs": ["10.0.0.0/9", "203.0.113.7/32", "192.168.0.0/24"]},
+            ["203.0.113.7"],  # private entries cannot be named on Key Vault's firewall
+        ),
+        (
+            {"allowed_ssh_cidrs": ["198.51.100.0/24", "100.64.0.0/10", "169.254.1.0/24"]},
+            ["198.51.100.0/24"],
+        ),
+        (
+            {"allowed_ssh_cidrs": ["10.0.0.0/8"], "key_vault_allowed_cidrs": ["192.0.2.10/32"]},
+            ["192.0.2.10"],  # the variable replaces allowed_ssh_cidrs
+        ),
+        (
+            {"key_vault_allowed_cidrs": ["198.51.100.0/24", "192.0.2.1/32"]},
+            ["198.51.100.0/24", "192.0.2.1"],
+        ),
+    ],
+    ids=["default", "private-dropped", "cgnat-link-local-dropped", "variable", "two"],
+)
+def test_key_vault_firewall_rules(workdir: Path, variables: dict, rules: list[str]) -> None:
+    assert console(workdir, variables, "local.key_vault_ip_rules") == rules

@@ -17,6 +17,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / ".github" / "workflows"
 TERRAFORM = WORKFLOWS / "terraform.yml"
+VERSIONS = REPO / "infra" / "terraform" / "versions.tf"
 PINNED = re.compile(r"^\s*-?\s*uses:\s*([\w.-]+/[\w./-]+)@([0-9a-f]{40}) # v\d+(\.\d+){0,2}\s*$")
 
 
@@ -93,9 +94,15 @@ def test_terraform_workflow_runs_fmt_init_validate_test_and_checkov() -> None:
         "-r scripts/checkov-requirements.txt",
     ):
         assert command in runs, command
-    # terraform test with mock_provider needs Terraform 1.7+; CI uses the version installed here.
+    # CI's Terraform satisfies the stack's required_version (">= 1.11": ephemeral resources and
+    # write-only arguments; terraform test with mock_provider needs 1.7+), and is the version
+    # installed here.
     version = workflow["env"]["TERRAFORM_VERSION"]
-    assert tuple(int(x) for x in version.split(".")[:2]) >= (1, 7)
+    required = re.search(r'required_version\s*=\s*">=\s*(\d+)\.(\d+)"', VERSIONS.read_text())
+    assert required, 'versions.tf must say required_version = ">= X.Y"'
+    minimum = (int(required.group(1)), int(required.group(2)))
+    assert minimum >= (1, 11)
+    assert tuple(int(x) for x in version.split(".")[:2]) >= minimum
     local = subprocess.run(
         ["terraform", "version"],
         env={**os.environ, "CHECKPOINT_DISABLE": "1"},

@@ -1,6 +1,11 @@
 # Plan-level tests of the stack with mocked providers: no Azure credentials, nothing is created.
 # Runs on GitHub (.github/workflows/terraform.yml), where the providers download; Terraform 1.11+
 # (override_during = plan gives computed attributes their mocked values at plan time).
+#
+# random is NOT mocked: Terraform's mock providers cannot open ephemeral resources (up to 1.15
+# at least, internal/providers/mock.go answers "No ephemeral resource types in mock providers"),
+# and the cluster token is `ephemeral "random_password"`. The real random provider needs no
+# credentials and makes a throw-away token that only the mocked, write-only secret receives.
 
 mock_provider "azurerm" {
   override_during = plan
@@ -10,15 +15,37 @@ mock_provider "azurerm" {
       ip_address = "20.61.1.2"
     }
   }
+
+  mock_data "azurerm_client_config" {
+    defaults = {
+      tenant_id       = "00000000-0000-4000-8000-000000000001"
+      subscription_id = "00000000-0000-4000-8000-000000000002"
+      object_id       = "00000000-0000-4000-8000-000000000003"
+      client_id       = "00000000-0000-4000-8000-000000000004"
+    }
+  }
+
+  mock_resource "azurerm_key_vault" {
+    defaults = {
+      id        = "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/ray-rl-rg/providers/Microsoft.KeyVault/vaults/ray-kv-0123456789abcdef012"
+      vault_uri = "https://ray-kv-0123456789abcdef012.vault.azure.net/"
+    }
+  }
+
+  mock_resource "azurerm_user_assigned_identity" {
+    defaults = {
+      client_id    = "11111111-2222-4333-8444-555555555555"
+      principal_id = "66666666-7777-4888-8999-aaaaaaaaaaaa"
+    }
+  }
 }
 
-mock_provider "random" {
+mock_provider "time" {
   override_during = plan
 
-  mock_resource "random_bytes" {
+  mock_resource "time_offset" {
     defaults = {
-      hex    = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
-      base64 = "ABEiM0RVZneImaq7zN3u/wARIjNEVWZ3iJmqu8zd7v8="
+      rfc3339 = "2027-01-01T00:00:00Z"
     }
   }
 }
@@ -198,6 +225,19 @@ run "regular_workers_get_a_termination_notice" {
   }
 }
 
+run "idle_timeout_follows_its_variable" {
+  command = plan
+
+  variables {
+    tcp_idle_timeout_minutes = 4
+  }
+
+  assert {
+    condition     = azurerm_public_ip.head.idle_timeout_in_minutes == 4 && azurerm_nat_gateway.this.idle_timeout_in_minutes == 4
+    error_message = "tcp_idle_timeout_minutes must set the head's public IP and the NAT gateway alike."
+  }
+}
+
 run "spot_workers" {
   command = plan
 
@@ -241,6 +281,11 @@ run "head_network_and_image" {
   }
 
   assert {
+    condition     = azurerm_public_ip.head.idle_timeout_in_minutes == 30 && azurerm_nat_gateway.this.idle_timeout_in_minutes == 30
+    error_message = "The head's public IP and the NAT gateway must keep silent TCP flows for 30 minutes (an idle SSH tunnel survives)."
+  }
+
+  assert {
     condition = (
       azurerm_linux_virtual_machine.head.source_image_reference[0].publisher == "Debian" &&
       azurerm_linux_virtual_machine.head.source_image_reference[0].offer == "debian-12" &&
@@ -262,6 +307,8 @@ run "custom_data_is_filled" {
     extra_pip_packages = ["minigrid==3.0.0", "ale-py"]
   }
 
+  # The one placeholder holds base64(JSON) of the deploy-time values: exactly these nine, no
+  # token (the nodes read it from Key Vault).
   assert {
     condition = alltrue(flatten([
       for text in [
@@ -269,15 +316,21 @@ run "custom_data_is_filled" {
         base64decode(azurerm_linux_virtual_machine_scale_set.workers.custom_data),
         ] : [
         !strcontains(text, "@@"),
-        strcontains(text, "RAY_HEAD_IP='10.42.1.4'"),
-        strcontains(text, "RAY_CLUSTER_TOKEN='00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff'"),
-        strcontains(text, "RAY_ADMIN_USER='azureuser'"),
-        strcontains(text, "EXTRA_PIP_PACKAGES='minigrid==3.0.0 ale-py'"),
-        strcontains(text, "PIP_INDEX_URL='https://pypi.org/simple'"),
-        strcontains(text, "TORCH_INDEX_URL='https://download.pytorch.org/whl/cpu'"),
+        jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", text)))) == {
+          RAY_HEAD_IP   = "10.42.1.4"
+          KEY_VAULT_URL = "https://ray-kv-0123456789abcdef012.vault.azure.net/"
+          # checkov:skip=CKV_SECRET_6:The name of the token's Key Vault secret, not a secret value
+          TOKEN_SECRET_NAME  = "ray-cluster-token"
+          IDENTITY_CLIENT_ID = "11111111-2222-4333-8444-555555555555"
+          RAY_ADMIN_USER     = "azureuser"
+          EXTRA_PIP_PACKAGES = "minigrid==3.0.0 ale-py"
+          PIP_INDEX_URL      = "https://pypi.org/simple"
+          TORCH_INDEX_URL    = "https://download.pytorch.org/whl/cpu"
+          APT_SOURCE         = ""
+        },
       ]
     ]))
-    error_message = "Head and worker custom data must carry every deploy-time value and no placeholder."
+    error_message = "Head and worker custom data must carry the deploy-time values as base64 JSON, and no placeholder."
   }
 
   assert {
@@ -286,6 +339,116 @@ run "custom_data_is_filled" {
       length(azurerm_linux_virtual_machine_scale_set.workers.custom_data) <= 87380
     )
     error_message = "Custom data must stay within Azure's 87,380 base64 characters."
+  }
+}
+
+run "key_vault_is_private_with_a_firewall_for_the_deployer" {
+  command = plan
+
+  assert {
+    condition = (
+      azurerm_key_vault.this.rbac_authorization_enabled == true &&
+      azurerm_key_vault.this.purge_protection_enabled == true &&
+      azurerm_key_vault.this.public_network_access_enabled == true
+    )
+    error_message = "The vault uses RBAC and purge protection; its public endpoint stays on for Terraform, behind the firewall."
+  }
+
+  assert {
+    condition = (
+      azurerm_key_vault.this.network_acls[0].default_action == "Deny" &&
+      azurerm_key_vault.this.network_acls[0].bypass == "None" &&
+      toset(azurerm_key_vault.this.network_acls[0].ip_rules) == toset(["203.0.113.7", "198.51.100.0/24"]) &&
+      length(azurerm_key_vault.this.network_acls[0].virtual_network_subnet_ids) == 0
+    )
+    error_message = "The firewall admits allowed_ssh_cidrs' public entries (single addresses without /32) and nothing else."
+  }
+
+  assert {
+    condition = (
+      azurerm_private_endpoint.key_vault.subnet_id == azurerm_subnet.this.id &&
+      azurerm_private_endpoint.key_vault.private_service_connection[0].private_connection_resource_id == azurerm_key_vault.this.id &&
+      tolist(azurerm_private_endpoint.key_vault.private_service_connection[0].subresource_names) == ["vault"] &&
+      azurerm_private_endpoint.key_vault.private_service_connection[0].is_manual_connection == false &&
+      one(azurerm_private_endpoint.key_vault.ip_configuration).private_ip_address == "10.42.1.5"
+    )
+    error_message = "The vault's private endpoint sits in the cluster subnet at its 5th host (10.42.1.5)."
+  }
+
+  assert {
+    condition = (
+      azurerm_private_dns_zone.key_vault.name == "privatelink.vaultcore.azure.net" &&
+      tolist(azurerm_private_endpoint.key_vault.private_dns_zone_group[0].private_dns_zone_ids) == [azurerm_private_dns_zone.key_vault.id] &&
+      azurerm_private_dns_zone_virtual_network_link.key_vault.virtual_network_id == azurerm_virtual_network.this.id &&
+      azurerm_private_dns_zone_virtual_network_link.key_vault.registration_enabled == false
+    )
+    error_message = "The vault's name must resolve to the private endpoint inside the virtual network (privatelink zone, linked)."
+  }
+
+  assert {
+    condition = (
+      azurerm_subnet.this.private_endpoint_network_policies == "NetworkSecurityGroupEnabled" &&
+      try(length(azurerm_subnet.this.service_endpoints), 0) == 0
+    )
+    error_message = "The NSG must govern the private endpoint; no service endpoint is needed any more."
+  }
+}
+
+run "cluster_token_is_a_write_only_secret" {
+  command = plan
+
+  assert {
+    condition = (
+      azurerm_key_vault_secret.cluster_token.name == "ray-cluster-token" &&
+      azurerm_key_vault_secret.cluster_token.value_wo_version == 1 &&
+      azurerm_key_vault_secret.cluster_token.expiration_date == "2027-01-01T00:00:00Z" &&
+      time_offset.cluster_token_expiry.offset_days == 365
+    )
+    error_message = "The token is written once (version 1) and expires 365 days later."
+  }
+
+  assert {
+    condition = (
+      azurerm_role_assignment.deployer_secrets_officer.role_definition_name == "Key Vault Secrets Officer" &&
+      azurerm_role_assignment.deployer_secrets_officer.principal_id == "00000000-0000-4000-8000-000000000003" &&
+      azurerm_role_assignment.nodes_secrets_user.role_definition_name == "Key Vault Secrets User" &&
+      azurerm_role_assignment.nodes_secrets_user.principal_id == "66666666-7777-4888-8999-aaaaaaaaaaaa" &&
+      azurerm_role_assignment.deployer_secrets_officer.scope == azurerm_key_vault.this.id &&
+      azurerm_role_assignment.nodes_secrets_user.scope == azurerm_key_vault.this.id
+    )
+    error_message = "The deployer may write secrets and the nodes' identity read them, on this vault only."
+  }
+
+  assert {
+    condition     = time_sleep.deployer_role_propagation.create_duration == "60s"
+    error_message = "Terraform waits 60 s for the deployer's role to propagate before writing the secret."
+  }
+}
+
+run "key_vault_follows_its_variables" {
+  command = plan
+
+  variables {
+    allowed_ssh_cidrs             = ["10.0.0.0/8"]
+    key_vault_allowed_cidrs       = ["192.0.2.10/32"]
+    cluster_token_version         = 2
+    cluster_token_expiration_days = 30
+    rbac_propagation_wait_seconds = 0
+  }
+
+  assert {
+    condition     = tolist(azurerm_key_vault.this.network_acls[0].ip_rules) == ["192.0.2.10"]
+    error_message = "key_vault_allowed_cidrs replaces allowed_ssh_cidrs on the vault's firewall."
+  }
+
+  assert {
+    condition = (
+      azurerm_key_vault_secret.cluster_token.value_wo_version == 2 &&
+      time_offset.cluster_token_expiry.triggers["cluster_token_version"] == "2" &&
+      time_offset.cluster_token_expiry.offset_days == 30 &&
+      time_sleep.deployer_role_propagation.create_duration == "0s"
+    )
+    error_message = "A new cluster_token_version writes a new token and a new expiration date."
   }
 }
 

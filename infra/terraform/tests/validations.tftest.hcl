@@ -2,7 +2,9 @@
 # exercised offline with the real terraform binary in tests/test_terraform_validations.py.)
 
 mock_provider "azurerm" {}
-mock_provider "random" {}
+mock_provider "time" {}
+# random is not mocked: mock providers cannot open the ephemeral random_password (see
+# cluster.tftest.hcl).
 
 variables {
   location             = "westeurope"
@@ -131,4 +133,169 @@ run "subnet_outside_the_vnet_is_refused" {
     subnet_address_prefix = "10.43.1.0/24"
   }
   expect_failures = [terraform_data.input_checks]
+}
+
+# allowed_ssh_cidrs: the whole Internet in other spellings, judged by numbers.
+run "ssh_from_a_zero_padded_prefix_is_refused" {
+  command = plan
+  variables {
+    allowed_ssh_cidrs = ["0.0.0.0/00"]
+  }
+  expect_failures = [var.allowed_ssh_cidrs]
+}
+
+run "ssh_cidr_with_leading_zero_octet_is_refused" {
+  command = plan
+  variables {
+    allowed_ssh_cidrs = ["010.0.0.1/32"]
+  }
+  expect_failures = [var.allowed_ssh_cidrs]
+}
+
+run "ssh_cidr_with_host_bits_is_refused" {
+  command = plan
+  variables {
+    allowed_ssh_cidrs = ["1.2.3.4/1"]
+  }
+  expect_failures = [var.allowed_ssh_cidrs]
+}
+
+run "ssh_from_two_halves_of_the_internet_is_refused" {
+  command = plan
+  variables {
+    allowed_ssh_cidrs = ["0.0.0.0/1", "128.0.0.0/1"]
+  }
+  expect_failures = [var.allowed_ssh_cidrs]
+}
+
+run "ssh_from_more_than_a_slash_8_in_all_is_refused" {
+  command = plan
+  variables {
+    allowed_ssh_cidrs = ["10.0.0.0/8", "203.0.113.7/32"]
+  }
+  expect_failures = [var.allowed_ssh_cidrs]
+}
+
+# admin_ssh_public_key: the key data is decoded.
+# A real 1024-bit RSA key (ssh-keygen -t rsa -b 1024).
+run "short_rsa_key_is_refused" {
+  command = plan
+  variables {
+    admin_ssh_public_key = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQDKO7EiRUcoBV9uzAMHreNQWNNsY9JTBlGH/Qku8PROgqgqRd77LrhqVl7PqN45Ytyi9/rVG8Qr9QO8N53nYR1lA0AAiMav7PuYWrVjjF0EMk/usIcSRFSR+TEtZ79VCINxXVnSUie95NDOq5dOv/4C/XxtkUuq4KyeLAvcL5HG7Q== short@example"
+  }
+  expect_failures = [var.admin_ssh_public_key]
+}
+
+run "truncated_key_is_refused" {
+  command = plan
+  variables {
+    admin_ssh_public_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIP4S9mbJDa3rbswrgZDZPW0SvS6zPUB0LvnB0IkR you@example"
+  }
+  expect_failures = [var.admin_ssh_public_key]
+}
+
+run "key_of_another_type_is_refused" {
+  command = plan
+  variables {
+    admin_ssh_public_key = "ssh-rsa AAAAC3NzaC1lZDI1NTE5AAAAIP4S9mbJDa3rbswrgZDZPW0SvS6zPUB0LvnB0IkRZLgc you@example"
+  }
+  expect_failures = [var.admin_ssh_public_key]
+}
+
+run "ray_as_admin_username_is_refused" {
+  command = plan
+  variables {
+    admin_username = "ray"
+  }
+  expect_failures = [var.admin_username]
+}
+
+run "image_account_as_admin_username_is_refused" {
+  command = plan
+  variables {
+    admin_username = "ubuntu"
+  }
+  expect_failures = [var.admin_username]
+}
+
+run "public_vnet_is_refused" {
+  command = plan
+  variables {
+    vnet_address_space    = "20.42.0.0/16"
+    subnet_address_prefix = "20.42.1.0/24"
+  }
+  expect_failures = [var.vnet_address_space, var.subnet_address_prefix]
+}
+
+run "link_local_vnet_is_refused" {
+  command = plan
+  variables {
+    vnet_address_space    = "169.254.0.0/16"
+    subnet_address_prefix = "169.254.1.0/24"
+  }
+  expect_failures = [var.vnet_address_space, var.subnet_address_prefix]
+}
+
+run "pip_option_as_package_is_refused" {
+  command = plan
+  variables {
+    extra_pip_packages = ["--index-url=https://mirror.example/simple"]
+  }
+  expect_failures = [var.extra_pip_packages]
+}
+
+run "idle_timeout_beyond_the_public_ip_maximum_is_refused" {
+  command = plan
+  variables {
+    tcp_idle_timeout_minutes = 31
+  }
+  expect_failures = [var.tcp_idle_timeout_minutes]
+}
+
+run "private_range_on_the_key_vault_firewall_is_refused" {
+  command = plan
+  variables {
+    key_vault_allowed_cidrs = ["10.1.0.0/16"]
+  }
+  expect_failures = [var.key_vault_allowed_cidrs]
+}
+
+run "empty_key_vault_firewall_is_refused" {
+  command = plan
+  variables {
+    key_vault_allowed_cidrs = []
+  }
+  expect_failures = [var.key_vault_allowed_cidrs]
+}
+
+run "ssh_from_private_ranges_only_needs_a_key_vault_address" {
+  command = plan
+  variables {
+    allowed_ssh_cidrs = ["10.0.0.0/8"]
+  }
+  expect_failures = [terraform_data.input_checks]
+}
+
+run "cluster_token_version_zero_is_refused" {
+  command = plan
+  variables {
+    cluster_token_version = 0
+  }
+  expect_failures = [var.cluster_token_version]
+}
+
+run "cluster_token_expiration_beyond_ten_years_is_refused" {
+  command = plan
+  variables {
+    cluster_token_expiration_days = 3651
+  }
+  expect_failures = [var.cluster_token_expiration_days]
+}
+
+run "rbac_wait_beyond_fifteen_minutes_is_refused" {
+  command = plan
+  variables {
+    rbac_propagation_wait_seconds = 901
+  }
+  expect_failures = [var.rbac_propagation_wait_seconds]
 }

@@ -81,7 +81,7 @@ def test_the_gcs_refuses_a_client_without_the_token(head, tmp_path: Path) -> Non
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     for client_env in (
         {"RAY_AUTH_MODE": "disabled"},  # a client that sends no token at all
-        {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "wrong-token-0123456789abcdef0123456789"},
+        {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "wrong-token-" + "x" * 32},
     ):
         p = subprocess.run(
             [sys.executable, "-c", code],

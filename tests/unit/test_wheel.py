@@ -5,6 +5,7 @@ the repository (nothing reads repository files at import or parse time)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +31,25 @@ def test_wheel_in_a_fresh_environment(tmp_path: Path) -> None:
         for k, v in os.environ.items()
         if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH", "NODEKIT_"))
     }
+    # Build from a copy of what git sees (tracked and not ignored), as a fresh clone would:
+    # setuptools writes build/ into the tree it builds, which must not be the checkout.
+    source = tmp_path / "source"
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
+    for name in filter(None, listed):
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
     built = _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)],
         work,
         env,
     )

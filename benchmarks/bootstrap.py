@@ -47,7 +47,7 @@ def anchor_documents(out: Path) -> Path:
         doc = yaml.safe_load((render.rendered_dir() / f"{role}.yaml").read_text())
         script = next(f for f in doc["write_files"] if f["path"] == BOOTSTRAP)
         text = script["content"]
-        start = text.index('"$VENV/bin/pip" install')
+        start = text.index('retry "$VENV/bin/pip" install')
         end = text.index("phase start_ray")
         # The head's own tools (TensorBoard) as the render config lists them, for both methods.
         head_tools = render.load_config()["head_packages"] if role == "head" else []
@@ -121,12 +121,13 @@ def main() -> int:
     docs = {r: (render.rendered_dir() / f"{r}.yaml").read_text() for r in render.ROLES}
     from nodekit.rehearsal.image import document_requirements
 
-    packages, reqs = document_requirements(docs)
+    needs = document_requirements(docs)
     cache.cache.ensure_rootfs(print)
-    cache.cache.ensure_apt_repo(packages, print)
-    torch = next(r for r in reqs if r.startswith("torch=="))
+    cache.cache.ensure_apt_repo(needs.os_packages, print)
+    torch = next(r for r in needs.requirements if r.startswith("torch=="))
     torch_index = render.deploy_value_defaults()["TORCH_INDEX_URL"]
-    cache.cache.ensure_wheelhouse(reqs, torch, torch_index, print)
+    uv = [r for r in needs.requirements if r.startswith("uv==")]
+    cache.cache.ensure_wheelhouse(needs.lock, [*uv, *needs.requirements], torch, torch_index, print)
     report["host_caches_s"] = round(time.monotonic() - t, 1)
 
     if "cold" in wanted:

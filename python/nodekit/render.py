@@ -14,6 +14,8 @@ deploy time with ``replace()``, and :func:`fill` does the same for the rehearsal
 from __future__ import annotations
 
 import base64
+import gzip
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -30,7 +32,7 @@ from driver.yamlfile import load_mapping
 
 DISTRIBUTION = "azure-ray-rl"
 ROLES = ("head", "worker")
-CLUSTER_PACKAGES = ("ray", "torch", "gymnasium")
+CLUSTER_PACKAGES = ("ray", "torch", "gymnasium", "pillow")
 """The pinned packages every node installs, at exactly the driver's versions."""
 CUSTOM_DATA_LIMIT = 87_380
 """Azure's limit on custom data, in base64 characters."""
@@ -39,6 +41,13 @@ PLACEHOLDER = "@@DEPLOY_VALUES@@"
 PLACEHOLDER_RE = re.compile(r"@@([A-Z][A-Z0-9_]*)@@")
 DEPLOY_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 REQUIREMENTS_PATH = f"{layout.CONFIG_DIR}/requirements.txt"
+LOCK_PATH = f"{layout.CONFIG_DIR}/requirements.lock"
+"""On the nodes: every package of the environment, pinned, with the hashes of its files."""
+LOCK_FILE = "node-lock.txt"
+"""In cloud-init/: the lock, written by scripts/lock_nodes.py from :func:`lock_inputs`."""
+LOCK_PYTHONS = ("3.10", "3.11", "3.12")
+"""Python versions the lock holds files for: the images' (Ubuntu 22.04, Debian 12, Ubuntu 24.04)."""
+LOCK_DIGEST_RE = re.compile(r"^# inputs: ([0-9a-f]{64})$", re.M)
 NODE_CHECK_PATH = "/usr/local/lib/ray-cluster/node_check.py"
 READY_TIMEOUT_S = 1800
 TOKEN_TIMEOUT_S = 1200
@@ -164,6 +173,55 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
     return config
 
 
+# -- the nodes' environment -----------------------------------------------------------------
+def node_requirements(config: dict[str, Any]) -> list[str]:
+    """What every node installs: the cluster pins, the environment packages and the head's
+    tools (one set for every role, so head and workers run identical versions)."""
+    return [*cluster_pins().requirements, *config["env_packages"], *config["head_packages"]]
+
+
+def lock_inputs(config: dict[str, Any]) -> list[str]:
+    """The requirements the lock resolves: the nodes' own, with torch replaced by its runtime
+    dependencies (torch itself comes from PyTorch's index, --no-deps, by exact version)."""
+    from packaging.requirements import Requirement
+
+    pins = cluster_pins()
+    try:
+        installed = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        raise DriverError("torch is not installed: its dependencies go into the lock") from None
+    if installed.split("+")[0] != pins.versions["torch"]:
+        raise DriverError(f"installed torch {installed} is not the pinned {pins.versions['torch']}")
+    torch_deps = [
+        str(req)
+        for text in importlib.metadata.requires("torch") or []
+        if (req := Requirement(text)).marker is None or "extra" not in str(req.marker)
+    ]
+    own = [r for r in node_requirements(config) if Requirement(r).name != "torch"]
+    return sorted(set(own) | set(torch_deps), key=str.lower)
+
+
+def lock_digest(inputs: list[str]) -> str:
+    """What the lock was made from: its inputs and the Pythons it covers."""
+    text = "\n".join([*inputs, *LOCK_PYTHONS])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def gzip_b64(text: str) -> str:
+    """cloud-init's ``encoding: gz+b64``, byte-stable (no timestamp) for golden files."""
+    return base64.b64encode(gzip.compress(text.encode(), 9, mtime=0)).decode()
+
+
+def read_lock() -> str:
+    path = cloud_init_dir() / LOCK_FILE
+    try:
+        return path.read_text()
+    except OSError:
+        raise DriverError(
+            f"no {path}: run `.venv/bin/python scripts/lock_nodes.py` to write it"
+        ) from None
+
+
 # -- rendering -----------------------------------------------------------------------------
 def render(config: dict[str, Any] | None = None) -> dict[str, str]:
     """Return ``{"head.yaml": text, "worker.yaml": text}``."""
@@ -180,17 +238,20 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         comment_start_string="{##",
         comment_end_string="##}",
     )
+    env.filters["gzip_b64"] = gzip_b64
     out: dict[str, str] = {}
+    requirements = node_requirements(config)
+    lock = read_lock()
     for role in ROLES:
-        requirements = [*pins.requirements, *config["env_packages"]]
-        if role == "head":
-            requirements += config["head_packages"]
         text = env.get_template(f"{role}.yaml.j2").render(
             role=role,
             layout=layout,
             versions=pins.versions,
             requirements=requirements,
             requirements_path=REQUIREMENTS_PATH,
+            lock=lock,
+            lock_path=LOCK_PATH,
+            lock_pythons=LOCK_PYTHONS,
             node_check_path=NODE_CHECK_PATH,
             ready_timeout_s=READY_TIMEOUT_S,
             token_timeout_s=TOKEN_TIMEOUT_S,

@@ -107,8 +107,9 @@ def test_cloud_init_schema_catches_a_broken_document(tmp_path: Path) -> None:
 def test_custom_data_fits_azure_limit(filled: dict[str, Path], name: str) -> None:
     raw = filled[name].read_bytes()
     assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT
-    # Headroom for long deploy-time values (extra packages, a private index URL).
-    assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT * 0.5
+    # A budget, not Azure's limit: a fifth stays free for what the documents may still gain
+    # (the longest deploy-time values are checked against the limit itself elsewhere).
+    assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT * 0.8
 
 
 # -- versions -----------------------------------------------------------------------------------
@@ -253,3 +254,14 @@ def test_services_bind_the_dashboard_to_loopback_only() -> None:
         )
         assert "User=ray" in service and "Restart=always" in service
         assert "RestartPreventExitStatus=78" in service
+
+
+def test_nodes_check_their_python_and_join_at_the_minor_level() -> None:
+    """The bootstrap refuses a Python the lock holds no files for; the Ray services let nodes
+    whose images differ in Python's patch level join each other."""
+    bootstrap = _files((RENDERED / "worker.yaml").read_text())[
+        "/usr/local/sbin/ray-cluster-bootstrap"
+    ]
+    assert f'LOCK_PYTHONS=" {" ".join(render.LOCK_PYTHONS)} "' in bootstrap
+    assert "is not one the node lock holds files for" in bootstrap
+    assert "\nRAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor\n" in bootstrap

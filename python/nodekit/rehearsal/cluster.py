@@ -182,16 +182,18 @@ class Rehearsal:
         self._check_subnet_free()
         documents_dir = documents_dir or render.rendered_dir()
         documents = {r: (documents_dir / f"{r}.yaml").read_text() for r in render.ROLES}
-        packages, requirements = document_requirements(documents)
-        torch_req = next((r for r in requirements if r.startswith("torch==")), None)
+        needs = document_requirements(documents)
+        torch_req = next((r for r in needs.requirements if r.startswith("torch==")), None)
         if torch_req is None:
             raise DriverError("the rendered documents do not pin torch")
 
         t0 = time.monotonic()
         rootfs = self.cache.ensure_rootfs(progress)
-        self.cache.ensure_apt_repo(packages, progress)
+        self.cache.ensure_apt_repo(needs.os_packages, progress)
+        uv = [r for r in needs.requirements if r.startswith("uv==")]
         self.cache.ensure_wheelhouse(
-            [*requirements, *extra_pip],
+            needs.lock,
+            [*uv, *extra_pip],
             torch_req,
             # Where Azure nodes get torch by default is where the host fetches it for the nodes.
             torch_index_url or render.deploy_value_defaults()["TORCH_INDEX_URL"],

@@ -14,8 +14,10 @@ Each piece is keyed by a hash of its recipe, so changing the documents rebuilds 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
+import gzip
 import hashlib
 import html
 import json
@@ -25,6 +27,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -226,14 +229,17 @@ class ImageCache:
     # -- wheelhouse ------------------------------------------------------------------------
     def ensure_wheelhouse(
         self,
+        lock: str,
         requirements: list[str],
         torch_requirement: str,
         torch_index_url: str,
         progress: Progress,
     ) -> Path:
-        """Download wheels for the containers' Python and index them (PEP 503)."""
+        """Download wheels for the containers' Python and index them (PEP 503): exactly the
+        locked files (their hashes checked by pip), torch, and ``requirements`` (the installer
+        and extra packages) with their dependencies."""
         files = self.serve / "files"
-        key = _key(sorted(requirements), torch_requirement, torch_index_url)
+        key = _key(lock, sorted(requirements), torch_requirement, torch_index_url)
         marker = self.serve / f".wheels-{key}"
         with _locked(self.lock):
             if marker.exists():
@@ -275,6 +281,15 @@ class ImageCache:
                 what="downloading torch",
                 timeout=3600,
             )
+            progress("downloading the locked packages (hashes checked)")
+            with tempfile.NamedTemporaryFile("w", suffix=".txt") as locked:
+                locked.write(lock)
+                locked.flush()
+                run(
+                    [*pip, "--require-hashes", "-r", locked.name],
+                    what="downloading the locked packages",
+                    timeout=3600,
+                )
             progress(f"downloading {len(requirements)} requirement(s) and their dependencies")
             with tempfile.NamedTemporaryFile("w", suffix=".txt") as req:
                 req.write("\n".join(requirements) + "\n")
@@ -313,18 +328,37 @@ def write_simple_index(serve: Path) -> int:
     return len(projects)
 
 
-def document_requirements(documents: dict[str, str]) -> tuple[list[str], list[str]]:
-    """From rendered documents: (OS packages, pip requirements incl. the installer)."""
+@dataclass(frozen=True)
+class NodeRequirements:
+    """What the rendered documents make a node install, read back from the documents."""
+
+    os_packages: list[str]
+    requirements: list[str]
+    """Top-level pip requirements (requirements.txt), with the installer (uv)."""
+    lock: str
+    """The hashed lock (requirements.lock, decompressed)."""
+
+
+def document_requirements(documents: dict[str, str]) -> NodeRequirements:
+    """From rendered documents: OS packages, pip requirements (with uv) and the lock."""
     packages: set[str] = set()
     reqs: set[str] = set()
+    locks: set[str] = set()
     for text in documents.values():
         doc = yaml.safe_load(text)
         for f in doc.get("write_files", []):
+            content = f.get("content", "")
+            if f.get("encoding") == "gz+b64":
+                content = gzip.decompress(base64.b64decode(content)).decode()
             if f["path"] == layout.OS_PACKAGES:
-                packages.update(ln.strip() for ln in f["content"].splitlines() if ln.strip())
+                packages.update(ln.strip() for ln in content.splitlines() if ln.strip())
             if f["path"].endswith("/requirements.txt"):
-                reqs.update(ln.strip() for ln in f["content"].splitlines() if ln.strip())
-            uv = re.search(r'"uv==([^"]+)"', f.get("content", ""))
+                reqs.update(ln.strip() for ln in content.splitlines() if ln.strip())
+            if f["path"].endswith("/requirements.lock"):
+                locks.add(content)
+            uv = re.search(r'"uv==([^"]+)"', content)
             if uv:
                 reqs.add(f"uv=={uv.group(1)}")
-    return sorted(packages), sorted(reqs)
+    if len(locks) != 1:
+        raise DriverError(f"the documents carry {len(locks)} different locks, expected one")
+    return NodeRequirements(sorted(packages), sorted(reqs), locks.pop())

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -112,6 +113,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["cold", "warm", "anchor"], action="append")
     args = ap.parse_args()
+    if os.geteuid() != 0:
+        print(
+            "benchmarks/bootstrap.py needs root (it boots rehearsal clusters): sudo "
+            ".venv/bin/python benchmarks/bootstrap.py",
+            file=sys.stderr,
+        )
+        return 2
     wanted = args.only or ["cold", "warm", "anchor"]
     report: dict = {"benchmark": "bootstrap", "workers": 1}
 
@@ -123,11 +131,9 @@ def main() -> int:
 
     needs = document_requirements(docs)
     cache.cache.ensure_rootfs(print)
-    cache.cache.ensure_apt_repo(needs.os_packages, print)
     torch = next(r for r in needs.requirements if r.startswith("torch=="))
     torch_index = render.deploy_value_defaults()["TORCH_INDEX_URL"]
-    uv = [r for r in needs.requirements if r.startswith("uv==")]
-    cache.cache.ensure_wheelhouse(needs.lock, [*uv, *needs.requirements], torch, torch_index, print)
+    cache.cache.ensure_torch(torch, torch_index, print)
     report["host_caches_s"] = round(time.monotonic() - t, 1)
 
     if "cold" in wanted:

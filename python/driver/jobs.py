@@ -215,6 +215,7 @@ class JobsClient:
         self.address = address
         self.where = where or address
         self.timeout = timeout
+        self.token = token
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
             self._client = BoundedClient(address, headers=dict(self._headers))
@@ -368,7 +369,10 @@ class JobsClient:
                 while True:
                     done, _ = await asyncio.wait({task}, timeout=poll)
                     if done:
-                        return None  # the stream ended: the status below says how
+                        # The stream ended (or broke: a lost connection shows in the status
+                        # below). Retrieve its error, or asyncio logs it as a traceback.
+                        task.exception()
+                        return None
                     info = await loop.run_in_executor(None, self.info, submission_id)
                     stream.status = info.status
                     if info.status in TERMINAL:

@@ -65,7 +65,9 @@ def _dispatch(argv: list[str]) -> int:
     own, trailing = _split_trailing(argv)
     args = build_parser().parse_args(own)
     if trailing and not getattr(args, "trailing_args", False):
-        raise DriverError(f"{PROG} {args.verb}: arguments after `--` are only for submit and ssh")
+        raise DriverError(
+            f"{PROG} {args.verb}: arguments after `--` are only for submit, ssh and exec"
+        )
     args.trailing = trailing
     return int(args.func(args))
 

@@ -31,6 +31,7 @@ from driver.errors import DriverError
 from driver.procs import pid_alive, pids_with_cmdline, spawn
 from driver.progress import Progress, silent
 from nodekit import render
+from nodekit.rehearsal import mirrors
 from nodekit.rehearsal.image import ADMIN_USER, ImageCache, document_requirements
 from nodekit.rehearsal.system import mount_overlay, require_root_linux, run
 
@@ -40,6 +41,10 @@ DEFAULT_SUBNET = "10.213.0.0/24"
 DEFAULT_HTTP_PORT = 8470
 VAULT_PORT_OFFSET = 1
 """The fake Key Vault listens on the bridge at the package server's port + 1."""
+APT_PORT_OFFSET = 2
+"""apt-cacher-ng: the package server's port + 2."""
+PYPI_PORT_OFFSET = 3
+"""proxpi: the package server's port + 3."""
 # checkov:skip=CKV_SECRET_6:The name of the token's Key Vault secret, not a secret value
 TOKEN_SECRET_NAME = "ray-cluster-token"
 FAKES = "tests/fakes/azure_node.py"
@@ -189,17 +194,14 @@ class Rehearsal:
 
         t0 = time.monotonic()
         rootfs = self.cache.ensure_rootfs(progress)
-        self.cache.ensure_apt_repo(needs.os_packages, progress)
-        uv = [r for r in needs.requirements if r.startswith("uv==")]
-        self.cache.ensure_wheelhouse(
-            needs.lock,
-            [*uv, *extra_pip],
+        self.cache.ensure_torch(
             torch_req,
             # Where Azure nodes get torch by default is where the host fetches it for the nodes.
             torch_index_url or render.deploy_value_defaults()["TORCH_INDEX_URL"],
             progress,
         )
-        progress(f"image, apt repository and wheelhouse ready ({time.monotonic() - t0:.0f} s)")
+        proxpi = mirrors.ensure_proxpi(self.base / "tools", progress)
+        progress(f"image, torch and mirror tools ready ({time.monotonic() - t0:.0f} s)")
 
         self.dir.mkdir(parents=True)
         key_path = self.dir / "id_ed25519"
@@ -227,6 +229,7 @@ class Rehearsal:
         self._save(state)
         self._create_bridge(state)
         self._start_http(state)
+        self._start_mirrors(state, proxpi)
         self._start_vault(state)
         new = [self._plan_node(state, "head"), *[self._plan_node(state) for _ in range(workers)]]
         for node in new:
@@ -277,7 +280,7 @@ class Rehearsal:
 
     def deploy_values(self, state: State) -> dict[str, str]:
         """The deploy-time values, as Terraform and Bicep compute them for a cluster on Azure."""
-        base = f"http://{state.host_ip}:{state.http_port}"
+        host = state.host_ip
         return {
             "RAY_HEAD_IP": state.head.ip,
             "KEY_VAULT_URL": f"https://{state.host_ip}:{state.http_port + VAULT_PORT_OFFSET}/",
@@ -285,9 +288,11 @@ class Rehearsal:
             "IDENTITY_CLIENT_ID": state.identity_client_id,
             "RAY_ADMIN_USER": state.admin_user,
             "EXTRA_PIP_PACKAGES": " ".join(state.extra_pip),
-            "PIP_INDEX_URL": f"{base}/simple",
-            "TORCH_INDEX_URL": f"{base}/simple",
-            "APT_SOURCE": f"deb [trusted=yes] {base}/debian ./",
+            "PIP_INDEX_URL": f"http://{host}:{state.http_port + PYPI_PORT_OFFSET}/index/",
+            "TORCH_INDEX_URL": f"http://{host}:{state.http_port}/simple/",
+            "APT_SOURCE": mirrors.apt_source(
+                host, state.http_port + APT_PORT_OFFSET, self.cache.mirror
+            ),
         }
 
     def _user_data(self, state: State, role: str) -> str:
@@ -331,7 +336,7 @@ class Rehearsal:
                 "--bind",
                 state.host_ip,
                 "--directory",
-                str(self.cache.serve),
+                str(self.cache.torch_index),
                 str(state.http_port),
             ],
             stdin=subprocess.DEVNULL,
@@ -355,6 +360,41 @@ class Rehearsal:
                         f"start: {e}"
                     ) from None
                 time.sleep(0.3)
+
+    @property
+    def mirror_cache(self) -> Path:
+        """Kept across ``down``: the next ``up`` of this cluster finds its packages there."""
+        return self.base / "cache" / "mirrors" / self.name
+
+    def _start_mirrors(self, state: State, proxpi: Path) -> None:
+        """apt-cacher-ng and proxpi on the bridge: the nodes' way to the registries."""
+        apt_port = state.http_port + APT_PORT_OFFSET
+        pypi_port = state.http_port + PYPI_PORT_OFFSET
+        pid = mirrors.start_apt_cacher(
+            state.host_ip,
+            apt_port,
+            self.mirror_cache / "apt",
+            self.dir / "apt-cacher-ng",
+            self.dir / "apt-cacher-ng.log",
+        )
+        self._record(state, f"pid:{pid}")
+        # The launcher lives in the cluster folder, so `down` finds the process by it.
+        launcher = self.dir / "pypi-mirror.py"
+        launcher.write_text(
+            "import sys\nfrom proxpi.server import app\n"
+            "app.run(host=sys.argv[1], port=int(sys.argv[2]), threaded=True)\n"
+        )
+        env_pid = mirrors.start_proxpi(
+            proxpi,
+            state.host_ip,
+            pypi_port,
+            self.mirror_cache / "pypi",
+            self.dir / "pypi-mirror.log",
+            launcher,
+        )
+        self._record(state, f"pid:{env_pid}")
+        _wait_for_port(state.host_ip, apt_port, "the apt mirror (apt-cacher-ng)")
+        _wait_for_port(state.host_ip, pypi_port, "the PyPI mirror (proxpi)")
 
     # -- Azure's part: Key Vault on the bridge, a metadata service in each node ------------------
     @property
@@ -659,7 +699,8 @@ class Rehearsal:
         if state and state.http_pid is not None and pid_alive(state.http_pid):
             servers.add(state.http_pid)
         servers.update(pids_with_cmdline(f"http.server --bind {host_ip} "))
-        servers.update(pids_with_cmdline(f"--state {self.dir}/"))  # the Azure fakes
+        # The Azure fakes, the mirrors: everything started with a path of the cluster folder.
+        servers.update(pids_with_cmdline(f"{self.dir}/"))
         for pid in servers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)

@@ -49,6 +49,9 @@ LOCK_PYTHONS = ("3.10", "3.11", "3.12")
 """Python versions the lock holds files for: the images' (Ubuntu 22.04, Debian 12, Ubuntu 24.04)."""
 LOCK_DIGEST_RE = re.compile(r"^# inputs: ([0-9a-f]{64})$", re.M)
 NODE_CHECK_PATH = "/usr/local/lib/ray-cluster/node_check.py"
+SCHEDULED_EVENTS_PATH = "/usr/local/lib/ray-cluster/scheduled_events.py"
+NODE_MODULES = ("scheduled_events",)
+"""Modules of :mod:`nodekit.node` embedded in the documents, read from this package."""
 READY_TIMEOUT_S = 1800
 TOKEN_TIMEOUT_S = 1200
 """How long a node keeps trying to read the cluster token (role assignments take minutes)."""
@@ -212,6 +215,21 @@ def gzip_b64(text: str) -> str:
     return base64.b64encode(gzip.compress(text.encode(), 9, mtime=0)).decode()
 
 
+def document_files(text: str) -> dict[str, str]:
+    """A rendered document's write_files as ``{path: content}``, decoded as cloud-init does
+    (``b64``, ``gz+b64``); the placeholder's file, not yet filled, stays as it is."""
+    files = {}
+    for entry in yaml.safe_load(text).get("write_files", []):
+        content = entry.get("content", "")
+        encoding = entry.get("encoding", "")
+        if content != PLACEHOLDER and encoding in ("b64", "base64"):
+            content = base64.b64decode(content).decode()
+        elif encoding in ("gz+b64", "gzip+base64"):
+            content = gzip.decompress(base64.b64decode(content)).decode()
+        files[entry["path"]] = content
+    return files
+
+
 def read_lock() -> str:
     path = cloud_init_dir() / LOCK_FILE
     try:
@@ -253,6 +271,10 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
             lock_path=LOCK_PATH,
             lock_pythons=LOCK_PYTHONS,
             node_check_path=NODE_CHECK_PATH,
+            scheduled_events_path=SCHEDULED_EVENTS_PATH,
+            node_modules={
+                m: (Path(__file__).parent / "node" / f"{m}.py").read_text() for m in NODE_MODULES
+            },
             ready_timeout_s=READY_TIMEOUT_S,
             token_timeout_s=TOKEN_TIMEOUT_S,
             placeholder=PLACEHOLDER,

@@ -309,12 +309,7 @@ def test_a_worker_refuses_a_head_with_another_python(
     rehearsal: RehearsalCluster, tmp_path: Path
 ) -> None:
     """The preflight every worker runs before joining, run from this machine's own Python."""
-    files = {
-        f["path"]: f["content"]
-        for f in yaml.safe_load((REPO / "cloud-init/rendered/worker.yaml").read_text())[
-            "write_files"
-        ]
-    }
+    files = render.document_files((REPO / "cloud-init/rendered/worker.yaml").read_text())
     check = tmp_path / "node_check.py"
     check.write_text(files[render.NODE_CHECK_PATH])
     token = tmp_path / "token"

@@ -45,7 +45,7 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _files(text: str) -> dict[str, str]:
-    return {f["path"]: f.get("content", "") for f in yaml.safe_load(text)["write_files"]}
+    return render.document_files(text)
 
 
 # -- golden files ------------------------------------------------------------------------------
@@ -224,6 +224,7 @@ def test_embedded_shell_scripts_parse_and_pass_shellcheck(name: str, tmp_path: P
     assert set(scripts) == {
         "/usr/local/sbin/ray-cluster-bootstrap",
         "/usr/local/bin/ray-cluster-start",
+        "/usr/local/sbin/ray-cluster-node-ip",
     }
     for path, content in scripts.items():
         f = tmp_path / Path(path).name
@@ -245,14 +246,12 @@ def test_services_bind_the_dashboard_to_loopback_only() -> None:
     assert "--dashboard-host=127.0.0.1" in start
     assert f"--dashboard-port={layout.RAY_DASHBOARD_PORT}" in start
     assert "--disable-usage-stats" in start
-    for name in ("head.yaml", "worker.yaml"):
-        unit = _files((RENDERED / name).read_text())
-        service = next(
-            c
-            for p, c in unit.items()
-            if p.endswith(".service") and "ray-xvfb" not in p and "tensorboard" not in p
-        )
+    for role in ("head", "worker"):
+        service = _files((RENDERED / f"{role}.yaml").read_text())[
+            f"/etc/systemd/system/ray-{role}.service"
+        ]
         assert "User=ray" in service and "Restart=always" in service
+        assert "ExecStartPre=+/usr/local/sbin/ray-cluster-node-ip" in service
         assert "RestartPreventExitStatus=78" in service
 
 
@@ -265,3 +264,28 @@ def test_nodes_check_their_python_and_join_at_the_minor_level() -> None:
     assert f'LOCK_PYTHONS=" {" ".join(render.LOCK_PYTHONS)} "' in bootstrap
     assert "is not one the node lock holds files for" in bootstrap
     assert "\nRAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor\n" in bootstrap
+
+
+def test_workers_carry_the_scheduled_events_watcher_and_its_unit() -> None:
+    worker = _files((RENDERED / "worker.yaml").read_text())
+    source = (REPO / "python" / "nodekit" / "node" / "scheduled_events.py").read_text()
+    assert worker[render.SCHEDULED_EVENTS_PATH] == source  # the tested module, byte for byte
+    unit = worker["/etc/systemd/system/ray-scheduled-events.service"]
+    assert f"{render.SCHEDULED_EVENTS_PATH} --node-env {layout.NODE_ENV}" in unit
+    assert "--service ray-worker.service" in unit and "Restart=always" in unit
+    bootstrap = worker["/usr/local/sbin/ray-cluster-bootstrap"]
+    assert "systemctl enable --now ray-scheduled-events.service" in bootstrap
+    head = _files((RENDERED / "head.yaml").read_text())
+    assert render.SCHEDULED_EVENTS_PATH not in head  # the head is no scale set instance
+
+
+@pytest.mark.parametrize("role", ["head", "worker"])
+def test_every_boot_rewrites_the_readiness_marker(role: str) -> None:
+    files = _files((RENDERED / f"{role}.yaml").read_text())
+    unit = files["/etc/systemd/system/ray-node-ready.service"]
+    assert f"After=ray-{role}.service" in unit and "Type=oneshot" in unit
+    assert f"ready --role {role}" in unit and f"--marker {layout.READY_MARKER}" in unit
+    assert (
+        "systemctl enable ray-node-ready.service" in files["/usr/local/sbin/ray-cluster-bootstrap"]
+    )
+    assert '"boot_id": boot_id(),' in files[render.NODE_CHECK_PATH]

@@ -380,10 +380,13 @@ class JobsClient:
                             await asyncio.wait_for(asyncio.shield(task), grace)
                         return info
             finally:
+                # Cancel the stream if it still runs, and retrieve its end either way: a stream
+                # that broke while the status call was failing would otherwise be reported by
+                # asyncio as "Task exception was never retrieved", a traceback after our error.
                 if not task.done():
                     task.cancel()
-                    with contextlib.suppress(BaseException):
-                        await task
+                with contextlib.suppress(BaseException):
+                    await task
 
         try:
             final = asyncio.run(follow())

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -585,26 +586,77 @@ class Rehearsal:
             cache = self.base / "node-cache"
             cache.mkdir(parents=True, exist_ok=True)
             binds.append(f"--bind={cache}:/var/cache/ray-cluster")
-        with open(node.console_log, "wb") as console:
-            proc = subprocess.Popen(
-                [
-                    "systemd-nspawn",
-                    "--quiet",
-                    "--boot",
-                    f"--directory={node.root}",
-                    "--register=no",
-                    "--keep-unit",
-                    f"--machine={node.netns}",
-                    f"--network-namespace-path=/run/netns/{node.netns}",
-                    *binds,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=console,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        nspawn = shlex.join(
+            [
+                "systemd-nspawn",
+                "--quiet",
+                "--boot",
+                f"--directory={node.root}",
+                "--register=no",
+                "--keep-unit",
+                f"--machine={node.netns}",
+                f"--network-namespace-path=/run/netns/{node.netns}",
+                *binds,
+            ]
+        )
+        # A VM that reboots comes back: nspawn ends with 133 when the container asks for a
+        # reboot, and this loop boots it again; a power-off (any other end) ends the loop.
+        supervisor = f"while :; do {nspawn}; rc=$?; [ $rc -eq 133 ] || exit $rc; done"
+        proc = spawn(["bash", "-c", supervisor], node.console_log)
         node.pid = proc.pid
         self._record(state, f"pid:{proc.pid}")
+
+    # -- power -----------------------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        state = self.load()
+        if state is None:
+            raise DriverError(f"no rehearsal cluster {self.name!r}: run `rehearse up` first")
+        for node in state.nodes:
+            if node.name == name:
+                return node
+        names = ", ".join(n.name for n in state.nodes)
+        raise DriverError(f"rehearsal cluster {self.name!r} has no node {name!r} (it has {names})")
+
+    @staticmethod
+    def container_init(node: Node) -> int | None:
+        """PID (here) of the container's systemd: the child of the current nspawn."""
+        for nspawn in _children(node.pid or 0):
+            for init in _children(nspawn):
+                return init
+        return None
+
+    def exec(self, node: Node, command: list[str], timeout: float = 120) -> str:
+        """Run a command inside the container (all its namespaces), as root; its output."""
+        init = self.container_init(node)
+        if init is None:
+            raise DriverError(f"rehearsal node {node.name} is not running")
+        p = run(
+            ["nsenter", "-t", str(init), "-a", *command], what=f"on {node.name}", timeout=timeout
+        )
+        return p.stdout
+
+    def reboot(self, name: str) -> None:
+        """As `sudo reboot` on the VM: its services stop, it boots again from the same disk."""
+        require_root_linux()
+        node = self.node(name)
+        before = self.container_init(node)
+        self.exec(node, ["systemctl", "reboot"])
+        deadline = time.monotonic() + 120
+        while self.container_init(node) in (before, None):
+            if time.monotonic() > deadline:
+                raise DriverError(f"rehearsal node {name} did not come back from its reboot")
+            time.sleep(0.5)
+
+    def poweroff(self, name: str) -> None:
+        """As a VM switched off: it shuts down and stays down."""
+        require_root_linux()
+        node = self.node(name)
+        self.exec(node, ["systemctl", "poweroff"])
+        deadline = time.monotonic() + 120
+        while pid_alive(node.pid):
+            if time.monotonic() > deadline:
+                raise DriverError(f"rehearsal node {name} did not power off")
+            time.sleep(0.5)
 
     # -- readiness -------------------------------------------------------------------------
     @staticmethod

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from driver import layout, upload
+from driver.cli import results
 from driver.cli.options import (
     Verbs,
     job_id_arg,
@@ -131,6 +132,11 @@ def register(verbs: Verbs) -> None:
         default="results",
         metavar="DIR",
         help="local folder; the job's files go to DIR/SUBMISSION_ID (default: results)",
+    )
+    p.add_argument(
+        "--plot",
+        action="store_true",
+        help="then draw its learning curve to DIR/SUBMISSION_ID/curve.png (see plot)",
     )
     p.set_defaults(func=cmd_download)
 
@@ -278,10 +284,12 @@ def cmd_download(args: argparse.Namespace) -> int:
         )
     if report.in_place:
         say(f"Job {sid} ran on local Ray: its results are already here: {report.source}")
-        return EXIT_OK
-    say(
-        f"Downloaded {plural(report.fetched, 'file')} ({size(report.bytes_fetched)}) from "
-        f"{report.source} to {report.destination}"
-        + (f"; {report.skipped} already there" if report.skipped else "")
-    )
+    else:
+        say(
+            f"Downloaded {plural(report.fetched, 'file')} ({size(report.bytes_fetched)}) from "
+            f"{report.source} to {report.destination}"
+            + (f"; {report.skipped} already there" if report.skipped else "")
+        )
+    if args.plot:
+        results.plot_runs([report.destination], None)
     return EXIT_OK

@@ -36,6 +36,18 @@ def _mean_return(result: dict[str, Any]) -> float:
     return float(value) if value is not None else float("nan")
 
 
+def _first_return(rows: list[dict[str, str]]) -> float | None:
+    """The run's first mean return (from the resumed run's rows, if any): where the curve began."""
+    for row in rows:
+        try:
+            value = float(row.get("episode_return_mean") or "nan")
+        except ValueError:
+            continue
+        if not math.isnan(value):
+            return value
+    return None
+
+
 def apply_harness_settings(config: Any, args: argparse.Namespace) -> Any:
     """What every example's config gets, whatever the example set.
 
@@ -114,6 +126,7 @@ def run(
             flush=True,
         )
     progress = ProgressWriter(run_dir, earlier_rows)
+    first = _first_return(earlier_rows)
     start = time.monotonic()
     ret, it, reason = float("nan"), int(algo.iteration), None
     steps = int(resume.state["env_steps"]) if resume else 0
@@ -138,6 +151,8 @@ def run(
             before = steps
             steps = int(result["num_env_steps_sampled_lifetime"])
             ret = _mean_return(result)
+            if first is None and not math.isnan(ret):
+                first = ret
             total = time_before + time.monotonic() - start
             row = {
                 "iteration": it,
@@ -173,6 +188,7 @@ def run(
         "wall_time_s": round(wall, 2),
         "checkpoint": str(checkpoint),
         "node": ray.util.get_node_ip_address(),
+        "first_episode_return_mean": None if first is None else round(first, 2),
         "stopped_by": reason,
         "seed": args.seed,
         "resumed_from": str(resume.path) if resume else None,

@@ -30,7 +30,7 @@ EVAL_SEED = 1_000_000
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = harness.parser(__doc__, max_env_steps=100_000, num_env_runners=0)
+    p = harness.parser(__doc__, max_env_steps=50_000, num_env_runners=0)
     p.add_argument(
         "--envs-per-env-runner",
         type=int,
@@ -38,7 +38,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="cabs each env runner steps in turn (default: 1)",
     )
     p.add_argument(
-        "--train-batch-size", type=int, default=64, help="replayed transitions per update"
+        "--train-batch-size",
+        type=int,
+        default=256,
+        help="replayed transitions per update (default: 256)",
     )
     p.add_argument(
         "--training-intensity",
@@ -49,8 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--rollout-fragment-length",
         type=int,
-        default=4,
-        help="env steps each env runner samples per call (default: 4)",
+        default=32,
+        help="env steps each env runner samples per call, one update each (default: 32)",
     )
     p.add_argument(
         "--learning-starts",
@@ -58,8 +61,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=2_000,
         help="env steps sampled before the first update (default: 2000)",
     )
-    p.add_argument("--lr", type=float, default=5e-4, help="learning rate (default: 5e-4)")
-    p.add_argument("--gamma", type=float, default=0.9, help="discount per decision (default: 0.9)")
+    p.add_argument("--lr", type=float, default=1e-3, help="learning rate (default: 1e-3)")
+    p.add_argument(
+        "--gamma",
+        type=float,
+        default=0.5,
+        help="discount per decision (default: 0.5; see the README for why so short)",
+    )
     p.add_argument(
         "--target-update",
         type=int,
@@ -85,7 +93,7 @@ def build_config(args: argparse.Namespace):  # -> DQNConfig
     from ray.rllib.algorithms.dqn import DQNConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    budget = args.max_env_steps or 100_000
+    budget = args.max_env_steps or 50_000
     return (
         DQNConfig()
         .environment(ContosoCabs)
@@ -151,6 +159,8 @@ def evaluate(algo: Any, args: argparse.Namespace) -> dict[str, Any]:
             out = module.forward_inference({"obs": torch.from_numpy(obs[None])})
         return int(out["actions"][0])
 
+    if args.eval_episodes < 1:
+        return {}
     env = ContosoCabs()
     greedy_returns = play(env, greedy, args.eval_episodes)
     random_returns = play(env, lambda _obs: env.action_space.sample(), args.eval_episodes)

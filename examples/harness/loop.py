@@ -36,6 +36,11 @@ def _mean_return(result: dict[str, Any]) -> float:
     return float(value) if value is not None else float("nan")
 
 
+def _timer(result: dict[str, Any], name: str) -> float | None:
+    value = result.get("timers", {}).get(name)
+    return round(float(value), 4) if isinstance(value, (int, float)) else None
+
+
 def _first_return(rows: list[dict[str, str]]) -> float | None:
     """The run's first mean return (from the resumed run's rows, if any): where the curve began."""
     for row in rows:
@@ -163,6 +168,8 @@ def run(
                 "time_total_s": round(total, 3),
                 "iteration_time_s": round(took, 3),
                 "env_steps_per_s": round((steps - before) / took, 1) if took > 0 else None,
+                "sample_s": _timer(result, "env_runner_sampling_timer"),
+                "learn_s": _timer(result, "learner_update_timer"),
                 "timestamp": round(time.time(), 3),
             }
             progress.write(row, result)

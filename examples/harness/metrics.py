@@ -61,8 +61,11 @@ def _number(row: dict[str, Any]) -> float:
 
 
 def _cell(value: Any) -> str:
+    """A CSV cell: numpy scalars as plain numbers, NaN and missing as empty."""
     if value is None:
         return ""
+    if hasattr(value, "item"):  # numpy / torch scalars
+        value = value.item()
     if isinstance(value, float):
         return "" if math.isnan(value) else repr(value)
     return str(value)

@@ -39,10 +39,14 @@ PROGRESS_COLUMNS = (
     "time_total_s",
     "iteration_time_s",
     "env_steps_per_s",
+    "sample_s",
+    "learn_s",
     "timestamp",
 )
 """progress.csv's columns; ``python -m driver plot`` reads env_steps, time_total_s and
-episode_return_mean. time_total_s counts training time over the run and the runs it resumes."""
+episode_return_mean. time_total_s counts training time over the run and the runs it resumes;
+sample_s and learn_s are RLlib's sampling and learner-update timers (where an iteration's time
+goes, e.g. local Ray against a cluster)."""
 
 SUBMISSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 """The driver's submission id rule (driver/jobs.py), repeated because the nodes do not have the

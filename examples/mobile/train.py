@@ -117,6 +117,8 @@ def evaluate(algo: Any, args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
     import torch
 
+    if args.eval_episodes < 1:
+        return {}
     mapping = policy_ids(args)
     modules = {pid: algo.get_module(pid) for pid in set(mapping.values())}
 

@@ -127,3 +127,27 @@ def test_stop_conditions_first_met_wins() -> None:
 def test_state_file_is_json(tmp_path: Path) -> None:
     runs.save_checkpoint(FakeAlgo(), tmp_path, {"iteration": 1, "env_steps": 5})
     assert json.loads((tmp_path / "checkpoint" / runs.STATE_JSON).read_text())["env_steps"] == 5
+
+
+def test_progress_cells_are_plain_numbers(tmp_path: Path) -> None:
+    """RLlib hands numpy scalars: the CSV must hold numbers the plot can read."""
+    import csv
+
+    import numpy as np
+
+    from harness.metrics import ProgressWriter
+
+    writer = ProgressWriter(tmp_path, [{"iteration": "1", "env_steps": "3"}])
+    row = {
+        "iteration": 2,
+        "env_steps": np.int64(5),
+        "episode_return_mean": float("nan"),
+        "episode_len_mean": np.float64(2.5),
+    }
+    writer.write(row, {"env_runners": {"x": np.float32(1.0), "flag": True, "name": "a"}})
+    writer.close()
+    with (tmp_path / "progress.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [r["env_steps"] for r in rows] == ["3", "5"]
+    assert rows[1]["episode_len_mean"] == "2.5" and rows[1]["episode_return_mean"] == ""
+    assert list(tmp_path.glob("events.out.tfevents.*"))

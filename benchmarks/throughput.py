@@ -123,7 +123,9 @@ def main() -> int:
     }
     with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
         home, results = Path(tmp) / "home", Path(tmp) / "results"
+        # Learning from the second iteration on: every measured iteration samples and learns.
         cabs = ["--max-env-steps", str(args.cabs_steps), "--eval-episodes", "0"]
+        cabs += ["--learning-starts", "1000"]
         out["cabs_dqn_local"] = {
             f"{n}_env_runners": run(
                 "cabs", [*cabs, "--num-env-runners", str(n)], [], home, results, f"cabs-{n}"

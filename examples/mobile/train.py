@@ -28,7 +28,7 @@ EVAL_SEED = 1_000_000
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = harness.parser(__doc__, max_env_steps=40_000, num_env_runners=1)
+    p = harness.parser(__doc__, max_env_steps=30_000, num_env_runners=1)
     p.add_argument(
         "--scenario",
         choices=sorted(SCENARIOS),

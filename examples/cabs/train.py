@@ -46,10 +46,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--training-intensity",
         type=float,
-        default=8.0,
-        help="replayed / sampled transitions (default: 8, one 256-batch update per 32 env "
-        "steps, whatever the number of env runners: more runners sample more per call, so "
-        "RLlib does more updates per call and learning per env step stays the same)",
+        default=None,
+        help="replayed / sampled transitions (default: RLlib's: one update per sampling call, "
+        "which gathers a fragment from every env runner)",
     )
     p.add_argument(
         "--rollout-fragment-length",
@@ -67,14 +66,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--gamma",
         type=float,
-        default=0.7,
-        help="discount per decision (default: 0.7; see the README for why so short)",
+        default=0.5,
+        help="discount per decision (default: 0.5; see the README for why so short)",
     )
     p.add_argument(
         "--target-update",
         type=int,
-        default=2_000,
-        help="env steps between target network updates (default: 2000, about 64 updates)",
+        default=250,
+        help="env steps between target network updates (default: 250)",
     )
     p.add_argument(
         "--explore-fraction",

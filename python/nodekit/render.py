@@ -177,10 +177,44 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
 
 
 # -- the nodes' environment -----------------------------------------------------------------
+WORKLOADS_EXTRA = "workloads"
+"""pyproject.toml's extra with the packages the examples' jobs import: declared once, installed
+by the dev extra (tests) and on every node."""
+
+
+def workload_pins() -> list[str]:
+    """The ``workloads`` extra's requirements, as written in pyproject.toml (each pinned ==)."""
+    from packaging.requirements import Requirement
+
+    try:
+        requires = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        raise DriverError(f"{DISTRIBUTION} is not installed: pip install -e .") from None
+    pins = []
+    for text in requires:
+        req = Requirement(text)
+        if req.marker is None or not req.marker.evaluate({"extra": WORKLOADS_EXTRA}):
+            continue
+        if req.marker.evaluate({"extra": ""}):
+            continue  # not extra-specific: a platform marker only
+        specs = list(req.specifier)
+        if len(specs) != 1 or specs[0].operator != "==":
+            raise DriverError(f"pyproject.toml must pin {req.name} exactly (==), got {text!r}")
+        req.marker = None
+        pins.append(str(req))
+    return pins
+
+
 def node_requirements(config: dict[str, Any]) -> list[str]:
-    """What every node installs: the cluster pins, the environment packages and the head's
-    tools (one set for every role, so head and workers run identical versions)."""
-    return [*cluster_pins().requirements, *config["env_packages"], *config["head_packages"]]
+    """What every node installs: the cluster pins, the examples' packages (the ``workloads``
+    extra), the environment packages and the head's tools (one set for every role, so head and
+    workers run identical versions)."""
+    return [
+        *cluster_pins().requirements,
+        *workload_pins(),
+        *config["env_packages"],
+        *config["head_packages"],
+    ]
 
 
 def lock_inputs(config: dict[str, Any]) -> list[str]:

@@ -124,6 +124,24 @@ def test_nodes_install_exactly_the_pyproject_pins() -> None:
         assert f"Ray {render.cluster_pins().versions['ray']}" in header
 
 
+def test_nodes_install_the_workloads_extra_as_pinned() -> None:
+    """The examples' packages are declared once (pyproject's workloads extra): the tests'
+    environment gets them through the dev extra, every node through its requirements."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    extra = [
+        r.split("#")[0].strip() for r in pyproject["project"]["optional-dependencies"]["workloads"]
+    ]
+    assert extra and all("==" in r for r in extra)
+    assert (
+        f"azure-ray-rl[{render.WORKLOADS_EXTRA}]"
+        in pyproject["project"]["optional-dependencies"]["dev"]
+    )
+    for name in ("head.yaml", "worker.yaml"):
+        reqs = _files((RENDERED / name).read_text())[render.REQUIREMENTS_PATH].split()
+        missing = [r for r in extra if r not in reqs]
+        assert not missing, f"{name} does not install {missing}"
+
+
 def test_head_and_workers_install_identical_versions() -> None:
     head = set(_files((RENDERED / "head.yaml").read_text())[render.REQUIREMENTS_PATH].split())
     worker = set(_files((RENDERED / "worker.yaml").read_text())[render.REQUIREMENTS_PATH].split())

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from driver import layout, upload
+from driver.cli import results
 from driver.cli.options import (
     Verbs,
     job_id_arg,
@@ -140,6 +141,11 @@ def register(verbs: Verbs) -> None:
         default="results",
         metavar="DIR",
         help="local folder; the job's files go to DIR/SUBMISSION_ID (default: results)",
+    )
+    p.add_argument(
+        "--plot",
+        action="store_true",
+        help="then draw its learning curve to DIR/SUBMISSION_ID/curve.png (see plot)",
     )
     p.set_defaults(func=cmd_download)
 
@@ -332,12 +338,12 @@ def cmd_download(args: argparse.Namespace) -> int:
         )
     if report.in_place:
         say(f"Job {sid} ran on local Ray: its results are already here: {report.source}")
-        return EXIT_OK
-    say(
-        f"Downloaded {plural(report.fetched, 'file')} ({size(report.bytes_fetched)}) from "
-        f"{report.source} to {report.destination}"
-        + (f"; {report.skipped} already there" if report.skipped else "")
-    )
+    else:
+        say(
+            f"Downloaded {plural(report.fetched, 'file')} ({size(report.bytes_fetched)}) from "
+            f"{report.source} to {report.destination}"
+            + (f"; {report.skipped} already there" if report.skipped else "")
+        )
     if report.left_out:
         shown = ", ".join(terminal_safe(x) for x in report.left_out[:5])
         more = f" and {len(report.left_out) - 5} more" if len(report.left_out) > 5 else ""
@@ -346,4 +352,6 @@ def cmd_download(args: argparse.Namespace) -> int:
             f"Left out {count} {'entry' if count == 1 else 'entries'} that are symlinks, "
             f"special files or not plain names: {shown}{more}"
         )
+    if args.plot:
+        results.plot_runs([report.destination], None)
     return EXIT_OK

@@ -215,3 +215,45 @@ def test_a_failed_acknowledgement_is_retried_without_draining_twice(
         w.close()
     assert node.names() == ["drain", "stop"]  # drained and stopped once
     assert [a["EventId"] for a in imds.acks()] == [event_id]
+
+
+def test_the_real_drain_runs_ray_with_the_nodes_settings_read_when_the_event_comes(
+    tmp_path: Path,
+) -> None:
+    """Ray's clients on the node need its token settings: both the node-id lookup and
+    `ray drain-node` get node.env's values, read at drain time (a restart of Ray rewrites the
+    node's address there)."""
+    import json
+    import stat
+
+    from nodekit.node.scheduled_events import real_actions
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    record = tmp_path / "calls.jsonl"
+    fake = (
+        "#!/usr/bin/env python3\n"
+        "import json, os, sys\n"
+        f"open({str(record)!r}, 'a').write(json.dumps({{'argv': sys.argv[1:3], "
+        "'auth': os.environ.get('RAY_AUTH_MODE'), 'address': os.environ.get('RAY_ADDRESS')}) "
+        "+ '\\n')\n"
+        "if os.environ.get('RAY_AUTH_MODE') != 'token':\n"
+        "    sys.exit('ray.exceptions.AuthenticationError: token missing')\n"
+        "print('ab' * 28)\n"
+    )
+    for name in ("python", "ray"):
+        path = venv / "bin" / name
+        path.write_text(fake)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    node_env = tmp_path / "node.env"
+    node_env.write_text("RAY_HEAD_IP=10.0.0.4\nRAY_NODE_IP=\nRAY_AUTH_MODE=token\n")
+    actions = real_actions(str(venv), str(node_env), "ray-worker.service")
+    # Ray started (again) after the watcher did: the address is in the file now.
+    node_env.write_text("RAY_HEAD_IP=10.0.0.4\nRAY_NODE_IP=10.0.0.7\nRAY_AUTH_MODE=token\n")
+    actions.drain(20.0, "Azure Terminate event E1")
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [c["argv"][0] for c in calls] == ["-c", "drain-node"]
+    assert all(c["auth"] == "token" and c["address"] == "10.0.0.4:6379" for c in calls), calls
+    node_env.write_text("RAY_HEAD_IP=10.0.0.4\nRAY_NODE_IP=10.0.0.7\n")  # no token settings
+    with pytest.raises(RuntimeError, match="AuthenticationError: token missing"):
+        actions.drain(20.0, "Azure Terminate event E2")

@@ -32,7 +32,14 @@ from driver.cli.output import (
     write_out,
 )
 from driver.cluster import Cluster
-from driver.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, ConnectionLost, DriverError
+from driver.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_JOB_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    ConnectionLost,
+    DriverError,
+)
 from driver.jobs import TERMINAL, LogStream
 from driver.settings import RESULTS_ENV
 from driver.upload import ALLOW_FLAG
@@ -228,6 +235,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with open_cluster(args, start_local=True) as cluster:
         client = cluster.jobs()
         hint = cluster.cli_hint
+        if args.submission_id:  # refused before anything is uploaded, not after
+            existing = client.find(sid)
+            if existing is not None:
+                raise DriverError(
+                    f"{cluster.description} already has a job {sid} ({existing.status}): give "
+                    f"another --submission-id (see {command(f'logs {sid}', hint)})",
+                    EXIT_USAGE,
+                )
         uris = []
         for i, plan in enumerate(plans):
             module = i > 0

@@ -188,7 +188,7 @@ def _ray(venv: str) -> str:
     return os.path.join(venv, "bin", "ray")
 
 
-def _node_id(python: str, gcs: str, node_ip: str) -> str:
+def _node_id(python: str, gcs: str, node_ip: str, env: dict[str, str]) -> str:
     """This node's Ray id, by its IP, from the GCS (a child process: a GCS client that cannot
     authenticate aborts its process)."""
     code = (
@@ -199,21 +199,39 @@ def _node_id(python: str, gcs: str, node_ip: str) -> str:
         f"{node_ip!r} and n.state == 0]\n"
         "print(alive[0].hex() if alive else '')\n"
     )
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
-    node_id = out.stdout.strip()
-    if out.returncode != 0 or not node_id:
-        raise RuntimeError(f"no live Ray node at {node_ip} ({out.stderr.strip()[-200:]})")
-    return node_id
+    why = ""
+    for _ in range(2):  # a node busy training can miss one 10-second deadline
+        out = subprocess.run(
+            [python, "-c", code], env=env, capture_output=True, text=True, timeout=60
+        )
+        node_id = out.stdout.strip()
+        if out.returncode == 0 and node_id:
+            return node_id
+        why = _reason(out.stderr) or "not in the GCS's node table"
+    raise RuntimeError(f"no live Ray node at {node_ip}: {why}")
 
 
-def real_actions(venv: str, env: dict[str, str], service: str) -> Actions:
-    gcs = f"{env['RAY_HEAD_IP']}:{env.get('RAY_GCS_PORT', '6379')}"
+def _reason(stderr: str) -> str:
+    """The line of a child's stderr that says what went wrong (Ray appends long hints)."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "error" in line or "failed" in line.lower():
+            return line[:300]
+    return lines[-1][:300] if lines else ""
+
+
+def real_actions(venv: str, node_env: str, service: str) -> Actions:
+    """Drain with Ray's CLI and stop the unit. The node's environment file is read when an
+    event comes, not at start: each start of Ray writes the node's current address into it."""
     python = os.path.join(venv, "bin", "python")
-    child_env = {**os.environ, **env, "RAY_ADDRESS": gcs}
 
     def drain(deadline: float, message: str) -> None:
-        node_id = _node_id(python, gcs, env["RAY_NODE_IP"])
-        subprocess.run(
+        env = read_env(node_env)
+        gcs = f"{env['RAY_HEAD_IP']}:{env.get('RAY_GCS_PORT', '6379')}"
+        # The node's Ray settings (token authentication among them) for Ray's own clients.
+        child_env = {**os.environ, **env, "RAY_ADDRESS": gcs}
+        node_id = _node_id(python, gcs, env["RAY_NODE_IP"], child_env)
+        out = subprocess.run(
             [
                 _ray(venv),
                 "drain-node",
@@ -229,11 +247,12 @@ def real_actions(venv: str, env: dict[str, str], service: str) -> Actions:
                 str(int(deadline)),
             ],
             env=child_env,
-            check=True,
             capture_output=True,
             text=True,
             timeout=60,
         )
+        if out.returncode != 0:
+            raise RuntimeError(f"ray drain-node: {_reason(out.stderr) or out.returncode}")
 
     def stop() -> None:
         subprocess.run(["systemctl", "stop", service], check=True, timeout=120)
@@ -259,8 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--imds", default=IMDS)
     p.add_argument("--interval", type=float, default=1.0)
     args = p.parse_args(argv)
-    env = read_env(args.node_env)
-    Watcher(args.imds, real_actions(args.venv, env, args.service)).run(args.interval)
+    read_env(args.node_env)  # refuse to start without it
+    Watcher(args.imds, real_actions(args.venv, args.node_env, args.service)).run(args.interval)
     return 0
 
 

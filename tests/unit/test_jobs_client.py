@@ -46,3 +46,22 @@ def test_a_stream_that_breaks_during_a_failing_status_call_leaves_no_traceback(
         gc.collect()
     assert written == ["TICK 1\n"]
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()], caplog.text
+
+
+def test_a_dashboard_traceback_becomes_its_last_line() -> None:
+    from driver.jobs import server_error
+
+    answer = (
+        "Request failed with status code 500: Traceback (most recent call last):\n"
+        '  File "/opt/ray/job_head.py", line 419, in submit_job\n'
+        "    resp = await job_agent_client.submit_job_internal(submit_request)\n"
+        "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "ValueError: Job with submission_id j-1 already exists. Please use a different one.\n"
+    )
+    assert server_error(answer) == (
+        "Request failed with status code 500: ValueError: Job with submission_id j-1 already "
+        "exists. Please use a different one."
+    )
+    assert server_error("Request failed with status code 400: bad\n  runtime_env") == (
+        "Request failed with status code 400: bad runtime_env"
+    )

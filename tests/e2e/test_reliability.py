@@ -278,7 +278,7 @@ def test_after_a_head_reboot_workers_rejoin_and_submit_resume_carries_on(
     r = run_driver(
         "submit", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key),
         "--submission-id", second, "examples/cartpole/train.py", "--",
-        "--num-env-runners", "2", "--resume", first,
+        "--num-env-runners", "2", "--resume", first, "--stop-reward", "none",
         "--max-iterations", str(state["iteration"] + 2),
         home=home, timeout=1800,
     )  # fmt: skip
@@ -286,7 +286,7 @@ def test_after_a_head_reboot_workers_rejoin_and_submit_resume_carries_on(
     result = json.loads(
         next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT ") :]
     )
-    assert result["resumed_from"].endswith(first), result
+    assert result["resumed_from"] == f"{layout.RESULTS_DIR}/{first}/checkpoint", result
     assert result["iterations"] == state["iteration"] + 2, (result, state)
     assert result["env_steps"] > state["env_steps"], (result, state)
     rows = _head_file(cluster, f"{layout.RESULTS_DIR}/{second}/progress.csv").read_text()
@@ -320,12 +320,12 @@ def test_a_worker_powered_off_mid_training_costs_the_run_nothing(
 
 def test_the_rehearsal_power_verbs_refuse_unknown_nodes() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "nodekit", "rehearse", "reboot", "--name", "no-such", "--node", "x"],
+        [sys.executable, "-m", "nodekit", "rehearse", "reboot", "--name", "nosuch", "--node", "x"],
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=60,
     )
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "error: no rehearsal cluster 'no-such': run `rehearse up` first"
+        "error: no rehearsal cluster 'nosuch': run `rehearse up` first"
     ], r.stderr

@@ -159,7 +159,9 @@ def main() -> int:
             capture_output=True,
         )
         if args.cluster_args:
-            remote = run("cartpole", cartpole, args.cluster_args, home, results, "cartpole-cl")
+            # A cluster keeps its jobs: a submission id of its own for every run.
+            sid = f"cartpole-cl-{time.strftime('%Y%m%d-%H%M%S')}"
+            remote = run("cartpole", cartpole, args.cluster_args, home, results, sid)
             out["cartpole_ppo_2_env_runners"]["cluster"] = remote
             if "env_steps_per_s" in remote and "env_steps_per_s" in local:
                 ratio = remote["env_steps_per_s"] / local["env_steps_per_s"]

@@ -203,6 +203,7 @@ def test_a_terminate_notice_drains_and_stops_the_worker_within_30_s_while_traini
     ]
     assert -1 not in steps and steps == sorted(steps), log
     assert f"ignoring event {other}" in log, log
+    assert "failed" not in log, log  # the drain went through Ray, not around it
     # Ray was told before the node went: drained, not merely lost.
     dead = [n for n in _ray_nodes(rehearsal) or [] if n["node_ip"] == worker_ip]
     assert dead and all(n["state"] == "DEAD" for n in dead), dead

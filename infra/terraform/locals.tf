@@ -38,6 +38,24 @@ locals {
   cloud_init     = { for role in ["head", "worker"] : role => file("${local.cloud_init_dir}/${role}.yaml") }
   custom_data    = { for role, text in local.cloud_init : role => replace(text, "@@DEPLOY_VALUES@@", base64encode(jsonencode(local.deploy_values))) }
 
+  # The Application Health extension's settings (rich health states): it probes each worker's
+  # health endpoint (python/nodekit/node/health.py) from inside the VM, at http://localhost:PORT/
+  # PATH, with port and path from python/driver/layout.py (HEALTH_PORT, HEALTH_PATH; a test holds
+  # them together). The endpoint listens on 127.0.0.1 only, and no NSG rule names the port.
+  # Three equal answers 5 s apart change the state. gracePeriod: how long a worker may answer
+  # neither Healthy nor Unhealthy (Initializing: the bootstrap still runs) before it counts as
+  # Unknown and may be repaired: 2 hours, more than the bootstrap's own time limits add up to
+  # (token 20 min, Ray 30 min, the installs' retries), so the bootstrap's verdict decides and
+  # the timer only catches one that hangs. Each boot starts it again.
+  worker_health_probe = {
+    protocol          = "http"
+    port              = 8790
+    requestPath       = "/health"
+    intervalInSeconds = 5
+    numberOfProbes    = 3
+    gracePeriod       = 7200
+  }
+
   # Key Vault names are global: 3-24 letters, digits and '-'. Derived from the subscription,
   # the resource group and the prefix, so a re-apply keeps it and another cluster differs.
   key_vault_name = "${var.name_prefix}-kv-${substr(sha1("${data.azurerm_client_config.current.subscription_id}/${local.resource_group_name}/${var.name_prefix}"), 0, 23 - length(var.name_prefix) - 4)}"

@@ -402,6 +402,34 @@ variable "worker_termination_notice_minutes" {
   }
 }
 
+variable "worker_automatic_repair_enabled" {
+  type        = bool
+  default     = true
+  description = "(Optional) Let the scale set replace a worker whose health endpoint says Unhealthy (its bootstrap failed for good, or Ray did not come back) or that never reports (Unknown), keeping the worker count. The Application Health extension reports the health either way."
+}
+
+variable "worker_automatic_repair_grace_period_minutes" {
+  type        = number
+  default     = 30
+  description = "(Optional) Minutes after a worker is created (or updated) before it may be repaired (10-90). A cold bootstrap takes 10-15 minutes; a bootstrap still running reports Initializing, which is never repaired."
+
+  validation {
+    condition     = var.worker_automatic_repair_grace_period_minutes >= 10 && var.worker_automatic_repair_grace_period_minutes <= 90 && floor(var.worker_automatic_repair_grace_period_minutes) == var.worker_automatic_repair_grace_period_minutes
+    error_message = "worker_automatic_repair_grace_period_minutes must be a whole number from 10 to 90 (Azure's range)."
+  }
+}
+
+variable "worker_automatic_repair_action" {
+  type        = string
+  default     = "Replace"
+  description = "(Optional) What repair does to an unhealthy worker: Replace (a new VM from the current model) or Reimage (same VM, fresh OS disk; cloud-init runs again). Not Restart: a reboot keeps the failed bootstrap's marker, so the worker would stay Unhealthy. Azure changes the action of an enabled policy only after it was disabled: apply with worker_automatic_repair_enabled = false first."
+
+  validation {
+    condition     = contains(["Replace", "Reimage"], var.worker_automatic_repair_action)
+    error_message = "worker_automatic_repair_action must be Replace or Reimage (Restart keeps a failed bootstrap's marker, and the worker would stay Unhealthy)."
+  }
+}
+
 # ---------------------------------------------------------------------------------------------
 # Optional: the cluster token in Key Vault (keyvault.tf)
 # ---------------------------------------------------------------------------------------------

@@ -48,9 +48,35 @@ resource "azurerm_linux_virtual_machine_scale_set" "workers" {
   }
 
   # Instances keep the custom data they booted with until they are reimaged or replaced.
-  custom_data                  = base64encode(local.custom_data["worker"])
-  extension_operations_enabled = false
+  custom_data = base64encode(local.custom_data["worker"])
+  # Extensions are an administrator's way to run code as root in a VM (Custom Script): off on
+  # the head (checkov CKV_AZURE_50). The workers need one, the Application Health extension
+  # below, and whoever may change the scale set could run code in its VMs through custom data
+  # and a reimage anyway.
+  extension_operations_enabled = true
   encryption_at_host_enabled   = var.encryption_at_host_enabled
+
+  # Each worker's health, read from its own endpoint (locals.tf: worker_health_probe), for the
+  # repair policy below and the portal's Health state column.
+  extension {
+    name                       = "HealthExtension"
+    publisher                  = "Microsoft.ManagedServices"
+    type                       = "ApplicationHealthLinux"
+    type_handler_version       = "2.0"
+    auto_upgrade_minor_version = true
+    settings                   = jsonencode(local.worker_health_probe)
+  }
+
+  # A worker whose bootstrap failed for good (or whose Ray did not come back) says Unhealthy:
+  # the scale set replaces it and keeps its count. Not self-deletion through the managed
+  # identity: every job on a node can get the identity's token from the metadata service, so
+  # that right would let any job delete workers. Azure suspends repairs by itself when new
+  # instances keep failing (a broken package index must not churn VMs).
+  automatic_instance_repair {
+    enabled      = var.worker_automatic_repair_enabled
+    grace_period = "PT${var.worker_automatic_repair_grace_period_minutes}M"
+    action       = var.worker_automatic_repair_action
+  }
 
   # Overprovisioned extra VMs would run cloud-init and join Ray before Azure deletes them.
   overprovision = false

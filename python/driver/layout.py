@@ -16,6 +16,12 @@ RAY_CLIENT_PORT = 10001
 """Ray Client server on the head (token-protected)."""
 TENSORBOARD_PORT = 6006
 """TensorBoard over the results folder, bound to 127.0.0.1 on the head."""
+HEALTH_PORT = 8790
+"""A worker's health endpoint for the scale set's Application Health extension, bound to
+127.0.0.1 (the extension probes from inside the VM); no NSG rule names it. Below Ray's worker
+ports (10002-19999) and the kernel's ephemeral range. The Terraform stack's copy
+(infra/terraform/locals.tf) is held to this one by a test."""
+HEALTH_PATH = "/health"
 
 # Accounts.
 ADMIN_USER = "azureuser"
@@ -37,14 +43,16 @@ TOKEN_FILE = f"{CONFIG_DIR}/cluster-token"
 VENV_DIR = "/opt/ray-cluster/venv"
 STATE_DIR = "/var/lib/ray-cluster"
 READY_MARKER = f"{STATE_DIR}/ready"
+"""Written once the node's Ray is up (and, on the head, answering); holds a JSON status."""
+FAILED_MARKER = f"{STATE_DIR}/failed"
+"""Written when the bootstrap gave up; holds the reason on one line."""
+RESTART_FAILED_MARKER = f"{STATE_DIR}/restart-failed"
+"""Written at a later boot when Ray did not come back in time (ray-node-ready.service)."""
 RAY_STOP_DRAIN_S = 5
 """How long a stopping Ray node drains before it ends its processes (Ray's
 RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S, 30 by default). RLlib's env runners never finish, so the
 default would add 30 s to every stop; a worker told of its removal has already been drained by
 the scheduled-events watcher with the notice's own deadline."""
-"""Written once the node's Ray is up (and, on the head, answering); holds a JSON status."""
-FAILED_MARKER = f"{STATE_DIR}/failed"
-"""Written when the bootstrap gave up; holds the reason on one line."""
 RESULTS_DIR = f"{STATE_DIR}/results"
 """Jobs write results and checkpoints to RESULTS_DIR/<submission id> on the head."""
 IMDS_ENDPOINT = "http://169.254.169.254"

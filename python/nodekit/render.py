@@ -50,7 +50,8 @@ LOCK_PYTHONS = ("3.10", "3.11", "3.12")
 LOCK_DIGEST_RE = re.compile(r"^# inputs: ([0-9a-f]{64})$", re.M)
 NODE_CHECK_PATH = "/usr/local/lib/ray-cluster/node_check.py"
 SCHEDULED_EVENTS_PATH = "/usr/local/lib/ray-cluster/scheduled_events.py"
-NODE_MODULES = ("scheduled_events",)
+HEALTH_PATH = "/usr/local/lib/ray-cluster/health.py"
+NODE_MODULES = ("scheduled_events", "health")
 """Modules of :mod:`nodekit.node` embedded in the documents, read from this package."""
 READY_TIMEOUT_S = 1800
 TOKEN_TIMEOUT_S = 1200
@@ -306,6 +307,7 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
             lock_pythons=LOCK_PYTHONS,
             node_check_path=NODE_CHECK_PATH,
             scheduled_events_path=SCHEDULED_EVENTS_PATH,
+            health_path=HEALTH_PATH,
             node_modules={
                 m: (Path(__file__).parent / "node" / f"{m}.py").read_text() for m in NODE_MODULES
             },

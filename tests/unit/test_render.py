@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -295,6 +296,60 @@ def test_workers_carry_the_scheduled_events_watcher_and_its_unit() -> None:
     assert "systemctl enable --now ray-scheduled-events.service" in bootstrap
     head = _files((RENDERED / "head.yaml").read_text())
     assert render.SCHEDULED_EVENTS_PATH not in head  # the head is no scale set instance
+
+
+def test_workers_carry_the_health_endpoint_and_its_unit() -> None:
+    worker = _files((RENDERED / "worker.yaml").read_text())
+    source = (REPO / "python" / "nodekit" / "node" / "health.py").read_text()
+    assert worker[render.HEALTH_PATH] == source  # the tested module, byte for byte
+    unit = worker["/etc/systemd/system/ray-health.service"]
+    # The image's Python, not Ray's environment: it answers after a bootstrap that failed.
+    assert f"ExecStart=/usr/bin/python3 {render.HEALTH_PATH} --host 127.0.0.1 " in unit
+    assert f"--port {layout.HEALTH_PORT} --path {layout.HEALTH_PATH} " in unit
+    assert f"--ready {layout.READY_MARKER} --failed {layout.FAILED_MARKER} " in unit
+    assert f"--restart-failed {layout.RESTART_FAILED_MARKER}" in unit
+    for line in ("Restart=always", "DynamicUser=yes", "IPAddressDeny=any", "NoNewPrivileges=yes"):
+        assert f"\n{line}\n" in unit
+    assert "After=" not in unit  # waits for nothing: it must answer while the bootstrap runs
+    bootstrap = worker["/usr/local/sbin/ray-cluster-bootstrap"]
+    enable = bootstrap.index("systemctl enable --now ray-health.service")
+    assert enable < bootstrap.index("phase account")  # before the first step that can fail
+    ready_unit = worker["/etc/systemd/system/ray-node-ready.service"]
+    assert f"--failed {layout.RESTART_FAILED_MARKER}" in ready_unit
+    head = _files((RENDERED / "head.yaml").read_text())
+    assert render.HEALTH_PATH not in head  # the head is no scale set instance
+    assert "ray-health" not in head["/usr/local/sbin/ray-cluster-bootstrap"]
+
+
+def test_the_health_endpoint_runs_on_the_images_python(tmp_path: Path) -> None:
+    """Standard library only: started as the unit starts it (the system's python3, isolated
+    from this environment's packages), it answers Initializing on a fresh node."""
+    import socket
+    import urllib.request
+
+    worker = _files((RENDERED / "worker.yaml").read_text())
+    script = tmp_path / "health.py"
+    script.write_text(worker[render.HEALTH_PATH])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = ["--port", str(port), "--ready", str(tmp_path / "ready")]
+    args += ["--failed", str(tmp_path / "failed"), "--restart-failed", str(tmp_path / "rf")]
+    proc = subprocess.Popen(["python3", "-I", str(script), *args], stdout=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    body = json.loads(r.read())
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        assert body["ApplicationHealthState"] == "Initializing"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @pytest.mark.parametrize("role", ["head", "worker"])

@@ -204,3 +204,48 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
         assert used <= resources, f"{path.name}: {used - resources}"
         assert set(re.findall(r"\boutput\.(\w+)", text)) <= known_outputs
     assert runs >= 20
+
+
+def _locals() -> dict[str, object]:
+    found: dict[str, object] = {}
+    for block in hcl2.load((STACK / "locals.tf").open())["locals"]:
+        found.update(block)
+    return found
+
+
+def test_health_probe_targets_the_endpoint_layout_names() -> None:
+    """The extension probes what the workers serve: port and path from python/driver/layout.py,
+    http with a JSON body (rich health states), and a grace longer than the bootstrap's own time
+    limits (the token's, and Ray's readiness)."""
+    from driver import layout
+    from nodekit import render
+
+    probe = _locals()["worker_health_probe"]
+    assert isinstance(probe, dict)
+    assert probe["protocol"] == '"http"'
+    assert probe["port"] == layout.HEALTH_PORT
+    assert probe["requestPath"] == f'"{layout.HEALTH_PATH}"'
+    assert 5 <= probe["intervalInSeconds"] <= 60 and 1 <= probe["numberOfProbes"] <= 24
+    assert render.TOKEN_TIMEOUT_S + render.READY_TIMEOUT_S < probe["gracePeriod"] <= 14400
+    workers = (STACK / "workers.tf").read_text()
+    assert "settings                   = jsonencode(local.worker_health_probe)" in workers
+
+
+def test_no_network_rule_opens_the_health_port() -> None:
+    """The endpoint is loopback-only: no NSG rule names its port (the rules that admit the
+    cluster's own traffic name every port, '*', and the endpoint does not listen there)."""
+    from driver import layout
+
+    network = hcl2.load((STACK / "network.tf").open())
+    rules = [
+        rule
+        for block in network["resource"]
+        for nsg in block.get('"azurerm_network_security_group"', {}).values()
+        for rule in nsg.get("security_rule", [])
+    ]
+    assert rules, "no security_rule found in network.tf"
+    for rule in rules:
+        ports = [rule.get("destination_port_range", ""), *rule.get("destination_port_ranges", [])]
+        for port in ports:
+            assert str(layout.HEALTH_PORT) not in str(port), rule
+    assert str(layout.HEALTH_PORT) not in (STACK / "network.tf").read_text()

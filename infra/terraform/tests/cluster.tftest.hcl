@@ -225,6 +225,63 @@ run "regular_workers_get_a_termination_notice" {
   }
 }
 
+run "workers_report_their_health_and_are_repaired" {
+  command = plan
+
+  assert {
+    condition = (
+      azurerm_linux_virtual_machine_scale_set.workers.extension_operations_enabled == true &&
+      length(azurerm_linux_virtual_machine_scale_set.workers.extension) == 1 &&
+      one(azurerm_linux_virtual_machine_scale_set.workers.extension[*].type) == "ApplicationHealthLinux" &&
+      one(azurerm_linux_virtual_machine_scale_set.workers.extension[*].publisher) == "Microsoft.ManagedServices" &&
+      one(azurerm_linux_virtual_machine_scale_set.workers.extension[*].type_handler_version) == "2.0"
+    )
+    error_message = "Workers must carry the Application Health extension (v2, Linux)."
+  }
+
+  assert {
+    condition = (
+      jsondecode(one(azurerm_linux_virtual_machine_scale_set.workers.extension[*].settings)).protocol == "http" &&
+      jsondecode(one(azurerm_linux_virtual_machine_scale_set.workers.extension[*].settings)).port == 8790 &&
+      jsondecode(one(azurerm_linux_virtual_machine_scale_set.workers.extension[*].settings)).requestPath == "/health"
+    )
+    error_message = "The extension must probe the workers' health endpoint (http, 8790, /health)."
+  }
+
+  assert {
+    condition = (
+      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].enabled == true &&
+      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].grace_period == "PT30M" &&
+      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].action == "Replace"
+    )
+    error_message = "Automatic repair is on by default: Replace after a 30-minute grace period."
+  }
+
+  assert {
+    condition     = azurerm_linux_virtual_machine.head.allow_extension_operations == false
+    error_message = "The head keeps extension operations off."
+  }
+}
+
+run "repair_follows_its_variables" {
+  command = plan
+
+  variables {
+    worker_automatic_repair_enabled              = false
+    worker_automatic_repair_grace_period_minutes = 45
+    worker_automatic_repair_action               = "Reimage"
+  }
+
+  assert {
+    condition = (
+      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].enabled == false &&
+      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].grace_period == "PT45M" &&
+      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].action == "Reimage"
+    )
+    error_message = "automatic_instance_repair must follow its variables."
+  }
+}
+
 run "idle_timeout_follows_its_variable" {
   command = plan
 

@@ -100,6 +100,22 @@ run "termination_notice_out_of_range_is_refused" {
   expect_failures = [var.worker_termination_notice_minutes]
 }
 
+run "repair_grace_period_out_of_range_is_refused" {
+  command = plan
+  variables {
+    worker_automatic_repair_grace_period_minutes = 5
+  }
+  expect_failures = [var.worker_automatic_repair_grace_period_minutes]
+}
+
+run "repair_by_restart_is_refused" {
+  command = plan
+  variables {
+    worker_automatic_repair_action = "Restart"
+  }
+  expect_failures = [var.worker_automatic_repair_action]
+}
+
 run "min_above_default_is_refused" {
   command = plan
   variables {

@@ -429,7 +429,7 @@ class Compiler:
         for name, symbol in self.symbols.items():
             if symbol.kind == "resource":
                 parent = self._prop(symbol.stmt["value"], "parent")
-                if parent is not None:
+                if parent is not None and "/" not in symbol.resource_type:
                     symbol.resource_type = (
                         self.symbols[parent[1]].resource_type + "/" + symbol.resource_type
                     )

@@ -19,7 +19,6 @@ read main.bicep.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,8 +265,14 @@ class Parser:
             return ("ternary", cond, a, b)
         return cond
 
-    _LEVELS = [["||"], ["&&"], ["==", "!=", "=~", "!~"], ["<", "<=", ">", ">="], ["+", "-"],
-               ["*", "/", "%"]]  # fmt: skip
+    _LEVELS: tuple[tuple[str, ...], ...] = (
+        ("||",),
+        ("&&",),
+        ("==", "!=", "=~", "!~"),
+        ("<", "<=", ">", ">="),
+        ("+", "-"),
+        ("*", "/", "%"),
+    )
 
     def binary(self, level: int) -> Any:
         if level == len(self._LEVELS):
@@ -426,7 +431,7 @@ class Compiler:
                 if kind == "resource":
                     symbol.resource_type, _, symbol.api_version = stmt["target"].partition("@")
                 self.symbols[stmt["name"]] = symbol
-        for name, symbol in self.symbols.items():
+        for symbol in self.symbols.values():
             if symbol.kind == "resource":
                 parent = self._prop(symbol.stmt["value"], "parent")
                 if parent is not None and "/" not in symbol.resource_type:
@@ -457,18 +462,27 @@ class Compiler:
                 return
             if node[0] == "prop" and node[1][0] == "ident":
                 target = self.symbols.get(node[1][1])
-                if target and target.kind in ("module", "resource") and node[2] not in (
-                    "id",
-                    "name",
-                    "type",
-                    "apiVersion",
+                if (
+                    target
+                    and target.kind in ("module", "resource")
+                    and node[2]
+                    not in (
+                        "id",
+                        "name",
+                        "type",
+                        "apiVersion",
+                    )
                 ):
                     found = True
             if node[0] == "ident" and node[1] not in lambdas:
                 target = self.symbols.get(node[1])
-                if target and target.kind == "var" and node[1] not in seen:
-                    if self._is_runtime(target.stmt["value"], seen | {node[1]}):
-                        found = True
+                if (
+                    target
+                    and target.kind == "var"
+                    and node[1] not in seen
+                    and self._is_runtime(target.stmt["value"], seen | {node[1]})
+                ):
+                    found = True
             if node[0] == "lambda":
                 visit(node[2], lambdas | set(node[1]))
                 return
@@ -628,7 +642,8 @@ class Compiler:
         parts = self.name_parts(name)
         if len(parts) == 1:
             return parts[0]
-        return f"format({_quote('/'.join('{%d}' % i for i in range(len(parts))))}, {', '.join(parts)})"
+        pattern = "/".join(f"{{{i}}}" for i in range(len(parts)))
+        return f"format({_quote(pattern)}, {', '.join(parts)})"
 
     def prop(self, e: Any, lambdas: frozenset[str]) -> str:
         # symbol.id / symbol.name / symbol.properties.x / module.outputs.x
@@ -757,17 +772,18 @@ class Compiler:
         if scope is not None:
             target = self.symbols[scope[1]]
             res["scope"] = (
-                f"[format({_quote(target.resource_type + '/{0}')}, "
-                f"{self.full_name(scope[1])})]"
+                f"[format({_quote(target.resource_type + '/{0}')}, {self.full_name(scope[1])})]"
             )
         res["name"] = f"[{self.full_name(stmt['name'])}]"
         for key, value in body[1]:
             if key in ("name", "parent", "scope", "dependsOn"):
                 continue
             res[key] = self.value(value)
-        if res["name"].startswith("['") and res["name"].endswith("']") and "'" not in res[
-            "name"
-        ][2:-2]:
+        if (
+            res["name"].startswith("['")
+            and res["name"].endswith("']")
+            and "'" not in res["name"][2:-2]
+        ):
             res["name"] = res["name"][2:-2]
         deps = self.depends_on(("object", [(k, v) for k, v in body[1] if k != "name"]), set())
         if deps:

@@ -56,7 +56,7 @@ def _tokens(text: str) -> list[tuple[str, Any]]:
             break
         m = _TOKEN.match(text, pos)
         if not m:
-            raise ArmError(f"cannot read expression at {text[pos:pos + 30]!r}")
+            raise ArmError(f"cannot read expression at {text[pos : pos + 30]!r}")
         pos = m.end()
         kind = m.lastgroup
         value = m.group(kind)
@@ -125,8 +125,11 @@ class _Parser:
 
 
 def is_expression(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith("[") and not value.startswith("[[") and (
-        value.endswith("]")
+    return (
+        isinstance(value, str)
+        and value.startswith("[")
+        and not value.startswith("[[")
+        and (value.endswith("]"))
     )
 
 
@@ -326,8 +329,10 @@ class Scope:
             if name not in variables:
                 raise ArmError(f"the template has no variable {name!r}")
             self.cache[name] = _PENDING
-            self.cache[name] = Scope(self.template, self.parameters, self.context,
-                                     self.deployments, None, self.cache).value(variables[name])  # fmt: skip
+            scope = Scope(
+                self.template, self.parameters, self.context, self.deployments, None, self.cache
+            )
+            self.cache[name] = scope.value(variables[name])
         if self.cache[name] is _PENDING:
             raise ArmError(f"variable {name!r} refers to itself")
         return self.cache[name]

@@ -412,7 +412,6 @@ var unsafeCharacters = [
 
 var check = {
   location: length(location) >= 2 && contains(lowerCase, take(location, 1)) && empty(filter(range(0, length(location)), i => !contains('${lowerCase}${digits}', substring(location, i, 1)))) ? 'ok' : 'location must be an Azure region name in lower case without spaces, e.g. "westeurope".'
-  allowedSshCidrsNotEmpty: !empty(allowedSshCidrs) ? 'ok' : 'allowedSshCidrs must list at least one IPv4 CIDR, e.g. ["203.0.113.7/32"] (your address: curl -s https://ifconfig.me).'
   allowedSshCidrsNotInternet: empty(filter(allowedSshCidrs, c => contains([
     '*'
     'internet'

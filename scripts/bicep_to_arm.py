@@ -657,8 +657,8 @@ class Compiler:
             if symbol.kind == "resource":
                 if chain == ["id"]:
                     return self.resource_id(node[1])
-                if chain == ["name"]:
-                    return self.full_name(node[1])
+                if chain == ["name"]:  # a child's own name, as Bicep gives it
+                    return self.name_parts(node[1])[-1]
                 if chain[0] == "properties":
                     ref = f"reference({self.resource_id(node[1])}, {_quote(symbol.api_version)})"
                     return ref + "".join(f".{c}" for c in chain[1:])

@@ -354,6 +354,20 @@ class Parser:
             return e
         if self.is_op("["):
             self.next()
+            self.skip_nl()
+            if self.peek().kind == "ident" and self.peek().value == "for":
+                self.next()
+                name = self.expect("ident").value
+                keyword = self.expect("ident")
+                if keyword.value != "in":
+                    raise BicepError(f"line {keyword.line}: expected in")
+                iterable = self.expression()
+                self.expect("op", ":")
+                self.skip_nl()
+                body = self.expression()
+                self.skip_nl()
+                self.expect("op", "]")
+                return ("for", name, iterable, body)
             items = []
             self.skip_nl()
             while not self.is_op("]"):
@@ -424,6 +438,8 @@ class Compiler:
         self.path = path
         self.stmts = Parser(tokenize(path.read_text())).statements()
         self.symbols: dict[str, Symbol] = {}
+        self.loop: dict[str, str] = {}
+        """A for-expression's variable -> its ARM expression (the item at copyIndex)."""
         for stmt in self.stmts:
             kind = stmt["kind"]
             if kind in ("param", "var", "resource", "module"):
@@ -603,6 +619,8 @@ class Compiler:
     def ident(self, name: str, lambdas: frozenset[str]) -> str:
         if name in lambdas:
             return f"lambdaVariables({_quote(name)})"
+        if name in self.loop:
+            return self.loop[name]
         symbol = self.symbols.get(name)
         if symbol is None:
             raise BicepError(f"{self.path.name}: unknown name {name}")
@@ -699,6 +717,7 @@ class Compiler:
         metadata: dict[str, Any] = {"_generator": dict(GENERATOR)}
         parameters: dict[str, Any] = {}
         variables: dict[str, Any] = {}
+        copies: list[dict[str, Any]] = []
         resources: list[dict[str, Any]] = []
         outputs: dict[str, Any] = {}
         for stmt in self.stmts:
@@ -708,7 +727,10 @@ class Compiler:
             elif kind == "param":
                 parameters[stmt["name"]] = self.parameter(stmt)
             elif kind == "var" and not self.symbols[stmt["name"]].runtime:
-                variables[stmt["name"]] = self.value(stmt["value"])
+                if stmt["value"][0] == "for":
+                    copies.append(self.copy(stmt["name"], stmt["value"]))
+                else:
+                    variables[stmt["name"]] = self.value(stmt["value"])
             elif kind == "resource":
                 resources.append(self.resource(stmt))
             elif kind == "module":
@@ -723,12 +745,24 @@ class Compiler:
         template: dict[str, Any] = {"$schema": SCHEMA, "contentVersion": "1.0.0.0"}
         template["metadata"] = metadata
         template["parameters"] = parameters
+        if copies:
+            variables = {"copy": copies, **variables}
         if variables:
             template["variables"] = variables
         template["resources"] = resources
         if outputs:
             template["outputs"] = outputs
         return template
+
+    def copy(self, name: str, loop: Any) -> dict[str, Any]:
+        """A variable made by a for-expression: ARM's variable copy loop."""
+        _, item, iterable, body = loop
+        source = self.expr(iterable)
+        self.loop[item] = f"{source}[copyIndex({_quote(name)})]"
+        try:
+            return {"name": name, "count": f"[length({source})]", "input": self.value(body)}
+        finally:
+            del self.loop[item]
 
     def decorations(self, stmt: dict[str, Any], output_only: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {}

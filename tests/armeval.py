@@ -13,8 +13,8 @@ functions reference, learn.microsoft.com/azure/azure-resource-manager/templates/
   on anything but an integer;
 - ``string()`` of an object or array is its compact JSON; ``div``/``mod`` truncate toward zero
   (.NET); integers are 64-bit;
-- ``lambda()``/``lambdaVariables()`` as map/filter/reduce use them (reduce's lambda may take the
-  index as a third argument).
+- ``lambda()``/``lambdaVariables()`` as filter() uses them, variable copy loops (``copyIndex``)
+  of at most 800 iterations.
 
 Only the functions the template uses are here; an unknown one is an error, so adding a function
 to the template means adding it here, deliberately. What cannot be known offline is a stand-in,
@@ -298,6 +298,7 @@ class Scope:
         self.lambda_vars = dict(lambda_vars or {})
         self.cache = variables_cache if variables_cache is not None else {}
         self.calls: set[str] = set()
+        self.copy_index: dict[str, int] = {}
 
     def child(self, lambda_vars: Mapping[str, Any]) -> Scope:
         s = Scope(
@@ -309,6 +310,7 @@ class Scope:
             self.cache,
         )
         s.calls = self.calls
+        s.copy_index = self.copy_index
         return s
 
     # JSON values
@@ -326,16 +328,34 @@ class Scope:
     def variable(self, name: str) -> Any:
         if name not in self.cache:
             variables = self.template.get("variables", {})
-            if name not in variables:
+            copies = {c["name"]: c for c in variables.get("copy", [])}
+            if name == "copy" or (name not in variables and name not in copies):
                 raise ArmError(f"the template has no variable {name!r}")
             self.cache[name] = _PENDING
             scope = Scope(
                 self.template, self.parameters, self.context, self.deployments, None, self.cache
             )
-            self.cache[name] = scope.value(variables[name])
+            scope.calls = self.calls
+            if name in copies:
+                self.cache[name] = scope.copy_loop(copies[name])
+            else:
+                self.cache[name] = scope.value(variables[name])
         if self.cache[name] is _PENDING:
             raise ArmError(f"variable {name!r} refers to itself")
         return self.cache[name]
+
+    def copy_loop(self, copy: Mapping[str, Any]) -> list[Any]:
+        """A variable copy loop: ``input`` evaluated for each copyIndex(name) below ``count``
+        (at most 800, Resource Manager's limit on a copy loop)."""
+        count = _int(self.value(copy["count"]))
+        if not 0 <= count <= 800:
+            raise ArmError(f"copy loop {copy['name']!r}: count {count} is not within 0-800")
+        items = []
+        for index in range(count):
+            self.copy_index[copy["name"]] = index
+            items.append(self.value(copy["input"]))
+        self.copy_index.pop(copy["name"], None)
+        return items
 
     # expressions
     def eval(self, node: Any) -> Any:
@@ -387,6 +407,13 @@ def _lambda(scope: Scope, args: list[Any]) -> Lambda:
     return Lambda(names, args[-1], scope)
 
 
+def _copy_index(scope: Scope, args: list[Any]) -> int:
+    name = _str(scope.eval(args[0]))
+    if name not in scope.copy_index:
+        raise ArmError(f"copyIndex({name!r}) outside its copy loop")
+    return scope.copy_index[name]
+
+
 def _lambda_variables(scope: Scope, args: list[Any]) -> Any:
     name = _str(scope.eval(args[0]))
     if name not in scope.lambda_vars:
@@ -398,6 +425,7 @@ _LAZY: dict[str, Callable[[Scope, list[Any]], Any]] = {
     "if": _if,
     "lambda": _lambda,
     "lambdavariables": _lambda_variables,
+    "copyindex": _copy_index,
 }
 
 
@@ -488,19 +516,8 @@ def _create_object(_: Scope, *args: Any) -> dict[str, Any]:
     return {_str(args[i]): args[i + 1] for i in range(0, len(args), 2)}
 
 
-def _map(_: Scope, array: Any, fn: Any) -> list[Any]:
-    return [fn(x) for x in _array(array)]
-
-
 def _filter(_: Scope, array: Any, fn: Any) -> list[Any]:
     return [x for x in _array(array) if _bool(fn(x))]
-
-
-def _reduce(_: Scope, array: Any, initial: Any, fn: Any) -> Any:
-    acc = initial
-    for i, x in enumerate(_array(array)):
-        acc = fn(acc, x, i)
-    return acc
 
 
 def _array(v: Any) -> list[Any]:
@@ -514,12 +531,6 @@ def _range(_: Scope, start: Any, count: Any) -> list[int]:
     if count < 0 or count > 10000:
         raise ArmError(f"range() count {count}: must be 0-10000")
     return list(range(start, start + count))
-
-
-def _items(_: Scope, obj: Any) -> list[dict[str, Any]]:
-    if not isinstance(obj, dict):
-        raise ArmError(f"items() of a {_type_name(obj)}")
-    return [{"key": k, "value": obj[k]} for k in sorted(obj, key=str.lower)]
 
 
 def _hash(*parts: Any) -> bytes:
@@ -615,6 +626,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "div": lambda s, a, b: _div(_int(a), _int(b)),
     "mod": lambda s, a, b: _mod(_int(a), _int(b)),
     "length": _length,
+    "min": lambda s, *a: min(_int(x) for x in a),
     "empty": _empty,
     "contains": _contains,
     "take": _take,
@@ -634,11 +646,8 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "concat": _concat,
     "createarray": lambda s, *a: list(a),
     "createobject": _create_object,
-    "map": _map,
     "filter": _filter,
-    "reduce": _reduce,
     "range": _range,
-    "items": _items,
     "join": lambda s, a, d: _str(d).join(_str(x) for x in _array(a)),
     "base64": _base64,
     "resourcegroup": lambda s: {

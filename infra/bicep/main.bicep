@@ -138,6 +138,8 @@ param deploymentTime string = utcNow()
 // inputs that yields 'ok' or the rule's message (the Terraform stack's, names in camelCase), and
 // modules/checks.bicep refuses anything but 'ok'. Guards use ?: (if() evaluates only the branch it
 // takes); && and || evaluate both sides, so nothing on either side may fail on a bad value.
+// Written for pycep-parser 0.5.1, the Bicep parser checkov 3.3 uses: loops are for-expressions,
+// lambdas appear only in filter().
 // -----------------------------------------------------------------------------------------------
 
 var digits = '0123456789'
@@ -202,30 +204,35 @@ var privateRanges = [
 ]
 
 // Every CIDR input, parsed once: the SSH entries, then the VNet, then the subnet. Canonical form:
-// four decimal octets 0-255 without leading zeros, a prefix length 0-32 without a leading zero.
+// four decimal octets 0-255 without leading zeros, a prefix length 0-32 without a leading zero:
+// one '/', three '.', five fields of 1-3 digits, each the decimal of its own number.
 var cidrInputs = concat(allowedSshCidrs, [
   vnetAddressSpace
   subnetAddressPrefix
 ])
-var cidrShapes = map(cidrInputs, c => {
+var cidrShapes = [for c in cidrInputs: {
   cidr: c
   fields: split(replace(c, '/', '.'), '.')
-  shaped: length(split(c, '/')) == 2 && length(split(c, '.')) == 4 && !contains(last(split(c, '/')), '.') && empty(filter(split(replace(c, '/', '.'), '.'), f => length(f) < 1 || length(f) > 3 || !empty(filter(range(0, length(f)), i => !contains(digits, substring(f, i, 1))))))
-})
-var cidrForms = map(cidrShapes, s => {
+  shaped: length(split(c, '/')) == 2 && length(split(c, '.')) == 4 && !contains(last(split(c, '/')), '.') && empty(filter(split(replace(c, '/', '.'), '.'), f => length(f) < 1 || length(f) > 3 || !empty(replace(replace(replace(replace(replace(replace(replace(replace(replace(replace(f, '0', ''), '1', ''), '2', ''), '3', ''), '4', ''), '5', ''), '6', ''), '7', ''), '8', ''), '9', ''))))
+}]
+var cidrForms = [for s in cidrShapes: {
   cidr: s.cidr
   fields: s.fields
   canonical: s.shaped ? string(int(s.fields[0])) == s.fields[0] && string(int(s.fields[1])) == s.fields[1] && string(int(s.fields[2])) == s.fields[2] && string(int(s.fields[3])) == s.fields[3] && string(int(s.fields[4])) == s.fields[4] && int(s.fields[0]) <= 255 && int(s.fields[1]) <= 255 && int(s.fields[2]) <= 255 && int(s.fields[3]) <= 255 && int(s.fields[4]) <= 32 : false
-})
-var cidrs = map(cidrForms, f => {
+}]
+var cidrs = [for f in cidrForms: {
   cidr: f.cidr
   canonical: f.canonical
   address: f.canonical ? int(f.fields[0]) * 16777216 + int(f.fields[1]) * 65536 + int(f.fields[2]) * 256 + int(f.fields[3]) : 0
   prefix: f.canonical ? int(f.fields[4]) : 32
-})
+}]
 var sshCidrs = take(cidrs, length(allowedSshCidrs))
 var vnet = cidrs[length(allowedSshCidrs)]
 var subnet = cidrs[length(allowedSshCidrs) + 1]
+
+// Every entry counts in full, overlaps included (2^24 addresses is one /8 in all); an entry wider
+// than /8 counts as more than that on its own.
+var sshAddressCount = length(filter(sshCidrs, e => e.canonical && e.prefix < 8)) * 16777217 + length(filter(sshCidrs, e => e.canonical && e.prefix == 8)) * 16777216 + length(filter(sshCidrs, e => e.canonical && e.prefix == 9)) * 8388608 + length(filter(sshCidrs, e => e.canonical && e.prefix == 10)) * 4194304 + length(filter(sshCidrs, e => e.canonical && e.prefix == 11)) * 2097152 + length(filter(sshCidrs, e => e.canonical && e.prefix == 12)) * 1048576 + length(filter(sshCidrs, e => e.canonical && e.prefix == 13)) * 524288 + length(filter(sshCidrs, e => e.canonical && e.prefix == 14)) * 262144 + length(filter(sshCidrs, e => e.canonical && e.prefix == 15)) * 131072 + length(filter(sshCidrs, e => e.canonical && e.prefix == 16)) * 65536 + length(filter(sshCidrs, e => e.canonical && e.prefix == 17)) * 32768 + length(filter(sshCidrs, e => e.canonical && e.prefix == 18)) * 16384 + length(filter(sshCidrs, e => e.canonical && e.prefix == 19)) * 8192 + length(filter(sshCidrs, e => e.canonical && e.prefix == 20)) * 4096 + length(filter(sshCidrs, e => e.canonical && e.prefix == 21)) * 2048 + length(filter(sshCidrs, e => e.canonical && e.prefix == 22)) * 1024 + length(filter(sshCidrs, e => e.canonical && e.prefix == 23)) * 512 + length(filter(sshCidrs, e => e.canonical && e.prefix == 24)) * 256 + length(filter(sshCidrs, e => e.canonical && e.prefix == 25)) * 128 + length(filter(sshCidrs, e => e.canonical && e.prefix == 26)) * 64 + length(filter(sshCidrs, e => e.canonical && e.prefix == 27)) * 32 + length(filter(sshCidrs, e => e.canonical && e.prefix == 28)) * 16 + length(filter(sshCidrs, e => e.canonical && e.prefix == 29)) * 8 + length(filter(sshCidrs, e => e.canonical && e.prefix == 30)) * 4 + length(filter(sshCidrs, e => e.canonical && e.prefix == 31)) * 2 + length(filter(sshCidrs, e => e.canonical && e.prefix == 32))
 
 // The head's private address is fixed (the subnet's 4th host: Azure keeps .0-.3 of every subnet),
 // so the workers' cloud-init can name it before the head exists; the Key Vault's private endpoint
@@ -237,28 +244,34 @@ var keyVaultPrivateIp = '${keyVaultAddress / 16777216}.${keyVaultAddress / 65536
 
 // The SSH key, decoded: the SSH wire format (RFC 4253 section 6.6, RFC 8709 for ed25519) is a
 // string (uint32 length + bytes) holding the key type, then for ssh-ed25519 one string of 32
-// bytes (51 bytes in all), for ssh-rsa two mpints, e and n. Each base64 character becomes its
-// 6 bits, each group of 4 characters its 3 bytes. indexOf() ignores case, hence the upper-case
-// lookup plus 26 for a lower-case letter (contains() does not ignore case).
+// bytes (51 bytes in all), for ssh-rsa two mpints, e and n. Each group of 4 base64 characters is
+// 24 bits (3 bytes). indexOf() ignores case, hence the upper-case lookup plus 26 for a lower-case
+// letter (contains() does not ignore case). An ARM loop has at most 800 iterations: the key data
+// may have up to 3,200 characters (RSA keys up to 16384 bits).
 var sshKey = trim(adminSshPublicKey)
 var sshKeyWords = split(sshKey, ' ')
 var sshKeyType = sshKeyWords[0]
 var sshKeyBlob = length(sshKeyWords) > 1 ? sshKeyWords[1] : ''
 var sshKeyBlobCore = replace(sshKeyBlob, '=', '')
 var sshKeyPadding = length(sshKeyBlob) - length(sshKeyBlobCore)
+// The key data in pieces of 4 characters (a loop over each character would stop at 800).
+var sshKeyBlobChunks = [for g in range(0, length(sshKeyBlobCore) <= 3200 ? (length(sshKeyBlobCore) + 3) / 4 : 0): substring(sshKeyBlobCore, 4 * g, min(4, length(sshKeyBlobCore) - 4 * g))]
+var sshKeyBlobChunksValid = [for c in sshKeyBlobChunks: contains(base64Alphabet, take(c, 1)) && contains(base64Alphabet, take(skip(c, 1), 1)) && contains(base64Alphabet, take(skip(c, 2), 1)) && contains(base64Alphabet, take(skip(c, 3), 1))]
 var sshKeyIsOneLine = contains([
   'ssh-ed25519'
   'ssh-rsa'
-], sshKeyType) && !empty(sshKeyBlobCore) && sshKeyPadding <= 3 && sshKeyBlob == '${sshKeyBlobCore}${take('===', sshKeyPadding)}' && empty(filter(range(0, length(sshKeyBlobCore)), i => !contains(base64Alphabet, substring(sshKeyBlobCore, i, 1)))) && !contains(sshKey, '\r') && !contains(sshKey, '\n')
-var sshKeyDecodable = sshKeyIsOneLine && length(sshKeyBlob) % 4 == 0 && length(sshKeyBlob) <= 4000
-var sshKeySextets = sshKeyDecodable ? map(range(0, length(sshKeyBlob)), i => substring(sshKeyBlob, i, 1) == '=' ? 0 : (contains(upperCase, substring(sshKeyBlob, i, 1)) ? 0 : 26) + indexOf('${upperCase}${digits}+/', toUpper(substring(sshKeyBlob, i, 1)))) : []
-var sshKeyGroups = map(range(0, length(sshKeySextets) / 4), g => sshKeySextets[4 * g] * 262144 + sshKeySextets[4 * g + 1] * 4096 + sshKeySextets[4 * g + 2] * 64 + sshKeySextets[4 * g + 3])
-var sshKeyBytes = map(range(0, 3 * length(sshKeyGroups)), k => sshKeyGroups[k / 3] / [
+], sshKeyType) && !empty(sshKeyBlobCore) && length(sshKeyBlobCore) <= 3200 && !contains(sshKeyBlobChunksValid, false) && sshKeyPadding <= 3 && sshKeyBlob == '${sshKeyBlobCore}${take('===', sshKeyPadding)}' && !contains(sshKey, '\r') && !contains(sshKey, '\n')
+var sshKeyDecodable = sshKeyIsOneLine && length(sshKeyBlob) % 4 == 0
+var base64Upper = '${upperCase}${digits}+/'
+var sshKeyGroups = [for g in range(0, sshKeyDecodable ? length(sshKeyBlob) / 4 : 0): (substring(sshKeyBlob, 4 * g, 1) == '=' ? 0 : (contains(upperCase, substring(sshKeyBlob, 4 * g, 1)) ? 0 : 26) + indexOf(base64Upper, toUpper(substring(sshKeyBlob, 4 * g, 1)))) * 262144 + (substring(sshKeyBlob, 4 * g + 1, 1) == '=' ? 0 : (contains(upperCase, substring(sshKeyBlob, 4 * g + 1, 1)) ? 0 : 26) + indexOf(base64Upper, toUpper(substring(sshKeyBlob, 4 * g + 1, 1)))) * 4096 + (substring(sshKeyBlob, 4 * g + 2, 1) == '=' ? 0 : (contains(upperCase, substring(sshKeyBlob, 4 * g + 2, 1)) ? 0 : 26) + indexOf(base64Upper, toUpper(substring(sshKeyBlob, 4 * g + 2, 1)))) * 64 + (substring(sshKeyBlob, 4 * g + 3, 1) == '=' ? 0 : (contains(upperCase, substring(sshKeyBlob, 4 * g + 3, 1)) ? 0 : 26) + indexOf(base64Upper, toUpper(substring(sshKeyBlob, 4 * g + 3, 1))))]
+var byteShifts = [
   65536
   256
   1
-][k % 3] % 256)
-var sshKeySize = sshKeyDecodable ? length(sshKeyBytes) - sshKeyPadding : 0
+]
+var sshKeySize = sshKeyDecodable ? 3 * length(sshKeyGroups) - sshKeyPadding : 0
+// The first 19 bytes: the type string and, for ed25519, the length of its key.
+var sshKeyHeadBytes = [for k in range(0, min(19, sshKeySize)): sshKeyGroups[k / 3] / byteShifts[k % 3] % 256]
 var sshKeyTypeBytes = sshKeyType == 'ssh-ed25519' ? [
   115
   115
@@ -280,17 +293,27 @@ var sshKeyTypeBytes = sshKeyType == 'ssh-ed25519' ? [
   115
   97
 ]
-var sshKeyTypeMatches = sshKeySize >= 4 + length(sshKeyType) ? sshKeyBytes[0] * 16777216 + sshKeyBytes[1] * 65536 + sshKeyBytes[2] * 256 + sshKeyBytes[3] == length(sshKeyType) && take(skip(sshKeyBytes, 4), length(sshKeyType)) == sshKeyTypeBytes : false
-var sshEd25519Matches = sshKeySize == 51 ? sshKeyBytes[15] * 16777216 + sshKeyBytes[16] * 65536 + sshKeyBytes[17] * 256 + sshKeyBytes[18] == 32 : false
-var sshRsaE = sshKeySize >= 15 ? sshKeyBytes[11] * 16777216 + sshKeyBytes[12] * 65536 + sshKeyBytes[13] * 256 + sshKeyBytes[14] : -1
-var sshRsaN = sshRsaE >= 0 && sshKeySize >= 19 + sshRsaE ? sshKeyBytes[15 + sshRsaE] * 16777216 + sshKeyBytes[16 + sshRsaE] * 65536 + sshKeyBytes[17 + sshRsaE] * 256 + sshKeyBytes[18 + sshRsaE] : -1
+var sshKeyTypeMatches = sshKeySize >= 4 + length(sshKeyType) ? sshKeyHeadBytes[0] * 16777216 + sshKeyHeadBytes[1] * 65536 + sshKeyHeadBytes[2] * 256 + sshKeyHeadBytes[3] == length(sshKeyType) && take(skip(sshKeyHeadBytes, 4), length(sshKeyType)) == sshKeyTypeBytes : false
+var sshEd25519Matches = sshKeySize == 51 ? sshKeyHeadBytes[15] * 16777216 + sshKeyHeadBytes[16] * 65536 + sshKeyHeadBytes[17] * 256 + sshKeyHeadBytes[18] == 32 : false
+var sshRsaE = sshKeySize >= 15 ? sshKeyHeadBytes[11] * 16777216 + sshKeyHeadBytes[12] * 65536 + sshKeyHeadBytes[13] * 256 + sshKeyHeadBytes[14] : -1
+// n's length and its first two bytes, from byte 15 + e on.
+var sshRsaNBytes = [for k in range(0, sshRsaE >= 0 && sshKeySize >= 19 + sshRsaE ? min(6, sshKeySize - 15 - sshRsaE) : 0): sshKeyGroups[(15 + sshRsaE + k) / 3] / byteShifts[(15 + sshRsaE + k) % 3] % 256]
+var sshRsaN = length(sshRsaNBytes) >= 4 ? sshRsaNBytes[0] * 16777216 + sshRsaNBytes[1] * 65536 + sshRsaNBytes[2] * 256 + sshRsaNBytes[3] : -1
 var sshRsaMatches = sshRsaE >= 1 && sshRsaN >= 1 && sshKeySize == 19 + sshRsaE + sshRsaN
 var sshKeyDataValid = sshKeyTypeMatches && (sshKeyType == 'ssh-ed25519' ? sshEd25519Matches : sshRsaMatches)
 // n is an mpint: a leading zero byte only keeps it positive. 2048 bits = 256 bytes with the top
 // bit set.
-var sshRsaFirstByte = sshRsaN >= 1 && sshKeySize >= 20 + sshRsaE ? sshKeyBytes[19 + sshRsaE] : -1
-var sshRsaSecondByte = sshRsaN >= 2 && sshKeySize >= 21 + sshRsaE ? sshKeyBytes[20 + sshRsaE] : 0
+var sshRsaFirstByte = length(sshRsaNBytes) >= 5 ? sshRsaNBytes[4] : -1
+var sshRsaSecondByte = length(sshRsaNBytes) >= 6 ? sshRsaNBytes[5] : 0
 var sshRsaLongEnough = sshRsaFirstByte == 0 ? sshRsaN - 1 > 256 || (sshRsaN - 1 == 256 && sshRsaSecondByte >= 128) : sshRsaN > 256 || (sshRsaN == 256 && sshRsaFirstByte >= 128)
+
+// The characters of the inputs that are names: is each one allowed? (Longer values are refused
+// by their rules before any loop would need more than 800 iterations.)
+var locationChars = [for i in range(0, min(length(location), 800)): contains('${lowerCase}${digits}', substring(location, i, 1))]
+var namePrefixChars = [for i in range(0, min(length(namePrefix), 800)): contains('${lowerCase}${digits}-', substring(namePrefix, i, 1))]
+var adminUsernameChars = [for i in range(0, min(length(adminUsername), 800)): contains('${lowerCase}${digits}_-', substring(adminUsername, i, 1))]
+var headVmSizeChars = [for i in range(0, min(length(headVmSize), 800)): contains('${lowerCase}${digits}_-', toLower(substring(headVmSize, i, 1)))]
+var workerVmSizeChars = [for i in range(0, min(length(workerVmSize), 800)): contains('${lowerCase}${digits}_-', toLower(substring(workerVmSize, i, 1)))]
 
 // Names the VM images already use, or that the cluster uses (infra/terraform/variables.tf says
 // where each comes from); "ray" runs Ray and every job.
@@ -411,7 +434,7 @@ var unsafeCharacters = [
 ]
 
 var check = {
-  location: length(location) >= 2 && contains(lowerCase, take(location, 1)) && empty(filter(range(0, length(location)), i => !contains('${lowerCase}${digits}', substring(location, i, 1)))) ? 'ok' : 'location must be an Azure region name in lower case without spaces, e.g. "westeurope".'
+  location: length(location) >= 2 && length(location) <= 800 && contains(lowerCase, take(location, 1)) && !contains(locationChars, false) ? 'ok' : 'location must be an Azure region name in lower case without spaces, e.g. "westeurope".'
   allowedSshCidrsNotInternet: empty(filter(allowedSshCidrs, c => contains([
     '*'
     'internet'
@@ -421,12 +444,11 @@ var check = {
   allowedSshCidrsCanonical: empty(filter(sshCidrs, e => !e.canonical)) ? 'ok' : 'allowedSshCidrs: every entry must be an IPv4 CIDR in canonical form, four decimal octets 0-255 without leading zeros and a prefix length 0-32, e.g. "203.0.113.7/32" or "198.51.100.0/24".'
   allowedSshCidrsNetworkAddress: empty(filter(sshCidrs, e => e.address % powersOfTwo[32 - e.prefix] != 0)) ? 'ok' : 'allowedSshCidrs: every entry must be a network address whose host bits are zero, e.g. "198.51.100.0/24" (not "198.51.100.7/24"); one address is "198.51.100.7/32".'
   allowedSshCidrsPrefixLength: empty(filter(sshCidrs, e => e.prefix < 8)) ? 'ok' : 'allowedSshCidrs: every entry must be /8 or narrower, e.g. "203.0.113.7/32" or "198.51.100.0/24".'
-  // Every entry counts in full, overlaps included: 2^24 addresses is one /8 in all.
-  allowedSshCidrsTotal: reduce(map(filter(sshCidrs, e => e.canonical), e => powersOfTwo[32 - e.prefix]), 0, (total, size, i) => total + size) <= 16777216 ? 'ok' : 'allowedSshCidrs must cover at most 16,777,216 addresses (one /8) in all, every entry counted, e.g. ["203.0.113.7/32", "198.51.100.0/24"].'
+  allowedSshCidrsTotal: sshAddressCount <= 16777216 ? 'ok' : 'allowedSshCidrs must cover at most 16,777,216 addresses (one /8) in all, every entry counted, e.g. ["203.0.113.7/32", "198.51.100.0/24"].'
   adminSshPublicKeyLine: sshKeyIsOneLine ? 'ok' : 'adminSshPublicKey must be one OpenSSH public key line, ed25519 or RSA: "ssh-ed25519 AAAA... you@host" (the contents of ~/.ssh/id_ed25519.pub, not the file name).'
   adminSshPublicKeyData: !sshKeyIsOneLine || sshKeyDataValid ? 'ok' : 'adminSshPublicKey: the key data is not a valid ssh-ed25519 or ssh-rsa public key (it must decode to a key of the type its first word names; an ed25519 key is 51 bytes): paste the whole line of ~/.ssh/id_ed25519.pub, e.g. "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA... you@host".'
   adminSshPublicKeyRsaBits: !(sshKeyIsOneLine && sshKeyType == 'ssh-rsa') || sshRsaFirstByte < 0 || sshRsaLongEnough ? 'ok' : 'adminSshPublicKey: RSA keys must have 2048 bits or more (Azure refuses shorter ones): make an ed25519 key (ssh-keygen -t ed25519) or a longer RSA key (ssh-keygen -t rsa -b 4096), e.g. "ssh-ed25519 AAAA... you@host".'
-  namePrefix: length(namePrefix) >= 2 && length(namePrefix) <= 16 && contains(lowerCase, take(namePrefix, 1)) && !contains('${namePrefix}.', '-.') && empty(filter(range(0, length(namePrefix)), i => !contains('${lowerCase}${digits}-', substring(namePrefix, i, 1)))) ? 'ok' : 'namePrefix must be 2-16 lower-case letters, digits or \'-\', starting with a letter and not ending in \'-\', e.g. "ray".'
+  namePrefix: length(namePrefix) >= 2 && length(namePrefix) <= 16 && contains(lowerCase, take(namePrefix, 1)) && !contains('${namePrefix}.', '-.') && !contains(namePrefixChars, false) ? 'ok' : 'namePrefix must be 2-16 lower-case letters, digits or \'-\', starting with a letter and not ending in \'-\', e.g. "ray".'
   vnetAddressSpace: vnet.canonical && vnet.address % powersOfTwo[32 - vnet.prefix] == 0 && vnet.prefix >= 8 && vnet.prefix <= 28 ? 'ok' : 'vnetAddressSpace must be an IPv4 network address between /8 and /28 in canonical form (no leading zeros) whose host bits are zero, e.g. "10.42.0.0/16".'
   vnetAddressSpacePrivate: !vnet.canonical || !empty(filter(privateRanges, r => vnet.prefix >= r.prefix && vnet.address / powersOfTwo[32 - r.prefix] == r.address / powersOfTwo[32 - r.prefix])) ? 'ok' : 'vnetAddressSpace must lie in a private range, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or 100.64.0.0/10 (public ranges, loopback 127.0.0.0/8, link-local 169.254.0.0/16, multicast 224.0.0.0/4 and Azure\'s 168.63.129.16 are refused), e.g. "10.42.0.0/16".'
   subnetAddressPrefix: subnet.canonical && subnet.address % powersOfTwo[32 - subnet.prefix] == 0 && subnet.prefix >= 8 && subnet.prefix <= 28 ? 'ok' : 'subnetAddressPrefix must be an IPv4 network address between /8 and /28 in canonical form (no leading zeros) whose host bits are zero, e.g. "10.42.1.0/24".'
@@ -435,11 +457,11 @@ var check = {
   subnetInsideVnet: !(vnet.canonical && subnet.canonical) || subnet.prefix >= vnet.prefix && subnet.address / powersOfTwo[32 - vnet.prefix] == vnet.address / powersOfTwo[32 - vnet.prefix] ? 'ok' : 'subnetAddressPrefix (${subnetAddressPrefix}) must lie inside vnetAddressSpace (${vnetAddressSpace}), e.g. "10.42.1.0/24" in "10.42.0.0/16".'
   // Azure keeps 5 addresses of every subnet; the head and the Key Vault's private endpoint take two more.
   subnetRoom: !subnet.canonical || powersOfTwo[32 - subnet.prefix] - 7 >= workerMaxCount ? 'ok' : 'subnetAddressPrefix (${subnetAddressPrefix}) has room for ${powersOfTwo[32 - subnet.prefix] - 7} workers, fewer than workerMaxCount (${workerMaxCount}): use a larger subnet.'
-  adminUsername: length(adminUsername) >= 1 && length(adminUsername) <= 32 && contains('${lowerCase}_', take(adminUsername, 1)) && empty(filter(range(0, length(adminUsername)), i => !contains('${lowerCase}${digits}_-', substring(adminUsername, i, 1)))) ? 'ok' : 'adminUsername must be 1-32 lower-case letters, digits, \'_\' or \'-\', starting with a letter or \'_\', e.g. "azureuser".'
+  adminUsername: length(adminUsername) >= 1 && length(adminUsername) <= 32 && contains('${lowerCase}_', take(adminUsername, 1)) && !contains(adminUsernameChars, false) ? 'ok' : 'adminUsername must be 1-32 lower-case letters, digits, \'_\' or \'-\', starting with a letter or \'_\', e.g. "azureuser".'
   adminUsernameNotReserved: !contains(azureReservedUsernames, adminUsername) ? 'ok' : 'adminUsername must not be a name Azure reserves (admin, administrator, root, user, test, guest, ...): choose e.g. "azureuser".'
   adminUsernameNotSystem: !(take(adminUsername, 8) == 'systemd-' || take(adminUsername, 1) == '_' || contains(systemUsernames, adminUsername)) ? 'ok' : 'adminUsername must not be ray (the Ray service user: jobs run as ray, and the admin may sudo) nor an account or group the images already have (root, daemon, bin, sys, nobody, www-data, sudo, sshd, syslog, messagebus, ubuntu, debian, systemd-*, _*, ...): choose e.g. "azureuser".'
-  headVmSize: length(headVmSize) > 9 && take(toLower(headVmSize), 9) == 'standard_' && empty(filter(range(0, length(headVmSize)), i => !contains('${lowerCase}${digits}_-', toLower(substring(headVmSize, i, 1))))) ? 'ok' : 'headVmSize must be an Azure VM size such as "Standard_D4s_v5".'
-  workerVmSize: length(workerVmSize) > 9 && take(toLower(workerVmSize), 9) == 'standard_' && empty(filter(range(0, length(workerVmSize)), i => !contains('${lowerCase}${digits}_-', toLower(substring(workerVmSize, i, 1))))) ? 'ok' : 'workerVmSize must be an Azure VM size such as "Standard_D4s_v5".'
+  headVmSize: length(headVmSize) > 9 && length(headVmSize) <= 800 && take(toLower(headVmSize), 9) == 'standard_' && !contains(headVmSizeChars, false) ? 'ok' : 'headVmSize must be an Azure VM size such as "Standard_D4s_v5".'
+  workerVmSize: length(workerVmSize) > 9 && length(workerVmSize) <= 800 && take(toLower(workerVmSize), 9) == 'standard_' && !contains(workerVmSizeChars, false) ? 'ok' : 'workerVmSize must be an Azure VM size such as "Standard_D4s_v5".'
   workerCounts: workerMinCount <= workerDefaultCount && workerDefaultCount <= workerMaxCount ? 'ok' : 'worker counts must satisfy workerMinCount <= workerDefaultCount <= workerMaxCount (got ${workerMinCount} <= ${workerDefaultCount} <= ${workerMaxCount}).'
   cpuThresholds: scaleInCpuPercent < scaleOutCpuPercent ? 'ok' : 'scaleInCpuPercent (${scaleInCpuPercent}) must be below scaleOutCpuPercent (${scaleOutCpuPercent}), or autoscale flaps.'
   extraPipPackages: empty(filter(extraPipPackages, p => empty(p) || !empty(filter(unsafeCharacters, u => contains(p, u))))) ? 'ok' : 'extraPipPackages: each entry must be one requirement without spaces, single quotes or backslashes, e.g. "minigrid==3.0.0".'
@@ -499,7 +521,39 @@ var workerCloudInit = loadTextContent('../../cloud-init/rendered/worker.yaml')
 module checks 'modules/checks.bicep' = {
   name: '${namePrefix}-input-checks'
   params: {
-    results: map(items(check), rule => rule.value)
+    // Every rule of `check`, in its order (tests/unit/test_bicep_validations.py holds the
+    // two lists together).
+    results: [
+      check.location
+      check.allowedSshCidrsNotInternet
+      check.allowedSshCidrsCanonical
+      check.allowedSshCidrsNetworkAddress
+      check.allowedSshCidrsPrefixLength
+      check.allowedSshCidrsTotal
+      check.adminSshPublicKeyLine
+      check.adminSshPublicKeyData
+      check.adminSshPublicKeyRsaBits
+      check.namePrefix
+      check.vnetAddressSpace
+      check.vnetAddressSpacePrivate
+      check.subnetAddressPrefix
+      check.subnetAddressPrefixPrivate
+      check.subnetInsideVnet
+      check.subnetRoom
+      check.adminUsername
+      check.adminUsernameNotReserved
+      check.adminUsernameNotSystem
+      check.headVmSize
+      check.workerVmSize
+      check.workerCounts
+      check.cpuThresholds
+      check.extraPipPackages
+      check.extraPipPackagesNoOptions
+      check.extraPipPackagesLength
+      check.pipIndexUrl
+      check.torchIndexUrl
+      check.aptSource
+    ]
   }
 }
 

@@ -19,6 +19,7 @@ read main.bicep.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,6 +238,7 @@ class Parser:
                 stmt["value"] = self.expression()
             else:
                 raise BicepError(f"line {tok.line}: unsupported statement {keyword!r}")
+            stmt["end"] = self.peek().line
             found.append(stmt)
 
     def arguments(self) -> list[Any]:
@@ -798,6 +800,18 @@ class Compiler:
                     names.append(item[1])
         return [f"[{self.resource_id(n)}]" for n in names]
 
+    def skips(self, stmt: dict[str, Any]) -> list[str]:
+        """The ``// checkov:skip=ID:reason`` comments of a resource's body, which checkov's ARM
+        framework reads from the resource's ``metadata.checkov`` (``bicep build`` drops
+        comments: the workflow's comparison leaves these out)."""
+        lines = self.path.read_text().splitlines()
+        found = []
+        for line in lines[stmt["line"] : stmt["end"]]:
+            m = re.match(r"\s*// (checkov:skip=[A-Z0-9_]+:.+)$", line)
+            if m:
+                found.append(m.group(1))
+        return found
+
     def resource(self, stmt: dict[str, Any]) -> dict[str, Any]:
         symbol = self.symbols[stmt["name"]]
         body = stmt["value"]
@@ -822,6 +836,9 @@ class Compiler:
         deps = self.depends_on(("object", [(k, v) for k, v in body[1] if k != "name"]), set())
         if deps:
             res["dependsOn"] = deps
+        skips = self.skips(stmt)
+        if skips:
+            res["metadata"] = {"checkov": skips}
         return res
 
     def module(self, stmt: dict[str, Any]) -> dict[str, Any]:

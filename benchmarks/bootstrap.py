@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -47,7 +48,7 @@ def anchor_documents(out: Path) -> Path:
         doc = yaml.safe_load((render.rendered_dir() / f"{role}.yaml").read_text())
         script = next(f for f in doc["write_files"] if f["path"] == BOOTSTRAP)
         text = script["content"]
-        start = text.index('"$VENV/bin/pip" install')
+        start = text.index('retry "$VENV/bin/pip" install')
         end = text.index("phase start_ray")
         # The head's own tools (TensorBoard) as the render config lists them, for both methods.
         head_tools = render.load_config()["head_packages"] if role == "head" else []
@@ -112,6 +113,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["cold", "warm", "anchor"], action="append")
     args = ap.parse_args()
+    if os.geteuid() != 0:
+        print(
+            "benchmarks/bootstrap.py needs root (it boots rehearsal clusters): sudo "
+            ".venv/bin/python benchmarks/bootstrap.py",
+            file=sys.stderr,
+        )
+        return 2
     wanted = args.only or ["cold", "warm", "anchor"]
     report: dict = {"benchmark": "bootstrap", "workers": 1}
 
@@ -121,12 +129,11 @@ def main() -> int:
     docs = {r: (render.rendered_dir() / f"{r}.yaml").read_text() for r in render.ROLES}
     from nodekit.rehearsal.image import document_requirements
 
-    packages, reqs = document_requirements(docs)
+    needs = document_requirements(docs)
     cache.cache.ensure_rootfs(print)
-    cache.cache.ensure_apt_repo(packages, print)
-    torch = next(r for r in reqs if r.startswith("torch=="))
+    torch = next(r for r in needs.requirements if r.startswith("torch=="))
     torch_index = render.deploy_value_defaults()["TORCH_INDEX_URL"]
-    cache.cache.ensure_wheelhouse(reqs, torch, torch_index, print)
+    cache.cache.ensure_torch(torch, torch_index, print)
     report["host_caches_s"] = round(time.monotonic() - t, 1)
 
     if "cold" in wanted:

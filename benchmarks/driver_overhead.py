@@ -86,6 +86,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=5, help="measured repetitions per side (default 5)")
     args = p.parse_args()
+    if os.geteuid() != 0 or shutil.which("sshd", path="/usr/sbin:/usr/bin") is None:
+        print(
+            "benchmarks/driver_overhead.py needs root and openssh-server (a test head in a "
+            "network namespace): sudo .venv/bin/python benchmarks/driver_overhead.py",
+            file=sys.stderr,
+        )
+        return 2
 
     scratch = Path(tempfile.mkdtemp(prefix="raydrv-bench-"))
     head = HeadHost(scratch / "head").start(ray=True)

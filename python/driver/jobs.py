@@ -193,6 +193,24 @@ class LogStream:
         self.written += len(new)
 
 
+_EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception): .+$")
+
+
+def server_error(text: str) -> str:
+    """What the Jobs API's answer says went wrong, on one line.
+
+    A failure inside the dashboard comes back as HTTP 500 with the whole Python traceback
+    ("Job with submission_id X already exists" is its last line); keep the status and that line.
+    """
+    if "Traceback (most recent call last)" not in text:
+        return one_line(text, 400)
+    head = text.split("Traceback (most recent call last)")[0].strip().rstrip(":")
+    lines = [ln for ln in text.splitlines() if _EXCEPTION_LINE.match(ln)]
+    if not lines:
+        return one_line(text, 400)
+    return one_line(f"{head}: {lines[-1].strip()}" if head else lines[-1], 400)
+
+
 class JobsClient:
     """Talk to one cluster's Jobs API at ``address`` (``http://127.0.0.1:PORT``).
 
@@ -215,6 +233,7 @@ class JobsClient:
         self.address = address
         self.where = where or address
         self.timeout = timeout
+        self.token = token
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
             self._client = BoundedClient(address, headers=dict(self._headers))
@@ -243,7 +262,8 @@ class JobsClient:
             if "does not exist" in text or "404" in text:
                 raise DriverError(f"{what}: no such job on {self.where}", EXIT_USAGE) from None
             raise DriverError(
-                f"{what}: the Jobs API of {self.where} answered: {text}", EXIT_USAGE
+                f"{what}: the Jobs API of {self.where} answered: {server_error(str(e))}",
+                EXIT_USAGE,
             ) from None
 
     # -- working directory -----------------------------------------------------------------
@@ -324,6 +344,17 @@ class JobsClient:
     def info(self, submission_id: str) -> JobInfo:
         return _info(self._call(f"job {submission_id}", self._client.get_job_info, submission_id))
 
+    def find(self, submission_id: str) -> JobInfo | None:
+        """The job's info, or None when the cluster has no job with this submission id."""
+        try:
+            return self.info(submission_id)
+        except ConnectionLost:
+            raise
+        except DriverError as e:
+            if "no such job" in str(e):
+                return None
+            raise
+
     def env_var(self, submission_id: str, name: str) -> str | None:
         """An environment variable the job was submitted with (its runtime_env), or None."""
         details = self._call(f"job {submission_id}", self._client.get_job_info, submission_id)
@@ -368,7 +399,10 @@ class JobsClient:
                 while True:
                     done, _ = await asyncio.wait({task}, timeout=poll)
                     if done:
-                        return None  # the stream ended: the status below says how
+                        # The stream ended (or broke: a lost connection shows in the status
+                        # below). Retrieve its error, or asyncio logs it as a traceback.
+                        task.exception()
+                        return None
                     info = await loop.run_in_executor(None, self.info, submission_id)
                     stream.status = info.status
                     if info.status in TERMINAL:
@@ -376,10 +410,13 @@ class JobsClient:
                             await asyncio.wait_for(asyncio.shield(task), grace)
                         return info
             finally:
+                # Cancel the stream if it still runs, and retrieve its end either way: a stream
+                # that broke while the status call was failing would otherwise be reported by
+                # asyncio as "Task exception was never retrieved", a traceback after our error.
                 if not task.done():
                     task.cancel()
-                    with contextlib.suppress(BaseException):
-                        await task
+                with contextlib.suppress(BaseException):
+                    await task
 
         try:
             final = asyncio.run(follow())

@@ -37,6 +37,11 @@ TOKEN_FILE = f"{CONFIG_DIR}/cluster-token"
 VENV_DIR = "/opt/ray-cluster/venv"
 STATE_DIR = "/var/lib/ray-cluster"
 READY_MARKER = f"{STATE_DIR}/ready"
+RAY_STOP_DRAIN_S = 5
+"""How long a stopping Ray node drains before it ends its processes (Ray's
+RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S, 30 by default). RLlib's env runners never finish, so the
+default would add 30 s to every stop; a worker told of its removal has already been drained by
+the scheduled-events watcher with the notice's own deadline."""
 """Written once the node's Ray is up (and, on the head, answering); holds a JSON status."""
 FAILED_MARKER = f"{STATE_DIR}/failed"
 """Written when the bootstrap gave up; holds the reason on one line."""

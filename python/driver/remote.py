@@ -31,6 +31,8 @@ from driver.settings import DEFAULT_READY_TIMEOUT_S, DEFAULT_RECONNECT_TIMEOUT_S
 from driver.ssh import AccessDenied, SshOptions, SshSession
 
 READY_POLL_S = 3.0
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+"""Changes with every boot: a readiness marker names the boot it was written in."""
 PROGRESS_EVERY_S = 30.0
 
 
@@ -71,24 +73,33 @@ def wait_until_ready(
                 "whole log is /var/log/cloud-init-output.log on the head)"
             )
         ready = session.read_text(layout.READY_MARKER)
+        stale = ""
         if ready is not None:
             try:
                 status = json.loads(ready) if ready.strip() else {}
             except ValueError:
                 status = {"raw": ready.strip()[:200]}
-            return ReadyState(
-                status if isinstance(status, dict) else {}, time.monotonic() - started
-            )
-        ci = cloud_init_status(session)
+            status = status if isinstance(status, dict) else {}
+            marker_boot = status.get("boot_id")
+            this_boot = (session.read_text(BOOT_ID) or "").strip() if marker_boot else ""
+            if not marker_boot or marker_boot == this_boot:
+                return ReadyState(status, time.monotonic() - started)
+            # Written before the head last restarted: Ray is coming back; wait for the new one.
+            stale = "the head restarted and Ray is coming back"
+        ci = stale or f"cloud-init: {cloud_init_status(session)}"
         elapsed = time.monotonic() - started
         if elapsed >= timeout:
             raise DriverError(
                 f"the head {session.head.endpoint} is not ready after {timeout:.0f} s: expected "
-                f"{layout.READY_MARKER}, found none (cloud-init: {ci}) — still bootstrapping? "
+                f"{layout.READY_MARKER} of this boot, found none ({ci}) — still bootstrapping? "
                 "Raise --ready-timeout, or look at /var/log/cloud-init-output.log there with "
                 "`python -m driver ssh`"
             )
-        message = f"waiting for the head to finish bootstrapping (cloud-init: {ci})"
+        message = (
+            f"waiting for Ray on the head ({ci})"
+            if stale
+            else f"waiting for the head to finish bootstrapping ({ci})"
+        )
         now = time.monotonic()
         if message != said or now - said_at >= PROGRESS_EVERY_S:
             progress(f"{message}; {elapsed:.0f} s of at most {timeout:.0f} s")

@@ -158,6 +158,14 @@ def register_rehearse(verbs: Any) -> None:
         help="seconds to wait for the new workers (default: 1800)",
     )
     add.set_defaults(func=cmd_rehearse_add_worker)
+    for verb, what in (
+        ("reboot", "Reboot one node, as `sudo reboot` on a VM (it boots again)."),
+        ("poweroff", "Power one node off, as a VM switched off or lost (it stays down)."),
+    ):
+        power = actions.add_parser(verb, help=what)
+        power.add_argument("--name", default="rehearsal")
+        power.add_argument("--node", required=True, help="head, worker-1, worker-2, ...")
+        power.set_defaults(func=cmd_rehearse_power, power=verb)
     down = actions.add_parser("down", help="Remove every container, namespace, mount and file.")
     down.add_argument("--name", default="rehearsal")
     down.add_argument("--subnet", default=DEFAULT_SUBNET)
@@ -202,6 +210,15 @@ def cmd_rehearse_add_worker(args: argparse.Namespace) -> int:
     assert state is not None  # add_workers refuses a cluster without state
     for node in nodes:
         print(f"{node.name}: {state.admin_user}@{node.ip}")
+    return EXIT_OK
+
+
+def cmd_rehearse_power(args: argparse.Namespace) -> int:
+    from nodekit.rehearsal.cluster import Rehearsal
+
+    r = Rehearsal(args.name)
+    getattr(r, args.power)(args.node)
+    say(f"rehearsal node {args.node}: {'rebooted' if args.power == 'reboot' else 'powered off'}")
     return EXIT_OK
 
 

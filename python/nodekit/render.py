@@ -14,6 +14,8 @@ deploy time with ``replace()``, and :func:`fill` does the same for the rehearsal
 from __future__ import annotations
 
 import base64
+import gzip
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -30,7 +32,7 @@ from driver.yamlfile import load_mapping
 
 DISTRIBUTION = "azure-ray-rl"
 ROLES = ("head", "worker")
-CLUSTER_PACKAGES = ("ray", "torch", "gymnasium")
+CLUSTER_PACKAGES = ("ray", "torch", "gymnasium", "pillow")
 """The pinned packages every node installs, at exactly the driver's versions."""
 CUSTOM_DATA_LIMIT = 87_380
 """Azure's limit on custom data, in base64 characters."""
@@ -39,7 +41,17 @@ PLACEHOLDER = "@@DEPLOY_VALUES@@"
 PLACEHOLDER_RE = re.compile(r"@@([A-Z][A-Z0-9_]*)@@")
 DEPLOY_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 REQUIREMENTS_PATH = f"{layout.CONFIG_DIR}/requirements.txt"
+LOCK_PATH = f"{layout.CONFIG_DIR}/requirements.lock"
+"""On the nodes: every package of the environment, pinned, with the hashes of its files."""
+LOCK_FILE = "node-lock.txt"
+"""In cloud-init/: the lock, written by scripts/lock_nodes.py from :func:`lock_inputs`."""
+LOCK_PYTHONS = ("3.10", "3.11", "3.12")
+"""Python versions the lock holds files for: the images' (Ubuntu 22.04, Debian 12, Ubuntu 24.04)."""
+LOCK_DIGEST_RE = re.compile(r"^# inputs: ([0-9a-f]{64})$", re.M)
 NODE_CHECK_PATH = "/usr/local/lib/ray-cluster/node_check.py"
+SCHEDULED_EVENTS_PATH = "/usr/local/lib/ray-cluster/scheduled_events.py"
+NODE_MODULES = ("scheduled_events",)
+"""Modules of :mod:`nodekit.node` embedded in the documents, read from this package."""
 READY_TIMEOUT_S = 1800
 TOKEN_TIMEOUT_S = 1200
 """How long a node keeps trying to read the cluster token (role assignments take minutes)."""
@@ -164,6 +176,104 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
     return config
 
 
+# -- the nodes' environment -----------------------------------------------------------------
+WORKLOADS_EXTRA = "workloads"
+"""pyproject.toml's extra with the packages the examples' jobs import: declared once, installed
+by the dev extra (tests) and on every node."""
+
+
+def workload_pins() -> list[str]:
+    """The ``workloads`` extra's requirements, as written in pyproject.toml (each pinned ==)."""
+    from packaging.requirements import Requirement
+
+    try:
+        requires = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        raise DriverError(f"{DISTRIBUTION} is not installed: pip install -e .") from None
+    pins = []
+    for text in requires:
+        req = Requirement(text)
+        if req.marker is None or not req.marker.evaluate({"extra": WORKLOADS_EXTRA}):
+            continue
+        if req.marker.evaluate({"extra": ""}):
+            continue  # not extra-specific: a platform marker only
+        specs = list(req.specifier)
+        if len(specs) != 1 or specs[0].operator != "==":
+            raise DriverError(f"pyproject.toml must pin {req.name} exactly (==), got {text!r}")
+        req.marker = None
+        pins.append(str(req))
+    return pins
+
+
+def node_requirements(config: dict[str, Any]) -> list[str]:
+    """What every node installs: the cluster pins, the examples' packages (the ``workloads``
+    extra), the environment packages and the head's tools (one set for every role, so head and
+    workers run identical versions)."""
+    return [
+        *cluster_pins().requirements,
+        *workload_pins(),
+        *config["env_packages"],
+        *config["head_packages"],
+    ]
+
+
+def lock_inputs(config: dict[str, Any]) -> list[str]:
+    """The requirements the lock resolves: the nodes' own, with torch replaced by its runtime
+    dependencies (torch itself comes from PyTorch's index, --no-deps, by exact version)."""
+    from packaging.requirements import Requirement
+
+    pins = cluster_pins()
+    try:
+        installed = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        raise DriverError("torch is not installed: its dependencies go into the lock") from None
+    if installed.split("+")[0] != pins.versions["torch"]:
+        raise DriverError(f"installed torch {installed} is not the pinned {pins.versions['torch']}")
+    torch_deps = [
+        str(req)
+        for text in importlib.metadata.requires("torch") or []
+        if (req := Requirement(text)).marker is None or "extra" not in str(req.marker)
+    ]
+    own = [r for r in node_requirements(config) if Requirement(r).name != "torch"]
+    return sorted(set(own) | set(torch_deps), key=str.lower)
+
+
+def lock_digest(inputs: list[str]) -> str:
+    """What the lock was made from: its inputs and the Pythons it covers."""
+    text = "\n".join([*inputs, *LOCK_PYTHONS])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def gzip_b64(text: str) -> str:
+    """cloud-init's ``encoding: gz+b64``, byte-stable (no timestamp) for golden files."""
+    return base64.b64encode(gzip.compress(text.encode(), 9, mtime=0)).decode()
+
+
+def document_files(text: str) -> dict[str, str]:
+    """A rendered document's write_files as ``{path: content}``, decoded as cloud-init does
+    (``b64``, ``gz+b64``); the placeholder's file, not yet filled, stays as it is."""
+    files = {}
+    for entry in yaml.safe_load(text).get("write_files", []):
+        content = entry.get("content", "")
+        encoding = entry.get("encoding", "")
+        if content != PLACEHOLDER and encoding in ("b64", "base64"):
+            content = base64.b64decode(content).decode()
+        elif encoding in ("gz+b64", "gzip+base64"):
+            content = gzip.decompress(base64.b64decode(content)).decode()
+        files[entry["path"]] = content
+    return files
+
+
+def read_lock() -> str:
+    path = cloud_init_dir() / LOCK_FILE
+    try:
+        return path.read_text()
+    except OSError:
+        raise DriverError(
+            f"no {path}: run `.venv/bin/python scripts/lock_nodes.py` to write it"
+        ) from None
+
+
 # -- rendering -----------------------------------------------------------------------------
 def render(config: dict[str, Any] | None = None) -> dict[str, str]:
     """Return ``{"head.yaml": text, "worker.yaml": text}``."""
@@ -180,18 +290,25 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         comment_start_string="{##",
         comment_end_string="##}",
     )
+    env.filters["gzip_b64"] = gzip_b64
     out: dict[str, str] = {}
+    requirements = node_requirements(config)
+    lock = read_lock()
     for role in ROLES:
-        requirements = [*pins.requirements, *config["env_packages"]]
-        if role == "head":
-            requirements += config["head_packages"]
         text = env.get_template(f"{role}.yaml.j2").render(
             role=role,
             layout=layout,
             versions=pins.versions,
             requirements=requirements,
             requirements_path=REQUIREMENTS_PATH,
+            lock=lock,
+            lock_path=LOCK_PATH,
+            lock_pythons=LOCK_PYTHONS,
             node_check_path=NODE_CHECK_PATH,
+            scheduled_events_path=SCHEDULED_EVENTS_PATH,
+            node_modules={
+                m: (Path(__file__).parent / "node" / f"{m}.py").read_text() for m in NODE_MODULES
+            },
             ready_timeout_s=READY_TIMEOUT_S,
             token_timeout_s=TOKEN_TIMEOUT_S,
             placeholder=PLACEHOLDER,

@@ -4,12 +4,20 @@ head, the Jobs API through the tunnel, env runners on the worker nodes, results 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+import ray
 
 from rehearsal_cluster import RehearsalCluster
-from support import run_driver
+from support import REPO, run_driver
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
 
@@ -79,3 +87,138 @@ def test_cartpole_trains_on_the_workers_and_download_brings_the_checkpoint_back(
     total = len([p for p in local.rglob("*") if p.is_file()])
     assert f"Downloaded {total} files" in r.stderr, r.stderr
     assert "Downloaded 0 files (0 B)" in again.stderr and f"; {total} already there" in again.stderr
+
+
+def _cluster(rehearsal: RehearsalCluster) -> list[str]:
+    return ["--head", rehearsal.head, "-i", str(rehearsal.ssh_key)]
+
+
+def test_rllibs_own_example_trains_to_its_target_with_two_env_runners(
+    rehearsal: RehearsalCluster, tmp_path: Path
+) -> None:
+    """RLlib's custom_gym_env.py, taken unchanged from the installed Ray wheel (its algorithm
+    registry needs Pillow, which the nodes now have), reaches its default target (--as-test
+    fails the job otherwise) with two env runners on the workers."""
+    example = Path(ray.__file__).parent / "rllib" / "examples" / "envs" / "custom_gym_env.py"
+    job = tmp_path / "rllib-example"
+    job.mkdir()
+    shutil.copy(example, job / "custom_gym_env.py")
+    r = run_driver(
+        "submit",
+        *_cluster(rehearsal),
+        "--submission-id",
+        "rllib-custom-env",
+        str(job / "custom_gym_env.py"),
+        "--",
+        "--as-test",
+        "--num-env-runners",
+        "2",
+        home=tmp_path / "home",
+        timeout=2400,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "`env_runners/episode_return_mean` of 0.9 reached!" in r.stdout
+
+
+def test_a_pip_package_not_in_the_image_comes_through_the_mirror_and_exec_runs_rays_cli(
+    rehearsal: RehearsalCluster, tmp_path: Path
+) -> None:
+    job = tmp_path / "cow"
+    job.mkdir()
+    (job / "main.py").write_text("import cowsay\nprint(cowsay.get_output_string('cow', 'moo'))\n")
+    home = tmp_path / "home"
+    code, _, _ = rehearsal.ssh(rehearsal.head_ip, "/opt/ray-cluster/venv/bin/pip show cowsay")
+    assert code != 0  # not in the nodes' environment
+    r = run_driver(
+        "submit",
+        *_cluster(rehearsal),
+        "--submission-id",
+        "pip-cowsay",
+        "--pip",
+        "cowsay==6.1",
+        str(job),
+        home=home,
+        timeout=1200,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "moo" in r.stdout
+    cached = list(
+        (rehearsal.dir.parents[1] / "cache" / "mirrors" / rehearsal.name / "pypi").rglob(
+            "cowsay-6.1*"
+        )
+    )
+    assert cached, "the node's pip did not go through the rehearsal's PyPI mirror"
+    # Ray's own CLI through the tunnel, the token only in its environment.
+    listed = run_driver(
+        "exec",
+        *_cluster(rehearsal),
+        "--",
+        str(Path(sys.executable).parent / "ray"),
+        "job",
+        "list",
+        home=home,
+        timeout=300,
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert "submission_id='pip-cowsay'" in listed.stdout + listed.stderr
+    assert rehearsal.token not in listed.stdout + listed.stderr
+
+
+def test_tensorboard_answers_through_the_tunnel_and_shows_the_jobs_run(
+    rehearsal: RehearsalCluster, tmp_path: Path
+) -> None:
+    job = tmp_path / "tb"
+    job.mkdir()
+    (job / "main.py").write_text(
+        "import os\n"
+        "from torch.utils.tensorboard import SummaryWriter\n"
+        "w = SummaryWriter(os.path.join(os.environ['RAYDRIVER_RESULTS_DIR'], 'tb'))\n"
+        "for step in range(5):\n"
+        "    w.add_scalar('episode_return_mean', 10.0 * step, step)\n"
+        "w.close()\n"
+    )
+    home = tmp_path / "home"
+    r = run_driver(
+        "submit",
+        *_cluster(rehearsal),
+        "--submission-id",
+        "tb-run",
+        str(job),
+        home=home,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "driver", "dashboard", *_cluster(rehearsal)],
+        cwd=REPO,
+        env={**os.environ, "RAYDRIVER_HOME": str(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        urls = {}
+        while len(urls) < 2:
+            line = proc.stdout.readline() if proc.stdout else ""
+            assert line, proc.stderr.read() if proc.stderr else "dashboard ended"
+            name, _, rest = line.partition(": ")
+            urls[name] = rest.split()[0]
+        assert "not running" not in line
+        deadline = time.monotonic() + 120  # TensorBoard rescans its folder every 30 s
+        runs: dict = {}
+        while "tb-run/tb" not in runs:
+            assert time.monotonic() < deadline, runs
+            time.sleep(3)
+            with urllib.request.urlopen(f"{urls['TensorBoard']}/data/runs", timeout=10) as resp:
+                runs = dict.fromkeys(json.loads(resp.read()))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+
+
+def test_containers_resolve_localhost_and_their_own_name(rehearsal: RehearsalCluster) -> None:
+    code, out, err = rehearsal.ssh(
+        rehearsal.head_ip, "getent hosts localhost && getent hosts $(hostname)"
+    )
+    assert code == 0, err
+    assert "127.0.0.1" in out or "::1" in out

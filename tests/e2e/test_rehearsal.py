@@ -309,12 +309,7 @@ def test_a_worker_refuses_a_head_with_another_python(
     rehearsal: RehearsalCluster, tmp_path: Path
 ) -> None:
     """The preflight every worker runs before joining, run from this machine's own Python."""
-    files = {
-        f["path"]: f["content"]
-        for f in yaml.safe_load((REPO / "cloud-init/rendered/worker.yaml").read_text())[
-            "write_files"
-        ]
-    }
+    files = render.document_files((REPO / "cloud-init/rendered/worker.yaml").read_text())
     check = tmp_path / "node_check.py"
     check.write_text(files[render.NODE_CHECK_PATH])
     token = tmp_path / "token"
@@ -372,7 +367,7 @@ def test_down_cleans_up_after_a_failed_up(rehearsal: RehearsalCluster) -> None:
                 "--workers",
                 "1",
                 "--subnet",
-                "10.215.0.0/24",
+                "10.219.0.0/24",
                 "--http-port",
                 str(port),
             ],
@@ -385,13 +380,13 @@ def test_down_cleans_up_after_a_failed_up(rehearsal: RehearsalCluster) -> None:
     finally:
         busy.close()
     assert up.returncode == 2
-    assert error_lines(up.stderr)[-1].startswith("error: the package server on 10.215.0.1")
+    assert error_lines(up.stderr)[-1].startswith("error: the package server on 10.219.0.1")
     from nodekit.rehearsal.cluster import Rehearsal
 
     cluster_dir = Rehearsal("rhfail").dir
     assert leftovers("rhfail", cluster_dir) != []  # the failed up did leave something
     down = subprocess.run(
-        [*cmd, "down", "--name", "rhfail", "--subnet", "10.215.0.0/24"],
+        [*cmd, "down", "--name", "rhfail", "--subnet", "10.219.0.0/24"],
         capture_output=True,
         text=True,
         timeout=600,

@@ -28,8 +28,9 @@ vault: 403 ``{"error": {"code": "Forbidden", "message": ..., "innererror": {"cod
 
 Tokens are HMAC-signed by a key both fakes read from their state folders, so the vault accepts
 exactly what the IMDS issued. Each server keeps its state in a folder a test (or the rehearsal
-cluster) reads and writes: ``config.json``, ``events.json``, ``faults.json`` (make a path answer
-with a status, a non-JSON body or a delay), and ``requests.jsonl``/``acks.jsonl`` (what arrived).
+cluster) reads and writes: ``config.json``, ``events.json``, ``faults.json`` (make a path, or
+``"POST /path"``, answer with a status, a non-JSON body or a delay), and
+``requests.jsonl``/``acks.jsonl`` (what arrived).
 
 Run one as a process (the rehearsal cluster starts an IMDS inside each node's network namespace
 and one Key Vault on its bridge)::
@@ -194,7 +195,8 @@ class _Server:
                 "authorization": bool(h.headers.get("Authorization")),
             },
         )
-        fault = self.state.read("faults.json", {}).get(url.path)
+        faults = self.state.read("faults.json", {})
+        fault = faults.get(f"{method} {url.path}", faults.get(url.path))
         if isinstance(fault, dict):
             time.sleep(float(fault.get("delay", 0)))
             if "status" in fault or "body" in fault:

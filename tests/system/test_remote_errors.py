@@ -5,6 +5,7 @@ so the shared Ray head is never disturbed."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -199,7 +200,7 @@ def test_head_never_ready_fails_after_the_bound(
     elapsed = time.monotonic() - started
     line = one_error(r)
     assert line.startswith(f"error: the head {head.ip}:22 is not ready after ")
-    assert "expected /var/lib/ray-cluster/ready, found none (cloud-init: " in line
+    assert "expected /var/lib/ray-cluster/ready of this boot, found none (cloud-init: " in line
     assert "waiting for the head to finish bootstrapping (cloud-init: " in r.stderr
     assert 4 <= elapsed < 60
     # The same bound from the environment.
@@ -207,6 +208,23 @@ def test_head_never_ready_fails_after_the_bound(
         "list", *head.cli_args, home=home, env={**driver_env(home), "RAYDRIVER_READY_TIMEOUT": "0"}
     )
     assert "is not ready after 0 s" in one_error(r)
+
+
+def test_a_marker_from_an_earlier_boot_is_waited_past(
+    make_head_host: Callable[[], HeadHost], tmp_path: Path
+) -> None:
+    """After the head restarts, its readiness marker still stands but names the earlier boot:
+    the driver waits for the one of this boot instead of talking to a Ray that is not back."""
+    head = make_head_host()
+    home = _home(tmp_path, head)
+    head.ready_marker.write_text(json.dumps({"role": "head", "boot_id": "an-earlier-boot"}))
+    r = drive(home, "ssh", *head.cli_args, "--ready-timeout", "3", "--", "true")
+    assert r.returncode == 0  # ssh does not wait for Ray
+    r = drive(home, "list", *head.cli_args, "--ready-timeout", "4")
+    line = one_error(r)
+    assert "is not ready after 4 s" in line
+    assert "(the head restarted and Ray is coming back)" in line
+    assert "waiting for Ray on the head (the head restarted and Ray is coming back)" in r.stderr
 
 
 def test_failed_bootstrap_fails_fast_with_its_reason(

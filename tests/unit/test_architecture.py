@@ -73,6 +73,14 @@ def test_the_toolkit_uses_only_the_shared_modules_of_the_client() -> None:
     assert used <= SHARED, used - SHARED
 
 
+def test_code_that_runs_on_the_nodes_imports_nothing_of_ours() -> None:
+    """nodekit.node's modules are copied onto the nodes alone: no driver, no nodekit there."""
+    graph = import_graph()
+    node_modules = [m for m in graph if m.startswith("nodekit.node.")]
+    assert node_modules
+    assert {m: sorted(graph[m]) for m in node_modules if graph[m]} == {}
+
+
 def test_no_import_cycles() -> None:
     graph = import_graph()
     cycles: list[list[str]] = []

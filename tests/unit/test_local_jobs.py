@@ -110,6 +110,21 @@ def test_no_wait_status_logs_stop_list(driver_home: Path) -> None:
     assert run_driver("logs", "sleep-1", "--follow", home=driver_home).returncode == 1
 
 
+def test_a_submission_id_in_use_is_refused_before_uploading(driver_home: Path) -> None:
+    r = run_driver(
+        "submit", "--submission-id", "twice-1", str(JOBS / "succeed.py"), home=driver_home
+    )
+    assert r.returncode == 0, r.stderr
+    r = run_driver(
+        "submit", "--submission-id", "twice-1", str(JOBS / "succeed.py"), home=driver_home
+    )
+    assert r.returncode == 2
+    lines = error_lines(r.stderr)
+    assert lines[-1].startswith("error: local Ray (http://127.0.0.1:"), lines
+    assert "already has a job twice-1 (SUCCEEDED): give another --submission-id" in lines[-1]
+    assert not any(ln.startswith("Uploading") for ln in lines), lines
+
+
 def test_unknown_job_id_exits_2(driver_home: Path) -> None:
     run_driver("local", "start", home=driver_home)
     r = run_driver("status", "no-such-job", home=driver_home)

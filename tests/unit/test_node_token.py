@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from fakes.azure_node import (
     FakeImds,
@@ -88,8 +87,9 @@ def azure(tmp_path: Path) -> Iterator[Azure]:
     ca, cert, cert_key = tls_certificate(tmp_path / "tls", "127.0.0.1")
     vault = FakeKeyVault(tmp_path / "vault", cert, cert_key)
     vault.state.write("config.json", vault_config(key, [CLIENT_ID], {SECRET: token}))
-    doc = yaml.safe_load((REPO / "cloud-init" / "rendered" / "worker.yaml").read_text())
-    source = next(f["content"] for f in doc["write_files"] if f["path"] == render.NODE_CHECK_PATH)
+    source = render.document_files((REPO / "cloud-init" / "rendered" / "worker.yaml").read_text())[
+        render.NODE_CHECK_PATH
+    ]
     node_check = tmp_path / "node_check.py"
     node_check.write_text(source)
     imds.start()

@@ -64,13 +64,14 @@ def test_a_subnet_overlapping_a_host_route_is_refused() -> None:
 
 def test_document_requirements_come_from_the_rendered_documents() -> None:
     docs = {r: (REPO / "cloud-init" / "rendered" / f"{r}.yaml").read_text() for r in render.ROLES}
-    packages, reqs = document_requirements(docs)
+    needs = document_requirements(docs)
     config = render.load_config()
-    assert packages == sorted(config["os_packages"])
+    assert needs.os_packages == sorted(config["os_packages"])
     for pin in render.cluster_pins().requirements:
-        assert pin in reqs
-    assert f"uv=={config['uv_version']}" in reqs
-    assert set(config["head_packages"]) <= set(reqs)
+        assert pin in needs.requirements
+    assert f"uv=={config['uv_version']}" in needs.requirements
+    assert set(config["head_packages"]) <= set(needs.requirements)
+    assert needs.lock == (REPO / "cloud-init" / "node-lock.txt").read_text()
 
 
 def test_simple_index_is_one_pip_can_install_from(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """``python -m driver``: submit RLlib jobs to a Ray cluster and bring the results back.
 
 A thin layer: each verb is one function in the module of its group (:mod:`.jobs`,
-:mod:`.cluster`, :mod:`.local`), registered next to its parser; shared options live in
-:mod:`.options` and everything shown to a person in :mod:`.output`. The work is done by the
+:mod:`.cluster`, :mod:`.local`, :mod:`.results`), registered next to its parser; shared options
+live in :mod:`.options` and everything shown to a person in :mod:`.output`. The work is done by the
 library modules they call, which never print. This module maps errors to exit codes.
 """
 
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from driver import __version__
-from driver.cli import cluster, jobs, local, node
+from driver.cli import cluster, jobs, local, node, results
 from driver.cli.options import EPILOG, Parser
 from driver.cli.output import PROG, say
 from driver.errors import DriverError, run_main
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.register(verbs)
     local.register(verbs)
     node.register(verbs)
+    results.register(verbs)
     return parser
 
 
@@ -65,7 +66,9 @@ def _dispatch(argv: list[str]) -> int:
     own, trailing = _split_trailing(argv)
     args = build_parser().parse_args(own)
     if trailing and not getattr(args, "trailing_args", False):
-        raise DriverError(f"{PROG} {args.verb}: arguments after `--` are only for submit and ssh")
+        raise DriverError(
+            f"{PROG} {args.verb}: arguments after `--` are only for submit, ssh and exec"
+        )
     args.trailing = trailing
     return int(args.func(args))
 

@@ -42,6 +42,19 @@ def register(verbs: Verbs) -> None:
 
     p = verb(
         verbs,
+        "exec",
+        "Run a local command with the cluster's Jobs API in its environment (after `--`).",
+        "Open the way to the cluster (the SSH tunnel, or local Ray) and run COMMAND here with "
+        "RAY_ADDRESS and RAY_API_SERVER_ADDRESS pointing at the Jobs API and the cluster token "
+        "in RAY_AUTH_TOKEN (RAY_AUTH_MODE=token): Ray's own CLI and SDK work as they are, e.g. "
+        "`exec -- ray job list`, `exec -- ray job submit --working-dir . -- python x.py`, "
+        "`exec -- jupyter lab`. The token exists only in that command's environment: never "
+        "on disk, never printed. Exits with the command's exit code.",
+    )
+    p.set_defaults(func=cmd_exec, trailing_args=True)
+
+    p = verb(
+        verbs,
         "use",
         "Save (or show, or forget) the cluster the other commands use by default.",
         "Remember the given cluster options (and -i) in the driver's profile, so later "
@@ -107,6 +120,38 @@ def cmd_ssh(args: argparse.Namespace) -> int:
     command = " ".join(args.trailing) if args.trailing else None
     with open_cluster(args) as cluster:
         return cluster.shell(command, sys.stdin, sys.stdout, sys.stderr)
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    import os
+    import signal
+    import subprocess
+
+    if not args.trailing:
+        raise DriverError(f"exec needs a command after `--`, e.g. {PROG} exec -- ray job list")
+    with open_cluster(args) as cluster:
+        client = cluster.jobs()
+        env = {
+            **os.environ,
+            "RAY_ADDRESS": client.address,
+            "RAY_API_SERVER_ADDRESS": client.address,
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": client.token or "",
+        }
+        env.pop("RAY_AUTH_TOKEN_PATH", None)  # the token above, not a file of another cluster
+        say(
+            f"{cluster.description}: Jobs API at {client.address} for `{shlex.join(args.trailing)}`"
+        )
+        try:
+            proc = subprocess.Popen(args.trailing, env=env)
+        except OSError as e:
+            raise DriverError(f"cannot run {args.trailing[0]}: {e.strerror}") from None
+        # Ctrl-C reaches the command through the terminal; this process waits for it.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return proc.wait()
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def cmd_use(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from driver import layout, upload
+from driver.cli import results
 from driver.cli.options import (
     Verbs,
     job_id_arg,
@@ -31,7 +32,14 @@ from driver.cli.output import (
     write_out,
 )
 from driver.cluster import Cluster
-from driver.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK, ConnectionLost, DriverError
+from driver.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_JOB_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    ConnectionLost,
+    DriverError,
+)
 from driver.jobs import TERMINAL, LogStream
 from driver.settings import RESULTS_ENV
 from driver.upload import ALLOW_FLAG
@@ -141,6 +149,11 @@ def register(verbs: Verbs) -> None:
         metavar="DIR",
         help="local folder; the job's files go to DIR/SUBMISSION_ID (default: results)",
     )
+    p.add_argument(
+        "--plot",
+        action="store_true",
+        help="then draw its learning curve to DIR/SUBMISSION_ID/curve.png (see plot)",
+    )
     p.set_defaults(func=cmd_download)
 
 
@@ -222,6 +235,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
     with open_cluster(args, start_local=True) as cluster:
         client = cluster.jobs()
         hint = cluster.cli_hint
+        if args.submission_id:  # refused before anything is uploaded, not after
+            existing = client.find(sid)
+            if existing is not None:
+                raise DriverError(
+                    f"{cluster.description} already has a job {sid} ({existing.status}): give "
+                    f"another --submission-id (see {command(f'logs {sid}', hint)})",
+                    EXIT_USAGE,
+                )
         uris = []
         for i, plan in enumerate(plans):
             module = i > 0
@@ -332,12 +353,12 @@ def cmd_download(args: argparse.Namespace) -> int:
         )
     if report.in_place:
         say(f"Job {sid} ran on local Ray: its results are already here: {report.source}")
-        return EXIT_OK
-    say(
-        f"Downloaded {plural(report.fetched, 'file')} ({size(report.bytes_fetched)}) from "
-        f"{report.source} to {report.destination}"
-        + (f"; {report.skipped} already there" if report.skipped else "")
-    )
+    else:
+        say(
+            f"Downloaded {plural(report.fetched, 'file')} ({size(report.bytes_fetched)}) from "
+            f"{report.source} to {report.destination}"
+            + (f"; {report.skipped} already there" if report.skipped else "")
+        )
     if report.left_out:
         shown = ", ".join(terminal_safe(x) for x in report.left_out[:5])
         more = f" and {len(report.left_out) - 5} more" if len(report.left_out) > 5 else ""
@@ -346,4 +367,6 @@ def cmd_download(args: argparse.Namespace) -> int:
             f"Left out {count} {'entry' if count == 1 else 'entries'} that are symlinks, "
             f"special files or not plain names: {shown}{more}"
         )
+    if args.plot:
+        results.plot_runs([report.destination], None)
     return EXIT_OK

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -31,6 +32,7 @@ from driver.errors import DriverError
 from driver.procs import pid_alive, pids_with_cmdline, spawn
 from driver.progress import Progress, silent
 from nodekit import render
+from nodekit.rehearsal import mirrors
 from nodekit.rehearsal.image import ADMIN_USER, ImageCache, document_requirements
 from nodekit.rehearsal.system import mount_overlay, require_root_linux, run
 
@@ -40,6 +42,10 @@ DEFAULT_SUBNET = "10.213.0.0/24"
 DEFAULT_HTTP_PORT = 8470
 VAULT_PORT_OFFSET = 1
 """The fake Key Vault listens on the bridge at the package server's port + 1."""
+APT_PORT_OFFSET = 2
+"""apt-cacher-ng: the package server's port + 2."""
+PYPI_PORT_OFFSET = 3
+"""proxpi: the package server's port + 3."""
 # checkov:skip=CKV_SECRET_6:The name of the token's Key Vault secret, not a secret value
 TOKEN_SECRET_NAME = "ray-cluster-token"
 FAKES = "tests/fakes/azure_node.py"
@@ -182,22 +188,21 @@ class Rehearsal:
         self._check_subnet_free()
         documents_dir = documents_dir or render.rendered_dir()
         documents = {r: (documents_dir / f"{r}.yaml").read_text() for r in render.ROLES}
-        packages, requirements = document_requirements(documents)
-        torch_req = next((r for r in requirements if r.startswith("torch==")), None)
+        needs = document_requirements(documents)
+        torch_req = next((r for r in needs.requirements if r.startswith("torch==")), None)
         if torch_req is None:
             raise DriverError("the rendered documents do not pin torch")
 
         t0 = time.monotonic()
         rootfs = self.cache.ensure_rootfs(progress)
-        self.cache.ensure_apt_repo(packages, progress)
-        self.cache.ensure_wheelhouse(
-            [*requirements, *extra_pip],
+        self.cache.ensure_torch(
             torch_req,
             # Where Azure nodes get torch by default is where the host fetches it for the nodes.
             torch_index_url or render.deploy_value_defaults()["TORCH_INDEX_URL"],
             progress,
         )
-        progress(f"image, apt repository and wheelhouse ready ({time.monotonic() - t0:.0f} s)")
+        proxpi = mirrors.ensure_proxpi(self.base / "tools", progress)
+        progress(f"image, torch and mirror tools ready ({time.monotonic() - t0:.0f} s)")
 
         self.dir.mkdir(parents=True)
         key_path = self.dir / "id_ed25519"
@@ -225,6 +230,7 @@ class Rehearsal:
         self._save(state)
         self._create_bridge(state)
         self._start_http(state)
+        self._start_mirrors(state, proxpi)
         self._start_vault(state)
         new = [self._plan_node(state, "head"), *[self._plan_node(state) for _ in range(workers)]]
         for node in new:
@@ -275,7 +281,7 @@ class Rehearsal:
 
     def deploy_values(self, state: State) -> dict[str, str]:
         """The deploy-time values, as Terraform and Bicep compute them for a cluster on Azure."""
-        base = f"http://{state.host_ip}:{state.http_port}"
+        host = state.host_ip
         return {
             "RAY_HEAD_IP": state.head.ip,
             "KEY_VAULT_URL": f"https://{state.host_ip}:{state.http_port + VAULT_PORT_OFFSET}/",
@@ -283,9 +289,11 @@ class Rehearsal:
             "IDENTITY_CLIENT_ID": state.identity_client_id,
             "RAY_ADMIN_USER": state.admin_user,
             "EXTRA_PIP_PACKAGES": " ".join(state.extra_pip),
-            "PIP_INDEX_URL": f"{base}/simple",
-            "TORCH_INDEX_URL": f"{base}/simple",
-            "APT_SOURCE": f"deb [trusted=yes] {base}/debian ./",
+            "PIP_INDEX_URL": f"http://{host}:{state.http_port + PYPI_PORT_OFFSET}/index/",
+            "TORCH_INDEX_URL": f"http://{host}:{state.http_port}/simple/",
+            "APT_SOURCE": mirrors.apt_source(
+                host, state.http_port + APT_PORT_OFFSET, self.cache.mirror
+            ),
         }
 
     def _user_data(self, state: State, role: str) -> str:
@@ -329,7 +337,7 @@ class Rehearsal:
                 "--bind",
                 state.host_ip,
                 "--directory",
-                str(self.cache.serve),
+                str(self.cache.torch_index),
                 str(state.http_port),
             ],
             stdin=subprocess.DEVNULL,
@@ -353,6 +361,41 @@ class Rehearsal:
                         f"start: {e}"
                     ) from None
                 time.sleep(0.3)
+
+    @property
+    def mirror_cache(self) -> Path:
+        """Kept across ``down``: the next ``up`` of this cluster finds its packages there."""
+        return self.base / "cache" / "mirrors" / self.name
+
+    def _start_mirrors(self, state: State, proxpi: Path) -> None:
+        """apt-cacher-ng and proxpi on the bridge: the nodes' way to the registries."""
+        apt_port = state.http_port + APT_PORT_OFFSET
+        pypi_port = state.http_port + PYPI_PORT_OFFSET
+        pid = mirrors.start_apt_cacher(
+            state.host_ip,
+            apt_port,
+            self.mirror_cache / "apt",
+            self.dir / "apt-cacher-ng",
+            self.dir / "apt-cacher-ng.log",
+        )
+        self._record(state, f"pid:{pid}")
+        # The launcher lives in the cluster folder, so `down` finds the process by it.
+        launcher = self.dir / "pypi-mirror.py"
+        launcher.write_text(
+            "import sys\nfrom proxpi.server import app\n"
+            "app.run(host=sys.argv[1], port=int(sys.argv[2]), threaded=True)\n"
+        )
+        env_pid = mirrors.start_proxpi(
+            proxpi,
+            state.host_ip,
+            pypi_port,
+            self.mirror_cache / "pypi",
+            self.dir / "pypi-mirror.log",
+            launcher,
+        )
+        self._record(state, f"pid:{env_pid}")
+        _wait_for_port(state.host_ip, apt_port, "the apt mirror (apt-cacher-ng)")
+        _wait_for_port(state.host_ip, pypi_port, "the PyPI mirror (proxpi)")
 
     # -- Azure's part: Key Vault on the bridge, a metadata service in each node ------------------
     @property
@@ -543,26 +586,77 @@ class Rehearsal:
             cache = self.base / "node-cache"
             cache.mkdir(parents=True, exist_ok=True)
             binds.append(f"--bind={cache}:/var/cache/ray-cluster")
-        with open(node.console_log, "wb") as console:
-            proc = subprocess.Popen(
-                [
-                    "systemd-nspawn",
-                    "--quiet",
-                    "--boot",
-                    f"--directory={node.root}",
-                    "--register=no",
-                    "--keep-unit",
-                    f"--machine={node.netns}",
-                    f"--network-namespace-path=/run/netns/{node.netns}",
-                    *binds,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=console,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        nspawn = shlex.join(
+            [
+                "systemd-nspawn",
+                "--quiet",
+                "--boot",
+                f"--directory={node.root}",
+                "--register=no",
+                "--keep-unit",
+                f"--machine={node.netns}",
+                f"--network-namespace-path=/run/netns/{node.netns}",
+                *binds,
+            ]
+        )
+        # A VM that reboots comes back: nspawn ends with 133 when the container asks for a
+        # reboot, and this loop boots it again; a power-off (any other end) ends the loop.
+        supervisor = f"while :; do {nspawn}; rc=$?; [ $rc -eq 133 ] || exit $rc; done"
+        proc = spawn(["bash", "-c", supervisor], node.console_log)
         node.pid = proc.pid
         self._record(state, f"pid:{proc.pid}")
+
+    # -- power -----------------------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        state = self.load()
+        if state is None:
+            raise DriverError(f"no rehearsal cluster {self.name!r}: run `rehearse up` first")
+        for node in state.nodes:
+            if node.name == name:
+                return node
+        names = ", ".join(n.name for n in state.nodes)
+        raise DriverError(f"rehearsal cluster {self.name!r} has no node {name!r} (it has {names})")
+
+    @staticmethod
+    def container_init(node: Node) -> int | None:
+        """PID (here) of the container's systemd: the child of the current nspawn."""
+        for nspawn in _children(node.pid or 0):
+            for init in _children(nspawn):
+                return init
+        return None
+
+    def exec(self, node: Node, command: list[str], timeout: float = 120) -> str:
+        """Run a command inside the container (all its namespaces), as root; its output."""
+        init = self.container_init(node)
+        if init is None:
+            raise DriverError(f"rehearsal node {node.name} is not running")
+        p = run(
+            ["nsenter", "-t", str(init), "-a", *command], what=f"on {node.name}", timeout=timeout
+        )
+        return p.stdout
+
+    def reboot(self, name: str) -> None:
+        """As `sudo reboot` on the VM: its services stop, it boots again from the same disk."""
+        require_root_linux()
+        node = self.node(name)
+        before = self.container_init(node)
+        self.exec(node, ["systemctl", "reboot"])
+        deadline = time.monotonic() + 120
+        while self.container_init(node) in (before, None):
+            if time.monotonic() > deadline:
+                raise DriverError(f"rehearsal node {name} did not come back from its reboot")
+            time.sleep(0.5)
+
+    def poweroff(self, name: str) -> None:
+        """As a VM switched off: it shuts down and stays down."""
+        require_root_linux()
+        node = self.node(name)
+        self.exec(node, ["systemctl", "poweroff"])
+        deadline = time.monotonic() + 120
+        while pid_alive(node.pid):
+            if time.monotonic() > deadline:
+                raise DriverError(f"rehearsal node {name} did not power off")
+            time.sleep(0.5)
 
     # -- readiness -------------------------------------------------------------------------
     @staticmethod
@@ -657,7 +751,8 @@ class Rehearsal:
         if state and state.http_pid is not None and pid_alive(state.http_pid):
             servers.add(state.http_pid)
         servers.update(pids_with_cmdline(f"http.server --bind {host_ip} "))
-        servers.update(pids_with_cmdline(f"--state {self.dir}/"))  # the Azure fakes
+        # The Azure fakes, the mirrors: everything started with a path of the cluster folder.
+        servers.update(pids_with_cmdline(f"{self.dir}/"))
         for pid in servers:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)

@@ -1,21 +1,22 @@
 """What the rehearsal cluster boots from, built once from the registries and cached.
 
 - a Debian 12 root filesystem that stands in for a cloud image: minimal Debian with systemd,
-  cloud-init, openssh-server, sudo and locales, no apt lists, and a cloud-init configuration that
-  plays Azure's part (NoCloud datasource, admin user ``azureuser`` with the seeded SSH key,
-  password login off);
-- an apt repository with exactly the ``packages:`` of the rendered documents and their
-  dependencies (downloaded by apt inside that root filesystem, so versions match);
-- a wheelhouse served as a PEP 503 index: the requirements of the rendered documents, the
-  installer (uv) and any extra packages, for the containers' Python (Debian 12: CPython 3.11).
+  cloud-init, openssh-server, sudo and locales, no apt lists, the /etc/hosts a cloud image has,
+  and a cloud-init configuration that plays Azure's part (NoCloud datasource, admin user
+  ``azureuser`` with the seeded SSH key, password login off);
+- the pinned torch wheel for the containers' Python (Debian 12: CPython 3.11) in an index of its
+  own (every other package reaches the nodes through the caching mirrors of
+  :mod:`nodekit.rehearsal.mirrors`).
 
-Each piece is keyed by a hash of its recipe, so changing the documents rebuilds only what moved.
+Each piece is keyed by a hash of its recipe, so a change rebuilds only what moved.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
+import gzip
 import hashlib
 import html
 import json
@@ -23,8 +24,8 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -54,6 +55,12 @@ system_info:
 ssh_pwauth: false
 # Azure's DNS resolves the VM's own hostname; the rehearsal network has no DNS, so /etc/hosts does.
 manage_etc_hosts: localhost
+"""
+ETC_HOSTS = """\
+127.0.0.1\tlocalhost
+::1\t\tlocalhost ip6-localhost ip6-loopback
+ff02::1\t\tip6-allnodes
+ff02::2\t\tip6-allrouters
 """
 # The containers' Python: Debian 12 ships CPython 3.11 (x86_64 or aarch64, like the host).
 PYTHON_VERSION = "3.11"
@@ -122,7 +129,7 @@ class ImageCache:
     # -- root filesystem -------------------------------------------------------------------
     @property
     def rootfs_key(self) -> str:
-        return _key(SUITE, self.mirror, BASE_INCLUDE, IMAGE_PACKAGES, IMAGE_CLOUD_CFG)
+        return _key(SUITE, self.mirror, BASE_INCLUDE, IMAGE_PACKAGES, IMAGE_CLOUD_CFG, ETC_HOSTS)
 
     @property
     def rootfs(self) -> Path:
@@ -164,6 +171,9 @@ class ImageCache:
             (tmp / "usr/sbin/policy-rc.d").unlink()
             (tmp / "etc/resolv.conf").unlink()
             (tmp / "etc/machine-id").write_text("")  # each container gets its own at boot
+            # What a Debian cloud image carries (debootstrap writes none): localhost resolves,
+            # and cloud-init adds the VM's own name (manage_etc_hosts).
+            (tmp / "etc/hosts").write_text(ETC_HOSTS)
             (tmp / "etc/cloud/cloud.cfg.d/90-rehearsal.cfg").write_text(IMAGE_CLOUD_CFG)
             (tmp / ".complete").write_text("")
             shutil.rmtree(self.rootfs, ignore_errors=True)
@@ -184,88 +194,47 @@ class ImageCache:
         )
         return p.stdout.strip()
 
-    # -- apt repository --------------------------------------------------------------------
-    def ensure_apt_repo(self, packages: list[str], progress: Progress) -> Path:
-        """A flat, unsigned apt repository (``deb [trusted=yes] URL ./``) with ``packages``."""
-        repo = self.serve / "debian"
-        key = _key(self.rootfs_key, sorted(packages))
-        with _locked(self.lock):
-            if (repo / f".complete-{key}").exists():
-                return repo
-            progress(f"building the apt repository for: {' '.join(packages)}")
-            with (
-                tempfile.TemporaryDirectory(dir=self.root) as scratch,
-                _overlay(self.rootfs, Path(scratch)) as view,
-            ):
-                shutil.copy("/etc/resolv.conf", view / "etc/resolv.conf")
-                # Like cloud-init's packages: module, with recommends.
-                _chroot(
-                    view,
-                    "apt-get update -qq && apt-get install -y -qq --download-only "
-                    + " ".join(packages)
-                    + " >/dev/null",
-                    what="downloading the nodes' OS packages",
-                )
-                debs = sorted((view / "var/cache/apt/archives").glob("*.deb"))
-                if not debs:
-                    raise DriverError("apt downloaded no packages for the repository")
-                shutil.rmtree(repo, ignore_errors=True)
-                repo.mkdir(parents=True)
-                for deb in debs:
-                    shutil.copy(deb, repo / deb.name)
-            packages_index = run(
-                ["apt-ftparchive", "packages", "."], what="apt-ftparchive", cwd=repo
-            )
-            (repo / "Packages").write_text(packages_index.stdout)
-            release = run(["apt-ftparchive", "release", "."], what="apt-ftparchive", cwd=repo)
-            (repo / "Release").write_text(release.stdout)
-            (repo / f".complete-{key}").write_text("")
-            progress(f"apt repository: {len(debs)} packages")
-            return repo
+    # -- torch -----------------------------------------------------------------------------
+    @property
+    def torch_index(self) -> Path:
+        """A one-package index (PEP 503) served on the bridge: ``simple/torch/``."""
+        return self.root / "torch-index"
 
-    # -- wheelhouse ------------------------------------------------------------------------
-    def ensure_wheelhouse(
-        self,
-        requirements: list[str],
-        torch_requirement: str,
-        torch_index_url: str,
-        progress: Progress,
+    def ensure_torch(
+        self, torch_requirement: str, torch_index_url: str, progress: Progress
     ) -> Path:
-        """Download wheels for the containers' Python and index them (PEP 503)."""
-        files = self.serve / "files"
-        key = _key(sorted(requirements), torch_requirement, torch_index_url)
-        marker = self.serve / f".wheels-{key}"
+        """The pinned torch wheel for the containers' Python, indexed on its own.
+
+        Everything else reaches the nodes through the PyPI mirror; torch comes from PyTorch's
+        index on Azure (TORCH_INDEX_URL), which this host may not reach: pip fetches the one
+        wheel from there or finds it in its own find-links.
+        """
+        serve = self.torch_index
+        marker = serve / f".complete-{_key(torch_requirement, torch_index_url)}"
         with _locked(self.lock):
             if marker.exists():
-                return self.serve / "simple"
+                return serve
+            files = serve / "files"
             files.mkdir(parents=True, exist_ok=True)
             pyver = self.image_python()
             machine = os.uname().machine
-            target = [
-                "--only-binary=:all:",
-                f"--python-version={pyver}",
-                "--implementation=cp",
-                f"--abi=cp{pyver.replace('.', '')}",
-                *[f"--platform={tag}_{machine}" for tag in MANYLINUX],
-            ]
-            pip = [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--dest",
-                str(files),
-                "--find-links",
-                str(files),
-                *target,
-            ]
             progress(f"downloading torch ({torch_requirement}) for Python {pyver}")
             run(
                 [
-                    *pip,
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--dest",
+                    str(files),
                     "--no-deps",
+                    "--only-binary=:all:",
+                    f"--python-version={pyver}",
+                    "--implementation=cp",
+                    f"--abi=cp{pyver.replace('.', '')}",
+                    *[f"--platform={tag}_{machine}" for tag in MANYLINUX],
                     "--retries",
                     "1",
                     "--index-url",
@@ -275,15 +244,9 @@ class ImageCache:
                 what="downloading torch",
                 timeout=3600,
             )
-            progress(f"downloading {len(requirements)} requirement(s) and their dependencies")
-            with tempfile.NamedTemporaryFile("w", suffix=".txt") as req:
-                req.write("\n".join(requirements) + "\n")
-                req.flush()
-                run([*pip, "-r", req.name], what="downloading the wheelhouse", timeout=3600)
-            count = write_simple_index(self.serve)
-            marker.write_text("\n".join(requirements) + "\n")
-            progress(f"wheelhouse: {count} projects")
-            return self.serve / "simple"
+            write_simple_index(serve)
+            marker.write_text(torch_requirement + "\n")
+            return serve
 
 
 def _normalize(name: str) -> str:
@@ -313,18 +276,37 @@ def write_simple_index(serve: Path) -> int:
     return len(projects)
 
 
-def document_requirements(documents: dict[str, str]) -> tuple[list[str], list[str]]:
-    """From rendered documents: (OS packages, pip requirements incl. the installer)."""
+@dataclass(frozen=True)
+class NodeRequirements:
+    """What the rendered documents make a node install, read back from the documents."""
+
+    os_packages: list[str]
+    requirements: list[str]
+    """Top-level pip requirements (requirements.txt), with the installer (uv)."""
+    lock: str
+    """The hashed lock (requirements.lock, decompressed)."""
+
+
+def document_requirements(documents: dict[str, str]) -> NodeRequirements:
+    """From rendered documents: OS packages, pip requirements (with uv) and the lock."""
     packages: set[str] = set()
     reqs: set[str] = set()
+    locks: set[str] = set()
     for text in documents.values():
         doc = yaml.safe_load(text)
         for f in doc.get("write_files", []):
+            content = f.get("content", "")
+            if f.get("encoding") == "gz+b64":
+                content = gzip.decompress(base64.b64decode(content)).decode()
             if f["path"] == layout.OS_PACKAGES:
-                packages.update(ln.strip() for ln in f["content"].splitlines() if ln.strip())
+                packages.update(ln.strip() for ln in content.splitlines() if ln.strip())
             if f["path"].endswith("/requirements.txt"):
-                reqs.update(ln.strip() for ln in f["content"].splitlines() if ln.strip())
-            uv = re.search(r'"uv==([^"]+)"', f.get("content", ""))
+                reqs.update(ln.strip() for ln in content.splitlines() if ln.strip())
+            if f["path"].endswith("/requirements.lock"):
+                locks.add(content)
+            uv = re.search(r'"uv==([^"]+)"', content)
             if uv:
                 reqs.add(f"uv=={uv.group(1)}")
-    return sorted(packages), sorted(reqs)
+    if len(locks) != 1:
+        raise DriverError(f"the documents carry {len(locks)} different locks, expected one")
+    return NodeRequirements(sorted(packages), sorted(reqs), locks.pop())

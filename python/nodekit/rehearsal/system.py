@@ -15,7 +15,7 @@ TOOLS = {
     "debootstrap": "debootstrap",
     "systemd-nspawn": "systemd-container",
     "ip": "iproute2",
-    "apt-ftparchive": "apt-utils",
+    "apt-cacher-ng": "apt-cacher-ng",
     "mount": "mount",
     "nsenter": "util-linux",
 }

@@ -1,0 +1,176 @@
+"""Env steps per second of the examples, through the driver: cabs with 1 and 2 env runners on
+local Ray, and one fixed workload (CartPole PPO, 2 env runners) on local Ray and, if given, on a
+cluster (the rehearsal cluster: head + 2 workers).
+
+    python benchmarks/throughput.py
+    python benchmarks/throughput.py --cluster-args --head azureuser@10.215.0.10 -i KEY
+
+Steps/s come from each run's own progress.csv: env steps over training time between the end of
+the first iteration and the end of the last, so start-up (Ray, actors, the first weights) is
+left out and every setting is measured the same way; ``outside_training_s`` is the rest of the
+submit (upload, job start, imports, env runner actors, checkpoint), and the whole-submit ratio
+says what a short job sees. The median iteration's sampling and learner-update times (RLlib's
+timers) say where training time goes. Prints one JSON object.
+Timings are only as quiet as the machine: on a shared 2-core machine, run it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(
+    example: str, args: list[str], driver_args: list[str], home: Path, results: Path, sid: str
+) -> dict:
+    """Submit one run and measure it from its progress.csv."""
+    start = time.monotonic()
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "driver",
+            "submit",
+            *driver_args,
+            "--results",
+            str(results),
+            "--submission-id",
+            sid,
+            f"examples/{example}/train.py",
+            "--",
+            "--stop-reward",
+            "none",
+            "--checkpoint-every",
+            "0",
+            *args,
+        ],
+        cwd=REPO,
+        env={**os.environ, "RAYDRIVER_HOME": str(home)},
+        capture_output=True,
+        text=True,
+    )
+    wall = time.monotonic() - start
+    if p.returncode != 0:
+        return {"exit_code": p.returncode, "error": (p.stdout + p.stderr).strip()[-400:]}
+    result = json.loads(
+        next(ln for ln in p.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT ") :]
+    )
+    progress = results / sid / "progress.csv"
+    if not progress.is_file():  # a cluster run: bring its results back first
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "driver",
+                "download",
+                *driver_args,
+                "--results",
+                str(results),
+                sid,
+            ],
+            cwd=REPO,
+            env={**os.environ, "RAYDRIVER_HOME": str(home)},
+            capture_output=True,
+            check=True,
+        )
+    with progress.open() as f:
+        rows = list(csv.DictReader(f))
+    first, last = rows[0], rows[-1]
+    steps = int(last["env_steps"]) - int(first["env_steps"])
+    seconds = float(last["time_total_s"]) - float(first["time_total_s"])
+
+    def median(column: str) -> float | None:
+        values = [float(r[column]) for r in rows[1:] if r.get(column)]
+        return round(statistics.median(values), 3) if values else None
+
+    return {
+        "env_steps_per_s": round(steps / seconds, 1),
+        "measured_env_steps": steps,
+        "measured_s": round(seconds, 2),
+        "iterations": len(rows),
+        "median_iteration_s": median("iteration_time_s"),
+        "median_sample_s": median("sample_s"),
+        "median_learn_s": median("learn_s"),
+        "node": result["node"],
+        "submit_wall_s": round(wall, 1),
+        # Upload, job start, imports, env runner actors, checkpoint: the job's fixed cost.
+        "outside_training_s": round(wall - float(last["time_total_s"]), 1),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cabs-steps", type=int, default=12_000, help="cabs env steps per run")
+    ap.add_argument("--cartpole-iterations", type=int, default=8)
+    ap.add_argument(
+        "--cluster-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="`python -m driver submit` options naming the cluster to compare with local Ray",
+    )
+    args = ap.parse_args()
+    out: dict = {
+        "benchmark": "throughput",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "method": "env steps / training seconds, iteration 1 end to last iteration end",
+    }
+    with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
+        home, results = Path(tmp) / "home", Path(tmp) / "results"
+        # Learning from the second iteration on: every measured iteration samples and learns.
+        cabs = ["--max-env-steps", str(args.cabs_steps), "--eval-episodes", "0"]
+        cabs += ["--learning-starts", "1000"]
+        # One 256-transition update per 32 sampled env steps in every case (the same learning
+        # work per env step): N runners sample 32/N steps each per call.
+        out["cabs_dqn_local"] = {
+            f"{n}_env_runners": run(
+                "cabs",
+                [
+                    *cabs,
+                    "--num-env-runners",
+                    str(n),
+                    "--rollout-fragment-length",
+                    str(32 // max(n, 1)),
+                ],
+                [],
+                home,
+                results,
+                f"cabs-{n}",
+            )
+            for n in (0, 1, 2)
+        }
+        cartpole = ["--max-iterations", str(args.cartpole_iterations), "--num-env-runners", "2"]
+        local = run("cartpole", cartpole, [], home, results, "cartpole-local")
+        out["cartpole_ppo_2_env_runners"] = {"local": local}
+        subprocess.run(
+            [sys.executable, "-m", "driver", "local", "stop"],
+            cwd=REPO,
+            env={**os.environ, "RAYDRIVER_HOME": str(home)},
+            capture_output=True,
+        )
+        if args.cluster_args:
+            remote = run("cartpole", cartpole, args.cluster_args, home, results, "cartpole-cl")
+            out["cartpole_ppo_2_env_runners"]["cluster"] = remote
+            if "env_steps_per_s" in remote and "env_steps_per_s" in local:
+                ratio = remote["env_steps_per_s"] / local["env_steps_per_s"]
+                out["cartpole_ppo_2_env_runners"]["cluster_over_local"] = round(ratio, 3)
+                whole = local["submit_wall_s"] / remote["submit_wall_s"]
+                out["cartpole_ppo_2_env_runners"]["cluster_over_local_whole_submit"] = round(
+                    whole, 3
+                )
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""The training loop: build, maybe restore, train until a stop condition, checkpoint, report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.metrics import ProgressWriter
+from harness.runs import (
+    PROGRESS_CSV,
+    SUMMARY_JSON,
+    latest_checkpoint,
+    read_progress,
+    results_dir,
+    run_folder,
+    save_checkpoint,
+)
+
+HEAD_RESOURCE = "head"
+"""The custom resource the cluster's head offers (cloud-init's `ray start --resources`)."""
+
+ConfigBuilder = Callable[[argparse.Namespace], Any]
+"""Flags -> an RLlib AlgorithmConfig; the harness adds seed, fault tolerance and placement."""
+Evaluator = Callable[[Any, argparse.Namespace], dict[str, Any]]
+"""(trained algorithm, flags) -> extra summary keys, e.g. a greedy policy's mean return."""
+
+
+def _mean_return(result: dict[str, Any]) -> float:
+    value = result.get("env_runners", {}).get("episode_return_mean", float("nan"))
+    return float(value) if value is not None else float("nan")
+
+
+def _timer(result: dict[str, Any], name: str) -> float | None:
+    value = result.get("timers", {}).get(name)
+    return round(float(value), 4) if isinstance(value, (int, float)) else None
+
+
+def _first_return(rows: list[dict[str, str]]) -> float | None:
+    """The run's first mean return (from the resumed run's rows, if any): where the curve began."""
+    for row in rows:
+        try:
+            value = float(row.get("episode_return_mean") or "nan")
+        except ValueError:
+            continue
+        if not math.isnan(value):
+            return value
+    return None
+
+
+def apply_harness_settings(config: Any, args: argparse.Namespace) -> Any:
+    """What every example's config gets, whatever the example set.
+
+    Env runners lost to a preempted Spot VM or a crash are restarted as identical copies
+    (RLlib's default is to fail the run). On a cluster, the algorithm and its learner stay on the
+    head (``head`` resource): a job's entrypoint already runs there, and the request keeps it
+    there when the config is handed to Tune instead. Local Ray has no ``head`` resource, and
+    asking for one there would never be granted.
+    """
+    import ray
+
+    config = config.fault_tolerance(restart_failed_env_runners=True).debugging(seed=args.seed)
+    if ray.cluster_resources().get(HEAD_RESOURCE, 0) > 0:
+        config = config.resources(custom_resources_for_main_process={HEAD_RESOURCE: 0.001})
+    return config
+
+
+def stop_reason(
+    args: argparse.Namespace, ret: float, iteration: int, env_steps: int, seconds: float
+) -> str | None:
+    """The first stop condition met, by its flag's name (``None``: keep training)."""
+    if args.stop_reward is not None and not math.isnan(ret) and ret >= args.stop_reward:
+        return "stop_reward"
+    if args.max_iterations is not None and iteration >= args.max_iterations:
+        return "max_iterations"
+    if args.max_env_steps is not None and env_steps >= args.max_env_steps:
+        return "max_env_steps"
+    if args.stop_seconds is not None and seconds >= args.stop_seconds:
+        return "stop_seconds"
+    return None
+
+
+def run(
+    example: str,
+    build_config: ConfigBuilder,
+    args: argparse.Namespace,
+    evaluate: Evaluator | None = None,
+) -> int:
+    """Train as the flags say and print ``RESULT {...}``; the exit code for the job.
+
+    0: the run ended on a stop condition and, if a ``--stop-reward`` was set, reached it;
+    1: it ended without reaching its ``--stop-reward``; 2: bad flags (nothing trained).
+    """
+    if all(
+        v is None
+        for v in (args.stop_reward, args.max_env_steps, args.max_iterations, args.stop_seconds)
+    ):
+        print("error: every stop condition is 'none': the run would never end", file=sys.stderr)
+        return 2
+    run_dir = results_dir(args.results_dir, example)
+    resume = None
+    if args.resume:
+        try:
+            resume = latest_checkpoint(run_folder(args.resume, run_dir))
+        except FileNotFoundError as e:
+            print(f"error: --resume {args.resume}: {e}", file=sys.stderr)
+            return 2
+    earlier_rows = (
+        read_progress(resume.path.parent / PROGRESS_CSV, int(resume.state["iteration"]))
+        if resume
+        else []
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    import ray
+
+    ray.init(logging_level="WARNING", ignore_reinit_error=True)
+    algo = apply_harness_settings(build_config(args), args).build_algo()
+    time_before = 0.0
+    if resume:
+        algo.restore_from_path(str(resume.path))
+        time_before = float(resume.state.get("time_total_s", 0.0))
+        print(
+            f"resumed from {resume.path}: iteration {resume.state['iteration']}, "
+            f"env steps {resume.state['env_steps']}",
+            flush=True,
+        )
+    progress = ProgressWriter(run_dir, earlier_rows)
+    first = _first_return(earlier_rows)
+    start = time.monotonic()
+    ret, it, reason = float("nan"), int(algo.iteration), None
+    steps = int(resume.state["env_steps"]) if resume else 0
+    checkpoint: Path | None = None
+
+    def state() -> dict[str, Any]:
+        return {
+            "iteration": it,
+            "env_steps": steps,
+            "time_total_s": round(time_before + time.monotonic() - start, 3),
+            "episode_return_mean": None if math.isnan(ret) else ret,
+            "run": str(run_dir),
+            "resumed_from": str(resume.path) if resume else None,
+        }
+
+    try:
+        while reason is None:
+            t0 = time.monotonic()
+            result = algo.train()
+            took = time.monotonic() - t0
+            it = int(result.get("training_iteration", algo.iteration))
+            before = steps
+            steps = int(result["num_env_steps_sampled_lifetime"])
+            ret = _mean_return(result)
+            if first is None and not math.isnan(ret):
+                first = ret
+            total = time_before + time.monotonic() - start
+            row = {
+                "iteration": it,
+                "env_steps": steps,
+                "episode_return_mean": round(ret, 4),
+                "episode_len_mean": result.get("env_runners", {}).get("episode_len_mean"),
+                "episodes": result.get("env_runners", {}).get("num_episodes_lifetime"),
+                "time_total_s": round(total, 3),
+                "iteration_time_s": round(took, 3),
+                "env_steps_per_s": round((steps - before) / took, 1) if took > 0 else None,
+                "sample_s": _timer(result, "env_runner_sampling_timer"),
+                "learn_s": _timer(result, "learner_update_timer"),
+                "timestamp": round(time.time(), 3),
+            }
+            progress.write(row, result)
+            print(
+                f"iter {it:4d}  env steps {steps:8d}  mean return {ret:9.2f}  time {total:7.1f} s",
+                flush=True,
+            )
+            reason = stop_reason(args, ret, it, steps, total)
+            if reason is None and args.checkpoint_every and it % args.checkpoint_every == 0:
+                checkpoint = save_checkpoint(algo, run_dir, state())
+        wall = time_before + time.monotonic() - start
+        checkpoint = save_checkpoint(algo, run_dir, state())
+        extra = evaluate(algo, args) if evaluate else {}
+    finally:
+        progress.close()
+    reached = None if args.stop_reward is None else bool(ret >= args.stop_reward)
+    summary = {
+        "reached_target": reached,
+        "target": args.stop_reward,
+        "episode_return_mean": None if math.isnan(ret) else round(ret, 2),
+        "env_steps": steps,
+        "iterations": it,
+        "wall_time_s": round(wall, 2),
+        "checkpoint": str(checkpoint),
+        "node": ray.util.get_node_ip_address(),
+        "first_episode_return_mean": None if first is None else round(first, 2),
+        "stopped_by": reason,
+        "seed": args.seed,
+        "resumed_from": str(resume.path) if resume else None,
+        **extra,
+    }
+    (run_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
+    algo.stop()
+    print("RESULT " + json.dumps(summary), flush=True)
+    return 1 if reached is False else 0

@@ -1,0 +1,126 @@
+"""Learning curves from a run's own ``progress.csv`` (written by the examples' harness).
+
+The library part of ``python -m driver plot``: it reads, draws and saves, and returns what it
+drew (the points of every line, taken back from the figure) so callers and tests can check the
+picture against the data without reading pixels. It never prints.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from driver.errors import DriverError, one_line
+
+PROGRESS_CSV = "progress.csv"
+STEPS, TIME, RETURN = "env_steps", "time_total_s", "episode_return_mean"
+"""The columns a curve needs (examples/harness/runs.py writes them)."""
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One run's points: every progress.csv row that has a mean return."""
+
+    label: str
+    source: Path
+    env_steps: tuple[float, ...]
+    time_s: tuple[float, ...]
+    returns: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What :func:`plot` drew: per run, the (x, y) points of its line on each axis."""
+
+    output: Path
+    curves: tuple[Curve, ...]
+    vs_env_steps: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]
+    vs_time: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]
+
+
+def _number(text: str | None) -> float:
+    try:
+        return float(text) if text not in (None, "") else math.nan
+    except ValueError:
+        return math.nan
+
+
+def read_curve(run: Path) -> Curve:
+    """A run folder's progress.csv as a curve; a bad folder or file is a one-line DriverError."""
+    if not run.exists():
+        raise DriverError(f"no such folder: {run} (expected a run's results folder)")
+    if not run.is_dir():
+        raise DriverError(f"{run} is not a folder (expected a run's results folder)")
+    path = run / PROGRESS_CSV
+    if not path.is_file():
+        raise DriverError(f"no {PROGRESS_CSV} in {run} (written by the examples' harness)")
+    try:
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            columns = reader.fieldnames or []
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise DriverError(f"cannot read {path}: {one_line(e)}") from None
+    missing = [c for c in (STEPS, TIME, RETURN) if c not in columns]
+    if not columns:
+        raise DriverError(f"{path} is empty (the run finished no iteration)")
+    if missing:
+        raise DriverError(f"{path} has no column {', '.join(missing)} (columns: {columns})")
+    points = [(_number(r.get(STEPS)), _number(r.get(TIME)), _number(r.get(RETURN))) for r in rows]
+    points = [p for p in points if not any(math.isnan(v) for v in p)]
+    if not points:
+        raise DriverError(f"{path} has no row with a mean return yet ({len(rows)} rows)")
+    steps, times, returns = zip(*points, strict=True)
+    return Curve(run.resolve().name, path, steps, times, returns)
+
+
+def default_output(runs: Sequence[Path]) -> Path:
+    """One run: ``RUN/curve.png`` next to its data; several: ``curves.png`` here."""
+    return runs[0] / "curve.png" if len(runs) == 1 else Path("curves.png")
+
+
+def plot(runs: Sequence[Path], output: Path | None = None) -> Drawn:
+    """Mean episode return vs env steps and vs training time, one line per run, as a PNG."""
+    if not runs:
+        raise DriverError("no run folders given")
+    curves = tuple(read_curve(Path(r)) for r in runs)
+    output = output or default_output([Path(r) for r in runs])
+    if output.suffix.lower() != ".png":
+        raise DriverError(f"{output}: expected a .png file name")
+
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: files only
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    by_steps, by_time = fig.subplots(1, 2, sharey=True)
+    for c in curves:
+        by_steps.plot(c.env_steps, c.returns, marker=".", label=c.label)
+        by_time.plot(c.time_s, c.returns, marker=".", label=c.label)
+    by_steps.set_xlabel("env steps")
+    by_steps.set_ylabel("mean episode return")
+    by_time.set_xlabel("training time (s)")
+    for ax in (by_steps, by_time):
+        ax.grid(alpha=0.3)
+    by_steps.legend(fontsize="small")
+    fig.suptitle("learning curve" + ("s" if len(curves) > 1 else f": {curves[0].label}"))
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(output, dpi=100)
+    except OSError as e:
+        raise DriverError(f"cannot write {output}: {e.strerror or one_line(e)}") from None
+
+    def drawn(ax: object) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
+        return tuple(
+            (
+                tuple(float(x) for x in line.get_xdata()),
+                tuple(float(y) for y in line.get_ydata()),
+            )
+            for line in ax.get_lines()  # type: ignore[attr-defined]
+        )
+
+    return Drawn(output, curves, drawn(by_steps), drawn(by_time))

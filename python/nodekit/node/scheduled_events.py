@@ -1,0 +1,287 @@
+"""Drain this worker before Azure takes it away: a watcher of Azure's Scheduled Events.
+
+Runs on every worker (systemd unit ``ray-scheduled-events``, as root), with the node's own Python
+and no package but the standard library. About once a second it asks the instance metadata
+service (``GET /metadata/scheduledevents``, header ``Metadata: true``) what is coming. When a
+``Terminate`` (scale-in, deletion: the scale set's termination notice) or ``Preempt`` (Spot
+eviction, ~30 s) event names this VM, it
+
+1. drains the Ray node — Ray's own drain (``ray drain-node``, reason PREEMPTION, with the time
+   left before ``NotBefore`` as the deadline), so no new task or actor lands here and Ray knows
+   the node is going;
+2. stops Ray gracefully (``systemctl stop ray-worker``), after a short grace for running tasks;
+3. acknowledges the event (``POST`` ``{"StartRequests": [{"EventId": ...}]}``), so Azure goes
+   ahead at once instead of waiting out the notice.
+
+Events for other VMs (every VM of the scale set sees them all) and other types (Reboot,
+Redeploy, Freeze) are logged once and left alone. A metadata service that is down, slow or
+answers garbage is logged once per outage and polled again with back-off; the watcher never
+exits on it. One log line per decision (journald keeps them).
+
+This file is installed on the nodes by the worker's cloud-init (``python -m nodekit render``
+embeds it); the tests run it against the fake metadata service in tests/fakes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.utils
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+IMDS = "http://169.254.169.254"
+EVENTS_API = "2020-07-01"
+INSTANCE_API = "2021-02-01"
+ACTED_ON = ("Terminate", "Preempt")
+DRAIN_GRACE_S = 10.0
+"""At most this long between the drain and stopping Ray (running tasks may finish; actors —
+RLlib's env runners — never do, and RLlib restarts them on other nodes)."""
+SAFETY_S = 5.0
+"""Stop Ray at least this long before the event's NotBefore."""
+
+Log = Callable[[str], None]
+
+
+def _log(message: str) -> None:
+    print(f"ray-scheduled-events: {message}", flush=True)
+
+
+@dataclass
+class Actions:
+    """What the watcher does to the node; the tests substitute recorders."""
+
+    drain: Callable[[float, str], None]
+    """``drain(deadline_seconds, reason_message)``"""
+    stop: Callable[[], None]
+
+
+@dataclass
+class Watcher:
+    imds: str
+    actions: Actions
+    log: Log = _log
+    timeout: float = 5.0
+    grace: float = DRAIN_GRACE_S
+    name: str = ""
+    handled: set[str] = field(default_factory=set)
+    """Events this node was drained and stopped for."""
+    acknowledged: set[str] = field(default_factory=set)
+    seen: set[str] = field(default_factory=set)
+    _outage: str = ""
+
+    # -- the metadata service --------------------------------------------------------------
+    def _request(self, path: str, body: bytes | None = None) -> bytes:
+        req = urllib.request.Request(
+            f"{self.imds}{path}",
+            data=body,
+            headers={"Metadata": "true"},
+            method="POST" if body is not None else "GET",
+        )
+        if body is not None:
+            req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=self.timeout) as r:
+            return r.read()
+
+    def instance_name(self) -> str:
+        path = f"/metadata/instance/compute/name?api-version={INSTANCE_API}&format=text"
+        return self._request(path).decode().strip()
+
+    def events(self) -> list[dict[str, Any]]:
+        data = json.loads(self._request(f"/metadata/scheduledevents?api-version={EVENTS_API}"))
+        if not isinstance(data, dict) or not isinstance(data.get("Events"), list):
+            raise ValueError(f"not a scheduled-events document: {str(data)[:120]}")
+        return [e for e in data["Events"] if isinstance(e, dict)]
+
+    def acknowledge(self, event_id: str) -> None:
+        body = json.dumps({"StartRequests": [{"EventId": event_id}]}).encode()
+        self._request(f"/metadata/scheduledevents?api-version={EVENTS_API}", body)
+
+    # -- one look ----------------------------------------------------------------------------
+    def poll_once(self) -> None:
+        """Fetch the events and act on those for this VM. Errors go to the caller."""
+        if not self.name:
+            self.name = self.instance_name()
+            self.log(f"watching scheduled events for {self.name}")
+        for event in self.events():
+            self.consider(event)
+
+    def consider(self, event: dict[str, Any]) -> None:
+        event_id = str(event.get("EventId", ""))
+        kind = str(event.get("EventType", ""))
+        resources = event.get("Resources") or []
+        if not event_id or event_id in self.acknowledged:
+            return
+        if event_id in self.handled:  # drained and stopped; the acknowledgement failed before
+            self._acknowledge(event_id)
+            return
+        mine = self.name in resources
+        if not mine or kind not in ACTED_ON:
+            if event_id not in self.seen:
+                self.seen.add(event_id)
+                why = "not for this VM" if not mine else f"{kind}: nothing to drain"
+                self.log(f"ignoring event {event_id} ({kind} for {resources}): {why}")
+            return
+        self.handled.add(event_id)
+        remaining = _seconds_until(str(event.get("NotBefore", "")))
+        self.log(f"{kind} event {event_id} for this VM, {remaining:.0f} s before it goes: draining")
+        try:
+            self.actions.drain(max(1.0, remaining - SAFETY_S), f"Azure {kind} event {event_id}")
+        except Exception as e:  # stopping Ray matters more than a drain that failed
+            self.log(f"drain failed ({e}); stopping Ray anyway")
+        grace = max(0.0, min(self.grace, remaining - SAFETY_S))
+        time.sleep(grace)
+        self.log(f"stopping Ray after {grace:.0f} s of grace")
+        try:
+            self.actions.stop()
+        except Exception as e:
+            self.log(f"stopping Ray failed ({e}); acknowledging anyway")
+        self._acknowledge(event_id)
+
+    def _acknowledge(self, event_id: str) -> None:
+        self.acknowledge(event_id)  # an error here is retried at the next poll
+        self.acknowledged.add(event_id)
+        self.log(f"acknowledged {event_id}: Azure may go ahead")
+
+    # -- forever -----------------------------------------------------------------------------
+    def run(
+        self,
+        interval: float = 1.0,
+        max_backoff: float = 30.0,
+        until: Callable[[], bool] = lambda: False,
+    ) -> None:
+        delay = interval
+        while not until():
+            try:
+                self.poll_once()
+                if self._outage:
+                    self.log("metadata service answers again")
+                    self._outage = ""
+                delay = interval
+            except (OSError, ValueError, urllib.error.URLError) as e:
+                why = " ".join(str(e).split())[:200] or type(e).__name__
+                if not self._outage:
+                    self.log(f"metadata service unusable ({why}); polling with back-off")
+                self._outage = why
+                delay = min(delay * 2, max_backoff)
+            time.sleep(delay)
+
+
+def _seconds_until(not_before: str) -> float:
+    """Seconds until an RFC 1123 time ("Mon, 19 Sep 2016 18:29:47 GMT"); 0 if unknown or past."""
+    try:
+        when = email.utils.parsedate_to_datetime(not_before).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, when - time.time())
+
+
+# -- the real actions on a node ----------------------------------------------------------------
+def _ray(venv: str) -> str:
+    return os.path.join(venv, "bin", "ray")
+
+
+def _node_id(python: str, gcs: str, node_ip: str, env: dict[str, str]) -> str:
+    """This node's Ray id, by its IP, from the GCS (a child process: a GCS client that cannot
+    authenticate aborts its process)."""
+    code = (
+        "import sys\n"
+        "from ray._raylet import GcsClient\n"
+        f"nodes = GcsClient(address={gcs!r}).get_all_node_info(timeout=10)\n"
+        "alive = [i for i, n in nodes.items() if n.node_manager_address == "
+        f"{node_ip!r} and n.state == 0]\n"
+        "print(alive[0].hex() if alive else '')\n"
+    )
+    why = ""
+    for _ in range(2):  # a node busy training can miss one 10-second deadline
+        out = subprocess.run(
+            [python, "-c", code], env=env, capture_output=True, text=True, timeout=60
+        )
+        node_id = out.stdout.strip()
+        if out.returncode == 0 and node_id:
+            return node_id
+        why = _reason(out.stderr) or "not in the GCS's node table"
+    raise RuntimeError(f"no live Ray node at {node_ip}: {why}")
+
+
+def _reason(stderr: str) -> str:
+    """The line of a child's stderr that says what went wrong (Ray appends long hints)."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "error" in line or "failed" in line.lower():
+            return line[:300]
+    return lines[-1][:300] if lines else ""
+
+
+def real_actions(venv: str, node_env: str, service: str) -> Actions:
+    """Drain with Ray's CLI and stop the unit. The node's environment file is read when an
+    event comes, not at start: each start of Ray writes the node's current address into it."""
+    python = os.path.join(venv, "bin", "python")
+
+    def drain(deadline: float, message: str) -> None:
+        env = read_env(node_env)
+        gcs = f"{env['RAY_HEAD_IP']}:{env.get('RAY_GCS_PORT', '6379')}"
+        # The node's Ray settings (token authentication among them) for Ray's own clients.
+        child_env = {**os.environ, **env, "RAY_ADDRESS": gcs}
+        node_id = _node_id(python, gcs, env["RAY_NODE_IP"], child_env)
+        out = subprocess.run(
+            [
+                _ray(venv),
+                "drain-node",
+                "--address",
+                gcs,
+                "--node-id",
+                node_id,
+                "--reason",
+                "DRAIN_NODE_REASON_PREEMPTION",
+                "--reason-message",
+                message,
+                "--deadline-remaining-seconds",
+                str(int(deadline)),
+            ],
+            env=child_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"ray drain-node: {_reason(out.stderr) or out.returncode}")
+
+    def stop() -> None:
+        subprocess.run(["systemctl", "stop", service], check=True, timeout=120)
+
+    return Actions(drain, stop)
+
+
+def read_env(path: str) -> dict[str, str]:
+    values = {}
+    with open(path) as f:
+        for line in f:
+            key, sep, value = line.strip().partition("=")
+            if sep and not key.startswith("#"):
+                values[key] = value
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--node-env", required=True, help="the node's environment file (node.env)")
+    p.add_argument("--venv", required=True, help="the node's Ray environment")
+    p.add_argument("--service", default="ray-worker.service")
+    p.add_argument("--imds", default=IMDS)
+    p.add_argument("--interval", type=float, default=1.0)
+    args = p.parse_args(argv)
+    read_env(args.node_env)  # refuse to start without it
+    Watcher(args.imds, real_actions(args.venv, args.node_env, args.service)).run(args.interval)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Every example through ``python -m driver submit`` on local Ray: two small iterations, a
+checkpoint, then ``--resume`` continuing from it (counters go on, progress.csv carries over)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from support import run_driver
+
+pytestmark = pytest.mark.slow
+
+SMALL = {
+    "cartpole": ["--train-batch-size", "500", "--stop-reward", "none"],
+    "cabs": [
+        "--learning-starts",
+        "200",
+        "--rollout-fragment-length",
+        "50",
+        "--train-batch-size",
+        "32",
+        "--eval-episodes",
+        "1",
+    ],
+    "mobile": ["--train-batch-size", "300", "--eval-episodes", "1"],
+}
+"""Flags that keep each example's iterations small; the stop conditions are the test's."""
+
+
+def result_of(stdout: str) -> dict:
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
+
+
+def progress_rows(run: Path) -> list[dict[str, str]]:
+    with (run / "progress.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def submit(example: str, sid: str, results: Path, home: Path, *args: str):
+    return run_driver(
+        "submit",
+        "--results",
+        str(results),
+        "--submission-id",
+        sid,
+        f"examples/{example}/train.py",
+        "--",
+        *SMALL[example],
+        *args,
+        home=home,
+        timeout=900,
+    )
+
+
+@pytest.mark.parametrize("example", sorted(SMALL))
+def test_two_iterations_checkpoint_then_resume(
+    example: str, driver_home: Path, tmp_path: Path
+) -> None:
+    first_id, second_id = f"{example}-first", f"{example}-resumed"
+    r = submit(example, first_id, tmp_path, driver_home, "--max-iterations", "2")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "Uploading module" in r.stderr and "harness" in r.stderr  # py_modules shipped it
+    first = result_of(r.stdout)
+    run = tmp_path / first_id
+    assert (first["iterations"], first["stopped_by"]) == (2, "max_iterations")
+    assert first["checkpoint"] == str(run / "checkpoint")
+    assert (run / "checkpoint" / "harness.json").is_file()
+    assert json.loads((run / "summary.json").read_text()) == first
+    assert list(run.glob("events.out.tfevents.*")), "no TensorBoard event file"
+    rows = progress_rows(run)
+    assert [int(r["iteration"]) for r in rows] == [1, 2]
+    assert int(rows[-1]["env_steps"]) == first["env_steps"] > int(rows[0]["env_steps"]) > 0
+
+    # A bare id is the earlier run's folder next to this one's.
+    r = submit(
+        example, second_id, tmp_path, driver_home, "--max-iterations", "4", "--resume", first_id
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    second = result_of(r.stdout)
+    assert f"resumed from {run / 'checkpoint'}: iteration 2" in r.stdout
+    assert second["resumed_from"] == str(run / "checkpoint")
+    assert second["iterations"] == 4  # 2 more, not 4 from scratch
+    assert second["env_steps"] > first["env_steps"]
+    assert second["wall_time_s"] > first["wall_time_s"]
+    rows = progress_rows(tmp_path / second_id)
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4]
+    steps = [int(r["env_steps"]) for r in rows]
+    assert steps == sorted(steps) and steps[1] == first["env_steps"]
+    assert steps[-1] == second["env_steps"]
+
+
+def test_resume_of_a_run_without_checkpoint_exits_2(driver_home: Path, tmp_path: Path) -> None:
+    (tmp_path / "empty-run").mkdir()
+    r = submit("cartpole", "cp-bad-resume", tmp_path, driver_home, "--resume", "empty-run")
+    assert r.returncode == 1, r.stderr  # the job failed: the driver's code for a failed job
+    assert "error: --resume empty-run: no complete checkpoint in" in r.stdout
+    assert "Traceback" not in r.stdout
+
+
+def test_download_plot_draws_the_local_runs_curve(driver_home: Path, tmp_path: Path) -> None:
+    r = submit("cartpole", "cp-plot", tmp_path, driver_home, "--max-iterations", "2")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    r = run_driver("download", "--results", str(tmp_path), "--plot", "cp-plot", home=driver_home)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "cp-plot" / "curve.png").is_file()
+    assert "curve.png: 1 run, 2 points" in r.stderr

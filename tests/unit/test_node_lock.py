@@ -1,0 +1,79 @@
+"""The nodes' environment is locked: cloud-init/node-lock.txt pins every package with hashes,
+was made from the current inputs, and is what the rendered documents install."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import re
+
+import yaml
+from packaging.requirements import Requirement
+
+from nodekit import render
+from support import REPO
+
+LOCK = REPO / "cloud-init" / render.LOCK_FILE
+ENTRY = re.compile(r"^(?P<req>[^\s#][^\\]*?)\s*\\$")
+
+
+def entries() -> dict[str, tuple[str, list[str]]]:
+    """name → (version, hashes), parsed from the lock file's text."""
+    found: dict[str, tuple[str, list[str]]] = {}
+    current = None
+    for line in LOCK.read_text().splitlines():
+        m = ENTRY.match(line)
+        if m:
+            req = Requirement(m.group("req"))
+            (spec,) = list(req.specifier)
+            assert spec.operator == "==", line
+            current = req.name.lower()
+            found[current] = (spec.version, [])
+        elif line.strip().startswith("--hash=sha256:"):
+            assert current is not None
+            digest = line.strip().removeprefix("--hash=sha256:").rstrip(" \\")
+            assert re.fullmatch(r"[0-9a-f]{64}", digest), line
+            found[current][1].append(digest)
+    return found
+
+
+def test_the_lock_was_made_from_the_current_inputs() -> None:
+    recorded = render.LOCK_DIGEST_RE.search(LOCK.read_text())
+    assert recorded, "the lock has no '# inputs:' line"
+    inputs = render.lock_inputs(render.load_config())
+    assert recorded.group(1) == render.lock_digest(inputs), (
+        "cloud-init/node-lock.txt is stale: run .venv/bin/python scripts/lock_nodes.py, then "
+        "python -m nodekit render"
+    )
+
+
+def test_every_package_is_pinned_with_hashes_and_the_pins_are_the_projects() -> None:
+    locked = entries()
+    assert len(locked) > 50
+    assert all(hashes for _, hashes in locked.values())
+    for pin in render.cluster_pins().requirements:
+        req = Requirement(pin)
+        if req.name == "torch":  # from PyTorch's index by exact version, not in the lock
+            assert "torch" not in locked
+            continue
+        assert locked[req.name][0] == next(iter(req.specifier)).version, pin
+    for requirement in render.load_config()["head_packages"]:
+        assert Requirement(requirement).name.lower() in locked
+
+
+def test_the_documents_install_exactly_the_lock() -> None:
+    lock = LOCK.read_text()
+    for role in render.ROLES:
+        doc = yaml.safe_load((REPO / "cloud-init" / "rendered" / f"{role}.yaml").read_text())
+        entry = next(f for f in doc["write_files"] if f["path"] == render.LOCK_PATH)
+        assert entry["encoding"] == "gz+b64"
+        assert gzip.decompress(base64.b64decode(entry["content"])).decode() == lock
+        bootstrap = next(
+            f["content"] for f in doc["write_files"] if f["path"].endswith("ray-cluster-bootstrap")
+        )
+        assert f"--require-hashes -r {render.LOCK_PATH}" in bootstrap
+
+
+def test_the_lock_tool_is_the_nodes_installer() -> None:
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert f'"uv=={render.load_config()["uv_version"]}"' in pyproject

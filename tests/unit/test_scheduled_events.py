@@ -1,0 +1,259 @@
+"""The worker's scheduled-events watcher against the fake instance metadata service
+(tests/fakes/azure_node.py), shaped like Azure's: what it acts on, in which order, how fast, and
+what it survives."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fakes.azure_node import FakeImds, imds_config
+from nodekit.node.scheduled_events import Actions, Watcher
+
+ME = "ray-workers_3"
+OTHER = "ray-workers_4"
+
+
+class Node:
+    """Records what the watcher did to the node, with when."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, float, object]] = []
+        self.lock = threading.Lock()
+
+    def drain(self, deadline: float, message: str) -> None:
+        with self.lock:
+            self.calls.append(("drain", time.monotonic(), deadline))
+
+    def stop(self) -> None:
+        with self.lock:
+            self.calls.append(("stop", time.monotonic(), None))
+
+    def names(self) -> list[str]:
+        return [c[0] for c in self.calls]
+
+
+@pytest.fixture
+def imds(tmp_path: Path) -> Iterator[FakeImds]:
+    fake = FakeImds(tmp_path / "imds")
+    fake.state.write("config.json", imds_config(secrets.token_bytes(16), ME, {}))
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def node() -> Node:
+    return Node()
+
+
+class Running:
+    """The watcher in a thread, polling every 0.2 s, with its log."""
+
+    def __init__(
+        self, imds: FakeImds, node: Node, grace: float = 1.0, timeout: float = 2.0
+    ) -> None:
+        self.lines: list[str] = []
+        self.done = threading.Event()
+        self.watcher = Watcher(
+            imds.url,
+            Actions(node.drain, node.stop),
+            log=self.lines.append,
+            timeout=timeout,
+            grace=grace,
+        )
+        self.thread = threading.Thread(
+            target=self.watcher.run,
+            kwargs={"interval": 0.2, "max_backoff": 1.0, "until": self.done.is_set},
+            daemon=True,
+        )
+        self.thread.start()
+
+    def wait_for(self, text: str, limit: float = 20) -> None:
+        deadline = time.monotonic() + limit
+        while not any(text in line for line in self.lines):
+            assert time.monotonic() < deadline, self.lines
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive()
+
+
+@pytest.mark.parametrize(("kind", "notice"), [("Terminate", 300.0), ("Preempt", 30.0)])
+def test_an_event_for_this_vm_drains_stops_and_acknowledges_in_that_order(
+    imds: FakeImds, node: Node, kind: str, notice: float
+) -> None:
+    w = Running(imds, node)
+    try:
+        w.wait_for(f"watching scheduled events for {ME}")
+        posted = time.monotonic()
+        event_id = imds.schedule(kind, [ME], not_before_s=notice)
+        w.wait_for(f"acknowledged {event_id}")
+    finally:
+        w.close()
+    assert node.names() == ["drain", "stop"]
+    (_, drained_at, deadline), (_, stopped_at, _) = node.calls
+    acks = imds.acks()
+    assert [a["EventId"] for a in acks] == [event_id] and acks[0]["known"]
+    # drain → stop → acknowledge, all well within the notice (Preempt: ~30 s).
+    assert drained_at < stopped_at
+    assert acks[0]["time"] - time.time() + time.monotonic() > stopped_at - 0.5
+    assert stopped_at - posted < min(notice, 30)
+    assert notice - 8 < float(deadline) <= notice - 5  # the notice, less the safety margin
+    # Acknowledged: the event left the document, as Azure goes ahead.
+    assert imds.state.read("events.json", None) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "resources"),
+    [
+        ("Terminate", [OTHER]),
+        ("Preempt", [OTHER, "ray-head"]),
+        ("Reboot", [ME]),
+        ("Freeze", [ME]),
+        ("Redeploy", [ME]),
+    ],
+)
+def test_other_vms_events_and_other_kinds_are_left_alone(
+    imds: FakeImds, node: Node, kind: str, resources: list[str]
+) -> None:
+    w = Running(imds, node)
+    try:
+        w.wait_for("watching")
+        event_id = imds.schedule(kind, resources, not_before_s=60)
+        w.wait_for(f"ignoring event {event_id}")
+        time.sleep(1.0)  # several more polls: still nothing, and said once
+    finally:
+        w.close()
+    assert node.calls == [] and imds.acks() == []
+    assert len([line for line in w.lines if event_id in line]) == 1
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"status": 500, "body": "boom"},
+        {"body": "not json at all"},
+        {"body": '{"Events": "nope"}'},
+        {"delay": 3},
+    ],
+    ids=["http-500", "garbage", "wrong-shape", "timeout"],
+)
+def test_a_broken_metadata_service_is_survived_and_the_watcher_recovers(
+    imds: FakeImds, node: Node, fault: dict
+) -> None:
+    w = Running(imds, node, timeout=1.0)
+    try:
+        w.wait_for("watching")
+        imds.state.write("faults.json", {"/metadata/scheduledevents": fault})
+        w.wait_for("metadata service unusable")
+        time.sleep(1.5)
+        assert w.thread.is_alive() and node.calls == []
+        assert len([line for line in w.lines if "unusable" in line]) == 1  # once per outage
+        imds.state.write("faults.json", {})
+        w.wait_for("metadata service answers again")
+        event_id = imds.schedule("Terminate", [ME], not_before_s=300)
+        w.wait_for(f"acknowledged {event_id}")
+    finally:
+        w.close()
+    assert node.names() == ["drain", "stop"]
+
+
+def test_a_service_that_is_down_at_start_is_waited_for(tmp_path: Path, node: Node) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    lines: list[str] = []
+    done = threading.Event()
+    watcher = Watcher(
+        f"http://127.0.0.1:{port}", Actions(node.drain, node.stop), log=lines.append, timeout=1.0
+    )
+    thread = threading.Thread(
+        target=watcher.run, kwargs={"interval": 0.1, "max_backoff": 0.5, "until": done.is_set}
+    )
+    thread.start()
+    time.sleep(1.5)
+    imds = FakeImds(tmp_path / "late", port=port)
+    imds.state.write("config.json", imds_config(secrets.token_bytes(16), ME, {}))
+    imds.start()
+    try:
+        deadline = time.monotonic() + 15
+        while not any("watching scheduled events" in line for line in lines):
+            assert time.monotonic() < deadline, lines
+            time.sleep(0.05)
+    finally:
+        done.set()
+        thread.join(timeout=10)
+        imds.stop()
+    assert any("unusable" in line for line in lines) and node.calls == []
+
+
+def test_a_failed_acknowledgement_is_retried_without_draining_twice(
+    imds: FakeImds, node: Node
+) -> None:
+    w = Running(imds, node)
+    try:
+        w.wait_for("watching")
+        imds.state.write("faults.json", {"POST /metadata/scheduledevents": {"status": 503}})
+        event_id = imds.schedule("Terminate", [ME], not_before_s=300)
+        w.wait_for("metadata service unusable")  # the acknowledgement was refused
+        assert node.names() == ["drain", "stop"] and imds.acks() == []
+        imds.state.write("faults.json", {})
+        w.wait_for(f"acknowledged {event_id}")
+    finally:
+        w.close()
+    assert node.names() == ["drain", "stop"]  # drained and stopped once
+    assert [a["EventId"] for a in imds.acks()] == [event_id]
+
+
+def test_the_real_drain_runs_ray_with_the_nodes_settings_read_when_the_event_comes(
+    tmp_path: Path,
+) -> None:
+    """Ray's clients on the node need its token settings: both the node-id lookup and
+    `ray drain-node` get node.env's values, read at drain time (a restart of Ray rewrites the
+    node's address there)."""
+    import json
+    import stat
+
+    from nodekit.node.scheduled_events import real_actions
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    record = tmp_path / "calls.jsonl"
+    fake = (
+        "#!/usr/bin/env python3\n"
+        "import json, os, sys\n"
+        f"open({str(record)!r}, 'a').write(json.dumps({{'argv': sys.argv[1:3], "
+        "'auth': os.environ.get('RAY_AUTH_MODE'), 'address': os.environ.get('RAY_ADDRESS')}) "
+        "+ '\\n')\n"
+        "if os.environ.get('RAY_AUTH_MODE') != 'token':\n"
+        "    sys.exit('ray.exceptions.AuthenticationError: token missing')\n"
+        "print('ab' * 28)\n"
+    )
+    for name in ("python", "ray"):
+        path = venv / "bin" / name
+        path.write_text(fake)
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    node_env = tmp_path / "node.env"
+    node_env.write_text("RAY_HEAD_IP=10.0.0.4\nRAY_NODE_IP=\nRAY_AUTH_MODE=token\n")
+    actions = real_actions(str(venv), str(node_env), "ray-worker.service")
+    # Ray started (again) after the watcher did: the address is in the file now.
+    node_env.write_text("RAY_HEAD_IP=10.0.0.4\nRAY_NODE_IP=10.0.0.7\nRAY_AUTH_MODE=token\n")
+    actions.drain(20.0, "Azure Terminate event E1")
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [c["argv"][0] for c in calls] == ["-c", "drain-node"]
+    assert all(c["auth"] == "token" and c["address"] == "10.0.0.4:6379" for c in calls), calls
+    node_env.write_text("RAY_HEAD_IP=10.0.0.4\nRAY_NODE_IP=10.0.0.7\n")  # no token settings
+    with pytest.raises(RuntimeError, match="AuthenticationError: token missing"):
+        actions.drain(20.0, "Azure Terminate event E2")

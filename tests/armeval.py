@@ -31,6 +31,7 @@ import datetime
 import hashlib
 import json
 import re
+import string
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -539,7 +540,7 @@ def _hash(*parts: Any) -> bytes:
 
 def _unique_string(_: Scope, *parts: Any) -> str:
     """A stand-in: 13 lower-case letters and digits, deterministic (not Azure's hash)."""
-    alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+    alphabet = string.ascii_lowercase + "234567"
     n = int.from_bytes(_hash(*parts)[:9], "big")
     return "".join(alphabet[(n >> (5 * i)) & 31] for i in range(13))
 

@@ -115,7 +115,7 @@ param extraPipPackages array = []
 @secure()
 @maxLength(512)
 #disable-next-line secure-parameter-default // The default is the public index, which holds no secret; @secure() keeps a user's index credentials out of the deployment history.
-param pipIndexUrl string = 'https://pypi.org/simple' // checkov:skip=CKV_AZURE_131:The default is the public package index, no secret; the parameter is secure so that a user's index with credentials stays out of the deployment history.
+param pipIndexUrl string = 'https://pypi.org/simple'
 
 @description('Optional. Package index that serves the torch wheel; the default is PyTorch\'s CPU-only index; on GPU sizes use one of its CUDA indexes (https://download.pytorch.org/whl/cuXYZ).')
 @maxLength(512)
@@ -128,7 +128,7 @@ param aptSource string = ''
 @description('Optional. Leave it out: the Ray cluster token (RAY_AUTH_MODE=token), 64 random hexadecimal characters made at deployment. It is written to the cluster\'s Key Vault and kept nowhere else (deployment history does not keep secure parameter values). Every deployment that leaves it out writes a new token: see infra/bicep/README.md, "Redeploying".')
 @secure()
 @minLength(32)
-param clusterToken string = replace('${newGuid()}${newGuid()}', '-', '') // checkov:skip=CKV_AZURE_131:Not a hardcoded value: newGuid() makes a new random token at every deployment, the only place ARM can generate one.
+param clusterToken string = replace('${newGuid()}${newGuid()}', '-', '')
 
 @description('Optional. Leave it out: the time of this deployment (UTC), from which the token\'s expiration date counts.')
 param deploymentTime string = utcNow()

@@ -62,6 +62,45 @@ OUTPUTS = {
 }
 
 
+# The one table between the stacks: every Terraform variable and the Bicep parameter that takes
+# its place (None: Terraform-only, reason in TERRAFORM_ONLY). Tested both ways in
+# test_bicep_parity.py against variables.tf, main.bicep and azuredeploy.json.
+PARAMETERS: dict[str, str | None] = {
+    "location": "location",
+    "allowed_ssh_cidrs": "allowedSshCidrs",
+    "admin_ssh_public_key": "adminSshPublicKey",
+    "resource_group_name": None,
+    "create_resource_group": None,
+    "name_prefix": "namePrefix",
+    "tags": "tags",
+    "vnet_address_space": "vnetAddressSpace",
+    "subnet_address_prefix": "subnetAddressPrefix",
+    "tcp_idle_timeout_minutes": "tcpIdleTimeoutMinutes",
+    "admin_username": "adminUsername",
+    "os_image": "osImage",
+    "head_vm_size": "headVmSize",
+    "worker_vm_size": "workerVmSize",
+    "encryption_at_host_enabled": "encryptionAtHostEnabled",
+    "worker_min_count": "workerMinCount",
+    "worker_default_count": "workerDefaultCount",
+    "worker_max_count": "workerMaxCount",
+    "scale_out_cpu_percent": "scaleOutCpuPercent",
+    "scale_in_cpu_percent": "scaleInCpuPercent",
+    "scale_out_cooldown_minutes": "scaleOutCooldownMinutes",
+    "scale_in_cooldown_minutes": "scaleInCooldownMinutes",
+    "worker_spot_enabled": "workerSpotEnabled",
+    "worker_termination_notice_minutes": "workerTerminationNoticeMinutes",
+    "key_vault_allowed_cidrs": None,
+    "cluster_token_version": None,
+    "cluster_token_expiration_days": "clusterTokenExpirationDays",
+    "rbac_propagation_wait_seconds": None,
+    "extra_pip_packages": "extraPipPackages",
+    "pip_index_url": "pipIndexUrl",
+    "torch_index_url": "torchIndexUrl",
+    "apt_source": "aptSource",
+}
+
+
 def camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(p.capitalize() for p in rest)
@@ -117,3 +156,26 @@ def check_results(d: Deployment) -> list[str]:
     """The messages of the input rules the checks module received (not 'ok')."""
     [name] = [n for n in d.module_parameters if n.endswith("-input-checks")]
     return [r for r in d.module_parameters[name]["results"] if r != "ok"]
+
+
+_PYCEP = """import json, sys
+from pathlib import Path
+from pycep import BicepParser
+print(json.dumps(BicepParser().parse(file_path=Path(sys.argv[1])), default=str))"""
+
+
+@cache
+def pycep(path: Path) -> dict[str, Any]:
+    """``path`` as pycep-parser 0.5.1 reads it, the parser inside checkov's bicep framework. It
+    lives in checkov's own environment (.tools/checkov, scripts/checkov-requirements.txt)."""
+    import subprocess
+
+    from test_terraform_checkov import checkov_binary
+
+    python = checkov_binary().parent / "python"
+    result = subprocess.run(
+        [str(python), "-c", _PYCEP, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, f"pycep-parser cannot read {path}: {result.stderr[-1500:]}"
+    parsed: dict[str, Any] = json.loads(result.stdout)
+    return parsed

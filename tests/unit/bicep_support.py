@@ -92,6 +92,7 @@ PARAMETERS: dict[str, str | None] = {
     "worker_termination_notice_minutes": "workerTerminationNoticeMinutes",
     "key_vault_allowed_cidrs": None,
     "cluster_token_version": None,
+    # checkov:skip=CKV_SECRET_6:A parameter's name next to the word token, no secret.
     "cluster_token_expiration_days": "clusterTokenExpirationDays",
     "rbac_propagation_wait_seconds": None,
     "extra_pip_packages": "extraPipPackages",

@@ -215,3 +215,19 @@ def test_a_drifted_terraform_default_or_limit_fails_the_comparison() -> None:
     doc = copy.deepcopy(template())
     doc["parameters"]["tcpIdleTimeoutMinutes"]["minValue"] = 5
     assert differences(terraform_side(), bicep_side(doc))
+
+
+def test_the_readme_table_is_the_table() -> None:
+    """infra/bicep/README.md shows bicep_support's table: the two copies agree."""
+    import re
+
+    from bicep_support import BICEP
+
+    text, outputs_table = (BICEP / "README.md").read_text().split("| Terraform output |")
+    rows = re.findall(r"^\| (`[a-z_]+`|—) \| (`[A-Za-z]+`|—) \|", text, re.M)
+    shown = {a.strip("`"): (None if b == "—" else b.strip("`")) for a, b in rows if a != "—"}
+    assert shown == PARAMETERS
+    bicep_only = {b.strip("`") for a, b in rows if a == "—"}
+    assert bicep_only == set(BICEP_ONLY)
+    outputs = dict(re.findall(r"^\| `([a-z_]+)` \| `([A-Za-z]+)` \|$", outputs_table, re.M))
+    assert outputs == OUTPUTS

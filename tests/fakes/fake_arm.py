@@ -14,6 +14,17 @@ stands in for exactly the calls the driver makes, with the real wire format:
   ``{"type": "String", "value": ...}`` entries. Path segments are matched case-insensitively, as
   ARM does; errors use ARM's ``{"error": {"code", "message"}}`` body (``AuthenticationFailed``,
   ``ResourceGroupNotFound``, ``DeploymentNotFound``, ``MissingApiVersionParameter``).
+* **Deploying** (what ``up/down --resource-group`` send, api-version 2024-03-01):
+  ``GET/PUT/DELETE /subscriptions/{sub}/resourcegroups/{rg}`` (PUT ``{"location", "tags"}`` →
+  201; DELETE → 202 + ``Location``, polled until 200); ``POST .../deployments/{name}/whatIf``
+  → 202 + ``Location`` + ``Retry-After``, the operation result first 202 again, then 200 with a
+  ``WhatIfOperationResult`` (``status``, ``properties.changes[]`` with ``resourceId`` and
+  ``changeType``); ``PUT .../deployments/{name}`` (body recorded in :attr:`FakeAzure.bodies`)
+  → 201 with ``provisioningState: Accepted``, then ``Running`` and ``Succeeded`` (or
+  ``Failed``, :attr:`FakeAzure.fail_with`) on the next GETs, with the outputs the test gave in
+  :attr:`FakeAzure.next_outputs`; ``GET .../deployments/{name}/operations`` → ``{"value":
+  [DeploymentOperation]}``, one per resource of the template, following the deployment's state.
+  A PUT without a required template parameter gets 400 ``InvalidTemplateDeployment``.
 
 Why HTTPS with a throwaway self-signed certificate: azure-core refuses to send a bearer token
 over plain http, so the real SDK only talks to an https endpoint. :meth:`FakeAzure.env` gives
@@ -40,9 +51,13 @@ from urllib.parse import parse_qs, urlsplit
 
 _DEPLOYMENT_PATH = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)"
-    r"/providers/microsoft\.resources/deployments/(?P<name>[^/]+)$",
+    r"/providers/microsoft\.resources/deployments/(?P<name>[^/]+)(?P<tail>/whatIf|/operations)?$",
     re.IGNORECASE,
 )
+_GROUP_PATH = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)$", re.IGNORECASE
+)
+_RESULT_PATH = re.compile(r"^/operationresults/(?P<id>[0-9a-f-]+)$")
 
 
 def self_signed_cert(folder: Path) -> tuple[Path, Path]:
@@ -94,6 +109,15 @@ class FakeAzure:
     deployments: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     resource_groups: set[tuple[str, str]] = field(default_factory=set)
     requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    groups: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """Resource groups as PUT/GET see them ({"location", "tags"}); add_deployment adds bare ones."""
+    bodies: list[tuple[str, str, Any]] = field(default_factory=list)
+    """(method, path, JSON body) of every PUT and POST, in order."""
+    next_outputs: dict[str, str] = field(default_factory=dict)
+    fail_with: str | None = None
+    """A message: the next deployment fails with it (code ResourceDeploymentFailure)."""
+    _results: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
+    _polls: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.cert, key = self_signed_cert(self.folder)
@@ -106,6 +130,15 @@ class FakeAzure:
                 pass
 
             def do_GET(self) -> None:
+                fake._handle(self)
+
+            def do_PUT(self) -> None:
+                fake._handle(self)
+
+            def do_POST(self) -> None:
+                fake._handle(self)
+
+            def do_DELETE(self) -> None:
                 fake._handle(self)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -184,10 +217,6 @@ class FakeAzure:
         if url.path == "/msi/token":
             self._token(h, query)
             return
-        match = _DEPLOYMENT_PATH.match(url.path)
-        if match is None:
-            self._send(h, 404, _error("InvalidResourceType", f"No route for {url.path}"))
-            return
         if h.headers.get("Authorization") != f"Bearer {self.access_token}":
             self._send(
                 h,
@@ -208,6 +237,22 @@ class FakeAzure:
                 ),
             )
             return
+        length = int(h.headers.get("Content-Length") or 0)
+        body = json.loads(h.rfile.read(length)) if length else None
+        if h.command in ("PUT", "POST"):
+            self.bodies.append((h.command, url.path, body))
+        result = _RESULT_PATH.match(url.path)
+        if result is not None:
+            self._result(h, result["id"])
+            return
+        group = _GROUP_PATH.match(url.path)
+        if group is not None:
+            self._group(h, group["sub"].lower(), group["rg"], body)
+            return
+        match = _DEPLOYMENT_PATH.match(url.path)
+        if match is None:
+            self._send(h, 404, _error("InvalidResourceType", f"No route for {url.path}"))
+            return
         sub, rg, name = (match[g].lower() for g in ("sub", "rg", "name"))
         if (sub, rg) not in self.resource_groups:
             self._send(
@@ -218,7 +263,21 @@ class FakeAzure:
                 ),
             )
             return
+        if h.command == "POST" and (match["tail"] or "").lower() == "/whatif":
+            self._what_if(h, match["sub"], match["rg"], match["name"], body)
+            return
+        if h.command == "PUT" and not match["tail"]:
+            self._put_deployment(h, (sub, rg, name), match, body)
+            return
         deployment = self.deployments.get((sub, rg, name))
+        if deployment is not None and (match["tail"] or "").lower() == "/operations":
+            self._send(h, 200, {"value": deployment.get("_operations", [])})
+            return
+        if deployment is not None and "_operations" in deployment:
+            self._advance((sub, rg, name))
+            shown = {k: v for k, v in deployment.items() if not k.startswith("_")}
+            self._send(h, 200, shown, {"Retry-After": "0"})
+            return
         if deployment is None:
             self._send(
                 h,
@@ -227,6 +286,158 @@ class FakeAzure:
             )
             return
         self._send(h, 200, deployment)
+
+    # -- deploying ---------------------------------------------------------------------------
+    def _group(self, h: BaseHTTPRequestHandler, sub: str, rg: str, body: Any) -> None:
+        key = (sub, rg.lower())
+        if h.command == "PUT":
+            created = key not in self.resource_groups
+            self.resource_groups.add(key)
+            self.groups[key] = {"location": body["location"], "tags": body.get("tags", {})}
+            self._send(h, 201 if created else 200, self._group_doc(sub, rg))
+            return
+        if key not in self.resource_groups:
+            self._send(
+                h,
+                404,
+                _error("ResourceGroupNotFound", f"Resource group '{rg}' could not be found."),
+            )
+            return
+        if h.command == "DELETE":
+            self.resource_groups.discard(key)
+            self.groups.pop(key, None)
+            for k in [k for k in self.deployments if k[:2] == key]:
+                del self.deployments[k]
+            self._send(h, 202, None, self._later([(200, None)]))
+            return
+        self._send(h, 200, self._group_doc(sub, rg))
+
+    def _group_doc(self, sub: str, rg: str) -> dict[str, Any]:
+        group = self.groups.get((sub, rg.lower()), {"location": "westeurope", "tags": {}})
+        return {
+            "id": f"/subscriptions/{sub}/resourceGroups/{rg}",
+            "name": rg,
+            "type": "Microsoft.Resources/resourceGroups",
+            "properties": {"provisioningState": "Succeeded"},
+            **group,
+        }
+
+    def _later(self, answers: list[tuple[int, Any]]) -> dict[str, str]:
+        """Headers of a 202: the Location that answers 202 once, then each of ``answers``."""
+        op = str(uuid.uuid4())
+        self._results[op] = [(202, None), *answers]
+        return {
+            "Location": f"{self.endpoint}/operationresults/{op}?api-version=2024-03-01",
+            "Retry-After": "0",
+        }
+
+    def _result(self, h: BaseHTTPRequestHandler, op: str) -> None:
+        queue = self._results.get(op)
+        if not queue:
+            self._send(h, 404, _error("NotFound", f"operation {op}"))
+            return
+        status, body = queue.pop(0) if len(queue) > 1 else queue[0]
+        headers = {
+            "Location": f"{self.endpoint}/operationresults/{op}?api-version=2024-03-01",
+            "Retry-After": "0",
+        }
+        self._send(h, status, body, headers if status == 202 else {})
+
+    @staticmethod
+    def _resources(template: dict[str, Any], values: dict[str, Any]) -> list[tuple[str, str]]:
+        """(type, name) of the template's top-level resources, names with namePrefix filled."""
+        prefix = values.get(
+            "namePrefix", template["parameters"].get("namePrefix", {}).get("defaultValue", "ray")
+        )
+        out = []
+        for r in template.get("resources", []):
+            name = re.sub(
+                r"^\[format\('\{0\}(.*)', parameters\('namePrefix'\)\)\]$",
+                lambda m: f"{prefix}{m[1]}",
+                r["name"],
+            )
+            out.append((r["type"], name))
+        return out
+
+    def _refuse(self, template: dict[str, Any], values: dict[str, Any]) -> str | None:
+        missing = [
+            n for n, p in template.get("parameters", {}).items()
+            if "defaultValue" not in p and n not in values
+        ]  # fmt: skip
+        if missing:
+            return f"The value for the template parameter '{missing[0]}' is not provided."
+        return None
+
+    def _what_if(self, h: BaseHTTPRequestHandler, sub: str, rg: str, name: str, body: Any) -> None:
+        props = body["properties"]
+        values = {k: v["value"] for k, v in props.get("parameters", {}).items()}
+        refused = self._refuse(props["template"], values)
+        if refused:
+            self._send(h, 400, _error("InvalidTemplate", refused))
+            return
+        changes = [
+            {
+                "resourceId": f"/subscriptions/{sub}/resourceGroups/{rg}/providers/{t}/{n}",
+                "changeType": "Create",
+            }
+            for t, n in self._resources(props["template"], values)
+        ]
+        result = {"status": "Succeeded", "properties": {"changes": changes}}
+        self._send(h, 202, None, self._later([(200, result)]))
+
+    def _put_deployment(
+        self, h: BaseHTTPRequestHandler, key: tuple[str, str, str], match: Any, body: Any
+    ) -> None:
+        props = body["properties"]
+        values = {k: v["value"] for k, v in props.get("parameters", {}).items()}
+        refused = self._refuse(props["template"], values)
+        if refused:
+            self._send(h, 400, _error("InvalidTemplateDeployment", refused))
+            return
+        self.add_deployment(match["sub"], match["rg"], match["name"], {}, state="Accepted")
+        deployment = self.deployments[key]
+        deployment["properties"]["parameters"] = props.get("parameters", {})
+        deployment["_operations"] = [
+            {
+                "id": f"{deployment['id']}/operations/{i:016X}",
+                "operationId": f"{i:016X}",
+                "properties": {
+                    "provisioningOperation": "Create",
+                    "provisioningState": "Accepted",
+                    "targetResource": {"resourceType": t, "resourceName": n, "id": f"/x/{t}/{n}"},
+                },
+            }
+            for i, (t, n) in enumerate(self._resources(props["template"], values))
+        ]
+        self._polls[key] = 0
+        shown = {k: v for k, v in deployment.items() if not k.startswith("_")}
+        self._send(h, 201, shown, {"Retry-After": "0"})
+
+    def _advance(self, key: tuple[str, str, str]) -> None:
+        """Each GET of a deployment moves it on: Running, then Succeeded or Failed."""
+        deployment = self.deployments[key]
+        self._polls[key] += 1
+        done = self._polls[key] >= 2
+        failed = done and self.fail_with is not None
+        state = ("Failed" if failed else "Succeeded") if done else "Running"
+        deployment["properties"]["provisioningState"] = state
+        for i, op in enumerate(deployment["_operations"]):
+            last = i == len(deployment["_operations"]) - 1
+            op_state = "Failed" if failed and last else ("Succeeded" if done else "Running")
+            op["properties"]["provisioningState"] = op_state
+            if op_state == "Failed":
+                op["properties"]["statusMessage"] = {
+                    "error": {"code": "ResourceDeploymentFailure", "message": self.fail_with}
+                }
+        if done and not failed:
+            deployment["properties"]["outputs"] = {
+                k: {"type": "String", "value": v} for k, v in self.next_outputs.items()
+            }
+        if failed:
+            deployment["properties"]["error"] = {
+                "code": "DeploymentFailed",
+                "message": self.fail_with,
+            }
 
     def _token(self, h: BaseHTTPRequestHandler, query: dict[str, str]) -> None:
         if h.headers.get("X-IDENTITY-HEADER") != self.identity_secret:
@@ -248,12 +459,19 @@ class FakeAzure:
         )
 
     @staticmethod
-    def _send(h: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
+    def _send(
+        h: BaseHTTPRequestHandler,
+        status: int,
+        body: dict[str, Any] | None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        data = json.dumps(body).encode() if body is not None else b""
         h.send_response(status)
         h.send_header("Content-Type", "application/json; charset=utf-8")
         h.send_header("Content-Length", str(len(data)))
         h.send_header("x-ms-request-id", str(uuid.uuid4()))
+        for k, v in (headers or {}).items():
+            h.send_header(k, v)
         h.end_headers()
         h.wfile.write(data)
 

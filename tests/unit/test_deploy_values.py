@@ -2,21 +2,26 @@
 place that fills the rendered documents fills exactly those names.
 
 Fillers: Terraform's ``local.deploy_values`` (infra/terraform/locals.tf), the rehearsal cluster
-(:meth:`nodekit.rehearsal.cluster.Rehearsal.deploy_values`) and, in their own tests, the Bicep
-template and its compiled ARM JSON.
+(:meth:`nodekit.rehearsal.cluster.Rehearsal.deploy_values`), the Bicep stack's ``deployValues``
+(infra/bicep/main.bicep) and the compiled ARM template (infra/bicep/azuredeploy.json; what it
+fills in, evaluated: test_bicep_custom_data.py).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import hcl2
 
+from armeval import parse_expression
 from nodekit import render
 from nodekit.rehearsal.cluster import Node, Rehearsal, State
 from support import REPO
 
 STACK = REPO / "infra" / "terraform"
+BICEP = REPO / "infra" / "bicep"
 
 
 def terraform_deploy_values() -> dict[str, str]:
@@ -57,3 +62,45 @@ def test_the_rehearsal_fills_exactly_the_listed_names(tmp_path: Path) -> None:
     assert list(values) == render.deploy_value_names()
     # ... and what it fills passes the same checks a stack's values do.
     render.fill((REPO / "cloud-init" / "rendered" / "head.yaml").read_text(), values)
+
+
+def bicep_deploy_values() -> list[str]:
+    """The keys of main.bicep's ``var deployValues = { ... }``, in order."""
+    text = (BICEP / "main.bicep").read_text()
+    block = re.search(r"^var deployValues = \{\n(.*?)^\}", text, re.S | re.M)
+    assert block, "main.bicep has no deployValues object"
+    return re.findall(r"^  ([A-Z][A-Z0-9_]*):", block.group(1), re.M)
+
+
+def arm_deploy_values() -> dict[str, list[str]]:
+    """For each nested deployment given custom data in azuredeploy.json: the keys of the
+    object whose JSON replaces the placeholder."""
+    template = json.loads((BICEP / "azuredeploy.json").read_text())
+    found = {}
+    for resource in template["resources"]:
+        parameters = resource.get("properties", {}).get("parameters", {})
+        if "customData" not in parameters:
+            continue
+        node = parse_expression(parameters["customData"]["value"])
+        # base64(replace(document, placeholder, base64(string(createObject(k, v, ...)))))
+        assert node[:2] == ("call", "base64"), node[:2]
+        replace = node[2][0]
+        assert replace[:2] == ("call", "replace")
+        assert replace[2][1] == ("lit", render.PLACEHOLDER)
+        encoded = replace[2][2]
+        assert encoded[:2] == ("call", "base64") and encoded[2][0][:2] == ("call", "string")
+        create = encoded[2][0][2][0]
+        assert create[:2] == ("call", "createObject")
+        found[resource["name"]] = [k[1] for k in create[2][0::2]]
+    return found
+
+
+def test_bicep_fills_exactly_the_listed_names() -> None:
+    assert bicep_deploy_values() == render.deploy_value_names()
+
+
+def test_the_arm_template_fills_exactly_the_listed_names_for_head_and_workers() -> None:
+    found = arm_deploy_values()
+    assert len(found) == 2, found  # the head and the workers
+    for keys in found.values():
+        assert keys == render.deploy_value_names()

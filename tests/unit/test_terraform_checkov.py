@@ -142,6 +142,9 @@ ALLOWED_SKIP_PATHS = {
     "/__pycache__/",
     r"\.egg-info/",
     "/results/",
+    # checkov's bicep variable renderer never finishes on it (reason in .checkov.yaml); it
+    # declares no resource (tests/unit/test_bicep_checkov.py).
+    r"infra/bicep/main\.bicep$",
 }
 
 

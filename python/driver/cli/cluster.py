@@ -8,10 +8,11 @@ import shlex
 import sys
 import time
 
-from driver import layout, profiles
+from driver import arm, layout, profiles
 from driver.cli.options import Verbs, open_cluster, parse_pairs, port, settings_from, verb
 from driver.cli.output import PROG, say
 from driver.errors import EXIT_OK, DriverError
+from driver.settings import ARM_ENDPOINT_ENV, DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV
 
 
 def register(verbs: Verbs) -> None:
@@ -65,12 +66,29 @@ def register(verbs: Verbs) -> None:
     p.set_defaults(func=cmd_use)
 
     for name, what in (
-        ("up", "Create or update the cluster: `terraform plan`, shown, applied if you agree"),
-        ("down", "Delete the cluster: `terraform plan -destroy`, shown, applied if you agree"),
+        (
+            "up",
+            "Create or update the cluster: a plan (Terraform) or what-if (ARM), shown, "
+            "applied if you agree",
+        ),
+        ("down", "Delete the cluster: the plan shown first, applied if you agree"),
     ):
-        p = verb(verbs, name, f"{what} (in --terraform-dir).", cluster=False)
-        p.add_argument(
-            "--terraform-dir", required=True, metavar="DIR", help="the Terraform configuration"
+        p = verb(
+            verbs,
+            name,
+            f"{what}.",
+            f"{what}. With --terraform-dir: `terraform plan` in DIR, then apply. With "
+            "--resource-group: infra/bicep/azuredeploy.json deployed through Azure Resource "
+            "Manager (what-if first, then its operations as progress), and the cluster "
+            "remembered as `use` does; a missing resource group is created (--location) and "
+            f"tagged {arm.CREATED_TAG[0]}={arm.CREATED_TAG[1]!r}. `down --resource-group` "
+            "deletes only a resource group `up` created (that tag), with everything in it.",
+            cluster=False,
+        )
+        where = p.add_mutually_exclusive_group(required=True)
+        where.add_argument("--terraform-dir", metavar="DIR", help="the Terraform configuration")
+        where.add_argument(
+            "--resource-group", metavar="RG", help="deploy the ARM template into RG (Bicep stack)"
         )
         p.add_argument(
             "--var",
@@ -82,11 +100,42 @@ def register(verbs: Verbs) -> None:
         p.add_argument(
             "--var-file", action="append", default=[], metavar="FILE", help="a .tfvars file"
         )
+        g = p.add_argument_group("ARM (with --resource-group)")
+        if name == "up":
+            g.add_argument(
+                "--location", metavar="L", help="region for a resource group that does not exist"
+            )
+            g.add_argument(
+                "--parameters",
+                metavar="FILE",
+                help="ARM parameters file (see infra/bicep/azuredeploy.parameters.json)",
+            )
+            g.add_argument(
+                "--template",
+                metavar="FILE",
+                default=str(arm.DEFAULT_TEMPLATE),
+                help="the ARM template (default: %(default)s, from the repository checkout)",
+            )
+        g.add_argument(
+            "--deployment",
+            metavar="NAME",
+            default=arm.DEFAULT_DEPLOYMENT,
+            help="the deployment's name (default: %(default)s)",
+        )
+        g.add_argument(
+            "--subscription", metavar="ID", help=f"Azure subscription id (env {SUBSCRIPTION_ENV})"
+        )
+        g.add_argument(
+            "--arm-endpoint",
+            metavar="URL",
+            help=f"Resource Manager endpoint (env {ARM_ENDPOINT_ENV}; "
+            f"default {DEFAULT_ARM_ENDPOINT})",
+        )
         p.add_argument(
             "-y",
             "--yes",
             action="store_true",
-            help="apply the plan without asking (for scripts; otherwise the plan is shown and "
+            help="apply without asking (for scripts; otherwise the plan is shown and "
             "only 'yes' goes ahead)",
         )
         p.set_defaults(func=cmd_up if name == "up" else cmd_down)
@@ -198,8 +247,106 @@ def _confirm(args: argparse.Namespace, question: str) -> None:
         raise DriverError("not applied: the answer was not yes (nothing changed)")
 
 
+def _arm_target(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    import os
+
+    return (
+        args.subscription or os.environ.get(SUBSCRIPTION_ENV),
+        args.arm_endpoint or os.environ.get(ARM_ENDPOINT_ENV),
+    )
+
+
+def cmd_up_arm(args: argparse.Namespace) -> int:
+    from driver.discovery import ARM_ADMIN_USER, ARM_HEAD_IP, _head_from_outputs
+    from driver.settings import ClusterSpec
+
+    if args.var or args.var_file:
+        raise DriverError(
+            "--var/--var-file are Terraform's: with --resource-group use --parameters"
+        )
+    template = arm.load_template(args.template)
+    values = arm.load_parameters(args.parameters)
+    arm.check_parameters(template, values)
+    subscription, endpoint = _arm_target(args)
+    group, name = args.resource_group, args.deployment
+    with arm.ResourceManager(subscription, endpoint) as rm:
+        created = False
+        if rm.group(group) is None:
+            if not args.location:
+                raise DriverError(
+                    f"resource group {group} does not exist in subscription {subscription}: "
+                    "pass --location to create it"
+                )
+            rm.create_group(group, args.location)
+            created = True
+            say(f"Created resource group {group} in {args.location} (down deletes it).")
+        try:
+            say(f"what-if: deployment {name} of {args.template} into {group}")
+            changes = rm.what_if(group, name, template, values)
+            counts: dict[str, int] = {}
+            for c in changes:
+                counts[c.change_type] = counts.get(c.change_type, 0) + 1
+                print(f"  {c.change_type:<10} {c.resource_id}")
+            sys.stdout.flush()
+            summary = ", ".join(f"{n} {t.lower()}" for t, n in sorted(counts.items())) or "none"
+            _confirm(args, f"Deploy: {summary}?")
+        except (DriverError, KeyboardInterrupt):
+            if created:
+                rm.delete_group(group)
+                say(f"Deleted the resource group {group} created for this deployment.")
+            raise
+        for op in rm.deploy(group, name, template, values):
+            line = f"  {op.state:<10} {op.resource_type} {op.resource_name}"
+            say(line + (f": {op.message}" if op.message else ""))
+        state, outputs, reason = rm.deployment(group, name)
+    if state != "Succeeded":
+        raise DriverError(
+            f"deployment {name} in {group} {state}: {reason or 'see its operations above'}"
+        )
+    head = _head_from_outputs(outputs, f"the outputs of {name}", ARM_HEAD_IP, ARM_ADMIN_USER)
+    spec = ClusterSpec(
+        resource_group=group, deployment=name, subscription=subscription, arm_endpoint=endpoint
+    )
+    path = profiles.save(spec.as_profile())
+    say(f"Cluster is up: head {head}. It bootstraps for a few minutes; the driver waits for it.")
+    say(f"Saved to {path}: later commands use it.")
+    say(f"Next:\n  {PROG} submit examples/cartpole/train.py")
+    return EXIT_OK
+
+
+def cmd_down_arm(args: argparse.Namespace) -> int:
+    subscription, endpoint = _arm_target(args)
+    group = args.resource_group
+    with arm.ResourceManager(subscription, endpoint) as rm:
+        found = rm.group(group)
+        if found is None:
+            raise DriverError(
+                f"resource group {group} does not exist in subscription {subscription}"
+            )
+        tag, value = arm.CREATED_TAG
+        if (found.get("tags") or {}).get(tag) != value:
+            raise DriverError(
+                f"resource group {group} was not created by `{PROG} up` (no tag {tag}={value!r}): "
+                "down deletes only groups it created; delete the cluster's resources yourself"
+            )
+        _confirm(
+            args,
+            f"Delete the resource group {group} and everything in it, the head's disk with its "
+            "results among them?",
+        )
+        rm.delete_group(group)
+    saved = profiles.load() or {}
+    if saved.get("resource_group", "").lower() == group.lower():
+        profiles.forget()
+    say(f"Deleted the resource group {group}.")
+    return EXIT_OK
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from driver import terraform
+
+    if args.resource_group:
+        return cmd_up_arm(args)
     from driver.discovery import from_terraform
 
     variables = parse_pairs(args.var, "--var")
@@ -231,6 +378,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     from driver import terraform
+
+    if args.resource_group:
+        return cmd_down_arm(args)
 
     variables = parse_pairs(args.var, "--var")
     say(f"terraform init + plan -destroy in {args.terraform_dir} (its output follows)")

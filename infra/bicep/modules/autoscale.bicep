@@ -1,0 +1,97 @@
+metadata name = 'Ray workers autoscale'
+metadata description = 'CPU autoscale of the workers: average CPU above scaleOutCpuPercent over 5 minutes adds one worker, below scaleInCpuPercent removes one, within workerMinCount..workerMaxCount.'
+
+@description('Required. Azure region of the autoscale setting.')
+param location string
+
+@description('Required. Prefix of every resource name.')
+param namePrefix string
+
+@description('Required. Tags for every resource.')
+param tags object
+
+@description('Required. Resource ID of the workers\' scale set.')
+param scaleSetId string
+
+@description('Required. Fewest workers.')
+param minCount int
+
+@description('Required. Workers when the metric cannot be read.')
+param defaultCount int
+
+@description('Required. Most workers.')
+param maxCount int
+
+@description('Required. Average CPU percentage above which one worker is added.')
+param scaleOutCpuPercent int
+
+@description('Required. Average CPU percentage below which one worker is removed.')
+param scaleInCpuPercent int
+
+@description('Required. Minutes to wait after adding a worker.')
+param scaleOutCooldownMinutes int
+
+@description('Required. Minutes to wait after removing a worker.')
+param scaleInCooldownMinutes int
+
+resource autoscale 'Microsoft.Insights/autoscalesettings@2022-10-01' = {
+  name: '${namePrefix}-workers-autoscale'
+  location: location
+  tags: tags
+  properties: {
+    name: '${namePrefix}-workers-autoscale'
+    enabled: true
+    targetResourceUri: scaleSetId
+    profiles: [
+      {
+        name: 'cpu'
+        capacity: {
+          minimum: string(minCount)
+          default: string(defaultCount)
+          maximum: string(maxCount)
+        }
+        rules: [
+          {
+            metricTrigger: {
+              metricName: 'Percentage CPU'
+              metricResourceUri: scaleSetId
+              timeGrain: 'PT1M'
+              statistic: 'Average'
+              timeWindow: 'PT5M'
+              timeAggregation: 'Average'
+              operator: 'GreaterThan'
+              threshold: scaleOutCpuPercent
+            }
+            scaleAction: {
+              direction: 'Increase'
+              type: 'ChangeCount'
+              value: '1'
+              cooldown: 'PT${scaleOutCooldownMinutes}M'
+            }
+          }
+          {
+            metricTrigger: {
+              metricName: 'Percentage CPU'
+              metricResourceUri: scaleSetId
+              timeGrain: 'PT1M'
+              statistic: 'Average'
+              timeWindow: 'PT5M'
+              timeAggregation: 'Average'
+              operator: 'LessThan'
+              threshold: scaleInCpuPercent
+            }
+            scaleAction: {
+              direction: 'Decrease'
+              type: 'ChangeCount'
+              value: '1'
+              cooldown: 'PT${scaleInCooldownMinutes}M'
+            }
+          }
+        ]
+      }
+    ]
+  }
+}
+
+@description('Resource ID of the autoscale setting.')
+output id string = autoscale.id

@@ -1,0 +1,157 @@
+metadata name = 'Ray head'
+metadata description = 'A static public IP for SSH, a NIC with the static private IP the workers\' cloud-init names, and the VM that runs Ray\'s GCS, dashboard (127.0.0.1 only) and the jobs\' learners.'
+
+@description('Required. Azure region of the resources.')
+param location string
+
+@description('Required. Prefix of every resource name.')
+param namePrefix string
+
+@description('Required. Tags for every resource.')
+param tags object
+
+@description('Required. Resource ID of the cluster subnet.')
+param subnetId string
+
+@description('Required. The head\'s private IP address.')
+param privateIp string
+
+@description('Required. Idle timeout of the public IP, in minutes.')
+param tcpIdleTimeoutMinutes int
+
+@description('Required. VM size of the head.')
+param vmSize string
+
+@description('Required. Admin user (SSH key login only).')
+param adminUsername string
+
+@description('Required. The admin user\'s OpenSSH public key, one line.')
+param adminSshPublicKey string
+
+@description('Required. Marketplace image: publisher, offer, sku.')
+param imageReference object
+
+@description('Required. Encrypt temp disks and caches at the host.')
+param encryptionAtHost bool
+
+@description('Required. Resource ID of the nodes\' user-assigned identity.')
+param identityId string
+
+@secure()
+@description('Required. The filled head cloud-init document, base64 (it may carry pipIndexUrl\'s credentials).')
+param customData string
+
+resource publicIp 'Microsoft.Network/publicIPAddresses@2024-07-01' = {
+  name: '${namePrefix}-head-pip'
+  location: location
+  tags: tags
+  sku: {
+    name: 'Standard'
+  }
+  properties: {
+    publicIPAllocationMethod: 'Static'
+    // Azure drops a silent inbound flow after 4 minutes by default: an SSH tunnel to the
+    // dashboard or the Jobs API would die while a job runs quietly.
+    idleTimeoutInMinutes: tcpIdleTimeoutMinutes
+  }
+}
+
+resource nic 'Microsoft.Network/networkInterfaces@2024-07-01' = {
+  name: '${namePrefix}-head-nic'
+  location: location
+  tags: tags
+  properties: {
+    ipConfigurations: [
+      {
+        name: 'primary'
+        properties: {
+          primary: true
+          subnet: {
+            id: subnetId
+          }
+          privateIPAllocationMethod: 'Static'
+          privateIPAddress: privateIp
+          publicIPAddress: {
+            id: publicIp.id
+          }
+        }
+      }
+    ]
+  }
+}
+
+resource vm 'Microsoft.Compute/virtualMachines@2024-11-01' = {
+  // checkov:skip=CKV_AZURE_151:A Windows check (Azure Disk Encryption extension); the head runs Linux, its disks are encrypted at rest by the platform and extensions are turned off.
+  // checkov:skip=CKV_AZURE_97:Off by default because encryption at host needs the EncryptionAtHost feature registered on the subscription; set encryptionAtHostEnabled where it is.
+  name: '${namePrefix}-head'
+  location: location
+  tags: tags
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  properties: {
+    hardwareProfile: {
+      vmSize: vmSize
+    }
+    osProfile: {
+      computerName: '${namePrefix}-head'
+      adminUsername: adminUsername
+      // Changing it later is refused by Azure: the head is rebuilt from its cloud-init only by
+      // deleting the VM.
+      customData: customData
+      allowExtensionOperations: false
+      linuxConfiguration: {
+        disablePasswordAuthentication: true
+        ssh: {
+          publicKeys: [
+            {
+              path: '/home/${adminUsername}/.ssh/authorized_keys'
+              keyData: adminSshPublicKey
+            }
+          ]
+        }
+      }
+    }
+    storageProfile: {
+      imageReference: imageReference
+      osDisk: {
+        name: '${namePrefix}-head-osdisk'
+        createOption: 'FromImage'
+        caching: 'ReadWrite'
+        managedDisk: {
+          storageAccountType: 'StandardSSD_LRS'
+        }
+        // the Ray environment (~2 GB), results and checkpoints live here
+        diskSizeGB: 64
+      }
+    }
+    networkProfile: {
+      networkInterfaces: [
+        {
+          id: nic.id
+          properties: {
+            primary: true
+          }
+        }
+      ]
+    }
+    securityProfile: {
+      encryptionAtHost: encryptionAtHost
+    }
+    // Managed storage account: serial console and the boot log show cloud-init's progress.
+    diagnosticsProfile: {
+      bootDiagnostics: {
+        enabled: true
+      }
+    }
+  }
+}
+
+@description('Public IP address of the head.')
+output publicIp string = publicIp.properties.ipAddress
+
+@description('Private IP address of the head.')
+output privateIp string = nic.properties.ipConfigurations[0].properties.privateIPAddress

@@ -1,0 +1,149 @@
+metadata name = 'Ray workers'
+metadata description = 'A Uniform scale set without public IPs (outbound through the NAT gateway) whose instances join the head\'s Ray cluster from their cloud-init. Autoscale (autoscale.bicep) owns the instance count after creation.'
+
+@description('Required. Azure region of the scale set.')
+param location string
+
+@description('Required. Prefix of every resource name.')
+param namePrefix string
+
+@description('Required. Tags for every resource.')
+param tags object
+
+@description('Required. Resource ID of the cluster subnet.')
+param subnetId string
+
+@description('Required. VM size of each worker.')
+param vmSize string
+
+@description('Required. Instances created at deployment.')
+param instanceCount int
+
+@description('Required. Admin user (SSH key login only).')
+param adminUsername string
+
+@description('Required. The admin user\'s OpenSSH public key, one line.')
+param adminSshPublicKey string
+
+@description('Required. Marketplace image: publisher, offer, sku.')
+param imageReference object
+
+@description('Required. Encrypt temp disks and caches at the host.')
+param encryptionAtHost bool
+
+@description('Required. Resource ID of the nodes\' user-assigned identity.')
+param identityId string
+
+@description('Required. Run the workers as Spot VMs.')
+param spotEnabled bool
+
+@description('Required. Minutes between the Terminate scheduled event and the deletion of a regular worker.')
+param terminationNoticeMinutes int
+
+@secure()
+@description('Required. The filled worker cloud-init document, base64 (it may carry pipIndexUrl\'s credentials).')
+param customData string
+
+resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
+  // checkov:skip=CKV_AZURE_97:Off by default because encryption at host needs the EncryptionAtHost feature registered on the subscription; set encryptionAtHostEnabled where it is.
+  // checkov:skip=CKV_AZURE_95:Upgrades are manual: an automatic OS image upgrade would reimage a worker in the middle of a training run, and a new instance boots the current image anyway.
+  name: '${namePrefix}-workers'
+  location: location
+  tags: tags
+  sku: {
+    name: vmSize
+    tier: 'Standard'
+    capacity: instanceCount
+  }
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  properties: {
+    orchestrationMode: 'Uniform'
+    // Overprovisioned extra VMs would run cloud-init and join Ray before Azure deletes them.
+    overprovision: false
+    upgradePolicy: {
+      mode: 'Manual'
+    }
+    // Scale-in removes the newest worker first: the last one added is the one least likely to
+    // hold long-running actors.
+    scaleInPolicy: {
+      rules: [
+        'NewestVM'
+      ]
+      forceDeletion: false
+    }
+    virtualMachineProfile: {
+      osProfile: {
+        computerNamePrefix: '${namePrefix}-w'
+        adminUsername: adminUsername
+        // Instances keep the custom data they booted with until they are reimaged or replaced.
+        customData: customData
+        allowExtensionOperations: false
+        linuxConfiguration: {
+          disablePasswordAuthentication: true
+          ssh: {
+            publicKeys: [
+              {
+                path: '/home/${adminUsername}/.ssh/authorized_keys'
+                keyData: adminSshPublicKey
+              }
+            ]
+          }
+        }
+      }
+      storageProfile: {
+        imageReference: imageReference
+        osDisk: {
+          createOption: 'FromImage'
+          caching: 'ReadWrite'
+          managedDisk: {
+            storageAccountType: 'StandardSSD_LRS'
+          }
+        }
+      }
+      networkProfile: {
+        networkInterfaceConfigurations: [
+          {
+            name: 'primary'
+            properties: {
+              primary: true
+              ipConfigurations: [
+                {
+                  name: 'primary'
+                  properties: {
+                    primary: true
+                    subnet: {
+                      id: subnetId
+                    }
+                  }
+                }
+              ]
+            }
+          }
+        ]
+      }
+      // Spot workers are deleted on eviction, at most at the on-demand price (-1); they get
+      // Preempt (about 30 s) instead of a terminate notification, which Spot cannot have.
+      priority: spotEnabled ? 'Spot' : 'Regular'
+      evictionPolicy: spotEnabled ? 'Delete' : null
+      billingProfile: spotEnabled ? { maxPrice: -1 } : null
+      // Regular workers get a Terminate scheduled event this long before deletion, time to drain.
+      scheduledEventsProfile: spotEnabled ? null : { terminateNotificationProfile: { enable: true, notBeforeTimeout: 'PT${terminationNoticeMinutes}M' } }
+      securityProfile: {
+        encryptionAtHost: encryptionAtHost
+      }
+      diagnosticsProfile: {
+        bootDiagnostics: {
+          enabled: true
+        }
+      }
+    }
+  }
+}
+
+@description('Resource ID of the scale set.')
+output id string = workers.id

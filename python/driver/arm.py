@@ -1,0 +1,295 @@
+"""Deploying infra/bicep/azuredeploy.json through Azure Resource Manager, for ``up/down
+--resource-group``: what-if first, then the deployment, its operations as they progress.
+
+azure-mgmt-resource 26 has no typed deployments client any more (it moved to another package),
+so the calls go through its client's ``send_request``: the same authenticated pipeline, the
+documented REST paths and bodies (api-version :data:`API_VERSION`). Long-running operations are
+followed as ARM asks: ``202`` + ``Location``, polled after ``Retry-After`` seconds.
+
+Resource groups: ``up`` creates a missing one (with ``--location``) and tags it
+:data:`CREATED_TAG`; ``down`` deletes a resource group only when it carries that tag, i.e. only
+what ``up`` created. A group that existed before is never deleted by the driver.
+
+Library code: nothing here prints; the CLI shows what these functions return or yield.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from driver.discovery import DEPLOYMENTS_API_VERSION as API_VERSION
+from driver.discovery import _credential_error, _first_line
+from driver.errors import DriverError
+from driver.settings import DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV
+
+CREATED_TAG = ("created-by", "python -m driver up")
+"""The tag ``up`` puts on a resource group it creates; ``down`` deletes only such groups."""
+DEFAULT_DEPLOYMENT = "ray-cluster"
+DEFAULT_TEMPLATE = Path("infra") / "bicep" / "azuredeploy.json"
+TERMINAL = {"Succeeded", "Failed", "Canceled"}
+MAX_POLL_S = 30.0
+
+
+# -- inputs, checked before anything is sent --------------------------------------------------
+def load_template(path: str | Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise DriverError(
+            f"--template: cannot read {path}: {e.strerror} (expected infra/bicep/azuredeploy.json "
+            "of a checkout, or --template FILE)"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise DriverError(f"--template: {path} is not JSON: {e.msg} at line {e.lineno}") from None
+    if not isinstance(doc, dict) or "deploymentTemplate.json" not in str(doc.get("$schema", "")):
+        raise DriverError(f"--template: {path} is not an ARM deployment template")
+    return doc
+
+
+def load_parameters(path: str | Path | None) -> dict[str, Any]:
+    """An ARM parameters file (``{"parameters": {"name": {"value": ...}}}``) as
+    ``{name: value}``."""
+    if path is None:
+        return {}
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise DriverError(f"--parameters: cannot read {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise DriverError(f"--parameters: {path} is not JSON: {e.msg} at line {e.lineno}") from None
+    entries = doc.get("parameters") if isinstance(doc, dict) else None
+    if not isinstance(entries, dict):
+        raise DriverError(
+            f'--parameters: {path} has no "parameters" object (expected an ARM parameters '
+            'file: {"parameters": {"allowedSshCidrs": {"value": ["203.0.113.7/32"]}}})'
+        )
+    values = {}
+    for name, entry in entries.items():
+        if not isinstance(entry, dict) or "value" not in entry:
+            raise DriverError(
+                f'--parameters: {path}: {name} has no "value" (Key Vault references are not '
+                "supported here)"
+            )
+        values[name] = entry["value"]
+    return values
+
+
+def check_parameters(template: dict[str, Any], values: dict[str, Any]) -> None:
+    declared = template.get("parameters", {})
+    unknown = sorted(set(values) - set(declared))
+    if unknown:
+        raise DriverError(
+            f"--parameters: the template has no parameter {', '.join(unknown)} "
+            f"(it has {', '.join(sorted(declared))})"
+        )
+    missing = sorted(n for n, p in declared.items() if "defaultValue" not in p and n not in values)
+    if missing:
+        raise DriverError(
+            f"--parameters: required {', '.join(missing)} not given (see "
+            "infra/bicep/azuredeploy.parameters.json)"
+        )
+
+
+# -- the wire -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Change:
+    change_type: str
+    resource_id: str
+
+
+@dataclass(frozen=True)
+class Operation:
+    operation_id: str
+    state: str
+    action: str
+    resource_type: str
+    resource_name: str
+    message: str
+
+
+class ResourceManager:
+    """One signed-in connection to Resource Manager for one subscription (a context manager)."""
+
+    def __init__(
+        self,
+        subscription: str | None,
+        endpoint: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not subscription:
+            raise DriverError(
+                f"--resource-group needs a subscription: pass --subscription ID or set "
+                f"{SUBSCRIPTION_ENV}"
+            )
+        self.subscription = subscription
+        self.base = (endpoint or DEFAULT_ARM_ENDPOINT).rstrip("/")
+        if not self.base.startswith("https://"):
+            raise DriverError(f"--arm-endpoint must be an https:// URL, got {self.base!r}")
+        self._sleep = sleep
+        self._credential: Any = None
+        self._client: Any = None
+
+    def __enter__(self) -> ResourceManager:
+        from azure.identity import DefaultAzureCredential
+        from azure.mgmt.resource.resources import ResourceManagementClient
+
+        self._credential = DefaultAzureCredential()
+        self._client = ResourceManagementClient(
+            self._credential,
+            self.subscription,
+            base_url=self.base,
+            credential_scopes=[f"{self.base}/.default"],
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._client.close()
+        self._credential.close()
+
+    # -- requests --------------------------------------------------------------------------
+    def request(
+        self, method: str, url: str, body: Any = None, ok: tuple[int, ...] = (200, 201, 202)
+    ) -> tuple[int, dict[str, str], Any]:
+        from azure.core.exceptions import (
+            ClientAuthenticationError,
+            HttpResponseError,
+            ServiceRequestError,
+        )
+        from azure.core.rest import HttpRequest
+        from azure.identity import CredentialUnavailableError
+
+        if not url.startswith("https://"):
+            sep = "&" if "?" in url else "?"
+            url = f"{self.base}{url}{sep}api-version={API_VERSION}"
+        try:
+            response = self._client.send_request(HttpRequest(method, url, json=body))
+        except (CredentialUnavailableError, ClientAuthenticationError) as e:
+            raise DriverError(
+                f"cannot sign in to Azure: {_credential_error(e)} (expected `az login`, a "
+                "managed identity, or AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET)"
+            ) from None
+        except ServiceRequestError as e:
+            raise DriverError(
+                f"cannot reach Azure Resource Manager at {self.base}: {_first_line(e)}"
+            ) from None
+        except HttpResponseError as e:
+            raise DriverError(f"{method} {url}: {_first_line(e)}") from None
+        try:
+            data = response.json() if response.content else None
+        except ValueError:
+            data = None
+        if response.status_code not in ok:
+            error = (data or {}).get("error", {}) if isinstance(data, dict) else {}
+            what = f"{error.get('code')}: {error.get('message')}" if error else response.text
+            raise DriverError(f"{method} {url.split('?')[0]}: HTTP {response.status_code} {what}")
+        return response.status_code, dict(response.headers), data
+
+    def _wait(self, headers: dict[str, str]) -> None:
+        try:
+            delay = float(headers.get("Retry-After", "5"))
+        except ValueError:
+            delay = 5.0
+        self._sleep(min(max(delay, 0.0), MAX_POLL_S))
+
+    def _follow(self, status: int, headers: dict[str, str], data: Any) -> Any:
+        """A long-running operation's result: poll ``Location`` while it answers 202."""
+        while status == 202:
+            location = headers.get("Location") or headers.get("location")
+            if not location:
+                raise DriverError("Resource Manager answered 202 without a Location to poll")
+            self._wait(headers)
+            status, headers, data = self.request("GET", location, ok=(200, 202, 204))
+        return data
+
+    # -- resource groups ---------------------------------------------------------------------
+    def _group_path(self, group: str) -> str:
+        return f"/subscriptions/{self.subscription}/resourcegroups/{group}"
+
+    def group(self, group: str) -> dict[str, Any] | None:
+        status, _, data = self.request("GET", self._group_path(group), ok=(200, 404))
+        return data if status == 200 else None
+
+    def create_group(self, group: str, location: str) -> None:
+        body = {"location": location, "tags": {CREATED_TAG[0]: CREATED_TAG[1]}}
+        self.request("PUT", self._group_path(group), body, ok=(200, 201))
+
+    def delete_group(self, group: str) -> None:
+        self._follow(*self.request("DELETE", self._group_path(group), ok=(200, 202, 204)))
+
+    # -- deployments ---------------------------------------------------------------------------
+    def _deployment_path(self, group: str, name: str) -> str:
+        return f"{self._group_path(group)}/providers/Microsoft.Resources/deployments/{name}"
+
+    @staticmethod
+    def _body(template: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "properties": {
+                "mode": "Incremental",
+                "template": template,
+                "parameters": {k: {"value": v} for k, v in values.items()},
+            }
+        }
+
+    def what_if(
+        self, group: str, name: str, template: dict[str, Any], values: dict[str, Any]
+    ) -> list[Change]:
+        path = f"{self._deployment_path(group, name)}/whatIf"
+        result = self._follow(*self.request("POST", path, self._body(template, values)))
+        if not isinstance(result, dict):
+            raise DriverError("what-if returned no result")
+        if result.get("status") != "Succeeded":
+            error = result.get("error") or {}
+            raise DriverError(
+                f"what-if {result.get('status')}: {error.get('code')}: {error.get('message')}"
+            )
+        return [
+            Change(str(c.get("changeType")), str(c.get("resourceId")))
+            for c in (result.get("properties") or {}).get("changes", [])
+        ]
+
+    def deploy(
+        self, group: str, name: str, template: dict[str, Any], values: dict[str, Any]
+    ) -> Iterator[Operation]:
+        """PUT the deployment, then yield each operation whenever its state changes, until the
+        deployment ends. Its end state and outputs: :meth:`deployment`."""
+        path = self._deployment_path(group, name)
+        _, headers, _ = self.request("PUT", path, self._body(template, values), ok=(200, 201))
+        seen: dict[str, str] = {}
+        while True:
+            self._wait(headers)
+            _, headers, deployment = self.request("GET", path, ok=(200,))
+            _, _, ops = self.request("GET", f"{path}/operations", ok=(200,))
+            for op in (ops or {}).get("value", []):
+                props = op.get("properties", {})
+                target = props.get("targetResource") or {}
+                state = str(props.get("provisioningState", ""))
+                oid = str(op.get("operationId"))
+                if seen.get(oid) == state or not target:
+                    continue
+                seen[oid] = state
+                message = props.get("statusMessage") or {}
+                error = message.get("error", {}) if isinstance(message, dict) else {}
+                yield Operation(
+                    oid,
+                    state,
+                    str(props.get("provisioningOperation", "")),
+                    str(target.get("resourceType", "")),
+                    str(target.get("resourceName", "")),
+                    f"{error.get('code')}: {error.get('message')}" if error else "",
+                )
+            if deployment["properties"].get("provisioningState") in TERMINAL:
+                return
+
+    def deployment(self, group: str, name: str) -> tuple[str, dict[str, Any], str]:
+        """``(provisioningState, outputs as plain values, error)``."""
+        _, _, data = self.request("GET", self._deployment_path(group, name), ok=(200,))
+        props = data.get("properties", {})
+        error = props.get("error") or {}
+        outputs = {k: v.get("value") for k, v in (props.get("outputs") or {}).items()}
+        reason = f"{error.get('code')}: {error.get('message')}" if error else ""
+        return str(props.get("provisioningState")), outputs, reason

@@ -1,0 +1,182 @@
+"""What the Bicep stack's tests share: the files, the parity table between the two stacks, and
+deploying azuredeploy.json with tests/armeval.py against what Azure's resources would report."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from armeval import Context, Deployment, deploy
+
+REPO = Path(__file__).resolve().parents[2]
+BICEP = REPO / "infra" / "bicep"
+MAIN = BICEP / "main.bicep"
+TEMPLATE = BICEP / "azuredeploy.json"
+MODULES = BICEP / "modules"
+
+CLIENT_ID = "11111111-2222-4333-8444-555555555555"
+PRINCIPAL_ID = "99999999-8888-4777-8666-555555555555"
+HEAD_PUBLIC_IP = "20.1.2.3"
+
+# Terraform's own inputs and the reason Bicep has none of them.
+TERRAFORM_ONLY = {
+    "resource_group_name": "Bicep deploys into the resource group it is given (az deployment "
+    "group create -g, the portal's form, or `python -m driver up --resource-group`).",
+    "create_resource_group": "Same: the resource group exists before an ARM deployment "
+    "starts (`python -m driver up` creates it when it is missing).",
+    "key_vault_allowed_cidrs": "ARM writes the token through the control plane, so the vault "
+    "has no public endpoint and no firewall to open.",
+    "rbac_propagation_wait_seconds": "Same: no deployer role on the vault's data plane to wait "
+    "for.",
+    "cluster_token_version": "Every ARM deployment that leaves clusterToken out writes a new "
+    "token (newGuid() defaults are evaluated on every deployment, and ARM cannot write a secret "
+    "only when it is missing): a redeployment is a rotation, there is no version to raise.",
+}
+# Bicep's own parameters and the reason Terraform has none of them.
+BICEP_ONLY = {
+    "clusterToken": "The token: Terraform generates it as an ephemeral value; ARM can only "
+    "generate it as a secure parameter's default (newGuid() is allowed nowhere else).",
+    "deploymentTime": "utcNow() is allowed only in a parameter default: the time the token's "
+    "expiration date counts from (Terraform: time_offset).",
+}
+# Shared, but not alike: the difference and why.
+DIFFERENT = {
+    "location": "Required in Terraform; in Bicep it defaults to resourceGroup().location, as "
+    "Azure's templates do.",
+    "scale_out_cpu_percent": "Terraform's number takes fractions; ARM parameters have no "
+    "fractional type, so Bicep takes whole percentages (same limits).",
+    "scale_in_cpu_percent": "Same as scale_out_cpu_percent.",
+}
+# Output names: Terraform's snake_case, Bicep's camelCase.
+OUTPUTS = {
+    "head_public_ip": "headPublicIp",
+    "head_private_ip": "headPrivateIp",
+    "admin_username": "adminUsername",
+    "ssh_command": "sshCommand",
+    "scale_set_id": "scaleSetId",
+    "resource_group_name": "resourceGroupName",
+    "driver_command": "driverCommand",
+}
+
+
+# The one table between the stacks: every Terraform variable and the Bicep parameter that takes
+# its place (None: Terraform-only, reason in TERRAFORM_ONLY). Tested both ways in
+# test_bicep_parity.py against variables.tf, main.bicep and azuredeploy.json.
+PARAMETERS: dict[str, str | None] = {
+    "location": "location",
+    "allowed_ssh_cidrs": "allowedSshCidrs",
+    "admin_ssh_public_key": "adminSshPublicKey",
+    "resource_group_name": None,
+    "create_resource_group": None,
+    "name_prefix": "namePrefix",
+    "tags": "tags",
+    "vnet_address_space": "vnetAddressSpace",
+    "subnet_address_prefix": "subnetAddressPrefix",
+    "tcp_idle_timeout_minutes": "tcpIdleTimeoutMinutes",
+    "admin_username": "adminUsername",
+    "os_image": "osImage",
+    "head_vm_size": "headVmSize",
+    "worker_vm_size": "workerVmSize",
+    "encryption_at_host_enabled": "encryptionAtHostEnabled",
+    "worker_min_count": "workerMinCount",
+    "worker_default_count": "workerDefaultCount",
+    "worker_max_count": "workerMaxCount",
+    "scale_out_cpu_percent": "scaleOutCpuPercent",
+    "scale_in_cpu_percent": "scaleInCpuPercent",
+    "scale_out_cooldown_minutes": "scaleOutCooldownMinutes",
+    "scale_in_cooldown_minutes": "scaleInCooldownMinutes",
+    "worker_spot_enabled": "workerSpotEnabled",
+    "worker_termination_notice_minutes": "workerTerminationNoticeMinutes",
+    "key_vault_allowed_cidrs": None,
+    "cluster_token_version": None,
+    # checkov:skip=CKV_SECRET_6:A parameter's name next to the word token, no secret.
+    "cluster_token_expiration_days": "clusterTokenExpirationDays",
+    "rbac_propagation_wait_seconds": None,
+    "extra_pip_packages": "extraPipPackages",
+    "pip_index_url": "pipIndexUrl",
+    "torch_index_url": "torchIndexUrl",
+    "apt_source": "aptSource",
+}
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+def snake(name: str) -> str:
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+
+
+@cache
+def template_text() -> str:
+    return TEMPLATE.read_text()
+
+
+def template() -> dict[str, Any]:
+    return json.loads(template_text())
+
+
+def runtime(rtype: str, rid: str) -> dict[str, Any]:
+    """What a deployed resource reports to reference(), as Azure answers for these types."""
+    name = rid.rsplit("/", 1)[1]
+    if rtype == "Microsoft.ManagedIdentity/userAssignedIdentities":
+        return {"clientId": CLIENT_ID, "principalId": PRINCIPAL_ID, "tenantId": "t"}
+    if rtype == "Microsoft.KeyVault/vaults":
+        return {"vaultUri": f"https://{name}.vault.azure.net/"}
+    if rtype == "Microsoft.Network/publicIPAddresses":
+        return {"ipAddress": HEAD_PUBLIC_IP, "publicIPAllocationMethod": "Static"}
+    if rtype == "Microsoft.Network/networkInterfaces":
+        raise KeyError("NIC: answered by the caller, who knows the static address")
+    raise KeyError(f"reference() to {rtype} is not expected")
+
+
+def context(nic_ip: str = "10.42.1.4", **kwargs: Any) -> Context:
+    def answer(rtype: str, rid: str) -> dict[str, Any]:
+        if rtype == "Microsoft.Network/networkInterfaces":
+            return {"ipConfigurations": [{"properties": {"privateIPAddress": nic_ip}}]}
+        return runtime(rtype, rid)
+
+    return Context(runtime=answer, **kwargs)
+
+
+def deploy_template(
+    parameters: dict[str, Any],
+    text: str | None = None,
+    stop_when_refused: bool = True,
+    **context_args: Any,
+) -> Deployment:
+    doc = json.loads(text) if text is not None else template()
+    return deploy(doc, parameters, context(**context_args), stop_when_refused)
+
+
+def check_results(d: Deployment) -> list[str]:
+    """The messages of the input rules the checks module received (not 'ok')."""
+    [name] = [n for n in d.module_parameters if n.endswith("-input-checks")]
+    return [r for r in d.module_parameters[name]["results"] if r != "ok"]
+
+
+_PYCEP = """import json, sys
+from pathlib import Path
+from pycep import BicepParser
+print(json.dumps(BicepParser().parse(file_path=Path(sys.argv[1])), default=str))"""
+
+
+@cache
+def pycep(path: Path) -> dict[str, Any]:
+    """``path`` as pycep-parser 0.5.1 reads it, the parser inside checkov's bicep framework. It
+    lives in checkov's own environment (.tools/checkov, scripts/checkov-requirements.txt)."""
+    import subprocess
+
+    from test_terraform_checkov import checkov_binary
+
+    python = checkov_binary().parent / "python"
+    result = subprocess.run(
+        [str(python), "-c", _PYCEP, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, f"pycep-parser cannot read {path}: {result.stderr[-1500:]}"
+    parsed: dict[str, Any] = json.loads(result.stdout)
+    return parsed

@@ -1,0 +1,164 @@
+"""`up/down --resource-group`: infra/bicep/azuredeploy.json deployed through the fake Resource
+Manager (tests/fakes/fake_arm.py, the real wire format over HTTPS, the real azure-identity and
+azure-mgmt-resource in the driver): what-if first and shown, nothing deployed without a yes,
+operations streamed, the cluster remembered as `use` remembers it, bad input refused in one line
+before anything is sent, and `down` deleting only the resource group `up` created."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fakes.fake_arm import FakeAzure
+from support import REPO, error_lines, run_driver
+
+TEMPLATE = REPO / "infra" / "bicep" / "azuredeploy.json"
+PARAMETERS = REPO / "infra" / "bicep" / "azuredeploy.parameters.json"
+SUB = "00000000-1111-2222-3333-444444444444"
+CREDENTIAL_ENV = (
+    "AZURE_CLIENT_ID",
+    "AZURE_TENANT_ID",
+    "AZURE_CLIENT_SECRET",
+    "AZURE_USERNAME",
+    "AZURE_PASSWORD",
+    "AZURE_FEDERATED_TOKEN_FILE",
+    "AZURE_CLIENT_CERTIFICATE_PATH",
+)
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]:
+    azure = FakeAzure(tmp_path)
+    for name in CREDENTIAL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    azure.next_outputs = {"headPublicIp": "20.1.2.3", "adminUsername": "azureuser"}
+    try:
+        yield azure
+    finally:
+        azure.close()
+
+
+@pytest.fixture
+def params(tmp_path: Path) -> Path:
+    path = tmp_path / "p.json"
+    doc = json.loads(PARAMETERS.read_text())
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def driver(fake: FakeAzure, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**fake.env(), "AZURE_SUBSCRIPTION_ID": SUB}
+    return run_driver(*args, home=home, env=env, timeout=120)
+
+
+def deploy_requests(fake: FakeAzure) -> list[tuple[str, str]]:
+    return [(m, p.rsplit("/", 1)[-1]) for m, p, _ in fake.bodies]
+
+
+def test_up_creates_the_group_shows_what_if_deploys_and_remembers(
+    fake: FakeAzure, tmp_path: Path, params: Path
+) -> None:
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
+               "--parameters", str(params), "--yes")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    # what-if shown first (one line per change), then the PUT, then the operations.
+    assert (
+        "Create" in r.stdout and "/providers/Microsoft.Resources/deployments/ray-head" in r.stdout
+    )
+    assert deploy_requests(fake) == [("PUT", "rg-ray"), ("POST", "whatIf"), ("PUT", "ray-cluster")]
+    _, _, group = fake.bodies[0]
+    assert group == {"location": "westeurope", "tags": {"created-by": "python -m driver up"}}
+    _, _, body = fake.bodies[2]
+    assert body["properties"]["mode"] == "Incremental"
+    assert body["properties"]["template"] == json.loads(TEMPLATE.read_text())
+    given = json.loads(params.read_text())["parameters"]
+    assert body["properties"]["parameters"] == given
+    assert fake.bodies[1][2] == body  # what-if saw exactly what was deployed
+    assert "Succeeded  Microsoft.Resources/deployments ray-workers" in r.stderr
+    assert "head azureuser@20.1.2.3" in r.stderr
+    profile = json.loads((tmp_path / "profile.json").read_text())
+    assert profile == {"resource_group": "rg-ray", "deployment": "ray-cluster", "subscription": SUB,
+                       "arm_endpoint": fake.endpoint}  # fmt: skip
+
+
+def test_without_a_yes_nothing_is_deployed_and_the_new_group_is_deleted(
+    fake: FakeAzure, tmp_path: Path, params: Path
+) -> None:
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
+               "--parameters", str(params))  # fmt: skip
+    assert r.returncode == 2
+    assert "Create" in r.stdout  # the what-if was shown
+    assert "pass --yes" in error_lines(r.stderr)[-1]
+    assert deploy_requests(fake) == [("PUT", "rg-ray"), ("POST", "whatIf")]
+    assert (SUB, "rg-ray") not in fake.resource_groups
+    assert not (tmp_path / "profile.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((), "required adminSshPublicKey, allowedSshCidrs not given"),
+        (("--parameters", "/nonexistent.json"), "--parameters: cannot read /nonexistent.json"),
+        (("--template", "/nonexistent.json"), "--template: cannot read /nonexistent.json"),
+        (("--var", "a=b"), "--var/--var-file are Terraform's"),
+    ],
+)
+def test_bad_input_is_one_line_and_nothing_is_sent(
+    fake: FakeAzure, tmp_path: Path, args: tuple[str, ...], expected: str
+) -> None:
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
+               *args)  # fmt: skip
+    assert r.returncode == 2
+    [line] = error_lines(r.stderr)
+    assert expected in line
+    assert fake.requests == []
+
+
+def test_unknown_parameter_and_missing_location_send_nothing(
+    fake: FakeAzure, tmp_path: Path, params: Path
+) -> None:
+    doc = json.loads(params.read_text())
+    doc["parameters"]["workerCount"] = {"value": 3}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--parameters", str(bad))
+    [line] = error_lines(r.stderr)
+    assert "the template has no parameter workerCount" in line
+    assert fake.requests == []
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-new", "--parameters", str(params))
+    [line] = error_lines(r.stderr)
+    assert "resource group rg-new does not exist" in line and "--location" in line
+    assert fake.bodies == []
+
+
+def test_a_failed_deployment_says_why(fake: FakeAzure, tmp_path: Path, params: Path) -> None:
+    fake.fail_with = "OperationNotAllowed: quota exceeded for standardDSv5Family"
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
+               "--parameters", str(params), "--yes")  # fmt: skip
+    assert r.returncode == 2
+    assert "Failed" in r.stderr and "quota exceeded" in error_lines(r.stderr)[-1]
+    assert not (tmp_path / "profile.json").exists()
+
+
+def test_down_deletes_only_a_group_up_created(
+    fake: FakeAzure, tmp_path: Path, params: Path
+) -> None:
+    fake.add_deployment(SUB, "rg-theirs", "ray-cluster", {"headPublicIp": "20.1.2.4"})
+    r = driver(fake, tmp_path, "down", "--resource-group", "rg-theirs", "--yes")
+    assert r.returncode == 2
+    assert "was not created by" in error_lines(r.stderr)[-1]
+    assert (SUB, "rg-theirs") in fake.resource_groups
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
+               "--parameters", str(params), "--yes")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = driver(fake, tmp_path, "down", "--resource-group", "rg-ray")
+    assert r.returncode == 2 and "pass --yes" in error_lines(r.stderr)[-1]
+    assert (SUB, "rg-ray") in fake.resource_groups
+    r = driver(fake, tmp_path, "down", "--resource-group", "rg-ray", "--yes")
+    assert r.returncode == 0, r.stderr
+    assert (SUB, "rg-ray") not in fake.resource_groups
+    assert not (tmp_path / "profile.json").exists()  # the remembered cluster is gone too

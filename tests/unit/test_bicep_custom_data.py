@@ -1,0 +1,166 @@
+"""The custom data azuredeploy.json gives the head and the workers, evaluated with
+tests/armeval.py: the committed rendered cloud-init documents with their one placeholder filled
+with the values Terraform would put there for the same inputs, exactly as
+``nodekit.render.fill`` (what the rehearsal cluster boots) fills them. So the rehearsal boot
+(tests/e2e) covers the documents as Bicep fills them.
+
+main.bicep is read for what the JSON cannot show: that it loads the committed documents with
+loadTextContent and fills them with one replace() of the deploy-time values.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from bicep_support import (
+    CLIENT_ID,
+    MAIN,
+    REPO,
+    check_results,
+    deploy_template,
+    template,
+)
+from nodekit import render
+from test_node_token import SECRET as SECRET_NAME
+from test_terraform_custom_data import MAX_VALUE_LENGTHS
+from test_terraform_validations import ED25519, RSA_4096
+
+ROLES = {"head": "-head", "worker": "-workers"}
+REQUIRED = {"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519}
+DEPLOY_JSON = "/etc/ray-cluster/deploy.json"
+
+CASES: list[dict[str, Any]] = [
+    {},
+    {
+        "namePrefix": "ray-cluster-2026",
+        "vnetAddressSpace": "192.168.0.0/16",
+        "subnetAddressPrefix": "192.168.255.0/24",
+        "adminUsername": "a" * MAX_VALUE_LENGTHS["RAY_ADMIN_USER"],
+        "extraPipPackages": ["minigrid==3.0.0", "gymnasium[atari]>=1.0", "ale-py"],
+        # user:password in the URL, built here so that no scanner takes this file for a secret.
+        "pipIndexUrl": "https://" + ":".join(("user", "tok%40en")) + "@x.example/simple?a=1&b=<2>",
+        "torchIndexUrl": "https://download.pytorch.org/whl/cu128",
+        "aptSource": 'deb [trusted=yes] http://10.0.0.5/debian ./ "quoted" é',
+        "adminSshPublicKey": RSA_4096,
+    },
+    {
+        "vnetAddressSpace": "100.64.0.0/10",
+        "subnetAddressPrefix": "100.127.255.240/28",
+        "workerMaxCount": 9,
+        "extraPipPackages": ["a" * 600, "b" * (MAX_VALUE_LENGTHS["EXTRA_PIP_PACKAGES"] - 601)],
+        "pipIndexUrl": "https://x.example/" + "a" * (MAX_VALUE_LENGTHS["PIP_INDEX_URL"] - 18),
+        "aptSource": "deb http://a/" + "a" * (MAX_VALUE_LENGTHS["APT_SOURCE"] - 13),
+    },
+]
+
+
+def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, str]:
+    """The deploy-time values infra/terraform/locals.tf computes for the same inputs."""
+    subnet = ipaddress.ip_network(parameters.get("subnetAddressPrefix", "10.42.1.0/24"))
+    return {
+        "RAY_HEAD_IP": str(subnet[4]),  # cidrhost(subnet, 4)
+        "KEY_VAULT_URL": vault_uri,
+        "TOKEN_SECRET_NAME": SECRET_NAME,  # keyvault.tf's azurerm_key_vault_secret name
+        "IDENTITY_CLIENT_ID": CLIENT_ID,
+        "RAY_ADMIN_USER": parameters.get("adminUsername", "azureuser"),
+        "EXTRA_PIP_PACKAGES": " ".join(parameters.get("extraPipPackages", [])),
+        "PIP_INDEX_URL": parameters.get("pipIndexUrl", "https://pypi.org/simple"),
+        "TORCH_INDEX_URL": parameters.get("torchIndexUrl", "https://download.pytorch.org/whl/cpu"),
+        "APT_SOURCE": parameters.get("aptSource", ""),
+    }
+
+
+def custom_data(parameters: dict[str, Any], role: str) -> tuple[str, dict[str, str]]:
+    """(the decoded custom data of ``role``, the values Terraform would use)."""
+    d = deploy_template({**REQUIRED, **parameters})
+    assert not d.refused and check_results(d) == [], d.refused
+    [module] = [n for n in d.module_parameters if n.endswith(ROLES[role])]
+    encoded = d.module_parameters[module]["customData"]
+    [vault] = [r for r in d.resources if r["type"] == "Microsoft.KeyVault/vaults"]
+    values = terraform_values(
+        {**REQUIRED, **parameters}, f"https://{vault['name']}.vault.azure.net/"
+    )
+    return base64.b64decode(encoded, validate=True).decode(), values
+
+
+def deploy_json(document: str) -> tuple[dict[str, str], str]:
+    """The deploy-time values a document carries, and the document with them taken out."""
+    for entry in yaml.safe_load(document)["write_files"]:
+        if entry["path"] == DEPLOY_JSON:
+            encoded = entry["content"]
+            break
+    else:
+        raise AssertionError(f"no {DEPLOY_JSON} in the document")
+    assert document.count(encoded) == 1
+    return render.decode_deploy_values(encoded), document.replace(encoded, render.PLACEHOLDER)
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_custom_data_is_the_rendered_document_filled_as_render_fill_fills_it(
+    role: str, case: int
+) -> None:
+    document, values = custom_data(CASES[case], role)
+    rendered = (REPO / "cloud-init" / "rendered" / f"{role}.yaml").read_text()
+    expected = render.fill(rendered, values)
+    arm_values, arm_rest = deploy_json(document)
+    fill_values, fill_rest = deploy_json(expected)
+    # The same JSON object (ARM keeps the declaration order, json.dumps too; key order is not
+    # part of the contract), and everything else byte for byte: the rendered document.
+    assert arm_values == fill_values == values
+    assert arm_rest == fill_rest == rendered
+    assert len(base64.b64encode(document.encode())) <= render.CUSTOM_DATA_LIMIT
+
+
+def test_the_comparison_can_fail() -> None:
+    """A template whose custom data carries another head address is caught."""
+    document, values = custom_data({}, "worker")
+    values["RAY_HEAD_IP"] = "10.42.1.5"
+    arm_values, _ = deploy_json(document)
+    assert arm_values != values
+
+
+def test_deploy_values_are_exactly_the_listed_names_in_order() -> None:
+    """main.bicep's deployValues: the names of cloud-init/placeholders.yaml, in their order."""
+    text = MAIN.read_text()
+    block = re.search(r"^var deployValues = \{\n(.*?)^\}", text, re.S | re.M)
+    assert block, "main.bicep has no `var deployValues = {...}`"
+    names = re.findall(r"^  ([A-Z][A-Z0-9_]*):", block.group(1), re.M)
+    assert names == render.deploy_value_names()
+
+
+def test_the_documents_are_loaded_from_the_committed_files_and_filled_with_one_replace() -> None:
+    text = MAIN.read_text()
+    for role in ROLES:
+        assert (
+            f"var {role}CloudInit = loadTextContent('../../cloud-init/rendered/{role}.yaml')"
+            in text
+        )
+        assert (
+            f"customData: base64(replace({role}CloudInit, '{render.PLACEHOLDER}', "
+            "base64(string(deployValues))))" in text
+        )
+    # ... and the compiled template carries the documents as they are committed.
+    variables = template()["variables"]
+    for role in ROLES:
+        committed = (REPO / "cloud-init" / "rendered" / f"{role}.yaml").read_text()
+        assert variables[f"{role}CloudInit"] == committed
+
+
+def test_the_token_is_in_no_custom_data_and_no_output() -> None:
+    d = deploy_template({**REQUIRED, "clusterToken": "t0ken" * 10})
+    for role in ROLES:
+        [module] = [n for n in d.module_parameters if n.endswith(ROLES[role])]
+        document = base64.b64decode(d.module_parameters[module]["customData"]).decode()
+        assert "t0ken" not in document
+        assert "t0ken" not in json.dumps(deploy_json(document)[0])
+    assert "t0ken" not in json.dumps(d.outputs)
+    [secret] = [r for r in d.resources if r["type"] == "Microsoft.KeyVault/vaults/secrets"]
+    assert secret["properties"]["value"] == "t0ken" * 10

@@ -1,0 +1,145 @@
+"""The portal's files next to the template: azuredeploy.parameters.json (only the required
+values, and they deploy), createUiDefinition.json (each field's limits are the template's, its
+outputs exactly template parameters; its patterns refuse what the template refuses and accept
+what it accepts, on Terraform's own samples), metadata.json (the quickstarts' fields) and
+bicepconfig.json (every suppression in the Bicep files names a rule and gives its reason)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from bicep_support import BICEP, MAIN, MODULES, check_results, deploy_template, template
+from test_terraform_validations import ED25519, RSA_4096
+
+UI = BICEP / "createUiDefinition.json"
+
+
+def ui() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(UI.read_text())
+    return loaded
+
+
+def elements() -> dict[str, dict[str, Any]]:
+    params = ui()["parameters"]
+    found = {e["name"]: e for e in params["basics"]}
+    for step in params["steps"]:
+        found.update({e["name"]: e for e in step["elements"]})
+    return found
+
+
+def required() -> set[str]:
+    return {n for n, p in template()["parameters"].items() if "defaultValue" not in p}
+
+
+def test_the_parameters_file_holds_exactly_the_required_values_and_they_deploy() -> None:
+    doc = json.loads((BICEP / "azuredeploy.parameters.json").read_text())
+    assert doc["$schema"].endswith("/deploymentParameters.json#")
+    assert set(doc["parameters"]) == required()
+    values = {k: v["value"] for k, v in doc["parameters"].items()}
+    assert check_results(deploy_template(values)) == []
+
+
+def test_ui_outputs_are_template_parameters_and_include_every_required_one() -> None:
+    outputs = ui()["parameters"]["outputs"]
+    assert set(outputs) <= set(template()["parameters"])
+    assert required() | {"location"} <= set(outputs)
+    assert ui()["handler"] == "Microsoft.Azure.CreateUIDef"
+
+
+def test_each_ui_limit_and_default_is_the_template_s() -> None:
+    params = template()["parameters"]
+    sliders = {n: e for n, e in elements().items() if e["type"] == "Microsoft.Common.Slider"}
+    assert set(sliders) == {"workerMinCount", "workerDefaultCount", "workerMaxCount"}
+    for name, e in sliders.items():
+        p = params[name]
+        assert (e["min"], e["max"], e["defaultValue"]) == (
+            p["minValue"], p["maxValue"], p["defaultValue"]
+        ), name  # fmt: skip
+    assert (
+        elements()["workerSpotEnabled"]["defaultValue"]
+        is params["workerSpotEnabled"]["defaultValue"]
+    )
+    for name in ("headVmSize", "workerVmSize"):
+        assert elements()[name]["recommendedSizes"][0] == params[name]["defaultValue"]
+
+
+def test_a_drifted_limit_would_be_seen() -> None:
+    doc = template()
+    assert elements()["workerMaxCount"]["max"] == doc["parameters"]["workerMaxCount"]["maxValue"]
+    assert (
+        elements()["workerMaxCount"]["max"] != doc["parameters"]["workerMaxCount"]["maxValue"] + 1
+    )
+
+
+def pattern(name: str) -> re.Pattern[str]:
+    return re.compile(elements()[name]["constraints"]["regex"])
+
+
+GOOD = {"allowedSshCidrs": ["203.0.113.7/32", "198.51.100.0/24, 192.0.2.0/28"]}
+BAD = {"allowedSshCidrs": ["0.0.0.0/0", "203.0.113.7", "300.1.2.3/32", "1.2.3.4/33", "*",
+                           "Internet", ""]}  # fmt: skip
+KEYS_GOOD = [ED25519, RSA_4096]
+KEYS_BAD = ["ssh-dss AAAAB3NzaC1kc3MAAACBAP", ED25519 + "\n" + ED25519, "", "AAAAC3Nza"]
+
+
+@pytest.mark.parametrize("text", GOOD["allowedSshCidrs"])
+def test_cidrs_the_form_accepts_deploy(text: str) -> None:
+    assert pattern("allowedSshCidrs").match(text)
+    cidrs = text.replace(" ", "").split(",")  # the form's output expression
+    assert (
+        check_results(deploy_template({"allowedSshCidrs": cidrs, "adminSshPublicKey": ED25519}))
+        == []
+    )
+
+
+@pytest.mark.parametrize("text", BAD["allowedSshCidrs"])
+def test_cidrs_the_form_refuses_the_template_refuses(text: str) -> None:
+    assert not pattern("allowedSshCidrs").match(text)
+    d = deploy_template({"allowedSshCidrs": text.replace(" ", "").split(","),
+                         "adminSshPublicKey": ED25519})  # fmt: skip
+    assert d.refused or check_results(d)
+
+
+@pytest.mark.parametrize("key", KEYS_GOOD)
+def test_keys_the_form_accepts_deploy(key: str) -> None:
+    assert pattern("adminSshPublicKey").match(key)
+    assert check_results(deploy_template({"allowedSshCidrs": ["203.0.113.7/32"],
+                                          "adminSshPublicKey": key})) == []  # fmt: skip
+
+
+@pytest.mark.parametrize("key", KEYS_BAD)
+def test_keys_the_form_refuses_the_template_refuses(key: str) -> None:
+    assert not pattern("adminSshPublicKey").match(key)
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": key})
+    assert d.refused or check_results(d)
+
+
+def test_metadata_is_what_the_quickstarts_keep() -> None:
+    doc = json.loads((BICEP / "metadata.json").read_text())
+    assert doc["$schema"] == "https://aka.ms/azure-quickstart-templates-metadata-schema#"
+    assert {"itemDisplayName", "description", "summary", "githubUsername", "dateUpdated",
+            "type", "environments"} <= set(doc)  # fmt: skip
+    assert len(doc["itemDisplayName"]) <= 60 and 10 <= len(doc["description"]) <= 1000
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", doc["dateUpdated"])
+
+
+def test_bicepconfig_raises_the_rules_and_every_suppression_has_a_reason() -> None:
+    config = json.loads((BICEP / "bicepconfig.json").read_text())
+    rules = config["analyzers"]["core"]["rules"]
+    errors = {n for n, r in rules.items() if r["level"] == "error"}
+    assert {"secure-parameter-default", "outputs-should-not-contain-secrets", "no-unused-params",
+            "no-unused-vars", "no-hardcoded-env-urls", "use-stable-vm-image",
+            "no-unnecessary-dependson", "secure-secrets-in-params"} <= errors  # fmt: skip
+    found = 0
+    for path in [MAIN, *MODULES.glob("*.bicep")]:
+        for line in path.read_text().splitlines():
+            m = re.search(r"#disable-next-line ([a-z-]+)(.*)$", line)
+            if m:
+                found += 1
+                assert m[1] in rules, f"{path.name}: {m[1]} is not a configured rule"
+                assert re.match(r"\s*//\s*\S.{30,}", m[2]), f"{path.name}: {m[1]} has no reason"
+    assert found >= 1

@@ -1,0 +1,222 @@
+"""The Bicep stack refuses what the Terraform stack refuses, before anything is created.
+
+Every bad and good input of tests/unit/test_terraform_validations.py (its tables, names in
+camelCase) is deployed here with azuredeploy.json through tests/armeval.py: a bad value must be
+refused by a parameter decorator of the same input, or by the input-checks module with the
+Terraform stack's message (names in camelCase); a good value must deploy every resource. Rules of
+Terraform-only inputs (bicep_support.TERRAFORM_ONLY) and of the Key Vault firewall Bicep does
+not have are the exceptions, named below.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from terraform_docs import variables
+
+from armeval import ArmError, is_expression, parse_expression
+from bicep_support import (
+    TERRAFORM_ONLY,
+    camel,
+    check_results,
+    deploy_template,
+    template,
+    template_text,
+)
+from test_terraform_validations import BAD, GOOD, REQUIRED, STACK, _messages
+
+VARIABLES = set(variables())
+# Terraform's rules about its Key Vault firewall: Bicep's vault has no public endpoint.
+TERRAFORM_ONLY_RULES = ("The Key Vault's firewall would admit no address",)
+
+
+def to_bicep(variables: dict[str, Any]) -> dict[str, Any]:
+    return {camel(k): v for k, v in variables.items() if k not in TERRAFORM_ONLY}
+
+
+def bicep_message(terraform_message: str) -> str:
+    """A Terraform message with the variable names it mentions in camelCase."""
+
+    # Variable names, and a name cut short at the end of a fragment ("worker_default").
+    def replace(m: re.Match[str]) -> str:
+        word = m.group(0)
+        if any(v == word or (v.startswith(word) and m.end() == len(m.string)) for v in VARIABLES):
+            return camel(word)
+        return word
+
+    return re.sub(r"\b[a-z]+(?:_[a-z0-9]+)+\b", replace, terraform_message)
+
+
+def _case_id(case: Any) -> str:
+    variables = case[0] if isinstance(case, tuple) else case
+    text = ",".join(f"{k}={json.dumps(v)}" for k, v in variables.items()) or "defaults"
+    return text if len(text) < 60 else text[:57] + "..."
+
+
+BICEP_BAD = [
+    (variables, expected)
+    for variables, expected in BAD
+    if not set(variables) <= set(TERRAFORM_ONLY) and not expected.startswith(TERRAFORM_ONLY_RULES)
+]
+# Accepted by Bicep although Terraform refuses them: only its firewall's rules.
+BICEP_GOOD_TOO = [variables for variables, expected in BAD if expected in TERRAFORM_ONLY_RULES]
+
+
+def refusals(variables: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(parameter decorator refusals, input rule messages) for Terraform-style variables."""
+    d = deploy_template(to_bicep({**REQUIRED, **variables}))
+    rules = (
+        check_results(d) if any(n.endswith("-input-checks") for n in d.module_parameters) else []
+    )
+    decorators = [r for r in d.refused if "'results'" not in r]
+    return decorators, rules
+
+
+def test_the_tables_are_the_terraform_ones_and_nothing_is_dropped_silently() -> None:
+    dropped = [c for c in BAD if c not in BICEP_BAD]
+    assert len(BICEP_BAD) >= 120
+    for case, expected in dropped:
+        assert set(case) <= set(TERRAFORM_ONLY) or expected in TERRAFORM_ONLY_RULES, (
+            case,
+            expected,
+        )
+
+
+@pytest.mark.parametrize("case", BICEP_BAD, ids=[_case_id(c) for c in BICEP_BAD])
+def test_bad_value_is_refused_before_anything_is_created(case: tuple[dict, str]) -> None:
+    variables, expected = case
+    decorators, rules = refusals(variables)
+    message = bicep_message(expected)
+    assert decorators or rules, f"{variables} was accepted"
+    if rules:
+        assert any(message in r for r in rules), f"expected {message!r} among {rules}"
+    else:
+        # A decorator (@minValue, @maxLength, @allowed, the type) refused the input the
+        # Terraform message is about, before the rules ran.
+        named = re.search(r"\b([a-z]+(?:_[a-z0-9]+)+|location)\b", expected)
+        assert named, expected
+        parameter = camel(named.group(1))
+        assert any(f"'{parameter}'" in r for r in decorators), (parameter, decorators)
+
+
+@pytest.mark.parametrize(
+    "variables",
+    GOOD + BICEP_GOOD_TOO,
+    ids=[_case_id(c) for c in GOOD + BICEP_GOOD_TOO],
+)
+def test_good_value_deploys_every_resource(variables: dict[str, Any]) -> None:
+    d = deploy_template(to_bicep({**REQUIRED, **variables}))
+    assert not d.refused, d.refused
+    assert check_results(d) == []
+    types = {r["type"] for r in d.resources}
+    assert "Microsoft.Compute/virtualMachines" in types
+    assert "Microsoft.Compute/virtualMachineScaleSets" in types
+    assert len(d.resources) == 17
+
+
+def test_required_inputs_have_no_default() -> None:
+    d = deploy_template({})
+    assert sorted(d.refused) == [
+        "main: the template parameter 'adminSshPublicKey' has no value",
+        "main: the template parameter 'allowedSshCidrs' has no value",
+    ]
+
+
+def rule_messages() -> dict[str, str]:
+    """Each rule of the template's `check` variable: its name and the literal start of its
+    message (up to the first interpolated value)."""
+    found = {}
+    for name, value in template()["variables"]["check"].items():
+        assert is_expression(value), name
+        node = parse_expression(value)
+        assert node[0] == "call" and node[1] == "if", name
+        ok, message = node[2][1], node[2][2]
+        assert ok == ("lit", "ok"), name
+        if message[0] == "lit":
+            found[name] = message[1]
+        else:
+            assert message[:2] == ("call", "format"), name
+            found[name] = message[2][0][1].split("{")[0]
+    return found
+
+
+def test_every_rule_is_exercised() -> None:
+    """No rule of the template goes without a bad case that triggers it."""
+    seen = [r for variables, _ in BICEP_BAD for r in refusals(variables)[1]]
+    rules = rule_messages()
+    assert len(rules) >= 29
+    untested = [name for name, start in rules.items() if not any(start in s for s in seen)]
+    assert not untested, untested
+
+
+def test_every_message_is_terraform_s_in_camel_case() -> None:
+    """The rules speak like the Terraform stack's validations and preconditions (names in
+    camelCase), up to the first interpolated value."""
+    terraform = [
+        bicep_message(m.replace('\\"', '"')).split("${")[0]
+        for path, kind in ((STACK / "variables.tf", "validation"), (STACK / "checks.tf", "p"))
+        for m in _messages(path, kind)
+    ]
+    for name, start in rule_messages().items():
+        assert any(t.startswith(start) or start.startswith(t) for t in terraform), name
+
+
+def test_a_rule_taken_out_lets_its_bad_value_through() -> None:
+    """The evaluation can fail: with the /8 rule's condition replaced by true, the input it
+    exists for is no longer refused by it."""
+    doc = template()
+    rule = doc["variables"]["check"]["allowedSshCidrsPrefixLength"]
+    doc["variables"]["check"]["allowedSshCidrsPrefixLength"] = (
+        "[if(true(), 'ok'" + rule[rule.index(", 'ok'") + len(", 'ok'") :]
+    )
+    variables = to_bicep({**REQUIRED, "allowed_ssh_cidrs": ["8.0.0.0/7"]})
+    rules = check_results(deploy_template(variables, text=json.dumps(doc)))
+    assert not any("every entry must be /8 or narrower" in r for r in rules), rules
+    assert any("every entry must be /8 or narrower" in r for r in refusals(
+        {"allowed_ssh_cidrs": ["8.0.0.0/7"]})[1])  # fmt: skip
+
+
+def test_an_unguarded_int_would_fail_the_deployment_instead_of_refusing() -> None:
+    """The evaluator fails where Resource Manager fails: int() of a bad octet outside its ?:
+    guard is an error, not a message (so the guards in main.bicep are load-bearing)."""
+    text = template_text().replace(
+        "if(variables('cidrShapes')[copyIndex('cidrForms')].shaped, ", "if(true(), ", 1
+    )
+    assert text != template_text()
+    with pytest.raises(ArmError, match=r"int\(\)"):
+        deploy_template(to_bicep({**REQUIRED, "allowed_ssh_cidrs": ["*"]}), text=text)
+
+
+def test_every_input_rule_runs_before_any_resource() -> None:
+    """Every nested deployment depends, directly or through another, on the input checks, so
+    a refused input stops the deployment before anything is created."""
+    resources = template()["resources"]
+    by_name = {r["name"]: r for r in resources}
+    [checks] = [n for n in by_name if "input-checks" in n]
+
+    def reaches(name: str) -> bool:
+        deps = by_name[name].get("dependsOn", [])
+        targets = [n for n in by_name if any(n[1:-1] in d for d in deps)]
+        return any(t == checks or reaches(t) for t in targets)
+
+    for name in by_name:
+        if name != checks:
+            assert reaches(name), f"{name} does not wait for the input checks"
+
+
+def test_the_checks_module_receives_every_rule() -> None:
+    """main.bicep lists the rules for the checks module by hand (pycep-parser 0.5.1, checkov's
+    Bicep parser, knows no items()/map()): the list is exactly the rules, in order."""
+    doc = template()
+    [checks] = [
+        r
+        for r in doc["resources"]
+        if r["name"].endswith("-input-checks', parameters('namePrefix'))]")
+    ]
+    given = checks["properties"]["parameters"]["results"]["value"]
+    assert given == [f"[variables('check').{name}]" for name in doc["variables"]["check"]]
+    inner = checks["properties"]["template"]["parameters"]["results"]
+    assert inner["type"] == "array" and inner["allowedValues"] == ["ok"]

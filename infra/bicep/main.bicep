@@ -103,6 +103,21 @@ param workerSpotEnabled bool = false
 @maxValue(15)
 param workerTerminationNoticeMinutes int = 5
 
+@description('Optional. Let the scale set replace a worker whose health endpoint says Unhealthy (its bootstrap failed for good, or Ray did not come back) or that never reports (Unknown), keeping the worker count. The Application Health extension reports the health either way.')
+param workerAutomaticRepairEnabled bool = true
+
+@description('Optional. Minutes after a worker is created (or updated) before it may be repaired (10-90). A cold bootstrap takes 10-15 minutes; a bootstrap still running reports Initializing, which is never repaired.')
+@minValue(10)
+@maxValue(90)
+param workerAutomaticRepairGracePeriodMinutes int = 30
+
+@description('Optional. What repair does to an unhealthy worker: Replace (a new VM from the current model) or Reimage (same VM, fresh OS disk; cloud-init runs again). Not Restart: a reboot keeps the failed bootstrap\'s marker, so the worker would stay Unhealthy.')
+@allowed([
+  'Replace'
+  'Reimage'
+])
+param workerAutomaticRepairAction string = 'Replace'
+
 @description('Optional. Days from writing the cluster token to the expiration date recorded on its Key Vault secret, 1-3650. The date is informational (Key Vault still returns an expired secret, so nodes keep booting): it marks the token due for rotation, and satisfies policies that require one.')
 @minValue(1)
 @maxValue(3650)
@@ -514,6 +529,20 @@ var tokenSecretName = 'ray-cluster-token'
 var headCloudInit = loadTextContent('../../cloud-init/rendered/head.yaml')
 var workerCloudInit = loadTextContent('../../cloud-init/rendered/worker.yaml')
 
+// The Application Health extension's settings (rich health states): it probes each worker's
+// loopback health endpoint (python/nodekit/node/health.py; port and path from
+// python/driver/layout.py, as Terraform's locals.worker_health_probe: a test holds all three
+// together). gracePeriod: how long a worker may answer neither Healthy nor Unhealthy (the
+// bootstrap still runs) before it counts as Unknown: 2 hours, more than the bootstrap's own limits.
+var workerHealthProbe = {
+  protocol: 'http'
+  port: 8790
+  requestPath: '/health'
+  intervalInSeconds: 5
+  numberOfProbes: 3
+  gracePeriod: 7200
+}
+
 // -----------------------------------------------------------------------------------------------
 // Resources
 // -----------------------------------------------------------------------------------------------
@@ -659,6 +688,10 @@ module workers 'modules/workers.bicep' = {
     identityId: identity.outputs.id
     spotEnabled: workerSpotEnabled
     terminationNoticeMinutes: workerTerminationNoticeMinutes
+    automaticRepairEnabled: workerAutomaticRepairEnabled
+    automaticRepairGracePeriodMinutes: workerAutomaticRepairGracePeriodMinutes
+    automaticRepairAction: workerAutomaticRepairAction
+    healthProbe: workerHealthProbe
     customData: base64(replace(workerCloudInit, '@@DEPLOY_VALUES@@', base64(string(deployValues))))
   }
   dependsOn: [

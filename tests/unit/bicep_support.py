@@ -90,6 +90,9 @@ PARAMETERS: dict[str, str | None] = {
     "scale_in_cooldown_minutes": "scaleInCooldownMinutes",
     "worker_spot_enabled": "workerSpotEnabled",
     "worker_termination_notice_minutes": "workerTerminationNoticeMinutes",
+    "worker_automatic_repair_enabled": "workerAutomaticRepairEnabled",
+    "worker_automatic_repair_grace_period_minutes": "workerAutomaticRepairGracePeriodMinutes",
+    "worker_automatic_repair_action": "workerAutomaticRepairAction",
     "key_vault_allowed_cidrs": None,
     "cluster_token_version": None,
     # checkov:skip=CKV_SECRET_6:A parameter's name next to the word token, no secret.

@@ -285,3 +285,31 @@ def test_a_wrong_property_is_found(types: dict[str, Any]) -> None:
     doc = copy.deepcopy(template())
     doc["resources"][0]["apiVersion"] = "2099-01-01"
     assert resource_errors(doc, types)[0]
+
+
+def test_workers_health_probe_and_repair_policy_match_terraform() -> None:
+    """The Application Health extension's settings and the repair policy: one decision, two
+    stacks (Terraform's locals.worker_health_probe, the template's workerHealthProbe)."""
+    import hcl2
+
+    from driver import layout
+
+    terraform: dict[str, Any] = {}
+    for block in hcl2.load((REPO / "infra/terraform/locals.tf").open())["locals"]:
+        terraform.update(block)
+    arm = template()
+    probe = arm["variables"]["workerHealthProbe"]
+    unquoted = {
+        k: v.strip('"') if isinstance(v, str) else v
+        for k, v in terraform["worker_health_probe"].items()
+    }
+    assert probe == unquoted
+    assert (probe["port"], probe["requestPath"]) == (layout.HEALTH_PORT, layout.HEALTH_PATH)
+    text = json.dumps(arm)
+    for needle in (
+        '"type": "ApplicationHealthLinux"',
+        '"publisher": "Microsoft.ManagedServices"',
+        '"automaticRepairsPolicy"',
+        '"allowExtensionOperations": true',
+    ):
+        assert needle in text, needle

@@ -191,11 +191,26 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"scale_in_cooldown_minutes": 61}, "scale_in_cooldown_minutes must be a whole number"),
     ({"worker_termination_notice_minutes": 4}, "worker_termination_notice_minutes must be"),
     ({"worker_termination_notice_minutes": 16}, "worker_termination_notice_minutes must be"),
-    ({"worker_automatic_repair_grace_period_minutes": 9}, "from 10 to 90 (Azure's range)"),
-    ({"worker_automatic_repair_grace_period_minutes": 91}, "from 10 to 90 (Azure's range)"),
-    ({"worker_automatic_repair_grace_period_minutes": 30.5}, "from 10 to 90 (Azure's range)"),
-    ({"worker_automatic_repair_action": "Restart"}, "must be Replace or Reimage (Restart keeps"),
-    ({"worker_automatic_repair_action": "replace"}, "must be Replace or Reimage"),
+    (
+        {"worker_automatic_repair_grace_period_minutes": 9},
+        "worker_automatic_repair_grace_period_minutes must be a whole number from 10 to 90",
+    ),
+    (
+        {"worker_automatic_repair_grace_period_minutes": 91},
+        "worker_automatic_repair_grace_period_minutes must be a whole number from 10 to 90",
+    ),
+    (
+        {"worker_automatic_repair_grace_period_minutes": 30.5},
+        "worker_automatic_repair_grace_period_minutes must be a whole number from 10 to 90",
+    ),
+    (
+        {"worker_automatic_repair_action": "Restart"},
+        "worker_automatic_repair_action must be Replace or Reimage (Restart keeps",
+    ),
+    (
+        {"worker_automatic_repair_action": "replace"},
+        "worker_automatic_repair_action must be Replace or Reimage",
+    ),
     ({"extra_pip_packages": ["minigrid 3.0.0"]}, "extra_pip_packages: each entry must be one"),
     ({"extra_pip_packages": ["it's"]}, "extra_pip_packages: each entry must be one"),
     ({"extra_pip_packages": ["back\\slash"]}, "extra_pip_packages: each entry must be one"),

@@ -40,6 +40,18 @@ param spotEnabled bool
 @description('Required. Minutes between the Terminate scheduled event and the deletion of a regular worker.')
 param terminationNoticeMinutes int
 
+@description('Required. Let the scale set replace a worker whose health endpoint says Unhealthy or that never reports.')
+param automaticRepairEnabled bool
+
+@description('Required. Minutes after a worker is created before it may be repaired.')
+param automaticRepairGracePeriodMinutes int
+
+@description('Required. What repair does to an unhealthy worker: Replace or Reimage.')
+param automaticRepairAction string
+
+@description('Required. The Application Health extension\'s settings: the workers\' loopback health endpoint (port and path from python/driver/layout.py).')
+param healthProbe object
+
 @secure()
 @description('Required. The filled worker cloud-init document, base64 (it may carry pipIndexUrl\'s credentials).')
 param customData string
@@ -70,6 +82,12 @@ resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
     }
     // Scale-in removes the newest worker first: the last one added is the one least likely to
     // hold long-running actors.
+    // Unhealthy workers (bootstrap failed for good) are replaced: README, why not self-deletion.
+    automaticRepairsPolicy: {
+      enabled: automaticRepairEnabled
+      gracePeriod: 'PT${automaticRepairGracePeriodMinutes}M'
+      repairAction: automaticRepairAction
+    }
     scaleInPolicy: {
       rules: [
         'NewestVM'
@@ -82,7 +100,9 @@ resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
         adminUsername: adminUsername
         // Instances keep the custom data they booted with until they are reimaged or replaced.
         customData: customData
-        allowExtensionOperations: false
+        // The workers need one extension, the Application Health extension below (the head keeps
+        // extensions off, checkov CKV_AZURE_50).
+        allowExtensionOperations: true
         linuxConfiguration: {
           disablePasswordAuthentication: true
           ssh: {
@@ -135,6 +155,21 @@ resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
       scheduledEventsProfile: spotEnabled ? null : { terminateNotificationProfile: { enable: true, notBeforeTimeout: 'PT${terminationNoticeMinutes}M' } }
       securityProfile: {
         encryptionAtHost: encryptionAtHost
+      }
+      // Each worker's health, read from its own endpoint, for the repair policy and the portal.
+      extensionProfile: {
+        extensions: [
+          {
+            name: 'HealthExtension'
+            properties: {
+              publisher: 'Microsoft.ManagedServices'
+              type: 'ApplicationHealthLinux'
+              typeHandlerVersion: '2.0'
+              autoUpgradeMinorVersion: true
+              settings: healthProbe
+            }
+          }
+        ]
       }
       diagnosticsProfile: {
         bootDiagnostics: {

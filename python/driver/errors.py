@@ -33,6 +33,10 @@ class ConnectionLost(DriverError):
         super().__init__(message, EXIT_USAGE)
 
 
+class NoSuchJob(DriverError):
+    """The cluster has no job with this submission id."""
+
+
 def run_main(command: Callable[[], int], say: Callable[[str], None]) -> int:
     """Run a command line's work and map what escapes it to a line and an exit code.
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from driver.errors import EXIT_USAGE, ConnectionLost, DriverError, one_line
+from driver.errors import EXIT_USAGE, ConnectionLost, DriverError, NoSuchJob, one_line
 from driver.progress import ByteProgress
 from driver.settings import clear_ray_client_overrides
 
@@ -260,7 +260,7 @@ class JobsClient:
                     f"lost the connection to {self.where} while {what}: {one_line(e, 200)}"
                 ) from None
             if "does not exist" in text or "404" in text:
-                raise DriverError(f"{what}: no such job on {self.where}", EXIT_USAGE) from None
+                raise NoSuchJob(f"{what}: no such job on {self.where}") from None
             raise DriverError(
                 f"{what}: the Jobs API of {self.where} answered: {server_error(str(e))}",
                 EXIT_USAGE,
@@ -348,12 +348,8 @@ class JobsClient:
         """The job's info, or None when the cluster has no job with this submission id."""
         try:
             return self.info(submission_id)
-        except ConnectionLost:
-            raise
-        except DriverError as e:
-            if "no such job" in str(e):
-                return None
-            raise
+        except NoSuchJob:
+            return None
 
     def env_var(self, submission_id: str, name: str) -> str | None:
         """An environment variable the job was submitted with (its runtime_env), or None."""
@@ -427,7 +423,7 @@ class JobsClient:
             # polling the status.
             text = one_line(e, 400)
             if "does not exist" in text:
-                raise DriverError(f"job {submission_id}: no such job on {self.where}") from None
+                raise NoSuchJob(f"job {submission_id}: no such job on {self.where}") from None
             final = None
         if final is not None:
             return final

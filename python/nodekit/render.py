@@ -96,23 +96,31 @@ class Pins:
     """e.g. ``{"ray": "2.60.0", ...}``."""
 
 
-def cluster_pins() -> Pins:
-    """The exact Ray/torch/gymnasium pins of this package (pyproject.toml via its metadata)."""
+def _requirements() -> list[Any]:
+    """This package's requirements (pyproject.toml via its metadata), parsed."""
     from packaging.requirements import Requirement
 
     try:
         requires = importlib.metadata.requires(DISTRIBUTION) or []
     except importlib.metadata.PackageNotFoundError:
         raise DriverError(f"{DISTRIBUTION} is not installed: pip install -e .") from None
+    return [Requirement(text) for text in requires]
+
+
+def _exact_version(req: Any) -> str:
+    """The version a requirement pins with ``==``; an error for any other specifier."""
+    specs = list(req.specifier)
+    if len(specs) != 1 or specs[0].operator != "==":
+        raise DriverError(f"pyproject.toml must pin {req.name} exactly (==), got {str(req)!r}")
+    return str(specs[0].version)
+
+
+def cluster_pins() -> Pins:
+    """The exact Ray/torch/gymnasium pins of this package (pyproject.toml via its metadata)."""
     found: dict[str, tuple[str, str]] = {}
-    for text in requires:
-        req = Requirement(text)
-        if req.marker is not None or req.name not in CLUSTER_PACKAGES:
-            continue
-        specs = list(req.specifier)
-        if len(specs) != 1 or specs[0].operator != "==":
-            raise DriverError(f"pyproject.toml must pin {req.name} exactly (==), got {text!r}")
-        found[req.name] = (str(req), specs[0].version)
+    for req in _requirements():
+        if req.marker is None and req.name in CLUSTER_PACKAGES:
+            found[req.name] = (str(req), _exact_version(req))
     missing = [p for p in CLUSTER_PACKAGES if p not in found]
     if missing:
         raise DriverError(f"pyproject.toml does not pin {', '.join(missing)}")
@@ -185,22 +193,15 @@ by the dev extra (tests) and on every node."""
 
 def workload_pins() -> list[str]:
     """The ``workloads`` extra's requirements, as written in pyproject.toml (each pinned ==)."""
-    from packaging.requirements import Requirement
-
-    try:
-        requires = importlib.metadata.requires(DISTRIBUTION) or []
-    except importlib.metadata.PackageNotFoundError:
-        raise DriverError(f"{DISTRIBUTION} is not installed: pip install -e .") from None
     pins = []
-    for text in requires:
-        req = Requirement(text)
-        if req.marker is None or not req.marker.evaluate({"extra": WORKLOADS_EXTRA}):
+    for req in _requirements():
+        marker = req.marker
+        # In the extra, and not a requirement that holds without it (a platform marker only).
+        if marker is None or not marker.evaluate({"extra": WORKLOADS_EXTRA}):
             continue
-        if req.marker.evaluate({"extra": ""}):
-            continue  # not extra-specific: a platform marker only
-        specs = list(req.specifier)
-        if len(specs) != 1 or specs[0].operator != "==":
-            raise DriverError(f"pyproject.toml must pin {req.name} exactly (==), got {text!r}")
+        if marker.evaluate({"extra": ""}):
+            continue
+        _exact_version(req)
         req.marker = None
         pins.append(str(req))
     return pins

@@ -104,7 +104,7 @@ param workerSpotEnabled bool = false
 param workerTerminationNoticeMinutes int = 5
 
 @description('Optional. Let the scale set replace a worker whose health endpoint says Unhealthy (its bootstrap failed for good, or Ray did not come back) or that never reports (Unknown), keeping the worker count. The Application Health extension reports the health either way.')
-param workerAutomaticRepairEnabled bool = false
+param workerAutomaticRepairEnabled bool = true
 
 @description('Optional. Minutes after a worker is created (or updated) before it may be repaired (10-90). A cold bootstrap takes 10-15 minutes; a bootstrap still running reports Initializing, which is never repaired.')
 @minValue(10)

@@ -404,7 +404,7 @@ variable "worker_termination_notice_minutes" {
 
 variable "worker_automatic_repair_enabled" {
   type        = bool
-  default     = false
+  default     = true
   description = "(Optional) Let the scale set replace a worker whose health endpoint says Unhealthy (its bootstrap failed for good, or Ray did not come back) or that never reports (Unknown), keeping the worker count. The Application Health extension reports the health either way."
 }
 

@@ -29,6 +29,9 @@ ADMIN_USER = "azureuser"
 (cloud-init/placeholders.yaml's RAY_ADMIN_USER default; a test holds the two together)."""
 RAY_USER = "ray"
 """Unprivileged system user that runs Ray; its group may read the token and results."""
+HEALTH_USER = "ray-health"
+"""System user of a worker's health endpoint: reads the markers, asks systemd about Ray; not in
+group ``ray`` (no token)."""
 
 # Paths.
 CONFIG_DIR = "/etc/ray-cluster"

@@ -37,6 +37,30 @@ def test_cloud_init_finished_without_errors_on_every_node(rehearsal: RehearsalCl
         assert marker["node_ip"] == ip
 
 
+def test_workers_tell_the_health_extension_they_are_healthy(rehearsal: RehearsalCluster) -> None:
+    """What the scale set's Application Health extension reads (from inside the VM): a worker
+    whose Ray is ready says Healthy; the endpoint is not reachable from another node."""
+    url = f"http://127.0.0.1:{layout.HEALTH_PORT}{layout.HEALTH_PATH}"
+    probe = (
+        "python3 -c 'import urllib.request; "
+        f'print(urllib.request.urlopen("{url}", timeout=5).read().decode())\''
+    )
+    for ip in rehearsal.worker_ips:
+        code, out, err = rehearsal.ssh(ip, probe)
+        assert code == 0, (ip, err)
+        answer = json.loads(out)
+        assert answer["ApplicationHealthState"] == "Healthy", (ip, answer)
+        # The extension's grace period ends at the latest 30 minutes after creation: an answer
+        # stuck in Initializing on a ready worker would get it replaced.
+        # ... and one that cannot see ray-worker.service fail would never be replaced.
+        assert "ray-worker.service is active" in answer["Reason"], (ip, answer)
+    head_to_worker = (
+        f"timeout 5 bash -c 'exec 3<>/dev/tcp/{rehearsal.worker_ips[0]}/{layout.HEALTH_PORT}'"
+    )
+    code, _, _ = rehearsal.ssh(rehearsal.head_ip, head_to_worker)
+    assert code != 0, "a worker's health endpoint answered another node"
+
+
 def test_ray_status_shows_three_nodes_with_the_expected_cpus(
     rehearsal: RehearsalCluster,
 ) -> None:

@@ -1,11 +1,15 @@
 """Workers that leave and heads that reboot, on the rehearsal cluster (issue: reliability).
 
 These tests take nodes away, so they run after every other test of the session (conftest.py
-moves tests marked ``disruptive`` to the end) and in this order: a Terminate event (the worker
+moves tests marked ``disruptive`` to the end) and in this order: a worker whose Ray fails for
+good (its Ray is started again afterwards), a Terminate event (the worker
 is booted again afterwards, as a scale set's replacement would be), a head reboot, and a worker
 powered off for good (last: the session's cluster is torn down after it).
 
 What each one shows is what the person running a week of training relies on:
+
+- a worker whose Ray failed for good says so to the scale set's Application Health extension
+  (Unhealthy), which is what automatic instance repair acts on;
 
 - a scale-in or Spot eviction notice reaches the worker's watcher through its metadata service,
   which drains the Ray node, stops Ray and acknowledges the event within 30 s, while the job
@@ -148,6 +152,55 @@ def _follow(rehearsal: RehearsalCluster, home: Path, sid: str) -> dict[str, Any]
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     line = next(ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("RESULT "))
     return dict(json.loads(line[len("RESULT ") :]))
+
+
+# -- 0. a worker whose Ray fails for good ------------------------------------------------------
+def _health(cluster: Rehearsal, node: Any) -> dict[str, str]:
+    """What the Application Health extension would read on that worker (it probes locally)."""
+    url = f"http://127.0.0.1:{layout.HEALTH_PORT}{layout.HEALTH_PATH}"
+    out = cluster.exec(
+        node,
+        [
+            "python3",
+            "-c",
+            f"import urllib.request; print(urllib.request.urlopen({url!r}).read().decode())",
+        ],
+        timeout=60,
+    )
+    return dict(json.loads(out))
+
+
+def test_a_worker_whose_ray_fails_for_good_tells_the_scale_set_it_is_unhealthy(
+    rehearsal: RehearsalCluster,
+) -> None:
+    """ray-worker.service fails for good (exit 78, the one exit it does not restart after: what
+    a worker refusing the head's Ray or Python version does): the endpoint answers Unhealthy, so
+    automatic repair replaces the VM; once Ray runs again it is Healthy. The endpoint runs
+    in its sandbox as its own user, and must see the unit's state through systemd."""
+    cluster = Rehearsal(rehearsal.name)
+    worker_ip = rehearsal.worker_ips[-1]
+    worker = _worker_at(cluster, worker_ip)
+    assert _health(cluster, worker)["ApplicationHealthState"] == "Healthy"
+    # A drop-in on the worker's disk (seen here through the container's root folder).
+    dropin = Path(worker.root) / "etc/systemd/system/ray-worker.service.d/zz-test-fails.conf"
+    dropin.parent.mkdir(parents=True, exist_ok=True)
+    dropin.write_text('[Service]\nExecStart=\nExecStart=/bin/sh -c "exit 78"\n')
+    restart = "systemctl daemon-reload && systemctl restart ray-worker.service || :"
+    try:
+        cluster.exec(worker, ["sh", "-c", restart], timeout=120)
+        answer = _until(
+            lambda: (a := _health(cluster, worker))["ApplicationHealthState"] == "Unhealthy" and a,
+            60,
+            "the health endpoint to say Unhealthy",
+        )
+        assert "ray-worker.service failed" in answer["Reason"], answer
+    finally:
+        dropin.unlink()
+        cluster.exec(worker, ["sh", "-c", restart], timeout=120)
+    _until(
+        lambda: worker_ip in _alive_workers(rehearsal), 300, f"{worker.name} back in Ray", every=3
+    )
+    assert _health(cluster, worker)["ApplicationHealthState"] == "Healthy"
 
 
 # -- 1. a Terminate notice ----------------------------------------------------------------------

@@ -308,11 +308,18 @@ def test_workers_carry_the_health_endpoint_and_its_unit() -> None:
     assert f"--port {layout.HEALTH_PORT} --path {layout.HEALTH_PATH} " in unit
     assert f"--ready {layout.READY_MARKER} --failed {layout.FAILED_MARKER} " in unit
     assert f"--restart-failed {layout.RESTART_FAILED_MARKER}" in unit
-    for line in ("Restart=always", "DynamicUser=yes", "IPAddressDeny=any", "NoNewPrivileges=yes"):
+    for line in ("Restart=always", "IPAddressDeny=any", "NoNewPrivileges=yes"):
         assert f"\n{line}\n" in unit
+    # Its own static user, created before the unit starts: a DynamicUser's `systemctl is-active`
+    # is refused by D-Bus on Debian 12 (no nss-systemd), so a failed ray-worker went unseen.
+    assert f"\nUser={layout.HEALTH_USER}\n" in unit and "\nDynamicUser=" not in unit
+    # Options that remount /proc show the host's boot_id in a container: never Healthy there.
+    for option in ("ProtectKernelTunables", "ProtectControlGroups", "ProtectProc"):
+        assert f"\n{option}=" not in unit, option
     assert "After=" not in unit  # waits for nothing: it must answer while the bootstrap runs
     bootstrap = worker["/usr/local/sbin/ray-cluster-bootstrap"]
     enable = bootstrap.index("systemctl enable --now ray-health.service")
+    assert bootstrap.index(f"--shell /usr/sbin/nologin {layout.HEALTH_USER}") < enable
     assert enable < bootstrap.index("phase account")  # before the first step that can fail
     ready_unit = worker["/etc/systemd/system/ray-node-ready.service"]
     assert f"--failed {layout.RESTART_FAILED_MARKER}" in ready_unit

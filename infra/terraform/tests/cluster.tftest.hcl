@@ -250,11 +250,11 @@ run "workers_report_their_health_and_are_repaired" {
 
   assert {
     condition = (
-      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].enabled == false &&
+      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].enabled == true &&
       azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].grace_period == "PT30M" &&
       azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].action == "Replace"
     )
-    error_message = "Automatic repair is off by default (opt in): Replace after a 30-minute grace period."
+    error_message = "Automatic repair is on by default: Replace after a 30-minute grace period."
   }
 
   assert {

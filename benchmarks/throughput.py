@@ -35,10 +35,12 @@ def run(
     example: str, args: list[str], driver_args: list[str], home: Path, results: Path, sid: str
 ) -> dict:
     """Submit one run and measure it from its progress.csv."""
+    load_before = os.getloadavg()[0]
     start = time.monotonic()
-    p = subprocess.run(
+    p = subprocess.Popen(
         [
             sys.executable,
+            "-u",
             "-m",
             "driver",
             "submit",
@@ -57,14 +59,26 @@ def run(
         ],
         cwd=REPO,
         env={**os.environ, "RAYDRIVER_HOME": str(home)},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
     )
+    assert p.stdout is not None
+    lines: list[tuple[float, str]] = []  # when the driver printed each line
+    for line in p.stdout:
+        lines.append((time.monotonic() - start, line.rstrip("\n")))
+    p.wait()
     wall = time.monotonic() - start
+    load_after = os.getloadavg()[0]
+    output = "\n".join(text for _, text in lines)
     if p.returncode != 0:
-        return {"exit_code": p.returncode, "error": (p.stdout + p.stderr).strip()[-400:]}
+        return {"exit_code": p.returncode, "error": output.strip()[-400:]}
+
+    def seen(prefix: str) -> float:
+        return next(t for t, text in lines if text.startswith(prefix))
+
     result = json.loads(
-        next(ln for ln in p.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT ") :]
+        next(text for _, text in lines if text.startswith("RESULT "))[len("RESULT ") :]
     )
     progress = results / sid / "progress.csv"
     if not progress.is_file():  # a cluster run: bring its results back first
@@ -87,6 +101,10 @@ def run(
     with progress.open() as f:
         rows = list(csv.DictReader(f))
     first, last = rows[0], rows[-1]
+    submitted = seen("Submitted job")
+    first_iteration = seen("iter ")
+    first_row_s = float(first["time_total_s"])
+    result_at = seen("RESULT ")
     steps = int(last["env_steps"]) - int(first["env_steps"])
     seconds = float(last["time_total_s"]) - float(first["time_total_s"])
 
@@ -106,6 +124,19 @@ def run(
         "submit_wall_s": round(wall, 1),
         # Upload, job start, imports, env runner actors, checkpoint: the job's fixed cost.
         "outside_training_s": round(wall - float(last["time_total_s"]), 1),
+        # Where that fixed cost goes, from when the driver printed its lines (the job's own
+        # lines arrive through the log stream, which lags by up to a second):
+        # 1-minute load averages around the run: far above the run's own load means another
+        # process shared the cores and the figures above are not this setting's.
+        "load_1min_before_after": [round(load_before, 2), round(load_after, 2)],
+        "fixed_cost_s": {
+            # packing and uploading the working folder and the harness, submitting
+            "upload_and_submit": round(submitted, 1),
+            # runtime env, the job's imports, the algorithm, env runner actors on their nodes
+            "job_start_to_training": round(first_iteration - submitted - first_row_s, 1),
+            # the last iteration's line to the job's end, bringing the results back included
+            "after_training": round(wall - result_at, 1),
+        },
     }
 
 
@@ -113,6 +144,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cabs-steps", type=int, default=12_000, help="cabs env steps per run")
     ap.add_argument("--cartpole-iterations", type=int, default=8)
+    ap.add_argument("--skip-cabs", action="store_true", help="only the CartPole comparison")
     ap.add_argument(
         "--cluster-args",
         nargs=argparse.REMAINDER,
@@ -132,23 +164,27 @@ def main() -> int:
         cabs += ["--learning-starts", "1000"]
         # One 256-transition update per 32 sampled env steps in every case (the same learning
         # work per env step): N runners sample 32/N steps each per call.
-        out["cabs_dqn_local"] = {
-            f"{n}_env_runners": run(
-                "cabs",
-                [
-                    *cabs,
-                    "--num-env-runners",
-                    str(n),
-                    "--rollout-fragment-length",
-                    str(32 // max(n, 1)),
-                ],
-                [],
-                home,
-                results,
-                f"cabs-{n}",
-            )
-            for n in (0, 1, 2)
-        }
+        out["cabs_dqn_local"] = (
+            {}
+            if args.skip_cabs
+            else {
+                f"{n}_env_runners": run(
+                    "cabs",
+                    [
+                        *cabs,
+                        "--num-env-runners",
+                        str(n),
+                        "--rollout-fragment-length",
+                        str(32 // max(n, 1)),
+                    ],
+                    [],
+                    home,
+                    results,
+                    f"cabs-{n}",
+                )
+                for n in (0, 1, 2)
+            }
+        )
         cartpole = ["--max-iterations", str(args.cartpole_iterations), "--num-env-runners", "2"]
         local = run("cartpole", cartpole, [], home, results, "cartpole-local")
         out["cartpole_ppo_2_env_runners"] = {"local": local}

@@ -113,9 +113,12 @@ def build_config(args: argparse.Namespace) -> Any:
             num_cpus_per_env_runner=1,
             env_to_module_connector=_env_to_module,
         )
-        .learners(num_learners=0, num_gpus_per_learner=args.num_gpus_per_learner)
-        .training(
+        .learners(
+            num_learners=0,
+            num_gpus_per_learner=args.num_gpus_per_learner,
             learner_connector=_learner_connector,
+        )
+        .training(
             train_batch_size_per_learner=args.train_batch_size,
             lr=args.lr,
             vf_loss_coeff=1.0,
@@ -131,6 +134,9 @@ def build_config(args: argparse.Namespace) -> Any:
                 head_fcnet_hiddens=[256],
             )
         )
+        # APPO samples asynchronously: an iteration may end before any env step is reported.
+        # At least one learner batch of env steps per iteration keeps every progress row a step.
+        .reporting(min_sample_timesteps_per_iteration=args.train_batch_size)
     )
 
 

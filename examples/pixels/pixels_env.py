@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
+from simulator import no_delay
 
 SIMULATOR = Path(__file__).resolve().with_name("simulator.py")
 BASE_PORT = 20000
@@ -242,6 +243,7 @@ class PixelsEnv(gym.Env):
                 raise SimulatorError(f"pixels: the simulator exited ({code}): {self._last_line()}")
             try:
                 self._conn = Client(("127.0.0.1", self.port), authkey=key.encode())
+                no_delay(self._conn)
                 break
             except (ConnectionRefusedError, FileNotFoundError):
                 if time.monotonic() > deadline:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import socket
 import sys
 import threading
 import time
@@ -46,6 +47,14 @@ def _watch_parent(parent: int) -> None:
         if os.getppid() != parent:
             os._exit(0)
         time.sleep(1.0)
+
+
+def no_delay(conn: Any) -> None:
+    """TCP_NODELAY on a connection's socket: a frame goes out as a 4-byte header and a body,
+    and without it Nagle's algorithm holds the body's tail for the peer's delayed ACK (~40 ms
+    a step)."""
+    with socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM) as s:  # a dup
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _one_line(e: BaseException) -> str:
@@ -111,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         return PORT_TAKEN if e.errno == errno.EADDRINUSE else 3
     with listener:
         conn = listener.accept()
+    no_delay(conn)
     with conn:
         try:
             world = make_world(args.task, args.size)

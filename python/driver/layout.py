@@ -63,3 +63,7 @@ IMDS_ENDPOINT = "http://169.254.169.254"
 events); the rehearsal cluster serves a fake at the same address inside each node."""
 XVFB_DISPLAY = ":99"
 """The virtual display every node runs for headless simulators (DISPLAY for Ray's workers)."""
+SIMULATOR_RESOURCE = "simulator"
+"""The custom resource each worker offers to Ray, one unit per CPU: jobs that start a simulator
+process per env ask for one unit per env, so no node runs more simulators than it has cores
+(examples/pixels)."""

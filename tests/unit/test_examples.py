@@ -26,6 +26,18 @@ SMALL = {
         "1",
     ],
     "mobile": ["--train-batch-size", "300", "--eval-episodes", "1"],
+    # One simulator process per env, in a private Xvfb (the test's machine has no DISPLAY).
+    "pixels": ["--train-batch-size", "200", "--envs-per-env-runner", "1"],
+    "pong": [
+        "--train-batch-size",
+        "100",
+        "--num-env-runners",
+        "1",
+        "--envs-per-env-runner",
+        "1",
+        "--stop-reward",
+        "none",
+    ],
 }
 """Flags that keep each example's iterations small; the stop conditions are the test's."""
 

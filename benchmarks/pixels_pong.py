@@ -1,0 +1,157 @@
+"""Env steps per second of examples/pixels and examples/pong: each env alone, then training
+through the driver on local Ray (or a cluster).
+
+    python benchmarks/pixels_pong.py
+    python benchmarks/pixels_pong.py --skip-training          # the envs alone, ~1 min
+    python benchmarks/pixels_pong.py --cluster-args --head azureuser@10.216.0.10 -i KEY
+
+- ``pixels_env``: ``PixelsEnv`` (simulator process, frames over the local port, float
+  conversion) stepped with random actions, and miniworld in this process for comparison (both
+  need a display: the env starts a private Xvfb without DISPLAY; the in-process run is skipped
+  without DISPLAY);
+- ``pong_env``: ``ALE/Pong-v5`` raw, and with RLlib's Atari preprocessing (frame skip 4: one
+  step of it is 4 emulator frames);
+- training: the examples' defaults (pixels: PPO, 1 env runner x 2 envs; pong: APPO, 2 env
+  runners x 2 envs) for a few iterations, steps/s from each run's progress.csv as
+  ``throughput.py`` measures them (iteration 1's end to the last one's).
+
+Prints one JSON object. Timings are only as quiet as the machine: run it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from throughput import run  # noqa: E402  (measured as throughput.py measures)
+
+
+def _rate(step, steps: int) -> dict:
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    seconds = time.perf_counter() - start
+    return {"steps_per_s": round(steps / seconds, 1), "steps": steps, "seconds": round(seconds, 2)}
+
+
+def pixels_env(steps: int) -> dict:
+    sys.path.insert(0, str(REPO / "examples" / "pixels"))
+    import pixels_env as px
+
+    out: dict = {}
+    env = px.PixelsEnv({})
+    try:
+        env.reset(seed=0)
+        env.action_space.seed(0)
+
+        def step() -> None:
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+
+        out["simulator_process"] = _rate(step, steps)
+        out["simulator_process"]["display"] = "private Xvfb" if env._xvfb else env.display
+    finally:
+        env.close()
+    if os.environ.get("DISPLAY"):
+        import gymnasium as gym
+        import miniworld  # noqa: F401
+
+        world = gym.make(px.DEFAULT_TASK, obs_width=84, obs_height=84)
+        world.reset(seed=0)
+        world.action_space.seed(0)
+
+        def raw() -> None:
+            _, _, terminated, truncated, _ = world.step(world.action_space.sample())
+            if terminated or truncated:
+                world.reset()
+
+        out["in_process"] = _rate(raw, steps)
+        world.close()
+    return out
+
+
+def pong_env(steps: int) -> dict:
+    import ale_py
+    import gymnasium as gym
+    from ray.rllib.env.wrappers.atari_wrappers import wrap_atari_for_new_api_stack
+
+    gym.register_envs(ale_py)
+    out = {}
+    for name, wrap in (("raw_frames", False), ("preprocessed_steps", True)):
+        env = gym.make(
+            "ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0, full_action_space=False
+        )
+        if wrap:
+            env = wrap_atari_for_new_api_stack(env, dim=64, framestack=None)
+        env.reset(seed=0)
+        env.action_space.seed(0)
+
+        def step(env=env) -> None:
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+
+        out[name] = _rate(step, steps)
+        env.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--env-steps", type=int, default=2000, help="steps of each env alone")
+    ap.add_argument("--iterations", type=int, default=6, help="training iterations per run")
+    ap.add_argument("--skip-training", action="store_true", help="measure the envs alone")
+    ap.add_argument(
+        "--cluster-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="`python -m driver submit` options naming a cluster (default: local Ray)",
+    )
+    args = ap.parse_args()
+    os.environ.setdefault("LP_NUM_THREADS", "1")
+    out: dict = {
+        "benchmark": "pixels_pong",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "pixels_env": pixels_env(args.env_steps),
+        "pong_env": pong_env(args.env_steps),
+    }
+    if not args.skip_training:
+        with tempfile.TemporaryDirectory(prefix="pixels-pong-") as tmp:
+            home, results = Path(tmp) / "home", Path(tmp) / "results"
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            iterations = ["--max-iterations", str(args.iterations)]
+            where = "cluster" if args.cluster_args else "local"
+            out[f"pixels_ppo_{where}"] = run(
+                "pixels", iterations, args.cluster_args, home, results, f"pixels-{stamp}"
+            )
+            out[f"pong_appo_{where}"] = run(
+                "pong",
+                [*iterations, "--stop-seconds", "none", "--max-env-steps", "none"],
+                args.cluster_args,
+                home,
+                results,
+                f"pong-{stamp}",
+            )
+            subprocess.run(
+                [sys.executable, "-m", "driver", "local", "stop"],
+                cwd=REPO,
+                env={**os.environ, "RAYDRIVER_HOME": str(home)},
+                capture_output=True,
+            )
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

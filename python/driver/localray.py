@@ -15,7 +15,8 @@ dashboard/Jobs API on 127.0.0.1 only; the GCS, the raylet (node and object manag
 dashboard agent's gRPC port on all interfaces, the agents' HTTP ports and the Ray Client server
 on 127.0.0.1 and the machine's address — every one of them refuses requests without the token
 (the tests check the HTTP and GCS ones). The autoscaler monitor and the Prometheus metrics
-endpoints, which answer without a token, are not started. Ray's session folder lives in a
+endpoints (the dashboard's on 0.0.0.0:44227 included), which answer without a token, are not
+started. Ray's session folder lives in a
 folder only the user may enter (Ray itself makes its own folders world-writable).
 """
 
@@ -48,6 +49,8 @@ from driver.results import DownloadReport
 from driver.settings import RESULTS_ENV
 
 START_TIMEOUT_S = 90.0
+NO_PORT = 65536
+"""Beyond the last TCP port: what a listener Ray must not start is told to bind to."""
 
 
 @dataclass(frozen=True)
@@ -241,6 +244,10 @@ class LocalRay:
             RAY_USAGE_STATS_ENABLED="0",
             # No Prometheus endpoints: they listen on every interface and take no token.
             RAY_enable_metrics_collection="0",
+            # ... and the dashboard's own Prometheus server, which Ray starts on 0.0.0.0:44227
+            # whatever the addresses above (it maps 127.0.0.1 to the machine's address): a port
+            # no socket can have makes its start fail (Ray logs it and goes on without it).
+            DASHBOARD_METRIC_PORT=str(NO_PORT),
             # Jobs run `python script.py`: make that the driver's own interpreter.
             PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
         )

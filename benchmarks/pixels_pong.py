@@ -24,22 +24,27 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from throughput import run  # noqa: E402  (measured as throughput.py measures)
+from throughput import run, stop_local_ray  # noqa: E402  (measured as throughput.py measures)
 
 
-def _rate(step, steps: int) -> dict:
+def _rate(env: Any, steps: int) -> dict:
+    """Random actions from seed 0, a new episode whenever one ends."""
+    env.reset(seed=0)
+    env.action_space.seed(0)
     start = time.perf_counter()
     for _ in range(steps):
-        step()
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            env.reset()
     seconds = time.perf_counter() - start
     return {"steps_per_s": round(steps / seconds, 1), "steps": steps, "seconds": round(seconds, 2)}
 
@@ -51,15 +56,7 @@ def pixels_env(steps: int) -> dict:
     out: dict = {}
     env = px.PixelsEnv({})
     try:
-        env.reset(seed=0)
-        env.action_space.seed(0)
-
-        def step() -> None:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            if terminated or truncated:
-                env.reset()
-
-        out["simulator_process"] = _rate(step, steps)
+        out["simulator_process"] = _rate(env, steps)
         out["simulator_process"]["display"] = "private Xvfb" if env._xvfb else env.display
     finally:
         env.close()
@@ -68,15 +65,7 @@ def pixels_env(steps: int) -> dict:
         import miniworld  # noqa: F401
 
         world = gym.make(px.DEFAULT_TASK, obs_width=84, obs_height=84)
-        world.reset(seed=0)
-        world.action_space.seed(0)
-
-        def raw() -> None:
-            _, _, terminated, truncated, _ = world.step(world.action_space.sample())
-            if terminated or truncated:
-                world.reset()
-
-        out["in_process"] = _rate(raw, steps)
+        out["in_process"] = _rate(world, steps)
         world.close()
     return out
 
@@ -94,15 +83,7 @@ def pong_env(steps: int) -> dict:
         )
         if wrap:
             env = wrap_atari_for_new_api_stack(env, dim=64, framestack=None)
-        env.reset(seed=0)
-        env.action_space.seed(0)
-
-        def step(env=env) -> None:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            if terminated or truncated:
-                env.reset()
-
-        out[name] = _rate(step, steps)
+        out[name] = _rate(env, steps)
         env.close()
     return out
 
@@ -143,12 +124,7 @@ def main() -> int:
                 results,
                 f"pong-{stamp}",
             )
-            subprocess.run(
-                [sys.executable, "-m", "driver", "local", "stop"],
-                cwd=REPO,
-                env={**os.environ, "RAYDRIVER_HOME": str(home)},
-                capture_output=True,
-            )
+            stop_local_ray(home)
     print(json.dumps(out, indent=2))
     return 0
 

@@ -140,6 +140,16 @@ def run(
     }
 
 
+def stop_local_ray(home: Path) -> None:
+    """Stop the local Ray head the runs under this driver home started."""
+    subprocess.run(
+        [sys.executable, "-m", "driver", "local", "stop"],
+        cwd=REPO,
+        env={**os.environ, "RAYDRIVER_HOME": str(home)},
+        capture_output=True,
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cabs-steps", type=int, default=12_000, help="cabs env steps per run")
@@ -188,12 +198,7 @@ def main() -> int:
         cartpole = ["--max-iterations", str(args.cartpole_iterations), "--num-env-runners", "2"]
         local = run("cartpole", cartpole, [], home, results, "cartpole-local")
         out["cartpole_ppo_2_env_runners"] = {"local": local}
-        subprocess.run(
-            [sys.executable, "-m", "driver", "local", "stop"],
-            cwd=REPO,
-            env={**os.environ, "RAYDRIVER_HOME": str(home)},
-            capture_output=True,
-        )
+        stop_local_ray(home)
         if args.cluster_args:
             # A cluster keeps its jobs: a submission id of its own for every run.
             sid = f"cartpole-cl-{time.strftime('%Y%m%d-%H%M%S')}"

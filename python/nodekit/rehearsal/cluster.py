@@ -46,6 +46,8 @@ APT_PORT_OFFSET = 2
 """apt-cacher-ng: the package server's port + 2."""
 PYPI_PORT_OFFSET = 3
 """proxpi: the package server's port + 3."""
+COMPUTE_PORT_OFFSET = 4
+"""The fake Azure Compute endpoint (scaling mode ray): the package server's port + 4."""
 # checkov:skip=CKV_SECRET_6:The name of the token's Key Vault secret, not a secret value
 TOKEN_SECRET_NAME = "ray-cluster-token"
 FAKES = "tests/fakes/azure_node.py"
@@ -93,6 +95,14 @@ class State:
     http_pid: int | None = None
     identity_client_id: str = ""
     """The nodes' managed identity, as the fake metadata service and Key Vault know it."""
+    scaling_mode: str = "cpu"
+    """"ray": Ray's autoscaler on the head drives a fake scale set whose instances are workers
+    booted (and removed) here."""
+    autoscaler_client_id: str = ""
+    """The head's autoscaler identity (scaling mode ray), allowed on the fake scale set."""
+    min_workers: int = 0
+    max_workers: int = 4
+    idle_timeout_minutes: int = 5
     nodes: list[Node] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
 
@@ -294,7 +304,25 @@ class Rehearsal:
             "APT_SOURCE": mirrors.apt_source(
                 host, state.http_port + APT_PORT_OFFSET, self.cache.mirror
             ),
+            "SCALING_MODE": state.scaling_mode,
+            "WORKER_SCALE_SET_ID": self.scale_set_id(state),
+            # The containers share this machine's CPUs: a size with as many, so Ray's autoscaler
+            # plans with what a new worker really brings.
+            "WORKER_VM_SIZE": f"Standard_D{os.cpu_count() or 1}s_v5",
+            "AUTOSCALER_MIN_WORKERS": str(state.min_workers),
+            "AUTOSCALER_MAX_WORKERS": str(state.max_workers),
+            "AUTOSCALER_IDLE_TIMEOUT_MINUTES": str(state.idle_timeout_minutes),
+            "AUTOSCALER_CLIENT_ID": state.autoscaler_client_id,
+            "ARM_ENDPOINT": f"https://{host}:{state.http_port + COMPUTE_PORT_OFFSET}",
         }
+
+    def scale_set_id(self, state: State) -> str:
+        """The fake scale set the rehearsal's workers belong to (scaling mode ray)."""
+        subscription = uuid.uuid5(uuid.NAMESPACE_DNS, f"rehearsal/{state.name}")
+        return (
+            f"/subscriptions/{subscription}/resourceGroups/rh-{state.name}"
+            f"/providers/Microsoft.Compute/virtualMachineScaleSets/rh-{state.name}-workers"
+        )
 
     def _user_data(self, state: State, role: str) -> str:
         """The committed document for ``role``, filled as Terraform and Bicep fill it."""

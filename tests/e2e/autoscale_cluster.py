@@ -20,8 +20,8 @@ from pathlib import Path
 from nodekit.rehearsal.cluster import Rehearsal
 
 REPO = Path(__file__).resolve().parents[2]
-NAME = os.environ.get("RAYDRIVER_AUTOSCALE_REHEARSAL", "") or "ascale"
-SUBNET = os.environ.get("RAYDRIVER_AUTOSCALE_SUBNET", "") or "10.216.0.0/24"
+NAME = os.environ.get("RAYDRIVER_AUTOSCALE_REHEARSAL", "") or "asc"
+SUBNET = os.environ.get("RAYDRIVER_AUTOSCALE_SUBNET", "") or "10.217.0.0/24"
 IDLE_TIMEOUT_MINUTES = 1
 MAX_WORKERS = 2
 

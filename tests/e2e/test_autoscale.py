@@ -6,7 +6,7 @@ the container of a deleted instance (tests/e2e/autoscale_cluster.py).
 
 One cluster for the module (its own name and subnet, not the session's): head only at first,
 max 2 workers, idle timeout 1 minute. RAYDRIVER_REUSE_AUTOSCALE=1 runs against one already up
-(``rehearse up --name ascale --scaling-mode ray ...``) and keeps it.
+(``rehearse up --name asc --subnet 10.217.0.0/24 --scaling-mode ray ...``) and keeps it.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import sys
 import threading
@@ -207,7 +208,10 @@ def managed_identity(client_id: str) -> Any:
 
 
 def system_ca_bundle() -> str | bool:
-    """The OS's CA store where there is one (the head trusts what its OS trusts), else certifi."""
+    """``$REQUESTS_CA_BUNDLE`` if set, else the OS's CA store where there is one (the head
+    trusts what its OS trusts), else certifi's."""
+    if os.environ.get("REQUESTS_CA_BUNDLE"):
+        return os.environ["REQUESTS_CA_BUNDLE"]
     for path in ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"):
         if Path(path).is_file():
             return path

@@ -345,7 +345,8 @@ class FakeCompute(_Server):
         }
         if finished:
             doc["endTime"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
-        return 200, doc, {}
+            return 200, doc, {}
+        return 200, doc, {"Retry-After": "1"}
 
     # -- writes ------------------------------------------------------------------------------
     def _update(self, s: dict[str, Any], body: bytes) -> Reply:

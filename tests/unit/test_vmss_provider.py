@@ -370,3 +370,16 @@ def test_bad_values_are_one_clear_error(
 )
 def test_vm_size_cpus(size: str, cpus: int) -> None:
     assert vp.vm_size_cpus(size) == cpus
+
+
+def test_an_outage_from_the_start_shows_the_head_alone_and_writes_nothing(azure: Azure) -> None:
+    """Right after deployment the autoscaler identity's role may not have propagated: Azure
+    answers 403. The provider never raises (Ray's autoscaler gives up after a few errors)."""
+    from azure.core.exceptions import HttpResponseError
+
+    config = vp.autoscaling_config(deploy_values())["provider"]
+    p = vp.ScaleSetProvider(config, "unit", scale_set=azure.scale_set(NODES), drain=Drains())
+    assert p.non_terminated_nodes({}) == [vp.HEAD_ID]
+    assert not p.safe_to_scale()
+    with pytest.raises(HttpResponseError, match="AuthorizationFailed"):
+        azure.scale_set(NODES).instances()

@@ -296,20 +296,21 @@ class ScaleSetProvider(BatchingNodeProvider):
 
     # -- reads -------------------------------------------------------------------------------
     def get_node_data(self) -> dict[str, NodeData]:
+        head = NodeData(
+            kind=NODE_KIND_HEAD, type=HEAD_TYPE, ip=self.head_ip, status=STATUS_UP_TO_DATE
+        )
         try:
             instances = self.scale_set.instances()
-        except Exception as e:  # keep the last view; writes wait until a read works again
+        except Exception as e:
+            # Never raise to the autoscaler: it gives up (and its monitor exits, taking the
+            # head's Ray down) after a few errors in its lifetime. Keep the last view (at first,
+            # the head alone) and write nothing until a read works again: right after
+            # deployment the identity's role may still be propagating.
             self._read_failed = True
             logger.warning("ScaleSetProvider: cannot list the scale set's instances: %s", e)
-            if self._last is None:
-                raise
-            return dict(self._last)
+            return dict(self._last) if self._last is not None else {HEAD_ID: head}
         self._read_failed = False
-        data: dict[str, NodeData] = {
-            HEAD_ID: NodeData(
-                kind=NODE_KIND_HEAD, type=HEAD_TYPE, ip=self.head_ip, status=STATUS_UP_TO_DATE
-            )
-        }
+        data: dict[str, NodeData] = {HEAD_ID: head}
         listed = set()
         with self._lock:
             for inst in instances:

@@ -37,6 +37,7 @@ import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -233,23 +234,33 @@ def gcs_drain(gcs_address: str) -> Drain:
         from ray.core.generated import autoscaler_pb2, gcs_pb2
 
         gcs = ray._raylet.GcsClient(address=gcs_address)  # type: ignore[attr-defined]
-        alive = [
-            node_id.hex()
-            for node_id, node in gcs.get_all_node_info(timeout=10).items()
-            if node.node_manager_address == ip and node.state == gcs_pb2.GcsNodeInfo.ALIVE  # type: ignore[attr-defined]
-        ]
-        for node_id in alive:
-            accepted, message = gcs.drain_node(
-                node_id,
-                autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
-                    "DRAIN_NODE_REASON_IDLE_TERMINATION"
-                ),
-                "idle: the autoscaler removes this worker",
-                0,
-            )
+        up = gcs_pb2.GcsNodeInfo.ALIVE  # type: ignore[attr-defined]
+
+        def alive() -> list[str]:
+            nodes = gcs.get_all_node_info(timeout=10).items()
+            return [i.hex() for i, n in nodes if n.node_manager_address == ip and n.state == up]
+
+        found = alive()
+        for node_id in found:
+            try:
+                accepted, message = gcs.drain_node(
+                    node_id,
+                    autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
+                        "DRAIN_NODE_REASON_IDLE_TERMINATION"
+                    ),
+                    "idle: the autoscaler removes this worker",
+                    0,
+                )
+            except Exception as e:
+                # Ray's autoscaler has just shut this raylet down itself (its own drain before
+                # it asks the provider): the call is cancelled. Gone from the cluster = drained.
+                time.sleep(2)
+                if node_id in alive():
+                    return False, f"the drain failed and the node is still alive: {e}"
+                accepted, message = True, ""
             if not accepted:
                 return False, str(message)
-        return True, "drained" if alive else "not in the Ray cluster"
+        return True, "drained" if found else "not in the Ray cluster"
 
     return drain
 

@@ -77,6 +77,8 @@ class Node:
     veth: str
     dir: str
     pid: int | None = None
+    instance_id: str = ""
+    """Scaling mode ray: the node's instance id in the fake scale set (its VM name's suffix)."""
 
     @property
     def root(self) -> Path:
@@ -534,7 +536,7 @@ class Rehearsal:
         name = (
             f"rh-{self.name}-head"
             if node.role == "head"
-            else f"rh-{self.name}-workers_{node.name.split('-')[-1]}"
+            else f"rh-{self.name}-workers_{node.instance_id or node.name.split('-')[-1]}"
         )
         config = {
             "token_key": shared["token_key"],
@@ -774,7 +776,11 @@ class Rehearsal:
             if state is None:
                 raise DriverError(f"no rehearsal cluster {self.name!r}")
             self.subnet = ipaddress.IPv4Network(state.subnet)
-            node = self._plan_node(state, "worker", index=int(instance_id), ip=ip)
+            # Node 0 is the head: instance N is the node of index N + 1 (its names: worker-N+1,
+            # its metadata service calls it rh-NAME-workers_N, as Azure names the VM).
+            node = self._plan_node(state, "worker", index=int(instance_id) + 1, ip=ip)
+            node.instance_id = instance_id
+            self._save(state)
             self._create_node(state, node)
         self.wait_ready(state, timeout, silent, nodes=[node])
         return node
@@ -784,11 +790,18 @@ class Rehearsal:
         the worker gets a Terminate scheduled event and its watcher drains it, stops Ray and
         acknowledges (or the notice runs out); then the container and all it had go."""
         require_root_linux()
-        name = f"worker-{instance_id}"
         state = self.load()
-        node = next((n for n in (state.nodes if state else []) if n.name == name), None)
+        node = next(
+            (
+                n
+                for n in (state.nodes if state else [])
+                if n.role == "worker" and (n.instance_id or n.name.split("-")[-1]) == instance_id
+            ),
+            None,
+        )
         if state is None or node is None:
-            raise DriverError(f"rehearsal cluster {self.name!r} has no {name}")
+            raise DriverError(f"rehearsal cluster {self.name!r} has no instance {instance_id}")
+        name = node.name
         fakes = self._load_fake(FAKES, "rehearsal_azure_fakes")
         events = Path(node.dir) / "imds"
         folder = fakes.StateFolder(events)

@@ -10,7 +10,8 @@ What it covers, as ``bicep build`` emits it for a languageVersion 1.0 template: 
 decorators, variables (a variable that reads a module's outputs is inlined where it is used, as
 ARM variables cannot), resources (``parent``, ``scope``, implicit and explicit ``dependsOn``),
 modules as nested ``Microsoft.Resources/deployments`` with ``expressionEvaluationOptions.scope:
-inner``, outputs, string interpolation as ``format()``, operators as ARM functions, lambdas as
+inner``, conditions (``= if (expr) {...}``) as ``condition``, outputs, string interpolation as
+``format()``, operators as ARM functions, lambdas as
 ``lambda()``/``lambdaVariables()``, ``loadTextContent()`` inlined at compile time. Anything else
 is an error, not a guess. Its own parser is independent of pycep-parser, which the tests use to
 read main.bicep.
@@ -235,6 +236,11 @@ class Parser:
                 if self.peek().kind == "ident" and self.peek().value == "existing":
                     raise BicepError(f"line {tok.line}: existing resources are not supported")
                 self.expect("op", "=")
+                if self.peek().kind == "ident" and self.peek().value == "if":
+                    self.next()
+                    self.expect("op", "(")
+                    stmt["condition"] = self.expression()
+                    self.expect("op", ")")
                 stmt["value"] = self.expression()
             else:
                 raise BicepError(f"line {tok.line}: unsupported statement {keyword!r}")
@@ -816,6 +822,8 @@ class Compiler:
         symbol = self.symbols[stmt["name"]]
         body = stmt["value"]
         res: dict[str, Any] = {"type": symbol.resource_type, "apiVersion": symbol.api_version}
+        if "condition" in stmt:
+            res = {"condition": f"[{self.expr(stmt['condition'])}]", **res}
         scope = self._prop(body, "scope")
         if scope is not None:
             target = self.symbols[scope[1]]
@@ -848,6 +856,7 @@ class Compiler:
         params_expr = self._prop(body, "params")
         params = {k: {"value": self.value(v)} for k, v in (params_expr[1] if params_expr else [])}
         res: dict[str, Any] = {
+            **({"condition": f"[{self.expr(stmt['condition'])}]"} if "condition" in stmt else {}),
             "type": "Microsoft.Resources/deployments",
             "apiVersion": DEPLOYMENTS_API,
             "name": self.value(self._prop(body, "name")),

@@ -521,6 +521,10 @@ def _filter(_: Scope, array: Any, fn: Any) -> list[Any]:
     return [x for x in _array(array) if _bool(fn(x))]
 
 
+def _to_object(_: Scope, array: Any, key: Any, value: Any = None) -> dict[str, Any]:
+    return {_str(key(x)): (value(x) if value is not None else x) for x in _array(array)}
+
+
 def _array(v: Any) -> list[Any]:
     if not isinstance(v, list):
         raise ArmError(f"expected an array, got {_type_name(v)}")
@@ -660,6 +664,13 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
         "id": f"/subscriptions/{s.context.subscription_id}",
         "subscriptionId": s.context.subscription_id,
         "tenantId": s.context.tenant_id,
+    },
+    "toobject": _to_object,
+    # The public cloud's endpoints (Azure's environment() there; only what the stacks read).
+    "environment": lambda s: {
+        "name": "AzureCloud",
+        "resourceManager": "https://management.azure.com/",
+        "authentication": {"loginEndpoint": "https://login.microsoftonline.com/"},
     },
     "uniquestring": _unique_string,
     "guid": _guid,

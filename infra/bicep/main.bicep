@@ -60,7 +60,19 @@ param workerVmSize string = 'Standard_D4s_v5'
 @description('Optional. Encrypt temp disks and caches at the host on every VM. Needs the EncryptionAtHost feature on the subscription (az feature register --namespace Microsoft.Compute --name EncryptionAtHost), hence off by default.')
 param encryptionAtHostEnabled bool = false
 
-@description('Optional. Fewest workers autoscale keeps, 0-100. The scale set has no CPU metric at 0 instances, so autoscale then returns to workerDefaultCount: it stays at 0 only when workerDefaultCount is 0 too.')
+@description('Optional. Who sets the worker count: "cpu" (Azure Monitor autoscale on average CPU, the scale*CpuPercent rules) or "ray" (Ray\'s own autoscaler on the head adds workers for pending tasks and actors and removes idle ones by name after rayIdleTimeoutMinutes; no CPU rules; the head gets an identity allowed to change this scale set only).')
+@allowed([
+  'cpu'
+  'ray'
+])
+param scalingMode string = 'cpu'
+
+@description('Optional. With scalingMode "ray": minutes a worker stays idle (nothing running on it) before Ray\'s autoscaler drains and deletes it, 1-1440.')
+@minValue(1)
+@maxValue(1440)
+param rayIdleTimeoutMinutes int = 5
+
+@description('Optional. Fewest workers autoscale keeps, 0-100. With scalingMode "ray", 0 means the cluster scales to zero when idle. With "cpu", the scale set has no CPU metric at 0 instances, so autoscale then returns to workerDefaultCount: it stays at 0 only when workerDefaultCount is 0 too.')
 @minValue(0)
 @maxValue(100)
 param workerMinCount int = 0
@@ -609,6 +621,7 @@ module identity 'modules/identity.bicep' = {
     location: location
     namePrefix: namePrefix
     tags: tags
+    autoscalerEnabled: scalingMode == 'ray'
   }
   dependsOn: [
     checks
@@ -644,6 +657,15 @@ var deployValues = {
   PIP_INDEX_URL: pipIndexUrl
   TORCH_INDEX_URL: torchIndexUrl
   APT_SOURCE: aptSource
+  // Ray autoscaler on the head (scalingMode ray; the head ignores them otherwise).
+  SCALING_MODE: scalingMode
+  WORKER_SCALE_SET_ID: '${resourceGroup().id}/providers/Microsoft.Compute/virtualMachineScaleSets/${namePrefix}-workers'
+  WORKER_VM_SIZE: workerVmSize
+  AUTOSCALER_MIN_WORKERS: string(workerMinCount)
+  AUTOSCALER_MAX_WORKERS: string(workerMaxCount)
+  AUTOSCALER_IDLE_TIMEOUT_MINUTES: string(rayIdleTimeoutMinutes)
+  AUTOSCALER_CLIENT_ID: identity.outputs.autoscalerClientId
+  ARM_ENDPOINT: environment().resourceManager
 }
 
 // The first boot installs packages (the subnet's NAT gateway and NSG must be in place) and reads
@@ -664,6 +686,7 @@ module head 'modules/head.bicep' = {
     imageReference: osImages[osImage]
     encryptionAtHost: encryptionAtHostEnabled
     identityId: identity.outputs.id
+    autoscalerIdentityId: identity.outputs.autoscalerId
     customData: base64(replace(headCloudInit, '@@DEPLOY_VALUES@@', base64(string(deployValues))))
   }
   dependsOn: [
@@ -692,6 +715,7 @@ module workers 'modules/workers.bicep' = {
     automaticRepairGracePeriodMinutes: workerAutomaticRepairGracePeriodMinutes
     automaticRepairAction: workerAutomaticRepairAction
     healthProbe: workerHealthProbe
+    autoscalerPrincipalId: identity.outputs.autoscalerPrincipalId
     customData: base64(replace(workerCloudInit, '@@DEPLOY_VALUES@@', base64(string(deployValues))))
   }
   dependsOn: [
@@ -700,7 +724,8 @@ module workers 'modules/workers.bicep' = {
   ]
 }
 
-module autoscale 'modules/autoscale.bicep' = {
+// scalingMode cpu: Azure Monitor rules on average CPU.
+module autoscale 'modules/autoscale.bicep' = if (scalingMode == 'cpu') {
   name: '${namePrefix}-autoscale'
   params: {
     location: location

@@ -1,7 +1,10 @@
-# CPU autoscale of the workers: average CPU above scale_out_cpu_percent over 5 minutes adds one
-# worker, below scale_in_cpu_percent removes one, within worker_min_count..worker_max_count.
+# CPU autoscale of the workers (scaling_mode = "cpu"): average CPU above scale_out_cpu_percent
+# over 5 minutes adds one worker, below scale_in_cpu_percent removes one, within
+# worker_min_count..worker_max_count. With scaling_mode = "ray" there is no such rule: Ray's
+# autoscaler on the head sets the count (identity.tf: its role on the scale set).
 
 resource "azurerm_monitor_autoscale_setting" "workers" {
+  count               = var.scaling_mode == "cpu" ? 1 : 0
   name                = "${var.name_prefix}-workers-autoscale"
   location            = var.location
   resource_group_name = local.resource_group_name

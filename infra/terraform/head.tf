@@ -61,9 +61,10 @@ resource "azurerm_linux_virtual_machine" "head" {
     disk_size_gb         = 64 # the Ray environment (~2 GB), results and checkpoints live here
   }
 
+  # The nodes' identity; in scaling_mode = "ray" also the autoscaler's (identity.tf).
   identity {
     type         = "UserAssigned"
-    identity_ids = [azurerm_user_assigned_identity.this.id]
+    identity_ids = concat([azurerm_user_assigned_identity.this.id], azurerm_user_assigned_identity.autoscaler[*].id)
   }
 
   # Changing custom data replaces the VM (the head is rebuilt from its cloud-init).

@@ -1,6 +1,11 @@
 locals {
   resource_group_name = var.create_resource_group ? azurerm_resource_group.this[0].name : data.azurerm_resource_group.existing[0].name
 
+  # The workers' scale set, named before it exists: its id goes into the head's custom data (the
+  # autoscaler's target), and the scale set itself depends on the head.
+  worker_scale_set_name = "${var.name_prefix}-workers"
+  worker_scale_set_id   = "/subscriptions/${data.azurerm_client_config.current.subscription_id}/resourceGroups/${local.resource_group_name}/providers/Microsoft.Compute/virtualMachineScaleSets/${local.worker_scale_set_name}"
+
   # The head's private address is fixed (the 4th host: Azure keeps .0-.3 of every subnet), so the
   # workers' cloud-init can name it before the head exists.
   head_private_ip = cidrhost(var.subnet_address_prefix, 4)
@@ -28,6 +33,15 @@ locals {
     PIP_INDEX_URL      = var.pip_index_url
     TORCH_INDEX_URL    = var.torch_index_url
     APT_SOURCE         = var.apt_source
+    # Ray's autoscaler on the head (scaling_mode = "ray"; the head ignores them otherwise).
+    SCALING_MODE                    = var.scaling_mode
+    WORKER_SCALE_SET_ID             = local.worker_scale_set_id
+    WORKER_VM_SIZE                  = var.worker_vm_size
+    AUTOSCALER_MIN_WORKERS          = tostring(var.worker_min_count)
+    AUTOSCALER_MAX_WORKERS          = tostring(var.worker_max_count)
+    AUTOSCALER_IDLE_TIMEOUT_MINUTES = tostring(var.ray_idle_timeout_minutes)
+    AUTOSCALER_CLIENT_ID            = try(azurerm_user_assigned_identity.autoscaler[0].client_id, "")
+    ARM_ENDPOINT                    = "https://management.azure.com"
   }
 
   # The committed, rendered documents (python -m nodekit render writes them), with their one

@@ -293,7 +293,7 @@ variable "worker_vm_size" {
   description = "(Optional) VM size of each worker in the scale set, e.g. \"Standard_D4s_v5\" or \"Standard_F8s_v2\"."
 
   validation {
-    condition     = can(regex("(?i)^standard_[a-z0-9_-]+$", var.worker_vm_size))
+    condition     = can(regex("(?i)^standard_[a-z0-9_-]+$", var.worker_vm_size)) && length(var.worker_vm_size) <= 800
     error_message = "worker_vm_size must be an Azure VM size such as \"Standard_D4s_v5\"."
   }
 }
@@ -308,10 +308,32 @@ variable "encryption_at_host_enabled" {
 # Optional: workers and autoscale
 # ---------------------------------------------------------------------------------------------
 
+variable "scaling_mode" {
+  type        = string
+  default     = "cpu"
+  description = "(Optional) Who sets the worker count: \"cpu\" (Azure Monitor autoscale on average CPU, the scale_*_cpu_percent rules) or \"ray\" (Ray's own autoscaler on the head adds workers for pending tasks and actors and removes idle ones by name after ray_idle_timeout_minutes; no CPU rules; the head gets an identity allowed to change this scale set only)."
+
+  validation {
+    condition     = contains(["cpu", "ray"], var.scaling_mode)
+    error_message = "scaling_mode must be \"cpu\" or \"ray\"."
+  }
+}
+
+variable "ray_idle_timeout_minutes" {
+  type        = number
+  default     = 5
+  description = "(Optional) With scaling_mode = \"ray\": minutes a worker stays idle (nothing running on it) before Ray's autoscaler drains and deletes it, 1-1440."
+
+  validation {
+    condition     = var.ray_idle_timeout_minutes >= 1 && var.ray_idle_timeout_minutes <= 1440 && floor(var.ray_idle_timeout_minutes) == var.ray_idle_timeout_minutes
+    error_message = "ray_idle_timeout_minutes must be a whole number from 1 to 1440."
+  }
+}
+
 variable "worker_min_count" {
   type        = number
   default     = 0
-  description = "(Optional) Fewest workers autoscale keeps, 0-100. The scale set has no CPU metric at 0 instances, so autoscale then returns to worker_default_count: it stays at 0 only when worker_default_count is 0 too."
+  description = "(Optional) Fewest workers autoscale keeps, 0-100. With scaling_mode = \"ray\", 0 means the cluster scales to zero when idle. With \"cpu\", the scale set has no CPU metric at 0 instances, so autoscale then returns to worker_default_count: it stays at 0 only when worker_default_count is 0 too."
 
   validation {
     condition     = var.worker_min_count >= 0 && var.worker_min_count <= 100 && floor(var.worker_min_count) == var.worker_min_count

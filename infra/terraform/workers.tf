@@ -1,10 +1,10 @@
 # The workers: a Uniform scale set without public IPs (outbound through the NAT gateway) whose
-# instances join the head's Ray cluster from their cloud-init. Autoscale (autoscale.tf) owns the
-# instance count after creation.
+# instances join the head's Ray cluster from their cloud-init. Autoscale (autoscale.tf) or, with
+# scaling_mode = "ray", Ray's autoscaler on the head owns the instance count after creation.
 
 resource "azurerm_linux_virtual_machine_scale_set" "workers" {
   #checkov:skip=CKV_AZURE_97:Off by default because encryption at host needs the EncryptionAtHost feature registered on the subscription; set encryption_at_host_enabled = true where it is.
-  name                 = "${var.name_prefix}-workers"
+  name                 = local.worker_scale_set_name
   computer_name_prefix = "${var.name_prefix}-w"
   location             = var.location
   resource_group_name  = local.resource_group_name

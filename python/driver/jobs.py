@@ -211,6 +211,26 @@ def server_error(text: str) -> str:
     return one_line(f"{head}: {lines[-1].strip()}" if head else lines[-1], 400)
 
 
+@dataclass
+class ClusterStatus:
+    """What ``python -m driver status`` (no job id) shows."""
+
+    text: str
+    """``ray status`` as the dashboard formats it (nodes, usage, pending demand, autoscaler)."""
+    autoscaler: dict[str, Any] | None
+    """The autoscaler's own report, None when no autoscaler runs (scaling_mode cpu, local Ray)."""
+    autoscaler_error: str | None
+    nodes: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "nodes": self.nodes,
+            "autoscaler": self.autoscaler,
+            "autoscaler_error": self.autoscaler_error,
+            "text": self.text,
+        }
+
+
 class JobsClient:
     """Talk to one cluster's Jobs API at ``address`` (``http://127.0.0.1:PORT``).
 
@@ -357,6 +377,42 @@ class JobsClient:
         env_vars = (getattr(details, "runtime_env", None) or {}).get("env_vars") or {}
         value = env_vars.get(name)
         return str(value) if value is not None else None
+
+    def _get_json(self, what: str, endpoint: str) -> Any:
+        def get() -> Any:
+            r = self._client._do_request("GET", endpoint)
+            if r.status_code != 200:
+                raise DriverError(
+                    f"{what}: the dashboard of {self.where} answered HTTP {r.status_code}: "
+                    f"{' '.join(r.text.split())[:200]}",
+                    EXIT_USAGE,
+                )
+            return r.json()
+
+        return self._call(what, get)
+
+    def cluster_status(self) -> ClusterStatus:
+        """The cluster as Ray's autoscaler sees it (``ray status``), and its nodes."""
+        formatted = self._get_json("reading the cluster status", "/api/cluster_status?format=1")
+        structured = self._get_json("reading the cluster status", "/api/cluster_status")
+        nodes = self._get_json("listing nodes", "/api/v0/nodes?detail=1&limit=1000")
+        data = structured.get("data", {}) if isinstance(structured, dict) else {}
+        node_rows = ((nodes.get("data") or {}).get("result") or {}).get("result") or []
+        return ClusterStatus(
+            text=str(((formatted.get("data") or {}).get("clusterStatus")) or ""),
+            autoscaler=data.get("clusterStatus") or None,
+            autoscaler_error=data.get("autoscalingError") or None,
+            nodes=[
+                {
+                    "node_id": n.get("node_id"),
+                    "ip": n.get("node_ip"),
+                    "state": n.get("state"),
+                    "head": bool(n.get("is_head_node")),
+                    "resources": n.get("resources_total") or {},
+                }
+                for n in node_rows
+            ],
+        )
 
     def list(self) -> list[JobInfo]:
         jobs = [_info(d) for d in self._call("listing jobs", self._client.list_jobs)]

@@ -144,7 +144,29 @@ def register_rehearse(verbs: Any) -> None:
         default=1800,
         help="seconds to wait for every node to be ready (default: 1800)",
     )
+    up.add_argument(
+        "--scaling-mode",
+        choices=("cpu", "ray"),
+        default="cpu",
+        help="ray: Ray's autoscaler on the head drives a fake scale set (Azure Compute played on "
+        "the bridge) whose new instances boot as worker containers here and whose deleted "
+        "ones are removed (default: cpu, no autoscaler)",
+    )
+    up.add_argument("--min-workers", type=int, default=0, help="ray mode: min_workers (0)")
+    up.add_argument("--max-workers", type=int, default=4, help="ray mode: max_workers (4)")
+    up.add_argument(
+        "--idle-timeout-minutes", type=int, default=5, help="ray mode: idle_timeout_minutes (5)"
+    )
     up.set_defaults(func=cmd_rehearse_up)
+    hook = actions.add_parser(
+        "scale-set",
+        help="What the fake scale set runs when it creates or deletes an instance (ray mode).",
+    )
+    hook.add_argument("action", choices=("create", "delete"))
+    hook.add_argument("--name", default="rehearsal")
+    hook.add_argument("--instance-id", required=True)
+    hook.add_argument("--ip", required=True)
+    hook.set_defaults(func=cmd_rehearse_scale_set)
     add = actions.add_parser(
         "add-worker",
         help="Boot more workers into the running cluster (a scale-out, as autoscale does).",
@@ -187,6 +209,10 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
         warm_node_cache=args.warm_node_cache,
         timeout=args.timeout,
         progress=say,
+        scaling_mode=args.scaling_mode,
+        min_workers=args.min_workers,
+        max_workers=args.max_workers,
+        idle_timeout_minutes=args.idle_timeout_minutes,
     )
     head = state.head
     print(f"head: {state.admin_user}@{head.ip}")
@@ -210,6 +236,19 @@ def cmd_rehearse_add_worker(args: argparse.Namespace) -> int:
     assert state is not None  # add_workers refuses a cluster without state
     for node in nodes:
         print(f"{node.name}: {state.admin_user}@{node.ip}")
+    return EXIT_OK
+
+
+def cmd_rehearse_scale_set(args: argparse.Namespace) -> int:
+    from nodekit.rehearsal.cluster import Rehearsal
+
+    r = Rehearsal(args.name)
+    if args.action == "create":
+        node = r.scale_set_create(args.instance_id, args.ip)
+        say(f"scale set: instance {args.instance_id} is {node.name} at {node.ip}")
+    else:
+        r.scale_set_delete(args.instance_id)
+        say(f"scale set: instance {args.instance_id} deleted")
     return EXIT_OK
 
 

@@ -45,13 +45,20 @@ LOCK_PATH = f"{layout.CONFIG_DIR}/requirements.lock"
 """On the nodes: every package of the environment, pinned, with the hashes of its files."""
 LOCK_FILE = "node-lock.txt"
 """In cloud-init/: the lock, written by scripts/lock_nodes.py from :func:`lock_inputs`."""
+AUTOSCALER_LOCK_FILE = "autoscaler-lock.txt"
+"""In cloud-init/: the head's extra packages for Ray's autoscaler on Azure (pyproject.toml's
+``autoscaler`` extra and what they need beyond the node lock), written by scripts/lock_nodes.py."""
+AUTOSCALER_LOCK_PATH = f"{layout.CONFIG_DIR}/autoscaler-requirements.lock"
+AUTOSCALER_EXTRA = "autoscaler"
 LOCK_PYTHONS = ("3.10", "3.11", "3.12")
 """Python versions the lock holds files for: the images' (Ubuntu 22.04, Debian 12, Ubuntu 24.04)."""
 LOCK_DIGEST_RE = re.compile(r"^# inputs: ([0-9a-f]{64})$", re.M)
 NODE_CHECK_PATH = "/usr/local/lib/ray-cluster/node_check.py"
 SCHEDULED_EVENTS_PATH = "/usr/local/lib/ray-cluster/scheduled_events.py"
 HEALTH_PATH = "/usr/local/lib/ray-cluster/health.py"
-NODE_MODULES = ("scheduled_events", "health")
+AUTOSCALER_PROVIDER_PATH = "/usr/local/lib/ray-cluster/azure_vmss_provider.py"
+"""On the head: Ray's node provider for the workers' scale set (scaling_mode = "ray")."""
+NODE_MODULES = ("scheduled_events", "health", "azure_vmss_provider")
 """Modules of :mod:`nodekit.node` embedded in the documents, read from this package."""
 READY_TIMEOUT_S = 1800
 TOKEN_TIMEOUT_S = 1200
@@ -191,13 +198,14 @@ WORKLOADS_EXTRA = "workloads"
 by the dev extra (tests) and on every node."""
 
 
-def workload_pins() -> list[str]:
-    """The ``workloads`` extra's requirements, as written in pyproject.toml (each pinned ==)."""
+def workload_pins(extra: str = WORKLOADS_EXTRA) -> list[str]:
+    """An extra's requirements (by default ``workloads``), as written in pyproject.toml (each
+    pinned ==)."""
     pins = []
     for req in _requirements():
         marker = req.marker
         # In the extra, and not a requirement that holds without it (a platform marker only).
-        if marker is None or not marker.evaluate({"extra": WORKLOADS_EXTRA}):
+        if marker is None or not marker.evaluate({"extra": extra}):
             continue
         if marker.evaluate({"extra": ""}):
             continue
@@ -266,8 +274,14 @@ def document_files(text: str) -> dict[str, str]:
     return files
 
 
-def read_lock() -> str:
-    path = cloud_init_dir() / LOCK_FILE
+def autoscaler_pins() -> list[str]:
+    """What the head adds for Ray's autoscaler on Azure (``scaling_mode = "ray"``): the
+    ``autoscaler`` extra of pyproject.toml (azure-mgmt-compute, azure-identity)."""
+    return workload_pins(AUTOSCALER_EXTRA)
+
+
+def read_lock(name: str = LOCK_FILE) -> str:
+    path = cloud_init_dir() / name
     try:
         return path.read_text()
     except OSError:
@@ -296,6 +310,7 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
     out: dict[str, str] = {}
     requirements = node_requirements(config)
     lock = read_lock()
+    autoscaler_lock = read_lock(AUTOSCALER_LOCK_FILE)
     for role in ROLES:
         text = env.get_template(f"{role}.yaml.j2").render(
             role=role,
@@ -309,6 +324,9 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
             node_check_path=NODE_CHECK_PATH,
             scheduled_events_path=SCHEDULED_EVENTS_PATH,
             health_path=HEALTH_PATH,
+            autoscaler_provider_path=AUTOSCALER_PROVIDER_PATH,
+            autoscaler_lock=autoscaler_lock,
+            autoscaler_lock_path=AUTOSCALER_LOCK_PATH,
             node_modules={
                 m: (Path(__file__).parent / "node" / f"{m}.py").read_text() for m in NODE_MODULES
             },

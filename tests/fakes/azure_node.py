@@ -165,6 +165,15 @@ class _Server:
             def do_POST(self) -> None:
                 server._serve(self, "POST")
 
+            def do_PUT(self) -> None:
+                server._serve(self, "PUT")
+
+            def do_PATCH(self) -> None:
+                server._serve(self, "PATCH")
+
+            def do_DELETE(self) -> None:
+                server._serve(self, "DELETE")
+
         self.httpd = ThreadingHTTPServer((bind, port), Handler)
         self.httpd.daemon_threads = True
         if tls:

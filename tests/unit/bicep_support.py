@@ -81,6 +81,8 @@ PARAMETERS: dict[str, str | None] = {
     "head_vm_size": "headVmSize",
     "worker_vm_size": "workerVmSize",
     "encryption_at_host_enabled": "encryptionAtHostEnabled",
+    "scaling_mode": "scalingMode",
+    "ray_idle_timeout_minutes": "rayIdleTimeoutMinutes",
     "worker_min_count": "workerMinCount",
     "worker_default_count": "workerDefaultCount",
     "worker_max_count": "workerMaxCount",

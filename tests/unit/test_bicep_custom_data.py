@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from armeval import Context
 from bicep_support import (
     CLIENT_ID,
     MAIN,
@@ -58,6 +59,14 @@ CASES: list[dict[str, Any]] = [
         "pipIndexUrl": "https://x.example/" + "a" * (MAX_VALUE_LENGTHS["PIP_INDEX_URL"] - 18),
         "aptSource": "deb http://a/" + "a" * (MAX_VALUE_LENGTHS["APT_SOURCE"] - 13),
     },
+    {
+        "scalingMode": "ray",
+        "workerMinCount": 0,
+        "workerDefaultCount": 0,
+        "workerMaxCount": 12,
+        "rayIdleTimeoutMinutes": 3,
+        "workerVmSize": "Standard_F8s_v2",
+    },
 ]
 
 
@@ -74,6 +83,18 @@ def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, st
         "PIP_INDEX_URL": parameters.get("pipIndexUrl", "https://pypi.org/simple"),
         "TORCH_INDEX_URL": parameters.get("torchIndexUrl", "https://download.pytorch.org/whl/cpu"),
         "APT_SOURCE": parameters.get("aptSource", ""),
+        "SCALING_MODE": parameters.get("scalingMode", "cpu"),
+        "WORKER_SCALE_SET_ID": f"{Context().resource_group_id()}/providers/Microsoft.Compute"
+        f"/virtualMachineScaleSets/{parameters.get('namePrefix', 'ray')}-workers",
+        "WORKER_VM_SIZE": parameters.get("workerVmSize", "Standard_D4s_v5"),
+        "AUTOSCALER_MIN_WORKERS": str(parameters.get("workerMinCount", 0)),
+        "AUTOSCALER_MAX_WORKERS": str(parameters.get("workerMaxCount", 4)),
+        "AUTOSCALER_IDLE_TIMEOUT_MINUTES": str(parameters.get("rayIdleTimeoutMinutes", 5)),
+        # The autoscaler identity (the same mocked client id) only in ray mode.
+        "AUTOSCALER_CLIENT_ID": CLIENT_ID if parameters.get("scalingMode") == "ray" else "",
+        # Terraform writes the public cloud's; Bicep environment().resourceManager, which
+        # armeval answers as the public cloud's (with its trailing slash).
+        "ARM_ENDPOINT": "https://management.azure.com/",
     }
 
 

@@ -91,7 +91,9 @@ def bicep_resources() -> dict[str, list[tuple[str, str]]]:
 def arm_resources(doc: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
     """Each nested deployment's resources, keyed by the module name the deployment's name
     carries ('{0}-network' -> network; the checks module is '{0}-input-checks')."""
-    modules = {m["config"]["name"]: k for k, m in pycep(MAIN)["modules"].items()}
+    # A conditional module (`= if (...) {...}`) keeps its body one level down.
+    configs = {k: m["config"].get("config", m["config"]) for k, m in pycep(MAIN)["modules"].items()}
+    modules = {c["name"]: k for k, c in configs.items()}
     found = {}
     for dep in doc["resources"]:
         assert dep["type"] == "Microsoft.Resources/deployments", dep["type"]

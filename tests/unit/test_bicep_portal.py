@@ -65,6 +65,11 @@ def test_each_ui_limit_and_default_is_the_template_s() -> None:
     )
     for name in ("headVmSize", "workerVmSize"):
         assert elements()[name]["recommendedSizes"][0] == params[name]["defaultValue"]
+    mode = elements()["scalingMode"]
+    assert mode["defaultValue"] == params["scalingMode"]["defaultValue"]
+    assert [v["value"] for v in mode["constraints"]["allowedValues"]] == (
+        params["scalingMode"]["allowedValues"]
+    )
 
 
 def test_a_drifted_limit_would_be_seen() -> None:

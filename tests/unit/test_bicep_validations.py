@@ -114,7 +114,19 @@ def test_good_value_deploys_every_resource(variables: dict[str, Any]) -> None:
     types = {r["type"] for r in d.resources}
     assert "Microsoft.Compute/virtualMachines" in types
     assert "Microsoft.Compute/virtualMachineScaleSets" in types
-    assert len(d.resources) == 17
+    # scaling_mode ray: no CPU autoscale setting; an autoscaler identity and its role instead.
+    ray = variables.get("scaling_mode") == "ray"
+    assert ("Microsoft.Insights/autoscalesettings" in types) is not ray
+    on_scale_set = [
+        r
+        for r in d.resources
+        if r["type"] == "Microsoft.Authorization/roleAssignments"
+        and "virtualMachineScaleSets" in str(r.get("scope", ""))
+    ]
+    assert len(on_scale_set) == (1 if ray else 0)
+    identities = [r for r in d.resources if r["type"].endswith("userAssignedIdentities")]
+    assert len(identities) == (2 if ray else 1)
+    assert len(d.resources) == (18 if ray else 17)
 
 
 def test_required_inputs_have_no_default() -> None:

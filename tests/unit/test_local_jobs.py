@@ -284,3 +284,19 @@ def test_control_sequences_from_a_job_do_not_reach_the_terminal(
     assert line == "link \x1b[31mred\x1b[0m bell done"
     logs = run_driver("logs", "escapes-1", home=driver_home).stdout
     assert "\x1b]" not in logs and "\x1b[2J" not in logs and "\x07" not in logs
+
+
+def test_status_without_a_job_id_shows_the_cluster(driver_home: Path) -> None:
+    """Local Ray runs no autoscaler: `status` lists its nodes (the head, its CPUs); --json
+    carries the nodes and says there is no autoscaler report."""
+    run_driver("local", "start", home=driver_home)
+    r = run_driver("status", home=driver_home)
+    assert r.returncode == 0, r.stderr
+    assert "1 node alive (no Ray autoscaler runs on this cluster):" in r.stdout
+    assert " head " in r.stdout and "ALIVE" in r.stdout
+    r = run_driver("status", "--json", home=driver_home)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["autoscaler"] is None
+    [node] = doc["nodes"]
+    assert node["head"] and node["state"] == "ALIVE" and node["resources"]["CPU"] >= 1

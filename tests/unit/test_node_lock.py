@@ -77,3 +77,33 @@ def test_the_documents_install_exactly_the_lock() -> None:
 def test_the_lock_tool_is_the_nodes_installer() -> None:
     pyproject = (REPO / "pyproject.toml").read_text()
     assert f'"uv=={render.load_config()["uv_version"]}"' in pyproject
+
+
+AUTOSCALER_LOCK = REPO / "cloud-init" / render.AUTOSCALER_LOCK_FILE
+
+
+def test_the_autoscaler_lock_adds_to_the_node_lock_for_the_head_only() -> None:
+    """scaling_mode ray: the head installs pyproject's autoscaler extra from its own lock, made
+    from the current pins and node lock, holding only what the node lock lacks."""
+    text = AUTOSCALER_LOCK.read_text()
+    recorded = render.LOCK_DIGEST_RE.search(text)
+    inputs = render.lock_inputs(render.load_config())
+    expected = render.lock_digest([*render.autoscaler_pins(), render.lock_digest(inputs)])
+    assert recorded and recorded.group(1) == expected, (
+        "cloud-init/autoscaler-lock.txt is stale: run .venv/bin/python scripts/lock_nodes.py"
+    )
+    names = {Requirement(m).name.lower() for m in re.findall(r"^([^\s#][^\\;]*)", text, re.M)}
+    for pin in render.autoscaler_pins():
+        assert Requirement(pin).name.lower() in names
+    assert not names & set(entries()), "already in the node lock"
+    for role in render.ROLES:
+        doc = yaml.safe_load((REPO / "cloud-init" / "rendered" / f"{role}.yaml").read_text())
+        files = {f["path"]: f for f in doc["write_files"]}
+        if role == "worker":
+            assert render.AUTOSCALER_LOCK_PATH not in files
+            assert render.AUTOSCALER_PROVIDER_PATH not in files
+            continue
+        entry = files[render.AUTOSCALER_LOCK_PATH]
+        assert gzip.decompress(base64.b64decode(entry["content"])).decode() == text
+        bootstrap = next(v["content"] for p, v in files.items() if p.endswith("bootstrap"))
+        assert f"--require-hashes --no-deps -r {render.AUTOSCALER_LOCK_PATH}" in bootstrap

@@ -44,6 +44,20 @@ MAX_VALUE_LENGTHS = {
     "PIP_INDEX_URL": 512,  # pip_index_url validation
     "TORCH_INDEX_URL": 512,  # torch_index_url validation
     "APT_SOURCE": 512,  # apt_source validation
+    "SCALING_MODE": len("cpu"),  # scaling_mode validation: cpu or ray
+    "WORKER_SCALE_SET_ID": len(
+        "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/"
+        + "g" * 90  # resource group names: 1-90 characters
+        + "/providers/Microsoft.Compute/virtualMachineScaleSets/"
+        + "p" * 16  # name_prefix validation
+        + "-workers"
+    ),
+    "WORKER_VM_SIZE": 800,  # worker_vm_size validation
+    "AUTOSCALER_MIN_WORKERS": 3,  # worker_min_count: 0-100
+    "AUTOSCALER_MAX_WORKERS": 3,  # worker_max_count: 1-100
+    "AUTOSCALER_IDLE_TIMEOUT_MINUTES": 4,  # ray_idle_timeout_minutes: 1-1440
+    "AUTOSCALER_CLIENT_ID": len("00000000-0000-0000-0000-000000000000"),  # a GUID or empty
+    "ARM_ENDPOINT": 64,  # Terraform: the public cloud's; Bicep: environment().resourceManager
 }
 """The longest value each placeholder can receive from the stack's validated variables."""
 

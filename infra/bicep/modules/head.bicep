@@ -37,9 +37,21 @@ param encryptionAtHost bool
 @description('Required. Resource ID of the nodes\' user-assigned identity.')
 param identityId string
 
+@description('Required. Resource ID of the autoscaler identity (scalingMode ray), or empty.')
+param autoscalerIdentityId string
+
 @secure()
 @description('Required. The filled head cloud-init document, base64 (it may carry pipIndexUrl\'s credentials).')
 param customData string
+
+// The nodes identity; with scalingMode ray also the autoscaler identity.
+var nodesIdentity = {
+  '${identityId}': {}
+}
+var nodesAndAutoscalerIdentities = {
+  '${identityId}': {}
+  '${autoscalerIdentityId}': {}
+}
 
 resource publicIp 'Microsoft.Network/publicIPAddresses@2024-07-01' = {
   name: '${namePrefix}-head-pip'
@@ -88,9 +100,7 @@ resource vm 'Microsoft.Compute/virtualMachines@2024-11-01' = {
   tags: tags
   identity: {
     type: 'UserAssigned'
-    userAssignedIdentities: {
-      '${identityId}': {}
-    }
+    userAssignedIdentities: empty(autoscalerIdentityId) ? nodesIdentity : nodesAndAutoscalerIdentities
   }
   properties: {
     hardwareProfile: {

@@ -56,6 +56,12 @@ param healthProbe object
 @description('Required. The filled worker cloud-init document, base64 (it may carry pipIndexUrl\'s credentials).')
 param customData string
 
+@description('Required. Principal (object) id of the head autoscaler identity (scalingMode ray), or empty.')
+param autoscalerPrincipalId string
+
+// Virtual Machine Contributor (built in).
+var vmContributorRoleId = '9980e02c-c2be-4d73-94e8-173b1dc7cf3c'
+
 resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
   // checkov:skip=CKV_AZURE_97:Off by default because encryption at host needs the EncryptionAtHost feature registered on the subscription; set encryptionAtHostEnabled where it is.
   // checkov:skip=CKV_AZURE_95:Upgrades are manual: an automatic OS image upgrade would reimage a worker in the middle of a training run, and a new instance boots the current image anyway.
@@ -180,5 +186,18 @@ resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
   }
 }
 
+// scalingMode ray: the head autoscaler identity may change this scale set (capacity, deleting
+// the instances it drained), and nothing else. Virtual Machine Contributor, built in.
+resource autoscalerRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(autoscalerPrincipalId)) {
+  scope: workers
+  name: guid(workers.id, autoscalerPrincipalId, vmContributorRoleId)
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', vmContributorRoleId)
+    principalId: autoscalerPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
 @description('Resource ID of the scale set.')
 output id string = workers.id
+

@@ -114,16 +114,16 @@ run "autoscale_thresholds_and_capacity" {
 
   assert {
     condition = (
-      azurerm_monitor_autoscale_setting.workers.profile[0].capacity[0].minimum == 0 &&
-      azurerm_monitor_autoscale_setting.workers.profile[0].capacity[0].default == 2 &&
-      azurerm_monitor_autoscale_setting.workers.profile[0].capacity[0].maximum == 4
+      azurerm_monitor_autoscale_setting.workers[0].profile[0].capacity[0].minimum == 0 &&
+      azurerm_monitor_autoscale_setting.workers[0].profile[0].capacity[0].default == 2 &&
+      azurerm_monitor_autoscale_setting.workers[0].profile[0].capacity[0].maximum == 4
     )
     error_message = "Capacity must default to min 0, default 2, max 4."
   }
 
   assert {
     condition = one([
-      for r in azurerm_monitor_autoscale_setting.workers.profile[0].rule : r
+      for r in azurerm_monitor_autoscale_setting.workers[0].profile[0].rule : r
       if r.metric_trigger[0].metric_name == "Percentage CPU"
       && r.metric_trigger[0].statistic == "Average"
       && r.metric_trigger[0].time_aggregation == "Average"
@@ -140,7 +140,7 @@ run "autoscale_thresholds_and_capacity" {
 
   assert {
     condition = one([
-      for r in azurerm_monitor_autoscale_setting.workers.profile[0].rule : r
+      for r in azurerm_monitor_autoscale_setting.workers[0].profile[0].rule : r
       if r.metric_trigger[0].metric_name == "Percentage CPU"
       && r.metric_trigger[0].time_window == "PT5M"
       && r.metric_trigger[0].operator == "LessThan"
@@ -173,16 +173,16 @@ run "autoscale_follows_its_variables" {
 
   assert {
     condition = (
-      azurerm_monitor_autoscale_setting.workers.profile[0].capacity[0].minimum == 1 &&
-      azurerm_monitor_autoscale_setting.workers.profile[0].capacity[0].default == 3 &&
-      azurerm_monitor_autoscale_setting.workers.profile[0].capacity[0].maximum == 10
+      azurerm_monitor_autoscale_setting.workers[0].profile[0].capacity[0].minimum == 1 &&
+      azurerm_monitor_autoscale_setting.workers[0].profile[0].capacity[0].default == 3 &&
+      azurerm_monitor_autoscale_setting.workers[0].profile[0].capacity[0].maximum == 10
     )
     error_message = "Capacity must follow worker_min_count, worker_default_count, worker_max_count."
   }
 
   assert {
     condition = toset([
-      for r in azurerm_monitor_autoscale_setting.workers.profile[0].rule :
+      for r in azurerm_monitor_autoscale_setting.workers[0].profile[0].rule :
       "${r.metric_trigger[0].operator}/${r.metric_trigger[0].threshold}/${r.scale_action[0].cooldown}"
     ]) == toset(["GreaterThan/85/PT3M", "LessThan/20/PT15M"])
     error_message = "Thresholds and cooldowns must follow their variables."
@@ -364,7 +364,7 @@ run "custom_data_is_filled" {
     extra_pip_packages = ["minigrid==3.0.0", "ale-py"]
   }
 
-  # The one placeholder holds base64(JSON) of the deploy-time values: exactly these nine, no
+  # The one placeholder holds base64(JSON) of the deploy-time values: exactly these, no
   # token (the nodes read it from Key Vault).
   assert {
     condition = alltrue(flatten([
@@ -384,6 +384,15 @@ run "custom_data_is_filled" {
           PIP_INDEX_URL      = "https://pypi.org/simple"
           TORCH_INDEX_URL    = "https://download.pytorch.org/whl/cpu"
           APT_SOURCE         = ""
+          SCALING_MODE       = "cpu"
+          # The scale set's id, named before it exists (mocked subscription, default group).
+          WORKER_SCALE_SET_ID             = "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/ray-rl-rg/providers/Microsoft.Compute/virtualMachineScaleSets/ray-workers"
+          WORKER_VM_SIZE                  = "Standard_D4s_v5"
+          AUTOSCALER_MIN_WORKERS          = "0"
+          AUTOSCALER_MAX_WORKERS          = "4"
+          AUTOSCALER_IDLE_TIMEOUT_MINUTES = "5"
+          AUTOSCALER_CLIENT_ID            = ""
+          ARM_ENDPOINT                    = "https://management.azure.com"
         },
       ]
     ]))
@@ -549,5 +558,59 @@ run "existing_resource_group" {
   assert {
     condition     = azurerm_linux_virtual_machine_scale_set.workers.resource_group_name == "my-existing-rg"
     error_message = "Resources must go into the existing group."
+  }
+}
+
+run "cpu_mode_has_cpu_rules_and_no_autoscaler_identity" {
+  command = plan
+
+  assert {
+    condition     = length(azurerm_monitor_autoscale_setting.workers) == 1 && length(azurerm_user_assigned_identity.autoscaler) == 0 && length(azurerm_role_assignment.autoscaler_scale_set) == 0
+    error_message = "scaling_mode = cpu: the CPU autoscale setting, and no autoscaler identity or role."
+  }
+
+  assert {
+    condition     = length(azurerm_linux_virtual_machine.head.identity[0].identity_ids) == 1
+    error_message = "scaling_mode = cpu: the head has the nodes' identity only."
+  }
+}
+
+run "ray_mode_hands_the_scale_set_to_rays_autoscaler" {
+  command = plan
+
+  variables {
+    scaling_mode             = "ray"
+    worker_min_count         = 0
+    worker_default_count     = 0
+    worker_max_count         = 6
+    ray_idle_timeout_minutes = 2
+  }
+
+  assert {
+    condition     = length(azurerm_monitor_autoscale_setting.workers) == 0
+    error_message = "scaling_mode = ray: no CPU autoscale rules."
+  }
+
+  assert {
+    condition = (
+      length(azurerm_role_assignment.autoscaler_scale_set) == 1 &&
+      azurerm_role_assignment.autoscaler_scale_set[0].scope == azurerm_linux_virtual_machine_scale_set.workers.id &&
+      azurerm_role_assignment.autoscaler_scale_set[0].role_definition_name == "Virtual Machine Contributor" &&
+      azurerm_role_assignment.autoscaler_scale_set[0].principal_id == azurerm_user_assigned_identity.autoscaler[0].principal_id
+    )
+    error_message = "scaling_mode = ray: one role assignment, for the autoscaler identity, on the workers' scale set only."
+  }
+
+  assert {
+    condition     = length(azurerm_linux_virtual_machine.head.identity[0].identity_ids) == 2 && length(azurerm_linux_virtual_machine_scale_set.workers.identity[0].identity_ids) == 1
+    error_message = "scaling_mode = ray: the head has the autoscaler identity too, the workers do not."
+  }
+
+  assert {
+    condition = alltrue([
+      for v in [jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", base64decode(azurerm_linux_virtual_machine.head.custom_data)))))] :
+      v.SCALING_MODE == "ray" && v.AUTOSCALER_MIN_WORKERS == "0" && v.AUTOSCALER_MAX_WORKERS == "6" && v.AUTOSCALER_IDLE_TIMEOUT_MINUTES == "2" && v.AUTOSCALER_CLIENT_ID == "11111111-2222-4333-8444-555555555555"
+    ])
+    error_message = "scaling_mode = ray: the head's deploy-time values name the mode, the worker bounds, the idle timeout and the autoscaler identity."
   }
 }

@@ -315,3 +315,19 @@ run "rbac_wait_beyond_fifteen_minutes_is_refused" {
   }
   expect_failures = [var.rbac_propagation_wait_seconds]
 }
+
+run "unknown_scaling_mode_is_refused" {
+  command = plan
+  variables {
+    scaling_mode = "memory"
+  }
+  expect_failures = [var.scaling_mode]
+}
+
+run "zero_idle_timeout_is_refused" {
+  command = plan
+  variables {
+    ray_idle_timeout_minutes = 0
+  }
+  expect_failures = [var.ray_idle_timeout_minutes]
+}

@@ -108,8 +108,23 @@ def register(verbs: Verbs) -> None:
     )
     p.set_defaults(func=cmd_submit, trailing_args=True)
 
-    p = verb(verbs, "status", "Show a job's status.")
-    job_id_arg(p)
+    p = verb(
+        verbs,
+        "status",
+        "Show a job's status, or with no job id the cluster's.",
+        "With a job id: the job's state. Without: the cluster as Ray's autoscaler sees it (what "
+        "`ray status` prints on the head): its nodes, CPUs and other resources in use, pending "
+        "demand (tasks and actors waiting for resources) and what the autoscaler is doing "
+        "(scaling_mode ray); with scaling_mode cpu no autoscaler runs on the head and the nodes "
+        "are listed instead.",
+    )
+    p.add_argument(
+        "submission_id",
+        metavar="SUBMISSION_ID",
+        type=submission_id,
+        nargs="?",
+        help="the job's id (leave it out for the cluster's status)",
+    )
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(func=cmd_status)
 
@@ -280,6 +295,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.submission_id is None:
+        return cluster_status(args)
     with open_cluster(args) as cluster:
         info = cluster.jobs().info(args.submission_id)
     if args.json:
@@ -287,6 +304,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         message = terminal_safe(info.message)
         print(f"{info.submission_id}: {info.status}" + (f" ({message})" if message else ""))
+    return EXIT_OK
+
+
+def cluster_status(args: argparse.Namespace) -> int:
+    with open_cluster(args) as cluster:
+        status = cluster.jobs().cluster_status()
+    if args.json:
+        print(json.dumps(status.as_dict(), indent=2))
+        return EXIT_OK
+    if status.text.strip() and status.autoscaler is not None:
+        print(terminal_safe(status.text.rstrip()))
+        return EXIT_OK
+    # No autoscaler reports here (scaling_mode cpu, or local Ray): the nodes, from Ray's state.
+    alive = [n for n in status.nodes if n["state"] == "ALIVE"]
+    print(f"{plural(len(alive), 'node')} alive (no Ray autoscaler runs on this cluster):")
+    for n in sorted(status.nodes, key=lambda n: (not n["head"], n["ip"] or "")):
+        cpus = n["resources"].get("CPU", 0)
+        role = "head" if n["head"] else "worker"
+        print(f"  {n['ip']:<15}  {role:<6}  {n['state']:<5}  {cpus:g} CPU")
+    if status.text.strip():
+        print(terminal_safe(status.text.rstrip()))
     return EXIT_OK
 
 

@@ -24,14 +24,17 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from driver import layout
 from driver.errors import DriverError
 from driver.procs import pid_alive, pids_with_cmdline, spawn
 from driver.progress import Progress, silent
 from nodekit import render
+from nodekit.node.azure_vmss_provider import parse_scale_set_id
 from nodekit.rehearsal import mirrors
 from nodekit.rehearsal.image import ADMIN_USER, ImageCache, document_requirements
 from nodekit.rehearsal.system import mount_overlay, require_root_linux, run
@@ -46,10 +49,18 @@ APT_PORT_OFFSET = 2
 """apt-cacher-ng: the package server's port + 2."""
 PYPI_PORT_OFFSET = 3
 """proxpi: the package server's port + 3."""
+COMPUTE_PORT_OFFSET = 4
+"""The fake Azure Compute endpoint (scaling mode ray): the package server's port + 4."""
 # checkov:skip=CKV_SECRET_6:The name of the token's Key Vault secret, not a secret value
 TOKEN_SECRET_NAME = "ray-cluster-token"
 FAKES = "tests/fakes/azure_node.py"
 """Azure's instance metadata service and Key Vault, played by the repository's test fakes."""
+COMPUTE_FAKE = "tests/fakes/azure_compute.py"
+"""Azure Compute for the workers' scale set (scaling mode ray), played by the test fake: raising
+its capacity boots worker containers here, deleting an instance removes that container."""
+TERMINATE_ACK_TIMEOUT_S = 120
+"""How long a deleted worker may take to acknowledge its Terminate event (the scale set's
+termination notice; the watcher on the worker drains, stops Ray and acknowledges)."""
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,8}$")
 
 
@@ -66,6 +77,8 @@ class Node:
     veth: str
     dir: str
     pid: int | None = None
+    instance_id: str = ""
+    """Scaling mode ray: the node's instance id in the fake scale set (its VM name's suffix)."""
 
     @property
     def root(self) -> Path:
@@ -93,6 +106,14 @@ class State:
     http_pid: int | None = None
     identity_client_id: str = ""
     """The nodes' managed identity, as the fake metadata service and Key Vault know it."""
+    scaling_mode: str = "cpu"
+    """"ray": Ray's autoscaler on the head drives a fake scale set whose instances are workers
+    booted (and removed) here."""
+    autoscaler_client_id: str = ""
+    """The head's autoscaler identity (scaling mode ray), allowed on the fake scale set."""
+    min_workers: int = 0
+    max_workers: int = 4
+    idle_timeout_minutes: int = 5
     nodes: list[Node] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
 
@@ -168,11 +189,28 @@ class Rehearsal:
         warm_node_cache: bool = False,
         timeout: float = 1800,
         progress: Progress = silent,
+        scaling_mode: str = "cpu",
+        min_workers: int = 0,
+        max_workers: int = 4,
+        idle_timeout_minutes: int = 5,
     ) -> State:
-        """Build what is missing, boot head + ``workers`` and wait until Ray runs on all."""
+        """Build what is missing, boot head + ``workers`` and wait until Ray runs on all.
+
+        ``scaling_mode="ray"``: Ray's autoscaler on the head drives a fake scale set (Azure
+        Compute played on the bridge) whose instances are worker containers booted and removed
+        here; the ``workers`` booted now are its first instances."""
         require_root_linux()
         if not 0 <= workers <= 50:
             raise DriverError(f"--workers must be between 0 and 50, got {workers}")
+        if scaling_mode not in ("cpu", "ray"):
+            raise DriverError(f"--scaling-mode must be cpu or ray, got {scaling_mode!r}")
+        if not (0 <= min_workers <= max_workers <= 40 and max_workers >= 1):
+            raise DriverError(
+                f"--min-workers {min_workers} / --max-workers {max_workers}: need "
+                "0 <= min <= max, 1 <= max <= 40"
+            )
+        if not 1 <= idle_timeout_minutes <= 1440:
+            raise DriverError(f"--idle-timeout-minutes must be 1-1440, got {idle_timeout_minutes}")
         if self.load() is not None or self.dir.exists():
             raise DriverError(
                 f"rehearsal cluster {self.name!r} exists already ({self.dir}): "
@@ -226,6 +264,11 @@ class Rehearsal:
             warm_node_cache=warm_node_cache,
             rootfs=str(rootfs),
             identity_client_id=str(uuid.uuid4()),
+            scaling_mode=scaling_mode,
+            autoscaler_client_id=str(uuid.uuid4()) if scaling_mode == "ray" else "",
+            min_workers=min_workers,
+            max_workers=max_workers,
+            idle_timeout_minutes=idle_timeout_minutes,
         )
         self._save(state)
         self._create_bridge(state)
@@ -233,6 +276,8 @@ class Rehearsal:
         self._start_mirrors(state, proxpi)
         self._start_vault(state)
         new = [self._plan_node(state, "head"), *[self._plan_node(state) for _ in range(workers)]]
+        if scaling_mode == "ray":
+            self._start_compute(state, new[1:])
         for node in new:
             self._create_node(state, node)
         progress(
@@ -262,15 +307,21 @@ class Rehearsal:
         self.wait_ready(state, timeout, progress, nodes=new)
         return new
 
-    def _plan_node(self, state: State, role: str = "worker") -> Node:
-        index = len(state.nodes)
-        if (role == "head") != (index == 0):
-            raise AssertionError("the head is node 0")
+    def _plan_node(
+        self, state: State, role: str = "worker", index: int | None = None, ip: str | None = None
+    ) -> Node:
+        """The next node; a scale set's instance comes with its own index and address."""
+        if index is None:
+            index = len(state.nodes)
+            if (role == "head") != (index == 0):
+                raise AssertionError("the head is node 0")
         name = "head" if role == "head" else f"worker-{index}"
+        if any(n.name == name for n in state.nodes):
+            raise DriverError(f"rehearsal cluster {self.name!r} has a {name} already")
         node = Node(
             name=name,
             role=role,
-            ip=str(list(self.subnet.hosts())[9 + index]),
+            ip=ip or str(list(self.subnet.hosts())[9 + index]),
             netns=f"rh-{self.name}-{'head' if role == 'head' else f'w{index}'}",
             veth=f"rh-{self.name}-{index}",
             dir=str(self.dir / "nodes" / name),
@@ -294,7 +345,25 @@ class Rehearsal:
             "APT_SOURCE": mirrors.apt_source(
                 host, state.http_port + APT_PORT_OFFSET, self.cache.mirror
             ),
+            "SCALING_MODE": state.scaling_mode,
+            "WORKER_SCALE_SET_ID": self.scale_set_id(state),
+            # The containers share this machine's CPUs: a size with as many, so Ray's autoscaler
+            # plans with what a new worker really brings.
+            "WORKER_VM_SIZE": f"Standard_D{os.cpu_count() or 1}s_v5",
+            "AUTOSCALER_MIN_WORKERS": str(state.min_workers),
+            "AUTOSCALER_MAX_WORKERS": str(state.max_workers),
+            "AUTOSCALER_IDLE_TIMEOUT_MINUTES": str(state.idle_timeout_minutes),
+            "AUTOSCALER_CLIENT_ID": state.autoscaler_client_id,
+            "ARM_ENDPOINT": f"https://{host}:{state.http_port + COMPUTE_PORT_OFFSET}",
         }
+
+    def scale_set_id(self, state: State) -> str:
+        """The fake scale set the rehearsal's workers belong to (scaling mode ray)."""
+        subscription = uuid.uuid5(uuid.NAMESPACE_DNS, f"rehearsal/{state.name}")
+        return (
+            f"/subscriptions/{subscription}/resourceGroups/rh-{state.name}"
+            f"/providers/Microsoft.Compute/virtualMachineScaleSets/rh-{state.name}-workers"
+        )
 
     def _user_data(self, state: State, role: str) -> str:
         """The committed document for ``role``, filled as Terraform and Bicep fill it."""
@@ -467,11 +536,19 @@ class Rehearsal:
         name = (
             f"rh-{self.name}-head"
             if node.role == "head"
-            else f"rh-{self.name}-workers_{node.name.split('-')[-1]}"
+            else f"rh-{self.name}-workers_{node.instance_id or node.name.split('-')[-1]}"
         )
         config = {
             "token_key": shared["token_key"],
-            "identities": {state.identity_client_id: f"principal-{self.name}"},
+            "identities": {
+                state.identity_client_id: f"principal-{self.name}",
+                # scaling mode ray: the autoscaler identity is attached to the head only.
+                **(
+                    {state.autoscaler_client_id: f"principal-{self.name}-autoscaler"}
+                    if node.role == "head" and state.autoscaler_client_id
+                    else {}
+                ),
+            },
             "compute": {
                 "name": name,
                 "vmId": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.name}/{node.name}")),
@@ -605,6 +682,177 @@ class Rehearsal:
         proc = spawn(["bash", "-c", supervisor], node.console_log)
         node.pid = proc.pid
         self._record(state, f"pid:{proc.pid}")
+
+    # -- Azure Compute for the workers' scale set (scaling mode ray) ---------------------------
+    def _load_fake(self, relative: str, module: str) -> Any:
+        path = render.repo_root() / relative
+        if not path.is_file():
+            raise DriverError(f"the rehearsal plays Azure with {relative}, and {path} is missing")
+        spec = importlib.util.spec_from_file_location(module, path)
+        assert spec is not None and spec.loader is not None
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules[module] = loaded
+        spec.loader.exec_module(loaded)
+        return loaded
+
+    def _start_compute(self, state: State, workers: list[Node]) -> None:
+        """The fake Azure Compute on the bridge, over HTTPS with the vault's certificate (same
+        address, a CA the nodes trust). Its scale set starts with ``workers``; raising its
+        capacity or deleting an instance runs ``rehearse scale-set`` here."""
+        sys.path.insert(0, str(render.repo_root() / "tests" / "fakes"))
+        compute = self._load_fake(COMPUTE_FAKE, "rehearsal_azure_compute")
+        folder = self.azure_dir / "compute"
+        folder.mkdir(parents=True)
+        key = (self.azure_dir / "token-key").read_bytes()
+        sub, group, name = parse_scale_set_id(self.scale_set_id(state))
+        used = {n.ip for n in state.nodes}
+        pool = [str(h) for h in list(self.subnet.hosts())[10:60] if str(h) not in used]
+        endpoint = self.deploy_values(state)["ARM_ENDPOINT"]
+        config = compute.compute_config(
+            key,
+            endpoint,
+            [state.autoscaler_client_id],
+            [compute.scale_set_config(sub, group, name, pool, location="rehearsal")],
+        )
+        (folder / "config.json").write_text(json.dumps(config))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        instances = [
+            {"instanceId": n.name.split("-")[-1], "ip": n.ip, "state": "Succeeded", "created": now}
+            for n in workers
+        ]
+        (folder / "instances.json").write_text(json.dumps({name.lower(): instances}))
+        hook = shlex.join(
+            [sys.executable, "-m", "nodekit", "rehearse", "scale-set", "--name", self.name]
+        )
+        port = state.http_port + COMPUTE_PORT_OFFSET
+        tls = self.azure_dir / "tls"
+        self._spawn(
+            state,
+            [
+                "env",
+                f"{render.REPO_ENV}={render.repo_root()}",
+                f"{BASE_ENV}={self.base}",
+                sys.executable,
+                str(render.repo_root() / COMPUTE_FAKE),
+                "--bind",
+                state.host_ip,
+                "--port",
+                str(port),
+                "--state",
+                str(folder),
+                "--cert",
+                str(tls / "server.crt"),
+                "--key",
+                str(tls / "server.key"),
+                "--on-create",
+                f'{hook} create --instance-id "$INSTANCE_ID" --ip "$PRIVATE_IP"',
+                "--on-delete",
+                f'{hook} delete --instance-id "$INSTANCE_ID" --ip "$PRIVATE_IP"',
+            ],
+            self.azure_dir / "compute.log",
+        )
+        _wait_for_port(state.host_ip, port, "the rehearsal's Azure Compute")
+
+    @contextlib.contextmanager
+    def _state_lock(self) -> Iterator[None]:
+        """One change of state.json at a time (the scale set's hooks run side by side)."""
+        import fcntl
+
+        with open(self.dir / "state.lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def scale_set_create(self, instance_id: str, ip: str, timeout: float = 1800) -> Node:
+        """A new instance of the fake scale set: a worker container at ``ip``, booted from the
+        worker document like any other; returns once its Ray runs (Azure says Succeeded)."""
+        require_root_linux()
+        if not instance_id.isdigit():
+            raise DriverError(f"--instance-id must be a number, got {instance_id!r}")
+        with self._state_lock():
+            state = self.load()
+            if state is None:
+                raise DriverError(f"no rehearsal cluster {self.name!r}")
+            self.subnet = ipaddress.IPv4Network(state.subnet)
+            # Node 0 is the head: instance N is the node of index N + 1 (its names: worker-N+1,
+            # its metadata service calls it rh-NAME-workers_N, as Azure names the VM).
+            node = self._plan_node(state, "worker", index=int(instance_id) + 1, ip=ip)
+            node.instance_id = instance_id
+            self._save(state)
+            self._create_node(state, node)
+        self.wait_ready(state, timeout, silent, nodes=[node])
+        return node
+
+    def scale_set_delete(self, instance_id: str) -> None:
+        """An instance of the fake scale set deleted: as Azure does with a termination notice,
+        the worker gets a Terminate scheduled event and its watcher drains it, stops Ray and
+        acknowledges (or the notice runs out); then the container and all it had go."""
+        require_root_linux()
+        state = self.load()
+        node = next(
+            (
+                n
+                for n in (state.nodes if state else [])
+                if n.role == "worker" and (n.instance_id or n.name.split("-")[-1]) == instance_id
+            ),
+            None,
+        )
+        if state is None or node is None:
+            raise DriverError(f"rehearsal cluster {self.name!r} has no instance {instance_id}")
+        name = node.name
+        fakes = self._load_fake(FAKES, "rehearsal_azure_fakes")
+        events = Path(node.dir) / "imds"
+        folder = fakes.StateFolder(events)
+        event_id = str(uuid.uuid4()).upper()
+        vm = f"rh-{self.name}-workers_{instance_id}"
+        folder.write(
+            "events.json",
+            [
+                *folder.read("events.json", []),
+                fakes.scheduled_event(event_id, "Terminate", [vm], TERMINATE_ACK_TIMEOUT_S),
+            ],
+        )
+        folder.write("incarnation.json", int(folder.read("incarnation.json", 1)) + 1)
+        deadline = time.monotonic() + TERMINATE_ACK_TIMEOUT_S
+        while time.monotonic() < deadline and pid_alive(node.pid):
+            if any(a.get("EventId") == event_id for a in folder.lines("acks.jsonl")):
+                break
+            time.sleep(0.5)
+        self._remove_node(node)
+        with self._state_lock():
+            state = self.load()
+            if state is not None:
+                state.nodes = [n for n in state.nodes if n.name != name]
+                self._save(state)
+
+    def _remove_node(self, node: Node) -> None:
+        """One node's container, metadata service, mount, namespace, link and folder."""
+        if node.pid is not None and pid_alive(node.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(node.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and pid_alive(node.pid):
+                time.sleep(0.5)
+            for child in _children(node.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(node.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and pid_alive(node.pid):
+                time.sleep(0.5)
+        for pid in pids_with_cmdline(f"{node.dir}/"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        for m in sorted((m for m in mounts if m.startswith(f"{node.dir}/")), reverse=True):
+            if run(["umount", m], check=False).returncode != 0:
+                run(["umount", "-l", m], what=f"unmounting {m}")
+        run(["ip", "netns", "del", node.netns], check=False)
+        run(["ip", "link", "del", node.veth], check=False)
+        shutil.rmtree(node.dir, ignore_errors=True)
 
     # -- power -----------------------------------------------------------------------------
     def node(self, name: str) -> Node:

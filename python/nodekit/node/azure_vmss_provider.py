@@ -1,0 +1,500 @@
+"""Ray's own autoscaler drives the workers' scale set: a node provider for an Azure VM scale set.
+
+Runs on the head only, in ``scaling_mode = "ray"``, inside Ray's autoscaler (the monitor process
+that ``ray start --head --autoscaling-config=...`` starts). The provider type is ``external``
+with node updaters disabled, as KubeRay does: the autoscaler never SSHes into a node, workers
+bootstrap themselves from their cloud-init and join the head. Built on Ray's
+``BatchingNodeProvider``: each autoscaler round reads the scale set once
+(:meth:`ScaleSetProvider.get_node_data`) and writes at most once
+(:meth:`ScaleSetProvider.submit_scale_request`):
+
+* more workers wanted: the scale set's capacity is raised (``PATCH sku.capacity``);
+* a worker to remove: its Ray node is drained first (Ray's DrainNode, reason
+  IDLE_TERMINATION: the GCS refuses it if anything runs there, and then the worker stays), then
+  exactly that instance is deleted (``POST .../delete`` with its instance id) — never "the
+  newest VM";
+* Ray nodes and instances are matched by private IP (the scale set's network interfaces).
+
+Azure is reached with azure-mgmt-compute and the head's managed identity (azure-identity's
+``ManagedIdentityCredential`` with the autoscaler identity's client id), whose only role is on
+this one scale set. Writes run in a background thread; the autoscaler backs off
+(:meth:`safe_to_scale`) until the previous one ended, and a failed read keeps the last view and
+stops writes, so an Azure outage never makes the autoscaler act on a wrong count.
+
+Also a command: ``python azure_vmss_provider.py config --deploy-values FILE --out FILE`` writes
+the autoscaler's configuration from the node's deploy-time values (the head's bootstrap runs it).
+
+This file is embedded in the head's cloud-init by ``python -m nodekit render`` and installed into
+the node's Python environment; its Azure calls are tested against tests/fakes/azure_compute.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+try:  # On the head (Ray installed); the config command and the tests' helpers work without.
+    from ray.autoscaler.batching_node_provider import (
+        BatchingNodeProvider,
+        NodeData,
+        ScaleRequest,
+    )
+    from ray.autoscaler.tags import (
+        NODE_KIND_HEAD,
+        NODE_KIND_WORKER,
+        STATUS_UP_TO_DATE,
+        STATUS_UPDATE_FAILED,
+    )
+except ImportError:  # pragma: no cover
+    BatchingNodeProvider = object  # type: ignore[misc,assignment]
+
+logger = logging.getLogger(__name__)
+
+HEAD_TYPE = "ray.head.default"
+WORKER_TYPE = "ray.worker.default"
+HEAD_ID = "head"
+SIMULATOR_RESOURCE = "simulator"
+"""What every worker offers besides CPU, one per vCPU (its ``ray start --resources``):
+python/driver/layout.py's SIMULATOR_RESOURCE, held equal by a test. The autoscaler must know it
+to add a worker for a job that asks for it."""
+NETWORK_API = "2024-07-01"
+"""api-version of the Network resource provider, which serves a scale set's interfaces."""
+DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
+MODULE = "azure_vmss_provider.ScaleSetProvider"
+"""The provider as the autoscaler's configuration names it (``provider.module``)."""
+SCALE_SET_ID_RE = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)"
+    r"/providers/Microsoft\.Compute/virtualMachineScaleSets/(?P<name>[^/]+)$",
+    re.IGNORECASE,
+)
+VM_SIZE_RE = re.compile(r"^Standard_[A-Za-z]+(?P<cpus>\d+)(?:-(?P<active>\d+))?", re.IGNORECASE)
+
+
+class ProviderError(Exception):
+    """A configuration the provider cannot work with (one line, for the bootstrap's log)."""
+
+
+def parse_scale_set_id(resource_id: str) -> tuple[str, str, str]:
+    """(subscription, resource group, name) of a scale set's resource id."""
+    m = SCALE_SET_ID_RE.match(resource_id.strip())
+    if not m:
+        raise ProviderError(
+            "the worker scale set id must look like /subscriptions/SUB/resourceGroups/RG/"
+            f"providers/Microsoft.Compute/virtualMachineScaleSets/NAME, got {resource_id!r}"
+        )
+    return m["sub"], m["rg"], m["name"]
+
+
+def vm_size_cpus(size: str) -> int:
+    """vCPUs of an Azure VM size, from its name: the number after the family letters
+    (Standard_D4s_v5: 4; a constrained-core size Standard_E8-2s_v5 has 2 active)."""
+    m = VM_SIZE_RE.match(size.strip())
+    if not m or int(m["active"] or m["cpus"]) < 1:
+        raise ProviderError(f"cannot tell the vCPUs of VM size {size!r} (expected Standard_D4s_v5)")
+    return int(m["active"] or m["cpus"])
+
+
+# -- Azure -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Instance:
+    instance_id: str
+    name: str
+    """The VM's name, e.g. ``ray-workers_3`` (what Scheduled Events call it)."""
+    state: str
+    """provisioningState: Creating, Updating, Succeeded, Failed, Deleting."""
+    ip: str | None
+    """Private IP of its primary interface, None until Azure assigned one."""
+
+
+class ScaleSet:
+    """The calls the provider makes to one scale set, through azure-mgmt-compute."""
+
+    def __init__(
+        self,
+        scale_set_id: str,
+        credential: Any,
+        endpoint: str = DEFAULT_ARM_ENDPOINT,
+        connection_verify: str | bool = True,
+        polling_interval: float | None = None,
+    ) -> None:
+        from azure.mgmt.compute import ComputeManagementClient
+
+        self.subscription, self.group, self.name = parse_scale_set_id(scale_set_id)
+        self.id = scale_set_id
+        self.endpoint = endpoint.rstrip("/")
+        kwargs: dict[str, Any] = {"connection_verify": connection_verify}
+        if polling_interval is not None:
+            kwargs["polling_interval"] = polling_interval
+        self.client = ComputeManagementClient(
+            credential,
+            self.subscription,
+            base_url=self.endpoint,
+            credential_scopes=[f"{self.endpoint}/.default"],
+            **kwargs,
+        )
+
+    def capacity(self) -> int:
+        vmss = self.client.virtual_machine_scale_sets.get(self.group, self.name)
+        return int((vmss.sku.capacity if vmss.sku else 0) or 0)
+
+    def _private_ips(self) -> dict[str, str]:
+        """instance id -> private IP of its primary interface (Network's API for scale sets)."""
+        from azure.core.rest import HttpRequest
+
+        url: str | None = (
+            f"{self.endpoint}/subscriptions/{self.subscription}/resourceGroups/{self.group}"
+            f"/providers/Microsoft.Compute/virtualMachineScaleSets/{self.name}"
+            f"/networkInterfaces?api-version={NETWORK_API}"
+        )
+        ips: dict[str, str] = {}
+        while url:
+            response = self.client.send_request(HttpRequest("GET", url))
+            response.raise_for_status()
+            page = response.json()
+            for nic in page.get("value", []):
+                props = nic.get("properties", {})
+                vm = (props.get("virtualMachine") or {}).get("id", "")
+                configs = props.get("ipConfigurations", [])
+                primary = [c for c in configs if c.get("properties", {}).get("primary")] or configs
+                ip = primary[0].get("properties", {}).get("privateIPAddress") if primary else None
+                if vm and ip and props.get("primary", True):
+                    ips[vm.rstrip("/").rsplit("/", 1)[-1]] = ip
+            url = page.get("nextLink")
+        return ips
+
+    def instances(self) -> list[Instance]:
+        ips = self._private_ips()
+        return [
+            Instance(
+                instance_id=str(vm.instance_id),
+                name=str(vm.name),
+                state=str(vm.provisioning_state or ""),
+                ip=ips.get(str(vm.instance_id)),
+            )
+            for vm in self.client.virtual_machine_scale_set_vms.list(self.group, self.name)
+        ]
+
+    def set_capacity(self, capacity: int) -> None:
+        from azure.mgmt.compute.models import Sku, VirtualMachineScaleSetUpdate
+
+        poller = self.client.virtual_machine_scale_sets.begin_update(
+            self.group, self.name, VirtualMachineScaleSetUpdate(sku=Sku(capacity=capacity))
+        )
+        poller.result()
+
+    def delete(self, instance_ids: list[str]) -> None:
+        from azure.mgmt.compute.models import VirtualMachineScaleSetVMInstanceRequiredIDs
+
+        poller = self.client.virtual_machine_scale_sets.begin_delete_instances(
+            self.group,
+            self.name,
+            VirtualMachineScaleSetVMInstanceRequiredIDs(instance_ids=instance_ids),
+        )
+        poller.result()
+
+
+def managed_identity(client_id: str) -> Any:
+    from azure.identity import ManagedIdentityCredential
+
+    return (
+        ManagedIdentityCredential(client_id=client_id) if client_id else ManagedIdentityCredential()
+    )
+
+
+def system_ca_bundle() -> str | bool:
+    """``$REQUESTS_CA_BUNDLE`` if set, else the OS's CA store where there is one (the head
+    trusts what its OS trusts), else certifi's."""
+    if os.environ.get("REQUESTS_CA_BUNDLE"):
+        return os.environ["REQUESTS_CA_BUNDLE"]
+    for path in ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"):
+        if Path(path).is_file():
+            return path
+    return True
+
+
+# -- Ray -------------------------------------------------------------------------------------
+Drain = Callable[[str], "tuple[bool, str]"]
+"""``drain(ip) -> (accepted, message)``: drain the Ray node at ``ip`` for removal."""
+
+
+def gcs_drain(gcs_address: str) -> Drain:
+    """Ray's DrainNode with reason IDLE_TERMINATION: the GCS accepts it only for a node with
+    nothing running (the autoscaler's idle view may be seconds old); a node not (or no longer)
+    in the cluster needs no drain."""
+
+    def drain(ip: str) -> tuple[bool, str]:
+        import ray._raylet
+        from ray.core.generated import autoscaler_pb2, gcs_pb2
+
+        gcs = ray._raylet.GcsClient(address=gcs_address)  # type: ignore[attr-defined]
+        up = gcs_pb2.GcsNodeInfo.ALIVE  # type: ignore[attr-defined]
+
+        def alive() -> list[str]:
+            nodes = gcs.get_all_node_info(timeout=10).items()
+            return [i.hex() for i, n in nodes if n.node_manager_address == ip and n.state == up]
+
+        found = alive()
+        for node_id in found:
+            try:
+                accepted, message = gcs.drain_node(
+                    node_id,
+                    autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
+                        "DRAIN_NODE_REASON_IDLE_TERMINATION"
+                    ),
+                    "idle: the autoscaler removes this worker",
+                    0,
+                )
+            except Exception as e:
+                # Ray's autoscaler has just shut this raylet down itself (its own drain before
+                # it asks the provider): the call is cancelled. Gone from the cluster = drained.
+                time.sleep(2)
+                if node_id in alive():
+                    return False, f"the drain failed and the node is still alive: {e}"
+                accepted, message = True, ""
+            if not accepted:
+                return False, str(message)
+        return True, "drained" if found else "not in the Ray cluster"
+
+    return drain
+
+
+_PENDING_STATES = {"creating": "creating VM", "updating": "updating VM"}
+
+
+class ScaleSetProvider(BatchingNodeProvider):
+    """Ray's ``external`` node provider for one Uniform VM scale set of workers.
+
+    ``provider_config``: ``scale_set_id``, ``head_ip``, ``identity_client_id``,
+    ``arm_endpoint`` (optional), ``max_workers``, and Ray's ``disable_node_updaters``,
+    ``disable_launch_config_check``, ``foreground_node_launch`` (all true).
+    """
+
+    def __init__(
+        self,
+        provider_config: dict[str, Any],
+        cluster_name: str,
+        scale_set: ScaleSet | None = None,
+        drain: Drain | None = None,
+    ) -> None:
+        super().__init__(provider_config, cluster_name)
+        self.head_ip = str(provider_config["head_ip"])
+        self.max_workers = int(provider_config.get("max_workers", 1000))
+        self.scale_set = scale_set or ScaleSet(
+            provider_config["scale_set_id"],
+            managed_identity(str(provider_config.get("identity_client_id", ""))),
+            str(provider_config.get("arm_endpoint") or DEFAULT_ARM_ENDPOINT),
+            connection_verify=system_ca_bundle(),
+        )
+        self.drain = drain or gcs_drain(f"{self.head_ip}:{provider_config.get('gcs_port', 6379)}")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vmss")
+        self._write: Future[None] | None = None
+        self._lock = threading.Lock()
+        self._instance_ids: dict[str, str] = {}
+        """Node id (the VM's name) -> instance id, from the last read."""
+        self._deleting: set[str] = set()
+        """Instance ids this provider deleted that Azure may still list."""
+        self._last: dict[str, NodeData] | None = None
+        self._read_failed = False
+        self.kept: list[str] = []
+        """Node ids whose drain Ray refused (something ran there): not deleted."""
+
+    # -- reads -------------------------------------------------------------------------------
+    def get_node_data(self) -> dict[str, NodeData]:
+        head = NodeData(
+            kind=NODE_KIND_HEAD, type=HEAD_TYPE, ip=self.head_ip, status=STATUS_UP_TO_DATE
+        )
+        try:
+            instances = self.scale_set.instances()
+        except Exception as e:
+            # Never raise to the autoscaler: it gives up (and its monitor exits, taking the
+            # head's Ray down) after a few errors in its lifetime. Keep the last view (at first,
+            # the head alone) and write nothing until a read works again: right after
+            # deployment the identity's role may still be propagating.
+            self._read_failed = True
+            logger.warning("ScaleSetProvider: cannot list the scale set's instances: %s", e)
+            return dict(self._last) if self._last is not None else {HEAD_ID: head}
+        self._read_failed = False
+        data: dict[str, NodeData] = {HEAD_ID: head}
+        listed = set()
+        with self._lock:
+            for inst in instances:
+                listed.add(inst.instance_id)
+                state = inst.state.lower()
+                if inst.instance_id in self._deleting or state == "deleting":
+                    continue
+                if state == "succeeded":
+                    status = STATUS_UP_TO_DATE
+                elif state == "failed":
+                    status = STATUS_UPDATE_FAILED
+                else:
+                    status = _PENDING_STATES.get(state, f"vm {state or 'pending'}")
+                data[inst.name] = NodeData(
+                    kind=NODE_KIND_WORKER, type=WORKER_TYPE, ip=inst.ip, status=status
+                )
+            self._deleting &= listed
+        self._instance_ids = {i.name: i.instance_id for i in instances}
+        self._last = data
+        return data
+
+    def safe_to_scale(self) -> bool:
+        """Not while the previous write runs, nor on a view that could not be refreshed."""
+        busy = self._write is not None and not self._write.done()
+        return not busy and not self._read_failed
+
+    # -- writes ------------------------------------------------------------------------------
+    def submit_scale_request(self, scale_request: ScaleRequest) -> None:
+        desired = int(scale_request.desired_num_workers.get(WORKER_TYPE, 0))
+        victims = sorted(scale_request.workers_to_delete)
+        ids = {name: self._instance_ids[name] for name in victims if name in self._instance_ids}
+        ips = {name: self.node_data_dict[name].ip for name in ids if name in self.node_data_dict}
+        with self._lock:  # gone from get_node_data at once (BatchingNodeProvider's contract)
+            self._deleting |= set(ids.values())
+        self._write = self._executor.submit(self._apply, desired, ids, ips)
+
+    def _apply(self, desired: int, ids: dict[str, str], ips: dict[str, str | None]) -> None:
+        try:
+            to_delete = []
+            for name, instance_id in ids.items():
+                ip = ips.get(name)
+                accepted, message = self.drain(ip) if ip else (True, "no IP yet")
+                if accepted:
+                    logger.info("ScaleSetProvider: deleting %s (%s): %s", name, ip, message)
+                    to_delete.append(instance_id)
+                else:
+                    logger.warning("ScaleSetProvider: keeping %s (%s): %s", name, ip, message)
+                    self.kept.append(name)
+                    desired += 1
+                    with self._lock:
+                        self._deleting.discard(instance_id)
+            if to_delete:
+                self.scale_set.delete(to_delete)
+            desired = max(0, min(desired, self.max_workers))
+            capacity = self.scale_set.capacity()
+            if desired > capacity:
+                logger.info(
+                    "ScaleSetProvider: raising the capacity from %d to %d", capacity, desired
+                )
+                self.scale_set.set_capacity(desired)
+            elif desired < capacity:
+                # A lower capacity alone lets Azure choose whom to remove (the scale-in rule):
+                # workers leave only by name, drained first.
+                logger.info(
+                    "ScaleSetProvider: %d workers wanted, %d in the scale set: removing none "
+                    "that was not named",
+                    desired,
+                    capacity,
+                )
+        except Exception:
+            logger.exception("ScaleSetProvider: the scale request failed")
+            with self._lock:
+                self._deleting -= set(ids.values())
+            raise
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until the last write ended (tests, and a clean shutdown)."""
+        if self._write is not None:
+            self._write.result(timeout)
+
+
+# -- the autoscaler's configuration ------------------------------------------------------------
+def autoscaling_config(values: dict[str, str], head_num_cpus: int = 0) -> dict[str, Any]:
+    """Ray's autoscaler configuration from the node's deploy-time values."""
+
+    def count(name: str, low: int) -> int:
+        text = values.get(name, "")
+        if not text.isdigit() or int(text) < low:
+            raise ProviderError(f"{name} must be a whole number >= {low}, got {text!r}")
+        return int(text)
+
+    min_workers = count("AUTOSCALER_MIN_WORKERS", 0)
+    max_workers = count("AUTOSCALER_MAX_WORKERS", 1)
+    idle = count("AUTOSCALER_IDLE_TIMEOUT_MINUTES", 1)
+    if min_workers > max_workers:
+        raise ProviderError(
+            f"AUTOSCALER_MIN_WORKERS ({min_workers}) is above "
+            f"AUTOSCALER_MAX_WORKERS ({max_workers})"
+        )
+    scale_set_id = values.get("WORKER_SCALE_SET_ID", "")
+    _, _, name = parse_scale_set_id(scale_set_id)
+    cpus = vm_size_cpus(values.get("WORKER_VM_SIZE", ""))
+    return {
+        "cluster_name": name,
+        "max_workers": max_workers,
+        "upscaling_speed": 1.0,
+        "idle_timeout_minutes": idle,
+        "provider": {
+            "type": "external",
+            "module": MODULE,
+            "scale_set_id": scale_set_id,
+            "head_ip": values["RAY_HEAD_IP"],
+            "identity_client_id": values.get("AUTOSCALER_CLIENT_ID", ""),
+            "arm_endpoint": values.get("ARM_ENDPOINT") or DEFAULT_ARM_ENDPOINT,
+            "max_workers": max_workers,
+            # As KubeRay: nodes bootstrap themselves, the autoscaler never SSHes into one.
+            "disable_node_updaters": True,
+            "disable_launch_config_check": True,
+            "foreground_node_launch": True,
+            # A worker takes minutes to boot and join; the scale set's health extension and
+            # Ray's own node failure detection look after lost ones.
+            "worker_liveness_check": False,
+        },
+        "auth": {},
+        "available_node_types": {
+            HEAD_TYPE: {
+                "resources": {"CPU": head_num_cpus, "head": 1},
+                "node_config": {},
+                "max_workers": 0,
+            },
+            WORKER_TYPE: {
+                "resources": {"CPU": cpus, SIMULATOR_RESOURCE: cpus},
+                "node_config": {},
+                "min_workers": min_workers,
+                "max_workers": max_workers,
+            },
+        },
+        "head_node_type": HEAD_TYPE,
+        "file_mounts": {},
+        "cluster_synced_files": [],
+        "file_mounts_sync_continuously": False,
+        "rsync_exclude": [],
+        "rsync_filter": [],
+        "initialization_commands": [],
+        "setup_commands": [],
+        "head_setup_commands": [],
+        "worker_setup_commands": [],
+        "head_start_ray_commands": [],
+        "worker_start_ray_commands": [],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("config", help="write the autoscaler's configuration (JSON, valid YAML)")
+    c.add_argument("--deploy-values", type=Path, required=True)
+    c.add_argument("--head-num-cpus", type=int, default=0)
+    c.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    try:
+        values = json.loads(args.deploy_values.read_text())
+        config = autoscaling_config(values, args.head_num_cpus)
+    except (OSError, ValueError, ProviderError, KeyError) as e:
+        print(f"azure_vmss_provider: {e}", file=sys.stderr)
+        return 2
+    args.out.write_text(json.dumps(config, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""A rehearsal cluster in scaling mode ray, for tests/e2e/test_autoscale.py and
+benchmarks/autoscale.py: the head only at first, Ray's autoscaler on it, and the fake Azure
+Compute on the bridge, whose capacity raise boots a worker container and whose instance delete
+removes that container (``rehearse up --scaling-mode ray``).
+
+What it reads, from this machine: the fake scale set's instances (``azure/compute/
+instances.json`` of the cluster folder) and the rehearsal's state (which containers run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nodekit.rehearsal.cluster import Rehearsal
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = os.environ.get("RAYDRIVER_AUTOSCALE_REHEARSAL", "") or "asc"
+SUBNET = os.environ.get("RAYDRIVER_AUTOSCALE_SUBNET", "") or "10.218.0.0/24"
+IDLE_TIMEOUT_MINUTES = 1
+MAX_WORKERS = 2
+
+
+def nodekit(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nodekit", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def up() -> subprocess.CompletedProcess[str]:
+    nodekit("rehearse", "down", "--name", NAME, "--subnet", SUBNET, timeout=600)
+    return nodekit(
+        "rehearse",
+        "up",
+        "--name",
+        NAME,
+        "--subnet",
+        SUBNET,
+        "--workers",
+        "0",
+        "--scaling-mode",
+        "ray",
+        "--min-workers",
+        "0",
+        "--max-workers",
+        str(MAX_WORKERS),
+        "--idle-timeout-minutes",
+        str(IDLE_TIMEOUT_MINUTES),
+        timeout=3600,
+    )
+
+
+def down() -> subprocess.CompletedProcess[str]:
+    return nodekit("rehearse", "down", "--name", NAME, "--subnet", SUBNET, timeout=600)
+
+
+@dataclass
+class Cluster:
+    name: str
+    dir: Path
+    head_ip: str
+    admin_user: str
+    ssh_key: Path
+
+    @classmethod
+    def load(cls, name: str = NAME) -> Cluster:
+        r = Rehearsal(name)
+        state = r.load()
+        assert state is not None, f"no rehearsal cluster {name}"
+        return cls(name, r.dir, state.head.ip, state.admin_user, Path(state.ssh_key))
+
+    @property
+    def cluster_args(self) -> list[str]:
+        return ["--head", f"{self.admin_user}@{self.head_ip}", "-i", str(self.ssh_key)]
+
+    def instances(self) -> list[dict]:
+        """The fake scale set's instances: instanceId, ip, state."""
+        path = self.dir / "azure" / "compute" / "instances.json"
+        data = json.loads(path.read_text())
+        return next(iter(data.values()), [])
+
+    def containers(self) -> dict[str, str]:
+        """Worker containers running here: name -> IP."""
+        state = Rehearsal(self.name).load()
+        assert state is not None
+        return {n.name: n.ip for n in state.nodes if n.role == "worker"}
+
+    def wait(self, what: str, check: object, timeout: float) -> float:
+        """Poll ``check()`` until true; the time it became true."""
+        deadline = time.monotonic() + timeout
+        while not check():  # type: ignore[operator]
+            assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s: {what}"
+            time.sleep(1)
+        return time.time()
+
+
+DEMAND_JOB = """\
+import json, os, socket, time
+import ray
+ray.init()
+# More CPUs than the cluster has (the head offers none): Ray's autoscaler adds a worker.
+@ray.remote(num_cpus=1)
+def where():
+    return {"ip": ray.util.get_node_ip_address(), "started": time.time()}
+t0 = time.time()
+out = ray.get(where.remote())
+print("RESULT " + json.dumps({"submitted": t0, **out}), flush=True)
+"""
+
+ACTOR_JOB = """\
+import json, os, time
+import ray
+ray.init()
+cpus = int(os.environ["WORKER_CPUS"])
+# One actor holds a whole worker for as long as the job runs; a burst of tasks needs a second
+# worker, which is idle once the burst is done.
+@ray.remote(num_cpus=cpus)
+class Holder:
+    def ip(self):
+        return ray.util.get_node_ip_address()
+holder = Holder.remote()
+actor_ip = ray.get(holder.ip.remote())
+@ray.remote(num_cpus=cpus)
+def burst():
+    return ray.util.get_node_ip_address()
+burst_ip = ray.get(burst.remote())
+print("RESULT " + json.dumps({"actor": actor_ip, "burst": burst_ip, "done": time.time()}),
+      flush=True)
+while True:
+    time.sleep(5)
+"""
+
+
+def write_job(folder: Path, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "job.py").write_text(text)
+    return folder / "job.py"

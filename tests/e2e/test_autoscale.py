@@ -1,0 +1,127 @@
+"""Scaling that follows Ray, end to end on a rehearsal cluster in scaling mode ray: Ray's
+autoscaler on the head, the node provider (python/nodekit/node/azure_vmss_provider.py) calling
+the fake Azure Compute on the bridge through azure-mgmt-compute with the head's autoscaler
+identity, and that fake booting a worker container when the capacity rises and removing exactly
+the container of a deleted instance (tests/e2e/autoscale_cluster.py).
+
+One cluster for the module (its own name and subnet, not the session's): head only at first,
+max 2 workers, idle timeout 1 minute. RAYDRIVER_REUSE_AUTOSCALE=1 runs against one already up
+(``rehearse up --name asc --subnet 10.218.0.0/24 --scaling-mode ray ...``) and keeps it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import autoscale_cluster as ac
+from support import run_driver
+
+pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
+
+IDLE_S = ac.IDLE_TIMEOUT_MINUTES * 60
+BOOT_S = 900
+"""A worker container's cold boot and join, with room for a slow package mirror."""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ac.Cluster]:
+    if os.geteuid() != 0:
+        pytest.fail("the rehearsal cluster needs root (CI runs as root)")
+    reuse = os.environ.get("RAYDRIVER_REUSE_AUTOSCALE") == "1"
+    if not reuse:
+        up = ac.up()
+        assert up.returncode == 0, f"rehearse up failed:\n{up.stdout}\n{up.stderr[-4000:]}"
+    try:
+        yield ac.Cluster.load()
+    finally:
+        if not reuse and os.environ.get("RAYDRIVER_KEEP_REHEARSAL") != "1":
+            down = ac.down()
+            assert down.returncode == 0, down.stderr
+
+
+def result(stdout: str) -> dict:
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line[len("RESULT ") :])
+
+
+def test_demand_adds_a_worker_that_runs_the_job_and_idle_removes_it(
+    cluster: ac.Cluster, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    assert cluster.instances() == [] and cluster.containers() == {}
+
+    # The cluster as the driver shows it: Ray's autoscaler reports (after its first round), the
+    # head alone.
+    def status() -> str:
+        st = run_driver("status", *cluster.cluster_args, home=home, timeout=300)
+        assert st.returncode == 0, st.stderr
+        return st.stdout
+
+    cluster.wait("the autoscaler's first report", lambda: "Autoscaler status" in status(), 120)
+    text = status()
+    assert "1 ray.head.default" in text and "ray.worker.default" not in text, text
+    job = ac.write_job(tmp_path / "demand", ac.DEMAND_JOB)
+    r = run_driver(
+        "submit", *cluster.cluster_args, "--submission-id", "demand-1", str(job),
+        home=home, timeout=BOOT_S + 300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = result(r.stdout)
+    [instance] = cluster.instances()
+    # The task ran on the worker the autoscaler added: the fake's new instance, a container here.
+    assert out["ip"] == instance["ip"] != cluster.head_ip
+    assert list(cluster.containers().values()) == [instance["ip"]]
+    # Idle now: drained and deleted within the idle timeout (plus the autoscaler's rounds and
+    # the Terminate notice the worker acknowledges), its container gone.
+    gone = cluster.wait(
+        "the idle worker is deleted",
+        lambda: cluster.instances() == [] and cluster.containers() == {},
+        IDLE_S + 300,
+    )
+    assert gone - out["started"] >= IDLE_S - 5  # not before the idle timeout
+    assert "ray.worker.default" not in status()
+
+
+@pytest.mark.disruptive
+def test_a_worker_hosting_a_running_actor_is_never_chosen(
+    cluster: ac.Cluster, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    cpus = os.cpu_count() or 1
+    job = ac.write_job(tmp_path / "actor", ac.ACTOR_JOB)
+    r = run_driver(
+        "submit", *cluster.cluster_args, "--submission-id", "actor-1", "--no-wait",
+        "--env", f"WORKER_CPUS={cpus}", str(job), home=home, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+
+    def printed() -> dict | None:
+        logs = run_driver("logs", *cluster.cluster_args, "actor-1", home=home, timeout=300)
+        return result(logs.stdout) if "RESULT " in logs.stdout else None
+
+    cluster.wait("the actor and the burst ran", lambda: printed() is not None, 2 * BOOT_S)
+    out = printed()
+    assert out is not None and out["actor"] != out["burst"]
+    # The burst's worker goes after the idle timeout; the actor's stays, however long.
+    cluster.wait(
+        "the burst's worker is deleted",
+        lambda: out["burst"] not in cluster.containers().values(),
+        IDLE_S + 300,
+    )
+    time.sleep(IDLE_S)  # a whole idle timeout more
+    assert [i["ip"] for i in cluster.instances()] == [out["actor"]]
+    assert list(cluster.containers().values()) == [out["actor"]]
+    # Once the job (and its actor) ends, that worker is idle and goes too: scaled to zero.
+    stop = run_driver("stop", *cluster.cluster_args, "actor-1", home=home, timeout=300)
+    assert stop.returncode == 0, stop.stderr
+    cluster.wait(
+        "scaled to zero",
+        lambda: cluster.instances() == [] and cluster.containers() == {},
+        IDLE_S + 300,
+    )

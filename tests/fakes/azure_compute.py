@@ -1,0 +1,506 @@
+"""A fake of the Azure Compute calls the autoscaler's node provider makes on one scale set, over
+HTTPS with the real wire format (Azure Resource Manager cannot exist on this machine).
+
+Served for each scale set in ``config.json`` (paths case-insensitive, as ARM matches them;
+every request needs ``api-version`` and ``Authorization: Bearer <a token the fake IMDS issued
+for the configured audience>`` from an identity in ``writers`` — the one role assignment, on the
+scale set — else ARM's 401 ``AuthenticationFailed`` / 403 ``AuthorizationFailed``):
+
+* ``GET /subscriptions/S/resourceGroups/G/providers/Microsoft.Compute/virtualMachineScaleSets/N``
+  → the ``VirtualMachineScaleSet`` (``sku {name, tier, capacity}``, ``properties
+  {provisioningState, orchestrationMode, upgradePolicy, ...}``).
+* ``PATCH`` (and ``PUT``) of the same path with ``{"sku": {"capacity": C}}`` → 200 with the
+  scale set (``provisioningState: Updating``) and the long-running-operation headers
+  ``Azure-AsyncOperation`` (``.../locations/L/operations/ID``) and ``Retry-After``; the
+  operation's document says ``InProgress`` until every new instance is ``Succeeded``, then
+  ``Succeeded``. A larger capacity adds instances (next instance ids, next free private IPs of
+  the pool), ``Creating`` until the ``on_create`` hook returns (or at once without one); a
+  smaller one removes the newest, as the ``NewestVM`` scale-in rule does.
+* ``GET .../virtualMachineScaleSets/N/virtualMachines`` → ``{"value": [VirtualMachineScaleSetVM
+  {id, name "N_ID", instanceId, properties {provisioningState, vmId, osProfile {computerName},
+  networkProfile {networkInterfaces}}}]}``.
+* ``GET .../virtualMachineScaleSets/N/networkInterfaces`` (the Network provider's API) →
+  ``{"value": [NetworkInterface {id, properties {primary, virtualMachine {id},
+  ipConfigurations [{properties {privateIPAddress, primary}}]}}]}``.
+* ``POST .../virtualMachineScaleSets/N/delete`` with ``{"instanceIds": [...]}`` → 202 with
+  ``Azure-AsyncOperation``, ``Location`` and ``Retry-After``; the instances are ``Deleting``
+  (the ``on_delete`` hook runs), then gone, and the capacity drops by their number. An unknown
+  instance id: 400 ``InvalidParameter``, nothing deleted.
+* ``GET .../locations/L/operations/ID`` → ``{"name", "status": "InProgress"|"Succeeded",
+  "startTime", "endTime"}``; ``GET`` of the ``Location`` URL → 202 while it runs, then 200.
+
+State lives in a folder (:class:`StateFolder`): ``config.json`` (what the test sets),
+``instances.json`` (what the fake made), ``requests.jsonl`` (what arrived). Hooks are callables
+in-process or, run as a process, commands given ``INSTANCE_ID``, ``INSTANCE_NAME`` and
+``PRIVATE_IP`` in their environment (the rehearsal boots or removes a worker container there).
+
+    python tests/fakes/azure_compute.py --bind IP --port 8472 --state DIR --cert C --key K \
+        [--on-create CMD] [--on-delete CMD]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import ipaddress
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+try:
+    from fakes.azure_node import Reply, StateFolder, _Server, verify_token
+except ImportError:  # run as a script: python tests/fakes/azure_compute.py
+    from azure_node import Reply, StateFolder, _Server, verify_token  # type: ignore[no-redef]
+
+_VMSS = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/microsoft\.compute"
+    r"/virtualmachinescalesets/(?P<name>[^/]+)(?P<tail>/virtualmachines|/networkinterfaces|/delete)?$",
+    re.IGNORECASE,
+)
+_OPERATION = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/providers/microsoft\.compute/locations/(?P<loc>[^/]+)"
+    r"/operations/(?P<id>[0-9a-f-]+)$",
+    re.IGNORECASE,
+)
+
+Hook = Callable[[dict[str, Any]], None]
+
+
+def scale_set_config(
+    subscription: str,
+    group: str,
+    name: str,
+    ip_pool: list[str],
+    sku: str = "Standard_D4s_v5",
+    location: str = "westeurope",
+) -> dict[str, Any]:
+    return {
+        "subscription": subscription,
+        "group": group,
+        "name": name,
+        "sku": sku,
+        "location": location,
+        "ip_pool": ip_pool,
+    }
+
+
+def compute_config(
+    token_key: bytes, audience: str, writers: list[str], scale_sets: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A ``config.json``: who may write (client ids with the role on the scale sets), the token
+    audience (the Resource Manager endpoint the client signs in for), the scale sets."""
+    return {
+        "token_key": token_key.hex(),
+        "audience": audience,
+        "writers": writers,
+        "scale_sets": scale_sets,
+    }
+
+
+def _error(status: int, code: str, message: str) -> Reply:
+    return status, {"error": {"code": code, "message": message}}, {}
+
+
+class FakeCompute(_Server):
+    """Azure Compute (and Network's scale-set interface list) for the scale sets in config.json."""
+
+    def __init__(
+        self,
+        state: Path | StateFolder,
+        cert: Path,
+        key: Path,
+        bind: str = "127.0.0.1",
+        port: int = 0,
+        on_create: Hook | None = None,
+        on_delete: Hook | None = None,
+    ) -> None:
+        folder = state if isinstance(state, StateFolder) else StateFolder(state)
+        super().__init__(bind, port, folder, (cert, key))
+        self.on_create = on_create
+        self.on_delete = on_delete
+        self._mutex = threading.RLock()
+        self._operations: dict[str, dict[str, Any]] = {}
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"https://{host}:{port}"
+
+    # -- state -------------------------------------------------------------------------------
+    def instances(self, name: str) -> list[dict[str, Any]]:
+        with self._mutex:
+            return list(self.state.read("instances.json", {}).get(name.lower(), []))
+
+    def _save(self, name: str, instances: list[dict[str, Any]]) -> None:
+        data = self.state.read("instances.json", {})
+        data[name.lower()] = instances
+        self.state.write("instances.json", data)
+
+    def _set_state(self, name: str, instance_id: str, state: str | None) -> None:
+        """Change one instance's provisioningState; None removes it."""
+        with self._mutex:
+            instances = self.instances(name)
+            if state is None:
+                instances = [i for i in instances if i["instanceId"] != instance_id]
+            else:
+                for i in instances:
+                    if i["instanceId"] == instance_id:
+                        i["state"] = state
+            self._save(name, instances)
+
+    def capacity(self, name: str) -> int:
+        return len([i for i in self.instances(name) if i["state"] != "Deleting"])
+
+    # -- requests ----------------------------------------------------------------------------
+    def route(
+        self, method: str, path: str, query: dict[str, str], headers: Any, body: bytes
+    ) -> Reply:
+        if "api-version" not in query:
+            return _error(
+                400,
+                "MissingApiVersionParameter",
+                "The api-version query parameter (?api-version=) is required for all requests.",
+            )
+        config = self.state.read("config.json", {})
+        auth = headers.get("Authorization", "")
+        claims = verify_token(
+            bytes.fromhex(config["token_key"]), auth.removeprefix("Bearer ").strip()
+        )
+        if claims is None or claims.get("aud") != config.get("audience"):
+            return _error(
+                401,
+                "AuthenticationFailed",
+                "Authentication failed. The 'Authorization' header is missing or invalid."
+                if not auth
+                else "The access token is invalid or has another audience.",
+            )
+        if m := _OPERATION.match(path):
+            return self._operation(m["id"], query.get("monitor") == "true")
+        m = _VMSS.match(path)
+        scale_set = None
+        if m:
+            for s in config.get("scale_sets", []):
+                if (s["subscription"].lower(), s["group"].lower(), s["name"].lower()) == (
+                    m["sub"].lower(),
+                    m["rg"].lower(),
+                    m["name"].lower(),
+                ):
+                    scale_set = s
+        if not m or scale_set is None:
+            return _error(
+                404,
+                "ResourceNotFound",
+                f"The Resource '{path}' was not found.",
+            )
+        if claims.get("appid") not in config.get("writers", []):
+            action = {
+                "GET": "read",
+                "PATCH": "write",
+                "PUT": "write",
+                "POST": "delete/action",
+            }.get(method, method.lower())
+            return _error(
+                403,
+                "AuthorizationFailed",
+                f"The client with object id '{claims.get('oid')}' does not have authorization "
+                f"to perform action 'Microsoft.Compute/virtualMachineScaleSets/{action}' over "
+                f"scope '{path}' or the scope is invalid.",
+            )
+        tail = (m["tail"] or "").lower()
+        with self._mutex:
+            if tail == "" and method == "GET":
+                return 200, self._scale_set_doc(scale_set, "Succeeded"), {}
+            if tail == "" and method in ("PATCH", "PUT"):
+                return self._update(scale_set, body)
+            if tail == "/virtualmachines" and method == "GET":
+                return (
+                    200,
+                    {
+                        "value": [
+                            self._vm_doc(scale_set, i) for i in self.instances(scale_set["name"])
+                        ]
+                    },
+                    {},
+                )
+            if tail == "/networkinterfaces" and method == "GET":
+                return (
+                    200,
+                    {
+                        "value": [
+                            self._nic_doc(scale_set, i) for i in self.instances(scale_set["name"])
+                        ]
+                    },
+                    {},
+                )
+            if tail == "/delete" and method == "POST":
+                return self._delete(scale_set, body)
+        return _error(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+
+    # -- documents ---------------------------------------------------------------------------
+    @staticmethod
+    def _scale_set_id(s: dict[str, Any]) -> str:
+        return (
+            f"/subscriptions/{s['subscription']}/resourceGroups/{s['group']}"
+            f"/providers/Microsoft.Compute/virtualMachineScaleSets/{s['name']}"
+        )
+
+    def _scale_set_doc(self, s: dict[str, Any], state: str) -> dict[str, Any]:
+        return {
+            "id": self._scale_set_id(s),
+            "name": s["name"],
+            "type": "Microsoft.Compute/virtualMachineScaleSets",
+            "location": s["location"],
+            "sku": {"name": s["sku"], "tier": "Standard", "capacity": self.capacity(s["name"])},
+            "properties": {
+                "provisioningState": state,
+                "orchestrationMode": "Uniform",
+                "overprovision": False,
+                "singlePlacementGroup": True,
+                "upgradePolicy": {"mode": "Manual"},
+                "scaleInPolicy": {"rules": ["NewestVM"], "forceDeletion": False},
+                "uniqueId": str(uuid.uuid5(uuid.NAMESPACE_URL, self._scale_set_id(s))),
+            },
+        }
+
+    def _vm_doc(self, s: dict[str, Any], i: dict[str, Any]) -> dict[str, Any]:
+        vm_id = f"{self._scale_set_id(s)}/virtualMachines/{i['instanceId']}"
+        return {
+            "id": vm_id,
+            "name": f"{s['name']}_{i['instanceId']}",
+            "type": "Microsoft.Compute/virtualMachineScaleSets/virtualMachines",
+            "location": s["location"],
+            "instanceId": i["instanceId"],
+            "sku": {"name": s["sku"], "tier": "Standard"},
+            "properties": {
+                "latestModelApplied": True,
+                "vmId": str(uuid.uuid5(uuid.NAMESPACE_URL, vm_id)),
+                "provisioningState": i["state"],
+                "timeCreated": i["created"],
+                "osProfile": {"computerName": f"{s['name'][:9]}{int(i['instanceId']):06x}"},
+                "networkProfile": {
+                    "networkInterfaces": [{"id": f"{vm_id}/networkInterfaces/primary"}]
+                },
+            },
+        }
+
+    def _nic_doc(self, s: dict[str, Any], i: dict[str, Any]) -> dict[str, Any]:
+        vm_id = f"{self._scale_set_id(s)}/virtualMachines/{i['instanceId']}"
+        return {
+            "id": f"{vm_id}/networkInterfaces/primary",
+            "name": "primary",
+            "properties": {
+                "provisioningState": "Succeeded",
+                "primary": True,
+                "virtualMachine": {"id": vm_id},
+                "ipConfigurations": [
+                    {
+                        "id": f"{vm_id}/networkInterfaces/primary/ipConfigurations/primary",
+                        "name": "primary",
+                        "properties": {
+                            "privateIPAddress": i["ip"],
+                            "privateIPAllocationMethod": "Dynamic",
+                            "primary": True,
+                        },
+                    }
+                ],
+            },
+        }
+
+    # -- long-running operations -------------------------------------------------------------
+    def _start_operation(self, s: dict[str, Any], done: Callable[[], bool]) -> dict[str, str]:
+        op = str(uuid.uuid4())
+        self._operations[op] = {
+            "done": done,
+            "start": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        }
+        base = (
+            f"{self.url}/subscriptions/{s['subscription']}/providers/Microsoft.Compute"
+            f"/locations/{s['location']}/operations/{op}"
+        )
+        return {
+            "Azure-AsyncOperation": f"{base}?api-version=2024-11-01",
+            "Location": f"{base}?monitor=true&api-version=2024-11-01",
+            "Retry-After": "1",
+        }
+
+    def _operation(self, op: str, monitor: bool) -> Reply:
+        entry = self._operations.get(op)
+        if entry is None:
+            return _error(404, "NotFound", f"Operation {op} was not found.")
+        finished = bool(entry["done"]())
+        if monitor:
+            return (200, "", {}) if finished else (202, "", {"Retry-After": "1"})
+        doc = {
+            "name": op,
+            "status": "Succeeded" if finished else "InProgress",
+            "startTime": entry["start"],
+        }
+        if finished:
+            doc["endTime"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+            return 200, doc, {}
+        return 200, doc, {"Retry-After": "1"}
+
+    # -- writes ------------------------------------------------------------------------------
+    def _update(self, s: dict[str, Any], body: bytes) -> Reply:
+        try:
+            capacity = int(json.loads(body)["sku"]["capacity"])
+        except (ValueError, KeyError, TypeError):
+            return _error(400, "InvalidRequestContent", "The request content was invalid.")
+        if capacity < 0 or capacity > 1000:
+            return _error(400, "InvalidParameter", f"Capacity {capacity} is out of range.")
+        instances = self.instances(s["name"])
+        alive = [i for i in instances if i["state"] != "Deleting"]
+        created: list[str] = []
+        if capacity > len(alive):
+            used = {i["ip"] for i in instances}
+            free = [ip for ip in s["ip_pool"] if ip not in used]
+            need = capacity - len(alive)
+            if need > len(free):
+                return _error(
+                    409,
+                    "SubnetIsFull",
+                    f"The subnet has {len(free)} free addresses, {need} are needed.",
+                )
+            next_id = max([int(i["instanceId"]) for i in instances] + [-1]) + 1
+            for n in range(need):
+                inst = {
+                    "instanceId": str(next_id + n),
+                    "ip": free[n],
+                    "state": "Creating",
+                    "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                }
+                instances.append(inst)
+                created.append(inst["instanceId"])
+            self._save(s["name"], instances)
+            for instance_id in created:
+                self._spawn(self._create, s, instance_id)
+        elif capacity < len(alive):  # scale-in rule NewestVM
+            newest = sorted(alive, key=lambda i: int(i["instanceId"]))[capacity:]
+            self._remove(s, [i["instanceId"] for i in newest])
+            created = []
+
+        def done() -> bool:
+            states = {i["instanceId"]: i["state"] for i in self.instances(s["name"])}
+            return all(states.get(i) in ("Succeeded", "Failed") for i in created) and not any(
+                v == "Deleting" for v in states.values()
+            )
+
+        headers = self._start_operation(s, done)
+        headers.pop("Location")
+        return 200, self._scale_set_doc(s, "Updating"), headers
+
+    def _delete(self, s: dict[str, Any], body: bytes) -> Reply:
+        try:
+            ids = [str(i) for i in json.loads(body)["instanceIds"]]
+        except (ValueError, KeyError, TypeError):
+            return _error(400, "InvalidRequestContent", "The request content was invalid.")
+        known = {i["instanceId"] for i in self.instances(s["name"])}
+        unknown = [i for i in ids if i not in known]
+        if unknown or not ids:
+            return _error(
+                400,
+                "InvalidParameter",
+                f"The provided instanceId {','.join(unknown) or '(none)'} is not an active "
+                "Virtual Machine Scale Set VM instanceId.",
+            )
+        self._remove(s, ids)
+
+        def done() -> bool:
+            return not ({i["instanceId"] for i in self.instances(s["name"])} & set(ids))
+
+        return 202, "", self._start_operation(s, done)
+
+    def _remove(self, s: dict[str, Any], ids: list[str]) -> None:
+        for instance_id in ids:
+            self._set_state(s["name"], instance_id, "Deleting")
+            self._spawn(self._destroy, s, instance_id)
+
+    def _spawn(self, fn: Callable[..., None], *args: Any) -> None:
+        threading.Thread(target=fn, args=args, daemon=True).start()
+
+    def _hook_info(self, s: dict[str, Any], instance_id: str) -> dict[str, Any]:
+        inst = next((i for i in self.instances(s["name"]) if i["instanceId"] == instance_id), {})
+        return {
+            "instanceId": instance_id,
+            "name": f"{s['name']}_{instance_id}",
+            "ip": inst.get("ip", ""),
+            "scale_set": s["name"],
+        }
+
+    def _create(self, s: dict[str, Any], instance_id: str) -> None:
+        state = "Succeeded"
+        if self.on_create is not None:
+            try:
+                self.on_create(self._hook_info(s, instance_id))
+            except Exception as e:
+                self.state.append("hooks.jsonl", {"create": instance_id, "error": str(e)})
+                state = "Failed"
+        self._set_state(s["name"], instance_id, state)
+
+    def _destroy(self, s: dict[str, Any], instance_id: str) -> None:
+        if self.on_delete is not None:
+            try:
+                self.on_delete(self._hook_info(s, instance_id))
+            except Exception as e:
+                self.state.append("hooks.jsonl", {"delete": instance_id, "error": str(e)})
+        self._set_state(s["name"], instance_id, None)
+
+
+def subnet_pool(subnet: str, first: int, count: int) -> list[str]:
+    """``count`` addresses of ``subnet`` from its ``first``-th host on."""
+    net = ipaddress.ip_network(subnet)
+    return [str(net.network_address + first + n) for n in range(count)]
+
+
+def _command_hook(command: str) -> Hook:
+    def hook(info: dict[str, Any]) -> None:
+        env = dict(
+            os.environ,
+            INSTANCE_ID=info["instanceId"],
+            INSTANCE_NAME=info["name"],
+            PRIVATE_IP=info["ip"],
+        )
+        subprocess.run(["/bin/sh", "-c", command], env=env, check=True, timeout=1800)
+
+    return hook
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--bind", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--state", type=Path, required=True)
+    p.add_argument("--cert", type=Path, required=True)
+    p.add_argument("--key", type=Path, required=True)
+    p.add_argument("--on-create", help="shell command run when an instance is created")
+    p.add_argument("--on-delete", help="shell command run when an instance is deleted")
+    args = p.parse_args(argv)
+    server = FakeCompute(
+        args.state,
+        args.cert,
+        args.key,
+        args.bind,
+        args.port,
+        on_create=_command_hook(args.on_create) if args.on_create else None,
+        on_delete=_command_hook(args.on_delete) if args.on_delete else None,
+    )
+
+    def stop(*_: Any) -> None:
+        threading.Thread(target=server.httpd.shutdown).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    print(f"serving compute on {args.bind}:{server.port}", flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

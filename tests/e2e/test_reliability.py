@@ -215,15 +215,19 @@ def test_a_terminate_notice_drains_and_stops_the_worker_within_30_s_while_traini
         rehearsal, home, sid, "--num-env-runners", "2", "--stop-reward", "none",
         "--max-env-steps", "2000000",
     )  # fmt: skip
-    spread = _until(
-        lambda: (lambda n: n if len(n) == 2 and n[0] != n[1] else None)(
-            _runner_nodes(rehearsal, sid)
-        ),
-        600,
-        "the job's two env runners on two workers",
-        every=3,
-    )
-    worker_ip = spread[0]
+    # Ray may put both runners on one worker (the head's raylet places each lease from its own,
+    # slightly late view of the workers' CPUs): then both go with the notice, and RLlib
+    # recreates both on the other worker. Either way training must go on.
+    try:
+        runners = _until(
+            lambda: (lambda n: n if len(n) == 2 else None)(_runner_nodes(rehearsal, sid)),
+            600,
+            "the job's two env runners",
+            every=3,
+        )
+    except AssertionError as e:
+        pytest.fail(f"{e}\n{_job_report(rehearsal, home, sid)}")
+    worker_ip = runners[0]
     worker = _worker_at(cluster, worker_ip)
     imds_dir = Path(worker.dir) / "imds"
 
@@ -277,6 +281,25 @@ def test_a_terminate_notice_drains_and_stops_the_worker_within_30_s_while_traini
     cluster.reboot(worker.name)
     _until(
         lambda: worker_ip in _alive_workers(rehearsal), 300, f"{worker.name} back in Ray", every=3
+    )
+
+
+def _job_report(rehearsal: RehearsalCluster, home: Path, sid: str) -> str:
+    """What a person would look at when a job does not get going: its status, its log's tail,
+    the runners Ray knows of and the nodes."""
+    r = run_driver(
+        "status", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), sid, "--json",
+        home=home, timeout=300,
+    )  # fmt: skip
+    logs = run_driver(
+        "logs", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), sid,
+        home=home, timeout=300,
+    )  # fmt: skip
+    return (
+        f"status: {r.stdout.strip() or r.stderr.strip()}\n"
+        f"runners on: {_runner_nodes(rehearsal, sid)}\n"
+        f"nodes: {[(n['node_ip'], n['state']) for n in _ray_nodes(rehearsal) or []]}\n"
+        f"log tail:\n{logs.stdout[-3000:]}{logs.stderr[-1000:]}"
     )
 
 

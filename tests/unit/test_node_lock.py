@@ -68,9 +68,8 @@ def test_the_documents_install_exactly_the_lock() -> None:
         entry = next(f for f in doc["write_files"] if f["path"] == render.LOCK_PATH)
         assert entry["encoding"] == "gz+b64"
         assert gzip.decompress(base64.b64decode(entry["content"])).decode() == lock
-        bootstrap = next(
-            f["content"] for f in doc["write_files"] if f["path"].endswith("ray-cluster-bootstrap")
-        )
+        text = (REPO / "cloud-init" / "rendered" / f"{role}.yaml").read_text()
+        bootstrap = render.document_files(text)["/usr/local/sbin/ray-cluster-bootstrap"]
         assert f"--require-hashes -r {render.LOCK_PATH}" in bootstrap
 
 
@@ -105,5 +104,6 @@ def test_the_autoscaler_lock_adds_to_the_node_lock_for_the_head_only() -> None:
             continue
         entry = files[render.AUTOSCALER_LOCK_PATH]
         assert gzip.decompress(base64.b64decode(entry["content"])).decode() == text
-        bootstrap = next(v["content"] for p, v in files.items() if p.endswith("bootstrap"))
+        text_doc = (REPO / "cloud-init" / "rendered" / f"{role}.yaml").read_text()
+        bootstrap = render.document_files(text_doc)["/usr/local/sbin/ray-cluster-bootstrap"]
         assert f"--require-hashes --no-deps -r {render.AUTOSCALER_LOCK_PATH}" in bootstrap

@@ -88,7 +88,6 @@ def test_demand_adds_a_worker_that_runs_the_job_and_idle_removes_it(
     assert "ray.worker.default" not in status()
 
 
-@pytest.mark.disruptive
 def test_a_worker_hosting_a_running_actor_is_never_chosen(
     cluster: ac.Cluster, tmp_path: Path
 ) -> None:

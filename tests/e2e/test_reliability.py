@@ -235,7 +235,6 @@ def test_a_terminate_notice_drains_and_stops_the_worker_within_30_s_while_traini
     imds = FakeImds(StateFolder(imds_dir))
     other = imds.schedule("Terminate", ["rh-elsewhere_7"], not_before_s=600)
     instance = json.loads((imds_dir / "config.json").read_text())["compute"]["name"]
-    rows_before = _progress_rows(cluster, sid)
     noticed = time.monotonic()
     event = imds.schedule("Terminate", [instance], not_before_s=300)
 
@@ -248,6 +247,7 @@ def test_a_terminate_notice_drains_and_stops_the_worker_within_30_s_while_traini
     except Exception:
         pytest.fail("watcher log:\n" + _journal(cluster, worker))
     took = time.monotonic() - noticed
+    rows_at_stop = _progress_rows(cluster, sid)
     assert took <= 30, f"{worker.name} stopped {took:.1f} s after the notice"
     acked = _until(lambda: [a["EventId"] for a in imds.acks()], 30, "the acknowledgement")
     assert acked == [event], acked  # its own event only, never the other VM's
@@ -267,7 +267,7 @@ def test_a_terminate_notice_drains_and_stops_the_worker_within_30_s_while_traini
 
     # Training goes on: new iterations after the stop, and the job still running.
     _until(
-        lambda: _progress_rows(cluster, sid) >= rows_before + 3, 300, "3 more iterations", every=2
+        lambda: _progress_rows(cluster, sid) >= rows_at_stop + 3, 300, "3 more iterations", every=2
     )
     assert _status(rehearsal, home, sid) == "RUNNING"
     r = run_driver(

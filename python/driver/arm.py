@@ -95,6 +95,14 @@ def check_parameters(template: dict[str, Any], values: dict[str, Any]) -> None:
         )
 
 
+def with_defaults(template: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Every parameter's value for a deployment: the template's ``defaultValue`` under the given
+    values (a default that is an expression, ``[resourceGroup().location]``, stays as text)."""
+    declared = template.get("parameters", {})
+    defaults = {n: p["defaultValue"] for n, p in declared.items() if "defaultValue" in p}
+    return {**defaults, **values}
+
+
 # -- the wire -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Change:

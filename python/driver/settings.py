@@ -32,6 +32,8 @@ RECONNECT_TIMEOUT_ENV = "RAYDRIVER_RECONNECT_TIMEOUT"
 ``--reconnect-timeout``."""
 SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"
 ARM_ENDPOINT_ENV = "AZURE_RESOURCE_MANAGER_ENDPOINT"
+PRICES_URL_ENV = "RAYDRIVER_PRICES_URL"
+"""The Azure Retail Prices API that ``up`` and ``price`` ask (tests point it at a fake)."""
 XDG_STATE_ENV = "XDG_STATE_HOME"
 XDG_CONFIG_ENV = "XDG_CONFIG_HOME"
 
@@ -51,6 +53,11 @@ DEFAULT_RECONNECT_TIMEOUT_S = 300.0
 """Long enough for a Wi-Fi change or a VPN reconnect; a laptop that slept longer reconnects
 when it wakes (the budget starts when the loss is noticed)."""
 DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
+DEFAULT_PRICES_URL = "https://prices.azure.com/api/retail/prices"
+"""Azure's public Retail Prices API: no credentials, OData ``$filter``, paged by NextPageLink."""
+PRICES_CACHE_S = 3600.0
+"""How long a price list fetched from the Retail Prices API is reused (Azure changes prices
+monthly at most; an hour keeps repeated ``up``/``price`` runs quick and off the network)."""
 MAX_SECONDS = 7 * 24 * 3600.0
 """No timeout a person means is longer than a week; larger values are typos (or ``inf``)."""
 
@@ -101,6 +108,26 @@ def config_dir(environ: Mapping[str, str] | None = None) -> Path:
 def known_hosts_file() -> Path:
     """The driver's own known_hosts: heads it trusted on first use."""
     return driver_home() / "known_hosts"
+
+
+def prices_url(environ: Mapping[str, str] | None = None) -> str:
+    """``$RAYDRIVER_PRICES_URL``, else :data:`DEFAULT_PRICES_URL`; an http(s) URL."""
+    from urllib.parse import urlsplit
+
+    env = os.environ if environ is None else environ
+    url = env.get(PRICES_URL_ENV, "").strip() or DEFAULT_PRICES_URL
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise DriverError(
+            f"${PRICES_URL_ENV}: expected the http(s):// URL of a Retail Prices API, got {url!r} "
+            f"(default {DEFAULT_PRICES_URL})"
+        )
+    return url
+
+
+def prices_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Price lists fetched within :data:`PRICES_CACHE_S`, under the driver's home."""
+    return _private_dir(driver_home(environ) / "prices")
 
 
 def clear_ray_client_overrides() -> None:

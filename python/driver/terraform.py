@@ -23,6 +23,15 @@ from typing import Any
 
 from driver.errors import DriverError
 
+INPUT_FILES = ("variables.tf", "checks.tf")
+"""The stack's variables and the checks between them: they plan alone, without providers."""
+AUTO_VAR_FILES = (
+    "terraform.tfvars",
+    "terraform.tfvars.json",
+    "*.auto.tfvars",
+    "*.auto.tfvars.json",
+)
+"""The variable files Terraform loads by itself from the configuration's folder."""
 HEAD_VM = "azurerm_linux_virtual_machine.head"
 """The head VM of infra/terraform: replacing it loses what is on its disk."""
 
@@ -34,6 +43,8 @@ class PlanSummary:
     destroy: int = 0
     replaced_head: tuple[str, ...] = field(default_factory=tuple)
     """Addresses of resources named ``head`` that the plan deletes or replaces."""
+    variables: dict[str, Any] = field(default_factory=dict, compare=False)
+    """The root module's input variables as the plan resolved them (defaults included)."""
 
     @property
     def empty(self) -> bool:
@@ -100,7 +111,12 @@ def summarize(plan: dict[str, Any]) -> PlanSummary:
                 replaced.append(rc["address"])
         if actions == ["update"]:
             change += 1
-    return PlanSummary(add, change, destroy, tuple(replaced))
+    variables = {
+        name: entry.get("value")
+        for name, entry in (plan.get("variables") or {}).items()
+        if isinstance(entry, dict)
+    }
+    return PlanSummary(add, change, destroy, tuple(replaced), variables)
 
 
 @contextmanager
@@ -130,3 +146,53 @@ def planned(
 def apply_plan(directory: str, planfile: Path) -> None:
     """Apply exactly the saved plan (its output streams to the terminal)."""
     _run(Path(directory).expanduser(), ["apply", "-input=false", str(planfile)], "terraform apply")
+
+
+def input_values(directory: str, variables: dict[str, str], var_files: list[str]) -> dict[str, Any]:
+    """The values Terraform gives the configuration's input variables — defaults, the folder's
+    own ``terraform.tfvars``/``*.auto.tfvars``, ``TF_VAR_*``, ``-var-file``, ``-var``, with every
+    validation and cross-input check run — without providers or Azure: :data:`INPUT_FILES`
+    (and the auto-loaded variable files) planned alone in a scratch folder."""
+    path = _check_inputs(directory, var_files)
+    if not (path / INPUT_FILES[0]).is_file():
+        raise DriverError(f"--terraform-dir: {path} has no {INPUT_FILES[0]}")
+    with tempfile.TemporaryDirectory(prefix="raydriver-inputs-") as tmp:
+        scratch = Path(tmp)
+        copied = [path / name for name in INPUT_FILES if (path / name).is_file()]
+        for pattern in AUTO_VAR_FILES:
+            copied += sorted(path.glob(pattern))
+        for f in copied:
+            shutil.copyfile(f, scratch / f.name)
+        _run(scratch, ["init", "-input=false"], "terraform init", capture=True)
+        planfile = scratch / "inputs.tfplan"
+        args = ["plan", "-input=false", "-lock=false", "-json", f"-out={planfile}"]
+        env = {**os.environ, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
+        p = subprocess.run(
+            [_terraform_binary(), *args, *_var_args(variables, var_files)],
+            cwd=scratch,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+        )
+        if p.returncode != 0:
+            raise DriverError(f"terraform: {_first_diagnostic(p.stdout, p.stderr)}")
+        shown = _run(scratch, ["show", "-json", str(planfile)], "terraform show", capture=True)
+        try:
+            return summarize(json.loads(shown)).variables
+        except ValueError:
+            raise DriverError("terraform show -json printed no JSON") from None
+
+
+def _first_diagnostic(stdout: str, stderr: str) -> str:
+    """The first error of ``terraform plan -json`` on one line ("summary: detail")."""
+    for line in stdout.splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        diagnostic = message.get("diagnostic") if isinstance(message, dict) else None
+        if isinstance(diagnostic, dict) and diagnostic.get("severity") == "error":
+            text = f"{diagnostic.get('summary', '')}: {diagnostic.get('detail', '')}"
+            return " ".join(text.split())[:400]
+    return " ".join(stderr.split())[:300] or "plan failed"

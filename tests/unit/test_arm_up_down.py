@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from fakes.fake_arm import FakeAzure
+from fakes.retail_prices import FakeRetailPrices, vm_meters
 from support import REPO, error_lines, run_driver
+from test_price import HEADER, closed_port_url, rows
 
 TEMPLATE = REPO / "infra" / "bicep" / "azuredeploy.json"
 PARAMETERS = REPO / "infra" / "bicep" / "azuredeploy.parameters.json"
@@ -40,6 +42,16 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]
         yield azure
     finally:
         azure.close()
+
+
+@pytest.fixture(autouse=True)
+def prices(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRetailPrices]:
+    """Azure's Retail Prices API, which `up` asks before it asks for a yes."""
+    items = [*vm_meters("westeurope", "Standard_D4s_v5", 0.23, spot=0.046),
+             *vm_meters("eastus", "Standard_D4s_v5", 0.192, spot=0.0192)]  # fmt: skip
+    with FakeRetailPrices(items) as api:
+        monkeypatch.setenv("RAYDRIVER_PRICES_URL", api.url)
+        yield api
 
 
 @pytest.fixture
@@ -96,6 +108,50 @@ def test_without_a_yes_nothing_is_deployed_and_the_new_group_is_deleted(
     assert deploy_requests(fake) == [("PUT", "rg-ray"), ("POST", "whatIf")]
     assert (SUB, "rg-ray") not in fake.resource_groups
     assert not (tmp_path / "profile.json").exists()
+    # The price came after the what-if, before the question: the template's defaults in the
+    # new group's region.
+    out = r.stdout
+    assert out.index("Create") < out.index("Hourly price in westeurope (USD;")
+    assert rows(out[out.index("Hourly price") :])[1:] == [
+        ["head", "Standard_D4s_v5", "regular", "0.2300", "1 = 0.2300", "1 = 0.2300", "1 = 0.2300"],
+        ["workers", "Standard_D4s_v5", "regular", "0.2300", "0 = 0.0000", "2 = 0.4600",
+         "4 = 0.9200"],
+        ["total", "0.2300", "0.6900", "1.1500"],
+    ]  # fmt: skip
+
+
+def test_up_prices_in_the_existing_groups_region_with_the_parameters_file(
+    fake: FakeAzure, tmp_path: Path, params: Path, prices: FakeRetailPrices
+) -> None:
+    fake.resource_groups.add((SUB, "rg-east"))
+    fake.groups[(SUB, "rg-east")] = {"location": "eastus", "tags": {}}
+    doc = json.loads(params.read_text())
+    doc["parameters"]["workerSpotEnabled"] = {"value": True}
+    doc["parameters"]["workerMaxCount"] = {"value": 10}
+    params.write_text(json.dumps(doc))
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-east", "--parameters", str(params))
+    assert r.returncode == 2 and "pass --yes" in error_lines(r.stderr)[-1]
+    out = r.stdout[r.stdout.index("Hourly price") :]
+    assert HEADER.match(out.splitlines()[0])["region"] == "eastus"  # type: ignore[index]
+    assert rows(out)[2] == [
+        "workers", "Standard_D4s_v5", "Spot", "0.0192", "0 = 0.0000", "2 = 0.0384", "10 = 0.1920"
+    ]  # fmt: skip
+    assert "armRegionName eq 'eastus'" in prices.filters()[0]
+
+
+def test_up_without_the_price_says_so_in_one_line_and_deploys(
+    fake: FakeAzure, tmp_path: Path, params: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = closed_port_url()
+    monkeypatch.setenv("RAYDRIVER_PRICES_URL", url)
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
+               "--parameters", str(params), "--yes")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "Hourly price" not in r.stdout
+    [line] = [x for x in error_lines(r.stderr) if x.startswith("Price")]
+    assert line.startswith(f"Price unknown: the Retail Prices API at {url} did not answer (")
+    assert line.endswith("; going on without it.")
+    assert deploy_requests(fake)[-1] == ("PUT", "ray-cluster")
 
 
 @pytest.mark.parametrize(

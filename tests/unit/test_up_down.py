@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from driver.terraform import summarize
+from fakes.retail_prices import FakeRetailPrices, vm_meters
 from support import REPO, error_lines, run_driver
+from test_price import closed_port_url, rows
 
 CONFIG = """
 variable "head_ip" {
@@ -157,3 +159,41 @@ def test_summarize_counts_and_names_the_replaced_head() -> None:
     s = summarize(plan)
     assert (s.add, s.change, s.destroy) == (2, 1, 2)
     assert s.replaced_head == ("azurerm_linux_virtual_machine.head",)
+
+
+def test_up_shows_the_price_of_the_planned_variables_before_asking(tmp_path: Path) -> None:
+    """The stack's own variables.tf and checks.tf (they need no provider) with a head resource:
+    the plan's variables (defaults, terraform.tfvars, -var) are what is priced."""
+    stack = tmp_path / "tf"
+    stack.mkdir()
+    for name in ("variables.tf", "checks.tf"):
+        (stack / name).write_text((REPO / "infra" / "terraform" / name).read_text())
+    (stack / "terraform.tfvars").write_text(
+        (REPO / "infra" / "terraform" / "terraform.tfvars.example").read_text()
+    )
+    (stack / "main.tf").write_text(
+        CONFIG.replace('variable "head_ip" {', 'variable "head_ip" {\n  default = "203.0.113.9"')
+    )
+    items = vm_meters("westeurope", "Standard_D4s_v5", 0.23, spot=0.046)
+    env = {"CHECKPOINT_DISABLE": "1"}
+    with FakeRetailPrices(items) as api:
+        r = run_driver("up", "--terraform-dir", str(stack), "--var", "worker_spot_enabled=true",
+                       home=tmp_path, env={**env, "RAYDRIVER_PRICES_URL": api.url},
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 2
+    out = r.stdout
+    assert out.index("Plan: 3 to add") < out.index("Hourly price in westeurope (USD;")
+    assert rows(out[out.index("Hourly price") :])[1:] == [
+        ["head", "Standard_D4s_v5", "regular", "0.2300", "1 = 0.2300", "1 = 0.2300", "1 = 0.2300"],
+        ["workers", "Standard_D4s_v5", "Spot", "0.0460", "0 = 0.0000", "2 = 0.0920", "4 = 0.1840"],
+        ["total", "0.2300", "0.3220", "0.4140"],
+    ]  # fmt: skip
+    assert "not without a yes" in error_lines(r.stderr)[-1]
+    assert not (stack / "terraform.tfstate").exists()
+    url = closed_port_url()
+    r = run_driver("up", "--yes", "--terraform-dir", str(stack), home=tmp_path,
+                   env={**env, "RAYDRIVER_PRICES_URL": url}, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    [line] = [x for x in error_lines(r.stderr) if x.startswith("Price")]
+    assert line.startswith(f"Price unknown: the Retail Prices API at {url} did not answer (")
+    assert "Cluster is up: head root@203.0.113.9." in r.stderr

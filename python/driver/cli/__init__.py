@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from driver import __version__
-from driver.cli import cluster, jobs, local, node, results
+from driver.cli import cluster, jobs, local, node, price, results
 from driver.cli.options import EPILOG, Parser
 from driver.cli.output import PROG, say
 from driver.errors import DriverError, run_main
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     verbs.required = True
     jobs.register(verbs)
     cluster.register(verbs)
+    price.register(verbs)
     local.register(verbs)
     node.register(verbs)
     results.register(verbs)

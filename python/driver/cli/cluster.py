@@ -11,8 +11,9 @@ import time
 from driver import arm, layout, profiles
 from driver.cli.options import Verbs, open_cluster, parse_pairs, port, settings_from, verb
 from driver.cli.output import PROG, say
+from driver.cli.price import show_for_up
 from driver.errors import EXIT_OK, DriverError
-from driver.settings import ARM_ENDPOINT_ENV, DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV
+from driver.settings import ARM_ENDPOINT_ENV, DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV, prices_url
 
 
 def register(verbs: Verbs) -> None:
@@ -77,7 +78,8 @@ def register(verbs: Verbs) -> None:
             verbs,
             name,
             f"{what}.",
-            f"{what}. With --terraform-dir: `terraform plan` in DIR, then apply. With "
+            f"{what}. With --terraform-dir: `terraform plan` in DIR, then apply. `up` shows the "
+            "cluster's hourly price before it asks (as the price command does). With "
             "--resource-group: infra/bicep/azuredeploy.json deployed through Azure Resource "
             "Manager (what-if first, then its operations as progress), and the cluster "
             "remembered as `use` does; a missing resource group is created (--location) and "
@@ -267,11 +269,14 @@ def cmd_up_arm(args: argparse.Namespace) -> int:
     template = arm.load_template(args.template)
     values = arm.load_parameters(args.parameters)
     arm.check_parameters(template, values)
+    url = prices_url()
     subscription, endpoint = _arm_target(args)
     group, name = args.resource_group, args.deployment
     with arm.ResourceManager(subscription, endpoint) as rm:
         created = False
-        if rm.group(group) is None:
+        found = rm.group(group)
+        region = args.location if found is None else found.get("location")
+        if found is None:
             if not args.location:
                 raise DriverError(
                     f"resource group {group} does not exist in subscription {subscription}: "
@@ -289,6 +294,7 @@ def cmd_up_arm(args: argparse.Namespace) -> int:
                 print(f"  {c.change_type:<10} {c.resource_id}")
             sys.stdout.flush()
             summary = ", ".join(f"{n} {t.lower()}" for t, n in sorted(counts.items())) or "none"
+            show_for_up(arm.with_defaults(template, values), True, url, region)
             _confirm(args, f"Deploy: {summary}?")
         except (DriverError, KeyboardInterrupt):
             if created:
@@ -350,6 +356,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from driver.discovery import from_terraform
 
     variables = parse_pairs(args.var, "--var")
+    url = prices_url()
     say(f"terraform init + plan in {args.terraform_dir} (its output follows)")
     with terraform.planned(args.terraform_dir, variables, args.var_file) as (plan, summary):
         if summary.empty:
@@ -363,6 +370,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                     if address == terraform.HEAD_VM
                     else f"WARNING: this plan replaces {address} (the head's address may change)"
                 )
+            show_for_up(summary.variables, False, url, None)
             _confirm(
                 args,
                 f"Apply: {summary.add} to add, {summary.change} to change, {summary.destroy} "

@@ -1,0 +1,176 @@
+"""The price verb, and the price table ``up`` shows before it asks for a yes."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from driver import arm, price
+from driver.cli.options import Verbs, parse_pairs, verb
+from driver.cli.output import say
+from driver.errors import EXIT_OK, DriverError
+from driver.settings import DEFAULT_PRICES_URL, PRICES_URL_ENV, prices_cache_dir, prices_url
+
+WHICH = ("at minimum", "at default", "at maximum")
+NOT_INCLUDED = "Compute only: disks, public IP, NAT gateway, Key Vault and traffic come on top."
+
+
+def register(verbs: Verbs) -> None:
+    p = verb(
+        verbs,
+        "price",
+        "Show what a deployment would cost per hour, without deploying it.",
+        "The hourly price of the head and of each worker pool at its minimum, default and "
+        "maximum size (Spot prices for Spot workers), for the region and VM sizes of a "
+        "Terraform configuration (--terraform-dir: its defaults, terraform.tfvars, --var-file, "
+        "--var) or of an ARM parameters file (--parameters: azuredeploy.json's defaults under "
+        "the file's values), from Azure's public Retail Prices API (no sign-in; env "
+        f"{PRICES_URL_ENV}, default {DEFAULT_PRICES_URL}), pay-as-you-go Linux prices, "
+        "cached for an hour. `up` shows the same table before it asks for a yes.",
+        cluster=False,
+    )
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--terraform-dir", metavar="DIR", help="the Terraform configuration (infra/terraform)"
+    )
+    where.add_argument(
+        "--parameters",
+        metavar="FILE",
+        help="an ARM parameters file (see infra/bicep/azuredeploy.parameters.json)",
+    )
+    p.add_argument(
+        "--var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Terraform input variable (repeatable)",
+    )
+    p.add_argument("--var-file", action="append", default=[], metavar="FILE", help="a .tfvars file")
+    g = p.add_argument_group("ARM (with --parameters)")
+    g.add_argument(
+        "--location",
+        metavar="L",
+        help="the region, when the parameters file has no location (the template's default "
+        "is the resource group's region)",
+    )
+    g.add_argument(
+        "--template",
+        metavar="FILE",
+        default=str(arm.DEFAULT_TEMPLATE),
+        help="the ARM template whose defaults apply (default: %(default)s)",
+    )
+    p.set_defaults(func=cmd_price)
+
+
+def cmd_price(args: argparse.Namespace) -> int:
+    url = prices_url()
+    if args.parameters:
+        if args.var or args.var_file:
+            raise DriverError("--var/--var-file are Terraform's: with --parameters edit the file")
+        template = arm.load_template(args.template)
+        values = arm.load_parameters(args.parameters)
+        arm.check_parameters(template, values)
+        full = arm.with_defaults(template, values)
+        if args.location is None and price.arm_name(price.LOCATION) not in values:
+            raise DriverError(
+                f"{args.parameters} has no location and the template's default is the resource "
+                "group's region: pass --location REGION"
+            )
+        deployment = price.sizing(full, arm=True, region=args.location)
+    else:
+        from driver import terraform
+
+        if args.location is not None:
+            raise DriverError(
+                "--location is for --parameters: with --terraform-dir the region is the "
+                "location variable (--var location=REGION)"
+            )
+        values = terraform.input_values(
+            args.terraform_dir, parse_pairs(args.var, "--var"), args.var_file
+        )
+        try:
+            deployment = price.sizing(values, arm=False)
+        except DriverError as e:
+            raise DriverError(f"{args.terraform_dir}: {e}") from None
+    try:
+        prices = price.price_list(deployment.region, deployment.vm_sizes, url, prices_cache_dir())
+    except price.PricesUnavailable as e:
+        raise DriverError(f"price unknown: {unknown_line(url, e)}") from None
+    show(price.estimate(deployment, prices))
+    return EXIT_OK
+
+
+def unknown_line(url: str, reason: object) -> str:
+    return f"the Retail Prices API at {url} did not answer ({reason})"
+
+
+def show_for_up(values: Mapping[str, Any], arm_names: bool, url: str, region: str | None) -> None:
+    """The table before ``up`` asks for a yes; whatever goes wrong is one line and ``up`` goes
+    on (a price is information, never a reason to stop a deployment)."""
+    try:
+        deployment = price.sizing(values, arm=arm_names, region=region)
+    except DriverError as e:
+        say(f"Price unknown: {e}; going on without it.")
+        return
+    try:
+        prices = price.price_list(deployment.region, deployment.vm_sizes, url, prices_cache_dir())
+    except price.PricesUnavailable as e:
+        say(f"Price unknown: {unknown_line(url, e)}; going on without it.")
+        return
+    except OSError as e:  # the driver's home cannot be made
+        say(f"Price unknown: {e.strerror}: {e.filename}; going on without it.")
+        return
+    show(price.estimate(deployment, prices))
+
+
+def _money(value: float | None) -> str:
+    return "?" if value is None else f"{value:.4f}"
+
+
+def table(est: price.Estimate) -> list[str]:
+    """The price table's lines."""
+    prices = est.prices
+    when = prices.fetched_at.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    source = f"fetched {when} UTC" + (", cached" if prices.cached else "")
+    effective = f"effective {est.effective}; " if est.effective else ""
+    lines = [
+        f"Hourly price in {est.sizing.region} ({est.currency}; Azure retail prices, "
+        f"pay-as-you-go Linux VMs; {effective}{source}):"
+    ]
+    rows = [["pool", "VM size", "priced", "per VM", *WHICH]]
+    for line in est.lines:
+        pool = line.pool
+        rows.append(
+            [
+                pool.name,
+                pool.vm_size,
+                "Spot" if pool.spot else "regular",
+                "no price" if line.meter is None else _money(line.meter.price),
+                *(f"{n} = {_money(line.at(n))}" for n in pool.counts),
+            ]
+        )
+    totals = [est.total(i) for i in range(3)]
+    rows.append(["total", "", "", "", *("unknown" if t is None else _money(t) for t in totals)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = [
+            cell.ljust(w) if i < 3 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  " + "  ".join(cells).rstrip())
+    for pool in est.missing:
+        kind = "Spot" if pool.spot else "pay-as-you-go"
+        lines.append(
+            f"No Linux {kind} price for {pool.vm_size} in {est.sizing.region} in Azure's retail "
+            "prices: the totals with one or more of these VMs are unknown."
+        )
+    lines.append(NOT_INCLUDED)
+    return lines
+
+
+def show(est: price.Estimate) -> None:
+    print("\n".join(table(est)))
+    sys.stdout.flush()

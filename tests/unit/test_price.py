@@ -1,0 +1,272 @@
+"""`python -m driver price`: the hourly price of a deployment from Azure's Retail Prices API,
+asked of the fake API (tests/fakes/retail_prices.py: a real HTTP server on loopback with the
+real wire format, paging by NextPageLink): the table for both stacks' inputs with their own
+defaults, Spot pools, a size or region without a price, the hour-long cache, and the one-line
+answers when the API cannot be reached or the input is wrong."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from driver import price
+from fakes.retail_prices import FakeRetailPrices, vm_meters
+from support import REPO, error_lines, run_driver
+
+PARAMETERS = REPO / "infra" / "bicep" / "azuredeploy.parameters.json"
+TEMPLATE = REPO / "infra" / "bicep" / "azuredeploy.json"
+TFVARS = REPO / "infra" / "terraform" / "terraform.tfvars.example"
+STACK = REPO / "infra" / "terraform"
+
+FSV2 = "Virtual Machines FSv2 Series"
+NOW = datetime.datetime(2026, 11, 24, 12, 0, tzinfo=datetime.timezone.utc)
+ITEMS = [
+    *vm_meters("westeurope", "Standard_D4s_v5", 0.23, spot=0.046),
+    *vm_meters("westeurope", "Standard_F8s_v2", 0.40, spot=0.08, product=FSV2),
+    *vm_meters("eastus", "Standard_D4s_v5", 0.192, spot=0.0192),
+    # An older price, a price announced for later and a non-primary meter of the same size:
+    # the price in effect now is the newest one already started, on the primary meter.
+    *vm_meters("westeurope", "Standard_D4s_v5", 0.20, spot=0.04, effective="2024-01-01T00:00:00Z"),
+    *vm_meters("westeurope", "Standard_D4s_v5", 0.50, spot=0.10, effective="2099-01-01T00:00:00Z"),
+    *vm_meters("westeurope", "Standard_D4s_v5", 9.99, spot=9.99, primary=False),
+    # F8s_v2 has no Spot meter in northeurope.
+    *vm_meters("northeurope", "Standard_F8s_v2", 0.41, product=FSV2),
+]  # fmt: skip
+HEADER = re.compile(
+    r"^Hourly price in (?P<region>\w+) \(USD; Azure retail prices, pay-as-you-go Linux VMs; "
+    r"(?:effective (?P<effective>[\d-]+); )?fetched (?P<fetched>[\d-]+ [\d:]+) UTC"
+    r"(?P<cached>, cached)?\):$"
+)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeRetailPrices]:
+    with FakeRetailPrices(ITEMS, page_size=4) as api:
+        yield api
+
+
+def driver(url: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_driver(
+        "price", *args, home=home, env={"RAYDRIVER_PRICES_URL": url, "CHECKPOINT_DISABLE": "1"},
+        timeout=120,
+    )  # fmt: skip
+
+
+def parameters(tmp_path: Path, **values: Any) -> Path:
+    doc = json.loads(PARAMETERS.read_text())
+    doc["parameters"].update({k: {"value": v} for k, v in values.items()})
+    path = tmp_path / "my.parameters.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def rows(stdout: str) -> list[list[str]]:
+    """The table's rows (header line excluded), split on runs of two or more spaces."""
+    lines = stdout.splitlines()
+    assert HEADER.match(lines[0]), lines[0]
+    return [re.split(r" {2,}", line.strip()) for line in lines[1:] if line.startswith("  ")]
+
+
+def closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/api/retail/prices"
+
+
+# -- the table -------------------------------------------------------------------------------
+def test_bicep_defaults_priced_page_by_page(fake: FakeRetailPrices, tmp_path: Path) -> None:
+    r = driver(fake.url, tmp_path, "--parameters", str(PARAMETERS), "--location", "westeurope")
+    assert r.returncode == 0, r.stderr
+    header = HEADER.match(r.stdout.splitlines()[0])
+    assert header and header["region"] == "westeurope" and not header["cached"]
+    assert header["effective"] == "2025-06-01"
+    # azuredeploy.json's defaults: D4s_v5 head, 0/2/4 regular D4s_v5 workers; Windows, Low
+    # Priority, reservations, the non-primary meter, the old and the future price left out.
+    assert rows(r.stdout) == [
+        ["pool", "VM size", "priced", "per VM", "at minimum", "at default", "at maximum"],
+        ["head", "Standard_D4s_v5", "regular", "0.2300", "1 = 0.2300", "1 = 0.2300", "1 = 0.2300"],
+        ["workers", "Standard_D4s_v5", "regular", "0.2300", "0 = 0.0000", "2 = 0.4600",
+         "4 = 0.9200"],
+        ["total", "0.2300", "0.6900", "1.1500"],
+    ]  # fmt: skip
+    assert r.stdout.splitlines()[-1].startswith("Compute only: disks, public IP")
+    # One query, followed through its pages: the filter the real API takes, then NextPageLink.
+    filters = fake.filters()
+    assert filters[0] == (
+        "serviceName eq 'Virtual Machines' and priceType eq 'Consumption' and "
+        "armRegionName eq 'westeurope' and (armSkuName eq 'Standard_D4s_v5')"
+    )
+    assert len(fake.requests) >= 3 and set(filters) == {filters[0]}
+    assert [r.get("$skip") for r in fake.requests] == [None] + [
+        [str(4 * i)] for i in range(1, len(fake.requests))
+    ]
+
+
+def test_spot_workers_are_priced_at_spot(fake: FakeRetailPrices, tmp_path: Path) -> None:
+    given = parameters(
+        tmp_path, location="westeurope", workerVmSize="Standard_F8s_v2", workerSpotEnabled=True,
+        workerMinCount=1, workerDefaultCount=3, workerMaxCount=6,
+    )  # fmt: skip
+    r = driver(fake.url, tmp_path, "--parameters", str(given))
+    assert r.returncode == 0, r.stderr
+    assert rows(r.stdout)[1:] == [
+        ["head", "Standard_D4s_v5", "regular", "0.2300", "1 = 0.2300", "1 = 0.2300", "1 = 0.2300"],
+        ["workers", "Standard_F8s_v2", "Spot", "0.0800", "1 = 0.0800", "3 = 0.2400", "6 = 0.4800"],
+        ["total", "0.3100", "0.4700", "0.7100"],
+    ]  # fmt: skip
+    [query] = {f for f in fake.filters()}
+    assert "(armSkuName eq 'Standard_D4s_v5' or armSkuName eq 'Standard_F8s_v2')" in query
+
+
+def test_terraform_inputs_with_their_defaults_price_like_the_bicep_stack(
+    fake: FakeRetailPrices, tmp_path: Path
+) -> None:
+    """variables.tf's defaults under the tfvars file, resolved by terraform itself; `-var`
+    values (text on the command line) take the variable's type."""
+    r = driver(fake.url, tmp_path, "--terraform-dir", str(STACK), "--var-file", str(TFVARS))
+    assert r.returncode == 0, r.stderr
+    bicep = driver(fake.url, tmp_path, "--parameters", str(PARAMETERS), "--location", "westeurope")
+    assert rows(r.stdout) == rows(bicep.stdout)  # both stacks' defaults are the same cluster
+    r = driver(fake.url, tmp_path, "--terraform-dir", str(STACK), "--var-file", str(TFVARS),
+               "--var", "worker_spot_enabled=true", "--var", "worker_max_count=8")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert rows(r.stdout)[2] == [
+        "workers", "Standard_D4s_v5", "Spot", "0.0460", "0 = 0.0000", "2 = 0.0920", "8 = 0.3680"
+    ]  # fmt: skip
+
+
+def test_the_folders_own_tfvars_count_as_terraform_counts_them(
+    fake: FakeRetailPrices, tmp_path: Path
+) -> None:
+    stack = tmp_path / "stack"
+    stack.mkdir()
+    for name in ("variables.tf", "checks.tf"):
+        (stack / name).write_text((STACK / name).read_text())
+    (stack / "terraform.tfvars").write_text(TFVARS.read_text())
+    (stack / "spot.auto.tfvars").write_text('worker_spot_enabled = true\nlocation = "eastus"\n')
+    r = driver(fake.url, tmp_path, "--terraform-dir", str(stack))
+    assert r.returncode == 0, r.stderr
+    assert HEADER.match(r.stdout.splitlines()[0])["region"] == "eastus"  # type: ignore[index]
+    assert rows(r.stdout)[2][:4] == ["workers", "Standard_D4s_v5", "Spot", "0.0192"]
+
+
+def test_a_size_or_region_without_a_price(fake: FakeRetailPrices, tmp_path: Path) -> None:
+    given = parameters(tmp_path, location="northeurope", headVmSize="Standard_F8s_v2",
+                       workerVmSize="Standard_F8s_v2", workerSpotEnabled=True)  # fmt: skip
+    r = driver(fake.url, tmp_path, "--parameters", str(given))
+    assert r.returncode == 0, r.stderr
+    assert rows(r.stdout)[1:] == [
+        ["head", "Standard_F8s_v2", "regular", "0.4100", "1 = 0.4100", "1 = 0.4100", "1 = 0.4100"],
+        ["workers", "Standard_F8s_v2", "Spot", "no price", "0 = 0.0000", "2 = ?", "4 = ?"],
+        ["total", "0.4100", "unknown", "unknown"],
+    ]  # fmt: skip
+    assert (
+        "No Linux Spot price for Standard_F8s_v2 in northeurope in Azure's retail prices: the "
+        "totals with one or more of these VMs are unknown."
+    ) in r.stdout.splitlines()
+    r = driver(fake.url, tmp_path, "--parameters", str(PARAMETERS), "--location", "nowhere")
+    assert r.returncode == 0, r.stderr
+    assert [row[3] for row in rows(r.stdout)[1:3]] == ["no price", "no price"]
+    assert rows(r.stdout)[3] == ["total", "unknown", "unknown", "unknown"]
+    assert HEADER.match(r.stdout.splitlines()[0])["effective"] is None  # type: ignore[index]
+
+
+# -- the cache and the fallbacks ---------------------------------------------------------------
+def test_prices_are_cached_for_an_hour(fake: FakeRetailPrices, tmp_path: Path) -> None:
+    args = ("--parameters", str(PARAMETERS), "--location", "westeurope")
+    first = driver(fake.url, tmp_path, *args)
+    assert first.returncode == 0, first.stderr
+    asked = len(fake.requests)
+    fake.fail_with = 503
+    again = driver(fake.url, tmp_path, *args)
+    assert again.returncode == 0, again.stderr
+    assert len(fake.requests) == asked  # not asked again
+    assert HEADER.match(again.stdout.splitlines()[0])["cached"]  # type: ignore[index]
+    assert rows(again.stdout) == rows(first.stdout)
+    # An hour later the cache is stale: the API is asked, and its failure is one line.
+    [cache] = (tmp_path / "prices").iterdir()
+    saved = json.loads(cache.read_text())
+    fetched = datetime.datetime.fromisoformat(saved["fetched_at"])
+    saved["fetched_at"] = (fetched - datetime.timedelta(seconds=3601)).isoformat()
+    cache.write_text(json.dumps(saved))
+    late = driver(fake.url, tmp_path, *args)
+    assert late.returncode == 2 and late.stdout == ""
+    assert error_lines(late.stderr) == [
+        f"error: price unknown: the Retail Prices API at {fake.url} did not answer "
+        "(HTTP 503 Service Unavailable)"
+    ]
+    assert len(fake.requests) == asked + 1
+
+
+def test_without_network_the_price_is_unknown_in_one_line(tmp_path: Path) -> None:
+    url = closed_port_url()
+    r = driver(url, tmp_path, "--parameters", str(PARAMETERS), "--location", "westeurope")
+    assert r.returncode == 2 and r.stdout == ""
+    [line] = error_lines(r.stderr)
+    assert line.startswith(f"error: price unknown: the Retail Prices API at {url} did not answer (")
+    assert "Connection refused" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (("--parameters", str(PARAMETERS)), {},
+         "has no location and the template's default is the resource group's region: pass "
+         "--location REGION"),
+        (("--parameters", "/nonexistent.json", "--location", "x"), {},
+         "--parameters: cannot read /nonexistent.json"),
+        (("--parameters", str(PARAMETERS), "--var", "a=b"), {}, "--var/--var-file are Terraform's"),
+        (("--terraform-dir", str(STACK), "--location", "westeurope"), {},
+         "--location is for --parameters"),
+        (("--terraform-dir", "/nonexistent"), {}, "--terraform-dir: no such folder"),
+        (("--terraform-dir", str(STACK), "--var-file", str(TFVARS), "--var", "worker_max_count=0"),
+         {}, "worker_max_count must be a whole number from 1 to 100."),
+        (("--terraform-dir", str(STACK)), {}, "No value for required variable"),
+        ((), {}, "one of the arguments --terraform-dir --parameters is required"),
+        (("--parameters", str(PARAMETERS), "--location", "westeurope"),
+         {"RAYDRIVER_PRICES_URL": "ftp://example.org/prices"},
+         "$RAYDRIVER_PRICES_URL: expected the http(s):// URL of a Retail Prices API"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_asks_nothing(
+    fake: FakeRetailPrices, tmp_path: Path, args: tuple[str, ...], env: dict[str, str],
+    expected: str,
+) -> None:  # fmt: skip
+    r = run_driver("price", *args, home=tmp_path,
+                   env={"RAYDRIVER_PRICES_URL": fake.url, **env}, timeout=120)  # fmt: skip
+    assert r.returncode == 2, r.stdout
+    [line] = error_lines(r.stderr)
+    assert expected in line, line
+    assert fake.requests == []
+
+
+# -- the library -----------------------------------------------------------------------------
+def test_select_keeps_the_linux_pay_as_you_go_hour_in_effect() -> None:
+    meters = price.select(ITEMS, "westeurope", ["standard_d4s_v5"], NOW)
+    assert {k: (m.price, m.effective[:10]) for k, m in meters.items()} == {
+        ("standard_d4s_v5", False): (0.23, "2025-06-01"),
+        ("standard_d4s_v5", True): (0.046, "2025-06-01"),
+    }
+    windows_only = [i for i in ITEMS if "Windows" in i["productName"]]
+    assert price.select(windows_only, "westeurope", ["Standard_D4s_v5"], NOW) == {}
+
+
+def test_the_priced_variables_exist_in_both_stacks() -> None:
+    """price.HEAD and price.POOLS name Terraform variables; their camelCase is the Bicep/ARM
+    parameter. Both must exist, with the same defaults."""
+    declared_tf = re.findall(r'^variable "(\w+)"', (STACK / "variables.tf").read_text(), re.M)
+    arm = json.loads(TEMPLATE.read_text())["parameters"]
+    names = price.variable_names()
+    assert "worker_spot_enabled" in names and "head_vm_size" in names
+    for name in names:
+        assert name in declared_tf, name
+        assert price.arm_name(name) in arm, price.arm_name(name)

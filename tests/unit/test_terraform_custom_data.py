@@ -57,7 +57,7 @@ MAX_VALUE_LENGTHS = {
     "AUTOSCALER_MAX_WORKERS": 3,  # worker_max_count: 1-100
     "AUTOSCALER_IDLE_TIMEOUT_MINUTES": 4,  # ray_idle_timeout_minutes: 1-1440
     "AUTOSCALER_CLIENT_ID": len("00000000-0000-0000-0000-000000000000"),  # a GUID or empty
-    "ARM_ENDPOINT": 64,  # Terraform: the public cloud's; Bicep: environment().resourceManager
+    "ARM_ENDPOINT": 64,  # environment().resourceManager; Terraform: the same, by the vault's cloud
 }
 """The longest value each placeholder can receive from the stack's validated variables."""
 

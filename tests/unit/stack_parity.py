@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import subprocess
 import uuid
@@ -175,7 +176,7 @@ def terraform_console(expressions: list[str]) -> list[Any]:
             cwd=tmp,
             timeout=120,
             env={
-                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
                 "TF_CLI_CONFIG_FILE": "/dev/null",
                 "CHECKPOINT_DISABLE": "1",
                 "HOME": tmp,

@@ -258,6 +258,27 @@ class Lambda:
         return self.scope.child(bound).eval(self.body)
 
 
+# What environment() answers in each of Azure's clouds (`az cloud show -n NAME`; only the fields
+# the stacks and their tests read).
+CLOUDS: dict[str, dict[str, Any]] = {
+    "AzureCloud": {
+        "resourceManager": "https://management.azure.com/",
+        "authentication": {"loginEndpoint": "https://login.microsoftonline.com/"},
+        "suffixes": {"keyvaultDns": ".vault.azure.net"},
+    },
+    "AzureUSGovernment": {
+        "resourceManager": "https://management.usgovcloudapi.net/",
+        "authentication": {"loginEndpoint": "https://login.microsoftonline.us/"},
+        "suffixes": {"keyvaultDns": ".vault.usgovcloudapi.net"},
+    },
+    "AzureChinaCloud": {
+        "resourceManager": "https://management.chinacloudapi.cn/",
+        "authentication": {"loginEndpoint": "https://login.chinacloudapi.cn/"},
+        "suffixes": {"keyvaultDns": ".vault.azure.cn"},
+    },
+}
+
+
 @dataclass
 class Context:
     """What a deployment knows about where it runs."""
@@ -275,6 +296,8 @@ class Context:
     )
     runtime: Callable[[str, str], dict[str, Any]] | None = None
     """(resource type, resource id) -> the properties a deployed resource reports."""
+    cloud: str = "AzureCloud"
+    """The cloud deployed to: a key of CLOUDS, what environment() answers."""
 
     def resource_group_id(self) -> str:
         return f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}"
@@ -666,12 +689,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
         "tenantId": s.context.tenant_id,
     },
     "toobject": _to_object,
-    # The public cloud's endpoints (Azure's environment() there; only what the stacks read).
-    "environment": lambda s: {
-        "name": "AzureCloud",
-        "resourceManager": "https://management.azure.com/",
-        "authentication": {"loginEndpoint": "https://login.microsoftonline.com/"},
-    },
+    "environment": lambda s: {"name": s.context.cloud, **CLOUDS[s.context.cloud]},
     "uniquestring": _unique_string,
     "guid": _guid,
     "resourceid": _resource_id,

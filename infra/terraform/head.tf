@@ -86,4 +86,13 @@ resource "azurerm_linux_virtual_machine" "head" {
     azurerm_private_endpoint.key_vault,
     azurerm_private_dns_zone_virtual_network_link.key_vault,
   ]
+
+  lifecycle {
+    # The autoscaler's endpoint comes from the vault's cloud (locals.tf): refuse a cloud whose
+    # Resource Manager endpoint the stack does not know rather than send it to the wrong one.
+    precondition {
+      condition     = local.arm_endpoint != ""
+      error_message = "The Key Vault's URI ${azurerm_key_vault.this.vault_uri} names a cloud this stack does not know (Azure public, US Government, China): add its Key Vault DNS suffix and Resource Manager endpoint to local.arm_endpoints_by_key_vault_suffix."
+    }
+  }
 }

@@ -17,9 +17,16 @@
 
 data "azurerm_client_config" "current" {}
 
+# 64 hexadecimal characters (256 bits), the form the Bicep stack's token has (two newGuid()s
+# without their dashes, ARM's only random source): the only "special" characters allowed are
+# a-f, and digits the only other class.
 ephemeral "random_password" "cluster_token" {
-  length  = 48
-  special = false
+  length           = 64
+  upper            = false
+  lower            = false
+  numeric          = true
+  special          = true
+  override_special = "abcdef"
 }
 
 resource "azurerm_key_vault" "this" {
@@ -156,6 +163,7 @@ resource "azurerm_key_vault_secret" "cluster_token" {
   key_vault_id    = azurerm_key_vault.this.id
   content_type    = "text/plain"
   expiration_date = time_offset.cluster_token_expiry.rfc3339
+  tags            = var.tags
   # Write-only: the value is sent to Azure and kept neither in the plan nor in the state. A new
   # cluster_token_version writes a new token (then restart Ray on every node, or replace the
   # VMs: running nodes keep the token they read at boot).

@@ -41,8 +41,22 @@ locals {
     AUTOSCALER_MAX_WORKERS          = tostring(var.worker_max_count)
     AUTOSCALER_IDLE_TIMEOUT_MINUTES = tostring(var.ray_idle_timeout_minutes)
     AUTOSCALER_CLIENT_ID            = try(azurerm_user_assigned_identity.autoscaler[0].client_id, "")
-    ARM_ENDPOINT                    = "https://management.azure.com"
+    ARM_ENDPOINT                    = local.arm_endpoint
   }
+
+  # The autoscaler's Resource Manager endpoint, in the cloud the stack deploys to (Bicep:
+  # environment().resourceManager, these exact strings). The azurerm provider exposes no endpoint
+  # (data.azurerm_client_config carries ids only), but the vault's URI ends in its cloud's Key
+  # Vault DNS suffix (environment().suffixes.keyvaultDns), one per cloud: the provider's own
+  # `environment` (ARM_ENVIRONMENT) decides it, nothing here can disagree with it. Another cloud
+  # gives "", which the head's precondition refuses (head.tf).
+  arm_endpoints_by_key_vault_suffix = {
+    "vault.azure.net"         = "https://management.azure.com/"
+    "vault.usgovcloudapi.net" = "https://management.usgovcloudapi.net/"
+    "vault.azure.cn"          = "https://management.chinacloudapi.cn/"
+  }
+  key_vault_dns_suffix = one(regex("^https://[^./]+\\.([^/]+)/?$", azurerm_key_vault.this.vault_uri))
+  arm_endpoint         = lookup(local.arm_endpoints_by_key_vault_suffix, local.key_vault_dns_suffix, "")
 
   # The committed, rendered documents (python -m nodekit render writes them), with their one
   # placeholder filled. Sent as plain base64: Azure allows 87,380 base64 characters of custom

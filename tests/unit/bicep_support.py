@@ -50,6 +50,16 @@ DIFFERENT = {
     "fractional type, so Bicep takes whole percentages (same limits).",
     "scale_in_cpu_percent": "Same as scale_out_cpu_percent.",
 }
+# What the stacks decide besides their parameters (tests/unit/stack_parity.py reads each fact
+# from both stacks) and differ in: the fact and why. Every other fact is equal.
+BEHAVIOUR_DIFFERENT = {
+    "key_vault_name": "Both are `<prefix>-kv-` and a hash of the subscription, the resource "
+    "group and the prefix, 23 characters at most, but not the same hash: ARM has no sha1() and "
+    "Terraform no uniqueString(). Terraform takes the first 23 - 4 - length(prefix) hexadecimal "
+    "digits of sha1 (16 for `ray`), Bicep as many of uniqueString()'s 13 characters. The same "
+    "cluster gets another vault name from each stack; changing Terraform's would replace the "
+    "vault, and with it the token and every VM, of clusters already running.",
+}
 # Output names: Terraform's snake_case, Bicep's camelCase.
 OUTPUTS = {
     "head_public_ip": "headPublicIp",

@@ -92,8 +92,8 @@ def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, st
         "AUTOSCALER_IDLE_TIMEOUT_MINUTES": str(parameters.get("rayIdleTimeoutMinutes", 5)),
         # The autoscaler identity (the same mocked client id) only in ray mode.
         "AUTOSCALER_CLIENT_ID": CLIENT_ID if parameters.get("scalingMode") == "ray" else "",
-        # Terraform writes the public cloud's; Bicep environment().resourceManager, which
-        # armeval answers as the public cloud's (with its trailing slash).
+        # The public cloud's (armeval deploys there): Bicep's environment().resourceManager,
+        # Terraform's picked by the vault URI's suffix (stack_parity checks every cloud).
         "ARM_ENDPOINT": "https://management.azure.com/",
     }
 

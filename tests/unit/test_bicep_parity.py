@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +23,7 @@ from terraform_docs import outputs as tf_outputs
 from terraform_docs import variables as tf_variables
 
 from bicep_support import (
+    BEHAVIOUR_DIFFERENT,
     BICEP_ONLY,
     DIFFERENT,
     MAIN,
@@ -31,6 +35,19 @@ from bicep_support import (
     pycep,
     template,
 )
+from stack_parity import (
+    TF_TO_ARM,
+    _hcl,
+    bicep_tags,
+    expand,
+    parity_differences,
+    terraform_blocks,
+    terraform_console,
+    terraform_facts,
+    terraform_locals,
+)
+
+STACK = MAIN.parents[1] / "terraform"
 
 LIMITS = {"min_value": "minValue", "max_value": "maxValue", "min_length": "minLength",
           "max_length": "maxLength", "allowed": "allowedValues"}  # fmt: skip
@@ -233,3 +250,148 @@ def test_the_readme_table_is_the_table() -> None:
     assert bicep_only == set(BICEP_ONLY)
     outputs = dict(re.findall(r"^\| `([a-z_]+)` \| `([A-Za-z]+)` \|$", outputs_table, re.M))
     assert outputs == OUTPUTS
+
+
+# -- Terraform <-> Bicep, decision for decision (stack_parity) ----------------------------------
+def test_the_stacks_decide_alike_except_where_listed() -> None:
+    """Tags, the autoscaler's endpoint in every cloud, the token's form, the vault's name: read
+    from both stacks, equal except the listed differences (and each listed one still real)."""
+    found = parity_differences(STACK, template())
+    assert set(found) == set(BEHAVIOUR_DIFFERENT), found
+    facts = terraform_facts(STACK)
+    assert facts["arm_endpoint AzureUSGovernment"] == "https://management.usgovcloudapi.net/"
+    assert facts["cluster_token"] == {"length": 64, "alphabet": "0123456789abcdef"}
+    assert sum(k.startswith("tags ") for k in facts) >= 15
+
+
+def test_the_type_table_names_every_resource_type_of_the_terraform_stack() -> None:
+    declared = {t for t, _, _ in terraform_blocks(STACK, "resource")}
+    assert declared == set(TF_TO_ARM)
+    arm = {t for t in TF_TO_ARM.values() if t is not None}
+    assert arm - set(bicep_tags(template())) == {"Microsoft.Resources/resourceGroups"}
+
+
+def _copy_terraform(tmp_path: Path) -> Path:
+    stack = tmp_path / "terraform"
+    shutil.copytree(STACK, stack, ignore=shutil.ignore_patterns(".terraform*", "tests"))
+    return stack
+
+
+SECRET_TAGS = (
+    "  expiration_date = time_offset.cluster_token_expiry.rfc3339\n  tags            = var.tags\n"
+)
+TOKEN_48 = 'ephemeral "random_password" "cluster_token" {\n  length  = 48\n  special = false\n}\n'
+
+
+@pytest.mark.parametrize(
+    ("file", "edit", "reported"),
+    [
+        # Terraform's endpoint hard-coded to the public cloud's, as it was.
+        ("locals.tf",
+         lambda t: t.replace("= local.arm_endpoint\n", '= "https://management.azure.com"\n'),
+         {"arm_endpoint AzureCloud", "arm_endpoint AzureUSGovernment",
+          "arm_endpoint AzureChinaCloud"}),
+        # ... or to the right one in the public cloud only.
+        ("locals.tf",
+         lambda t: t.replace("= local.arm_endpoint\n", '= "https://management.azure.com/"\n'),
+         {"arm_endpoint AzureUSGovernment", "arm_endpoint AzureChinaCloud"}),
+        # The secret without the tags.
+        ("keyvault.tf",
+         lambda t: t.replace(SECRET_TAGS, SECRET_TAGS.split("  tags")[0]),
+         {"tags Microsoft.KeyVault/vaults/secrets"}),
+        # The token of 48 letters and digits.
+        ("keyvault.tf",
+         lambda t: re.sub(r'ephemeral "random_password" "cluster_token" \{.*?\n\}\n', TOKEN_48,
+                          t, flags=re.S),
+         {"cluster_token"}),
+    ],
+)  # fmt: skip
+def test_a_terraform_copy_with_a_difference_put_back_is_reported(
+    tmp_path: Path, file: str, edit: Any, reported: set[str]
+) -> None:
+    stack = _copy_terraform(tmp_path)
+    text = (stack / file).read_text()
+    changed = edit(text)
+    assert changed != text, "the edit no longer applies: update the test"
+    (stack / file).write_text(changed)
+    found = parity_differences(stack, template())
+    assert set(found) == set(BEHAVIOUR_DIFFERENT) | reported, found
+
+
+def _secret(doc: dict[str, Any]) -> dict[str, Any]:
+    return next(
+        r
+        for d in doc["resources"]
+        for r in d["properties"]["template"]["resources"]
+        if r["type"] == "Microsoft.KeyVault/vaults/secrets"
+    )
+
+
+@pytest.mark.parametrize(
+    ("edit", "reported"),
+    [
+        (lambda d: _secret(d).pop("tags"), {"tags Microsoft.KeyVault/vaults/secrets"}),
+        (lambda d: _secret(d).update(tags="[createObject()]"),
+         {"tags Microsoft.KeyVault/vaults/secrets"}),
+    ],
+)  # fmt: skip
+def test_a_template_with_a_difference_put_back_is_reported(edit: Any, reported: set[str]) -> None:
+    doc = copy.deepcopy(template())
+    edit(doc)
+    assert parity_differences(STACK, doc).keys() == set(BEHAVIOUR_DIFFERENT) | reported
+
+
+def test_a_template_whose_endpoint_is_the_public_clouds_is_reported() -> None:
+    text = json.dumps(template())
+    assert "environment().resourceManager" in text
+    doc = json.loads(
+        text.replace("environment().resourceManager", "'https://management.azure.com/'")
+    )
+    assert parity_differences(STACK, doc).keys() == set(BEHAVIOUR_DIFFERENT) | {
+        "arm_endpoint AzureUSGovernment",
+        "arm_endpoint AzureChinaCloud",
+    }
+
+
+@pytest.mark.slow  # the stand-in compiler takes 1-2 minutes on 2 shared cores
+def test_a_bicep_copy_with_a_difference_put_back_is_reported(tmp_path: Path) -> None:
+    """The secret's tags taken out of a copy of modules/keyvault.bicep, the copy compiled."""
+    from bicep_to_arm import Compiler
+
+    from bicep_support import REPO
+
+    for part in ("infra/bicep", "cloud-init/rendered"):
+        shutil.copytree(REPO / part, tmp_path / part)
+    module = tmp_path / "infra/bicep/modules/keyvault.bicep"
+    text = module.read_text()
+    secret = text.index("resource secret ")
+    changed = text[:secret] + text[secret:].replace("  tags: tags\n", "", 1)
+    assert changed != text
+    module.write_text(changed)
+    doc = Compiler(tmp_path / "infra/bicep/main.bicep").template()
+    assert parity_differences(STACK, doc).keys() == set(BEHAVIOUR_DIFFERENT) | {
+        "tags Microsoft.KeyVault/vaults/secrets"
+    }
+
+
+def test_terraform_refuses_a_cloud_whose_endpoint_it_does_not_know() -> None:
+    """A vault URI of another cloud (Azure Germany, retired) gives no endpoint, and the head's
+    precondition refuses an empty one."""
+    values = terraform_locals(STACK)
+    endpoint = expand(
+        _hcl(values["deploy_values"]["ARM_ENDPOINT"]),
+        values,
+        {"azurerm_key_vault.this.vault_uri": "https://ray-kv-0123.vault.microsoftazure.de/"},
+    )
+    assert terraform_console([endpoint]) == [""]
+    [head] = [b for t, _, b in terraform_blocks(STACK, "resource") if t.endswith("_machine")]
+    [precondition] = head["lifecycle"][0]["precondition"]
+    assert precondition["condition"] == '${local.arm_endpoint != ""}'
+
+
+def test_the_readme_lists_the_differences_of_decision() -> None:
+    from bicep_support import BICEP
+
+    section = (BICEP / "README.md").read_text().split("## Terraform and Bicep, decision for")[1]
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| (.+) \|$", section, re.M))
+    assert rows == BEHAVIOUR_DIFFERENT

@@ -57,7 +57,7 @@ MAX_VALUE_LENGTHS = {
     "AUTOSCALER_MAX_WORKERS": 3,  # worker_max_count: 1-100
     "AUTOSCALER_IDLE_TIMEOUT_MINUTES": 4,  # ray_idle_timeout_minutes: 1-1440
     "AUTOSCALER_CLIENT_ID": len("00000000-0000-0000-0000-000000000000"),  # a GUID or empty
-    "ARM_ENDPOINT": 64,  # Terraform: the public cloud's; Bicep: environment().resourceManager
+    "ARM_ENDPOINT": 64,  # environment().resourceManager; Terraform: the same, by the vault's cloud
 }
 """The longest value each placeholder can receive from the stack's validated variables."""
 
@@ -182,7 +182,10 @@ def test_cluster_token_is_ephemeral_and_reaches_only_the_write_only_secret() -> 
     doc = keyvault()
     [token] = blocks(doc, "ephemeral", "random_password").values()
     assert token["length"] >= 32  # the placeholder contract: a Ray token of 32+ characters
-    assert token.get("special") is False  # letters and digits: safe in any file or header
+    # Letters and digits only, safe in any file or header: its "special" characters are a-f.
+    from stack_parity import terraform_token
+
+    assert terraform_token(STACK)["alphabet"] == "0123456789abcdef"
     [secret] = blocks(doc, "resource", "azurerm_key_vault_secret").values()
     assert secret["value_wo"] == "${ephemeral.random_password.cluster_token.result}"
     assert "value" not in secret, "the token must never be a (stored) secret value"

@@ -392,7 +392,8 @@ run "custom_data_is_filled" {
           AUTOSCALER_MAX_WORKERS          = "4"
           AUTOSCALER_IDLE_TIMEOUT_MINUTES = "5"
           AUTOSCALER_CLIENT_ID            = ""
-          ARM_ENDPOINT                    = "https://management.azure.com"
+          # The public cloud's, picked by the mocked vault URI's suffix (vault.azure.net).
+          ARM_ENDPOINT = "https://management.azure.com/"
         },
       ]
     ]))

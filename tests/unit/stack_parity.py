@@ -1,0 +1,347 @@
+"""What the two stacks decide besides their parameters, read from each stack the same way, so
+that a difference between them is found: every fact that differs must be listed, with its
+reason, in bicep_support.BEHAVIOUR_DIFFERENT (shown in infra/bicep/README.md).
+
+The facts, each computed from a Terraform directory and from a compiled ARM template (so a test
+can hand in a copy of either with a difference put back):
+
+- ``tags <ARM type>``: for every Azure resource type both stacks create, whether its resources
+  carry the stack's tags input (``var.tags`` / ``parameters('tags')``), not some other or none.
+- ``arm_endpoint <cloud>``: the autoscaler's Resource Manager endpoint (deploy value
+  ARM_ENDPOINT) in each of Azure's clouds: Bicep deployed by tests/armeval.py with that cloud's
+  environment(); Terraform's expression evaluated by the real ``terraform console`` with a vault
+  URI of that cloud (the only place the azurerm provider shows which cloud it talks to).
+- ``cluster_token``: the length and alphabet of the generated token (Terraform: the ephemeral
+  random_password's arguments as the random provider reads them; Bicep: the parameter's default
+  evaluated with random GUIDs).
+- ``key_vault_name``: the vault name's shape for one prefix and which inputs change it
+  (Terraform evaluated by ``terraform console``; Bicep deployed by armeval).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import uuid
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import hcl2
+import yaml
+
+from armeval import CLOUDS
+from bicep_support import deploy_template
+from nodekit import render
+
+# Every resource type of the Terraform stack and the Azure resource type it creates (None: no
+# Azure resource of its own: a property of another, or not Azure at all). A test holds this
+# table to the types the stack declares.
+TF_TO_ARM: dict[str, str | None] = {
+    "azurerm_resource_group": "Microsoft.Resources/resourceGroups",
+    "azurerm_virtual_network": "Microsoft.Network/virtualNetworks",
+    "azurerm_subnet": "Microsoft.Network/virtualNetworks/subnets",
+    "azurerm_network_security_group": "Microsoft.Network/networkSecurityGroups",
+    "azurerm_subnet_network_security_group_association": None,
+    "azurerm_public_ip": "Microsoft.Network/publicIPAddresses",
+    "azurerm_nat_gateway": "Microsoft.Network/natGateways",
+    "azurerm_nat_gateway_public_ip_association": None,
+    "azurerm_subnet_nat_gateway_association": None,
+    "azurerm_network_interface": "Microsoft.Network/networkInterfaces",
+    "azurerm_linux_virtual_machine": "Microsoft.Compute/virtualMachines",
+    "azurerm_linux_virtual_machine_scale_set": "Microsoft.Compute/virtualMachineScaleSets",
+    "azurerm_monitor_autoscale_setting": "Microsoft.Insights/autoscalesettings",
+    "azurerm_user_assigned_identity": "Microsoft.ManagedIdentity/userAssignedIdentities",
+    "azurerm_role_assignment": "Microsoft.Authorization/roleAssignments",
+    "azurerm_key_vault": "Microsoft.KeyVault/vaults",
+    "azurerm_key_vault_secret": "Microsoft.KeyVault/vaults/secrets",
+    "azurerm_private_dns_zone": "Microsoft.Network/privateDnsZones",
+    "azurerm_private_dns_zone_virtual_network_link": (
+        "Microsoft.Network/privateDnsZones/virtualNetworkLinks"
+    ),
+    "azurerm_private_endpoint": "Microsoft.Network/privateEndpoints",
+    "terraform_data": None,
+    "time_sleep": None,
+    "time_offset": None,
+}
+
+# The random provider's own default set of special characters (random_password, 3.7).
+RANDOM_SPECIAL = "!@#$%&*()-_=+[]{}<>:?"
+REQUIRED = {
+    "allowedSshCidrs": ["203.0.113.7/32"],
+    "adminSshPublicKey": (
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIP4S9mbJDa3rbswrgZDZPW0SvS6zPUB0LvnB0IkRZLgc a@b"
+    ),
+}
+# The inputs a vault name may follow, and two values of each.
+NAME_INPUTS = {
+    "subscription": (
+        "00000000-0000-4000-8000-000000000002",
+        "00000000-0000-4000-8000-00000000000f",
+    ),
+    "resource_group": ("ray-rl-rg", "other-rg"),
+    "name_prefix": ("ray", "rlx"),
+}
+
+
+def _unquote(key: str) -> str:
+    return key[1:-1] if len(key) >= 2 and key[0] == key[-1] == '"' else key
+
+
+# -- Terraform ------------------------------------------------------------------------------------
+@cache
+def _parse(text: str) -> dict[str, Any]:
+    parsed: dict[str, Any] = hcl2.loads(text)
+    return parsed
+
+
+def terraform_blocks(stack: Path, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(type, name, body) of every ``kind`` block (resource, ephemeral) in the stack's .tf files."""
+    found = []
+    for path in sorted(stack.glob("*.tf")):
+        for block in _parse(path.read_text()).get(kind, []):
+            for rtype, instances in block.items():
+                for name, body in instances.items():
+                    found.append((_unquote(rtype), _unquote(name), body))
+    return found
+
+
+def terraform_locals(stack: Path) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for path in sorted(stack.glob("*.tf")):
+        for block in _parse(path.read_text()).get("locals", []):
+            found.update({k: v for k, v in block.items() if not k.startswith("__")})
+    return found
+
+
+def _single_interpolation(text: str) -> str | None:
+    """The inner expression of ``${...}`` when the whole text is one interpolation."""
+    if not (text.startswith("${") and text.endswith("}")):
+        return None
+    depth = 0
+    for i, c in enumerate(text[1:], 1):
+        depth += c == "{"
+        depth -= c == "}"
+        if depth == 0:
+            return text[2:-1] if i == len(text) - 1 else None
+    return None
+
+
+def _hcl(value: Any) -> str:
+    """hcl2's rendering of a value -> HCL expression text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    if isinstance(value, str):
+        inner = _single_interpolation(value)
+        return f"({inner})" if inner is not None else value
+    if isinstance(value, list):
+        return "[" + ", ".join(_hcl(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = [f"{k} = {_hcl(v)}" for k, v in value.items() if not k.startswith("__")]
+        return "{" + ", ".join(items) + "}"
+    raise TypeError(f"no HCL for {value!r}")
+
+
+def expand(text: str, local_values: Mapping[str, Any], given: Mapping[str, str]) -> str:
+    """An expression with its references replaced: ``given`` (a reference -> a string value),
+    then ``local.X`` by X's own expression, recursively. Any reference left over stays, and
+    terraform console refuses it: nothing is guessed."""
+    for ref in sorted(given, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w.]){re.escape(ref)}(?![\w])", f"({json.dumps(given[ref])})", text)
+
+    def local(m: re.Match[str]) -> str:
+        return f"({expand(_hcl(local_values[m[1]]), local_values, given)})"
+
+    return re.sub(r"(?<![\w.])local\.([A-Za-z0-9_]+)", local, text)
+
+
+def terraform_console(expressions: list[str]) -> list[Any]:
+    """The values of pure expressions, by the real terraform binary (an empty configuration
+    needs no provider and no init). Read from a pipe, the console prints its last answer only:
+    one list holds them all."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result = subprocess.run(
+            ["terraform", "console"],
+            input=f"jsonencode([{', '.join(expressions)}])\n",
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+            timeout=120,
+            env={
+                "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+                "TF_CLI_CONFIG_FILE": "/dev/null",
+                "CHECKPOINT_DISABLE": "1",
+                "HOME": tmp,
+            },
+        )
+    assert result.returncode == 0, f"terraform console: {result.stderr[-2000:]}"
+    values: list[Any] = json.loads(json.loads(result.stdout))
+    assert len(values) == len(expressions), result.stdout
+    return values
+
+
+def _tag_state(value: Any, stack_tags: str) -> str:
+    if value is None:
+        return "no tags"
+    return "the stack's tags" if value == stack_tags else f"other tags: {value}"
+
+
+def terraform_tags(stack: Path) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for rtype, _, body in terraform_blocks(stack, "resource"):
+        arm = TF_TO_ARM[rtype]
+        if arm is not None:
+            found.setdefault(arm, set()).add(_tag_state(body.get("tags"), "${var.tags}"))
+    return found
+
+
+def terraform_token(stack: Path) -> dict[str, Any]:
+    [body] = [b for t, n, b in terraform_blocks(stack, "ephemeral") if t == "random_password"]
+    [secret] = [b for t, _, b in terraform_blocks(stack, "resource") if t.endswith("_secret")]
+    source = secret.get("value_wo", secret.get("value"))
+    if source != "${ephemeral.random_password.cluster_token.result}":
+        return {"length": None, "alphabet": f"not the password as it is: {source}"}
+    classes = {
+        "upper": "ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+        "lower": "abcdefghijklmnopqrstuvwxyz",
+        "numeric": "0123456789",
+        "special": _unquote(body.get("override_special", json.dumps(RANDOM_SPECIAL))),
+    }
+    alphabet = "".join(chars for name, chars in classes.items() if body.get(name, True))
+    return {"length": body["length"], "alphabet": "".join(sorted(set(alphabet)))}
+
+
+def terraform_facts(stack: Path) -> dict[str, Any]:
+    facts: dict[str, Any] = {f"tags {t}": sorted(s) for t, s in terraform_tags(stack).items()}
+    values = terraform_locals(stack)
+    endpoint = _hcl(values["deploy_values"]["ARM_ENDPOINT"])
+    name = _hcl(values["key_vault_name"])
+    clouds = list(CLOUDS)
+    expressions = [
+        expand(endpoint, values, {"azurerm_key_vault.this.vault_uri":
+                                  f"https://ray-kv-0123{CLOUDS[c]['suffixes']['keyvaultDns']}/"})
+        for c in clouds
+    ]  # fmt: skip
+    variants = _name_variants()
+    for inputs in variants:
+        given = {
+            "data.azurerm_client_config.current.subscription_id": inputs["subscription"],
+            "local.resource_group_name": inputs["resource_group"],
+            "var.name_prefix": inputs["name_prefix"],
+        }
+        expressions.append(expand(name, values, given))
+    answers = terraform_console(expressions)
+    facts.update({f"arm_endpoint {c}": v for c, v in zip(clouds, answers, strict=False)})
+    facts["cluster_token"] = terraform_token(stack)
+    facts["key_vault_name"] = _name_fact(variants, answers[len(clouds) :])
+    return facts
+
+
+# -- Bicep (the compiled template) ----------------------------------------------------------------
+def bicep_tags(doc: dict[str, Any]) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+
+    def walk(template: dict[str, Any]) -> None:
+        for r in template["resources"]:
+            inner = r.get("properties", {}).get("template")
+            if r["type"] == "Microsoft.Resources/deployments" and inner is not None:
+                walk(inner)
+                continue
+            state = _tag_state(r.get("tags"), "[parameters('tags')]")
+            found.setdefault(r["type"], set()).add(state)
+            for _ in r.get("properties", {}).get("subnets", []):
+                found.setdefault(f"{r['type']}/subnets", set()).add("no tags")
+
+    walk(doc)
+    return found
+
+
+def _deploy_values(d: Any) -> dict[str, str]:
+    [module] = [n for n in d.module_parameters if n.endswith("-head")]
+    document = yaml.safe_load(base64.b64decode(d.module_parameters[module]["customData"]))
+    [entry] = [e for e in document["write_files"] if e["path"].endswith("/deploy.json")]
+    return render.decode_deploy_values(entry["content"])
+
+
+def bicep_token(doc: dict[str, Any], samples: int = 8) -> dict[str, Any]:
+    tokens = []
+    for _ in range(samples):
+        d = deploy_template(REQUIRED, json.dumps(doc), new_guids=[str(uuid.uuid4()) for _ in "ab"])
+        assert not d.refused, d.refused
+        [module] = [n for n in d.module_parameters if n.endswith("-keyvault")]
+        tokens.append(d.module_parameters[module]["clusterToken"])
+    lengths = {len(t) for t in tokens}
+    return {
+        "length": lengths.pop() if len(lengths) == 1 else sorted(lengths),
+        "alphabet": "".join(sorted(set("".join(tokens)))),
+    }
+
+
+def bicep_facts(doc: dict[str, Any]) -> dict[str, Any]:
+    facts: dict[str, Any] = {f"tags {t}": sorted(s) for t, s in bicep_tags(doc).items()}
+    text = json.dumps(doc)
+    for cloud in CLOUDS:
+        d = deploy_template(REQUIRED, text, cloud=cloud)
+        assert not d.refused, d.refused
+        facts[f"arm_endpoint {cloud}"] = _deploy_values(d)["ARM_ENDPOINT"]
+    facts["cluster_token"] = bicep_token(doc)
+    variants = _name_variants()
+    names = []
+    for inputs in variants:
+        d = deploy_template(
+            {**REQUIRED, "namePrefix": inputs["name_prefix"]},
+            text,
+            subscription_id=inputs["subscription"],
+            resource_group=inputs["resource_group"],
+        )
+        [vault] = [r for r in d.resources if r["type"] == "Microsoft.KeyVault/vaults"]
+        names.append(vault["name"])
+    facts["key_vault_name"] = _name_fact(variants, names)
+    return facts
+
+
+# -- the comparison -------------------------------------------------------------------------------
+def _name_variants() -> list[dict[str, str]]:
+    """The first value of every input, then each input changed alone."""
+    base = {k: v[0] for k, v in NAME_INPUTS.items()}
+    return [base] + [{**base, k: v[1]} for k, v in NAME_INPUTS.items()]
+
+
+def _name_fact(variants: list[dict[str, str]], names: list[str]) -> dict[str, Any]:
+    """The name for the first variant with its hash shown as '#', and the inputs that change it
+    besides the prefix written into it."""
+    prefix = variants[0]["name_prefix"]
+    first = names[0]
+    shape = first
+    if first.startswith(f"{prefix}-kv-"):
+        shape = f"{prefix}-kv-" + "#" * (len(first) - len(prefix) - 4)
+    suffix = [n.rsplit("-", 1)[-1] for n in names]
+    follows = sorted(k for k, s in zip(NAME_INPUTS, suffix[1:], strict=False) if s != suffix[0])
+    return {"shape": shape, "length": len(first), "hash follows": follows}
+
+
+@cache
+def _template_facts(text: str) -> dict[str, Any]:
+    return bicep_facts(json.loads(text))
+
+
+def parity_differences(stack: Path, doc: dict[str, Any]) -> dict[str, str]:
+    """fact -> what each stack decides, for the facts where they differ (a type only one stack
+    creates is not a difference of tagging)."""
+    tf = terraform_facts(stack)
+    bicep = _template_facts(json.dumps(doc, sort_keys=True))
+    out = {}
+    for key in sorted(set(tf) | set(bicep)):
+        if key.startswith("tags ") and (key not in tf or key not in bicep):
+            continue
+        if tf.get(key) != bicep.get(key):
+            out[key] = f"Terraform {tf.get(key)!r}, Bicep {bicep.get(key)!r}"
+    return out

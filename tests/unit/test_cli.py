@@ -8,6 +8,7 @@ import pytest
 
 from driver.cli import build_parser, main
 from driver.localray import LocalRay
+from driver.settings import MAX_RETRIES
 from support import FIXTURES, error_lines, run_driver
 
 VERBS = ("submit", "status", "logs", "stop", "list", "local")
@@ -65,6 +66,41 @@ def test_submit_non_python_file_exits_2(tmp_path: Path) -> None:
     target = tmp_path / "notes.txt"
     target.write_text("hello")
     assert main(["submit", str(target)]) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["list", "--connect-timeout", "0"],
+            "argument --connect-timeout: expected seconds above 0",
+        ),
+        (
+            ["list", "--retries", str(MAX_RETRIES + 1)],
+            f"argument --retries: expected at most {MAX_RETRIES} retries, got {MAX_RETRIES + 1}",
+        ),
+        (["submit", ""], "argument SCRIPT: the script is empty (an unset shell variable?)"),
+        (["submit", "  "], "argument SCRIPT: the script is empty (an unset shell variable?)"),
+    ],
+)
+def test_values_that_cannot_work_are_one_line_usage_errors(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """A connect timeout of 0 fails every attempt, a million retries are a typo, an empty SCRIPT
+    names nothing: each is refused before anything is started, in one line, exit 2."""
+    r = run_driver(*args, home=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+    assert not LocalRay(tmp_path).state_file.exists()
+
+
+def test_the_smallest_and_largest_sensible_values_are_accepted() -> None:
+    ns = build_parser().parse_args(
+        ["list", "--connect-timeout", "0.5", "--retries", str(MAX_RETRIES)]
+    )
+    assert (ns.connect_timeout, ns.retries) == (0.5, MAX_RETRIES)
 
 
 def test_bad_env_pair_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

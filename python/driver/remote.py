@@ -107,6 +107,10 @@ def wait_until_ready(
         time.sleep(max(0.0, min(poll, timeout - elapsed)))
 
 
+MIN_RECONNECT_ATTEMPT_S = 1.0
+"""The shortest connect timeout a reconnection attempt gets; none starts with less budget left."""
+
+
 class RemoteCluster:
     """The cluster behind one head, reached through one SSH connection (a context manager)."""
 
@@ -230,32 +234,50 @@ class RemoteCluster:
         self.session = SshSession.connect(self.head, self.ssh_options, self.progress)
 
     def reconnect(self, reason: str) -> None:
-        """After the connection broke: a fresh one, retried with back-off for at most
-        ``reconnect_timeout`` seconds; :class:`ConnectionLost` if none can be had."""
+        """After the connection broke: a fresh one, retried with back-off (1, 2, 4… s) for at
+        most ``reconnect_timeout`` seconds; :class:`ConnectionLost` if none can be had.
+
+        Each attempt's connect timeout is cut to what is left of the budget, so a head that
+        accepts connections but never answers (a frozen sshd) costs the budget, not more.
+        """
         budget = self.reconnect_timeout
+        # The watchdog's verdict is the cause; what failed because of it (a request through the
+        # tunnel) is not news.
+        reason = self.session.lost_because or reason
         self.progress(
             f"lost the connection to {self.head.endpoint} ({reason}); reconnecting for up to "
             f"{budget:.0f} s"
         )
         deadline = time.monotonic() + budget
         delay, last = 1.0, reason
-        quick = dataclasses.replace(self.ssh_options, retries=0)
         while True:
             self._jobs = None
             self.session.close()
+            left = deadline - time.monotonic()
+            attempt = dataclasses.replace(
+                self.ssh_options,
+                retries=0,
+                connect_timeout=min(
+                    self.ssh_options.connect_timeout, max(left, MIN_RECONNECT_ATTEMPT_S)
+                ),
+            )
             try:
-                self.session = SshSession.connect(self.head, quick, self.progress)
+                self.session = SshSession.connect(self.head, attempt, self.progress)
                 self.jobs()
                 self.progress(f"reconnected to {self.head.endpoint}")
                 return
             except ConnectionLost as e:
                 last = e.message
-            if time.monotonic() + delay > deadline:
+            left = deadline - time.monotonic()
+            if left < MIN_RECONNECT_ATTEMPT_S:
                 raise ConnectionLost(
                     f"lost the connection to {self.head.endpoint} and could not reconnect "
                     f"within {budget:.0f} s ({last})"
                 )
-            time.sleep(delay)
+            # The last wait is cut so that one more attempt fits in the budget.
+            wait = min(delay, left - MIN_RECONNECT_ATTEMPT_S)
+            self.progress(f"not reconnected yet ({last}); next try in {wait:.0f} s")
+            time.sleep(wait)
             delay = min(delay * 2, 30.0)
 
     # -- the rest of the verbs -------------------------------------------------------------

@@ -47,6 +47,9 @@ so a job never goes to another cluster than the one the driver found."""
 # -- defaults ----------------------------------------------------------------------------------
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_RETRIES = 3
+MAX_RETRIES = 100
+"""With back-off up to 15 s between them, 100 retries are about 25 minutes of trying: more is a
+typo, not a plan (``--ready-timeout`` is the way to wait long for a head)."""
 DEFAULT_READY_TIMEOUT_S = 900.0
 """A fresh VM installs Python, Ray and torch before Ray starts: several minutes."""
 DEFAULT_RECONNECT_TIMEOUT_S = 300.0
@@ -144,6 +147,21 @@ def parse_seconds(text: str) -> float:
         raise ValueError(f"expected seconds, got {text!r}") from None
     if not math.isfinite(value) or value < 0 or value > MAX_SECONDS:
         raise ValueError(f"expected seconds from 0 to {MAX_SECONDS:.0f}, got {text}")
+    return value
+
+
+def parse_timeout(text: str) -> float:
+    """Seconds to wait for an answer: like :func:`parse_seconds`, but 0 would fail every try."""
+    value = parse_seconds(text)
+    if value <= 0:
+        raise ValueError(f"expected seconds above 0 (every attempt would fail), got {text}")
+    return value
+
+
+def parse_retries(text: str) -> int:
+    value = parse_count(text)
+    if value > MAX_RETRIES:
+        raise ValueError(f"expected at most {MAX_RETRIES} retries, got {value}")
     return value
 
 

@@ -53,9 +53,11 @@ class SshOptions:
     known_hosts: Path | None = None
     """The driver's own known_hosts (default: in the driver home)."""
     keepalive_s: float = DEFAULT_CONNECT_TIMEOUT_S
-    """Send a keepalive after this many quiet seconds."""
+    """Ask the head for an answer (an SSH keepalive it must reply to) after this many seconds in
+    which it sent nothing."""
     dead_after_s: float = 3 * DEFAULT_CONNECT_TIMEOUT_S
-    """Declare the connection dead when the head acknowledges nothing for this long."""
+    """Declare the connection dead when the head sends nothing, not even those answers, for this
+    long (a frozen sshd whose kernel still acknowledges every packet; a silent network)."""
     system_known_hosts: Path | None = None
     """OpenSSH's file (default: ~/.ssh/known_hosts), read only."""
 
@@ -122,12 +124,23 @@ class CommandResult:
 class SshSession:
     """An authenticated connection to the head. Use :meth:`connect`; always :meth:`close`."""
 
-    def __init__(self, head: HeadAddress, client: paramiko.SSHClient) -> None:
+    def __init__(
+        self, head: HeadAddress, client: paramiko.SSHClient, options: SshOptions | None = None
+    ) -> None:
         self.head = head
         self._client = client
         self._sftp: paramiko.SFTPClient | None = None
         self._sftp_opening: threading.Thread | None = None
         self._forwards: list[Forward] = []
+        self._watchdog: _Watchdog | None = None
+        transport = client.get_transport()
+        if options is not None and transport is not None and isinstance(transport.sock, _Clocked):
+            self._watchdog = _Watchdog(transport, transport.sock, options)
+
+    @property
+    def lost_because(self) -> str | None:
+        """Why the watchdog gave the connection up (None while it has not)."""
+        return self._watchdog.reason if self._watchdog is not None else None
 
     def __enter__(self) -> SshSession:
         return self
@@ -152,7 +165,7 @@ class SshSession:
         reason = ""
         for attempt in range(1, attempts + 1):
             try:
-                return cls(head, _connect_once(head, options, progress))
+                return cls(head, _connect_once(head, options, progress), options)
             except _Transient as e:
                 reason = str(e)
             if attempt < attempts:
@@ -175,7 +188,8 @@ class SshSession:
     def transport(self) -> paramiko.Transport:
         t = self._client.get_transport()
         if t is None or not t.is_active():
-            raise ConnectionLost(f"the SSH connection to {self.head.endpoint} was lost")
+            why = f" ({self.lost_because})" if self.lost_because else ""
+            raise ConnectionLost(f"the SSH connection to {self.head.endpoint} was lost{why}")
         return t
 
     def alive(self) -> bool:
@@ -351,6 +365,8 @@ class SshSession:
     # -- closing ---------------------------------------------------------------------------
     def close(self) -> None:
         """Close forwards, SFTP and the connection, and wait for their threads to end."""
+        if self._watchdog is not None:
+            self._watchdog.stop()
         for fwd in self._forwards:
             fwd.close()
         self._forwards.clear()
@@ -378,6 +394,94 @@ def _close_client(client: paramiko.SSHClient) -> None:
     # paramiko's close() does not always wait for its reader thread; do, so none outlives us.
     if transport is not None and transport is not threading.current_thread():
         transport.join(timeout=5)
+
+
+class _Clocked(socket.socket):
+    """The connection's socket, remembering when it last received anything from the head.
+
+    paramiko reads the connection only through ``recv`` (in its transport thread); the time of
+    the last byte is what :class:`_Watchdog` judges the head by.
+    """
+
+    last_received: float
+
+    @classmethod
+    def wrap(cls, sock: socket.socket) -> _Clocked:
+        timeout = sock.gettimeout()
+        clocked = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        clocked.settimeout(timeout)
+        clocked.last_received = time.monotonic()
+        return clocked
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data = super().recv(bufsize, flags)
+        if data:
+            self.last_received = time.monotonic()
+        return data
+
+
+KEEPALIVE_REQUEST = "keepalive@openssh.com"
+"""The global request OpenSSH's client sends for ServerAliveInterval; sshd answers it (with a
+failure, which is all the answer needed)."""
+
+
+class _Watchdog:
+    """Keepalives the head must answer, and a deadline for its silence.
+
+    paramiko's own keepalive asks for no answer, and the kernel of a head whose sshd is frozen
+    (overloaded, stopped, swapping) still acknowledges every packet, so neither TCP keepalives
+    nor TCP_USER_TIMEOUT ever fire. Here what counts is what the head *sends*: after
+    ``keepalive_s`` without a byte from it, ask for an answer (again every ``keepalive_s``);
+    after ``dead_after_s`` without one, shut the socket down. paramiko then closes the
+    transport and its channels, so whatever waits on the connection fails at once and the
+    caller reconnects (or says the job keeps running).
+    """
+
+    def __init__(self, transport: paramiko.Transport, sock: _Clocked, options: SshOptions) -> None:
+        self._transport, self._sock = transport, sock
+        self.keepalive_s = max(0.1, options.keepalive_s)
+        self.dead_after_s = max(self.keepalive_s, options.dead_after_s)
+        self.reason: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="raydriver-ssh-watchdog", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        tick = min(0.5, self.keepalive_s / 4)
+        asked = 0.0
+        while not self._stop.wait(tick):
+            if not self._transport.is_active():
+                return
+            now = time.monotonic()
+            quiet = now - self._sock.last_received
+            if quiet >= self.dead_after_s:
+                self.reason = (
+                    f"the head sent nothing for {self.dead_after_s:g} s, not even an answer to "
+                    "a keepalive"
+                )
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_RDWR)
+                return
+            if quiet >= self.keepalive_s and now - asked >= self.keepalive_s:
+                asked = now
+                self._ask()
+
+    def _ask(self) -> None:
+        m = paramiko.Message()
+        m.add_byte(paramiko.common.cMSG_GLOBAL_REQUEST)
+        m.add_string(KEEPALIVE_REQUEST)
+        m.add_boolean(True)  # want a reply: the point of asking
+        # Transport.global_request(wait=False) would ask for no reply, and wait=True blocks
+        # this thread until one comes; _send_user_message is what paramiko's channels send with.
+        with contextlib.suppress(Exception):
+            self._transport._send_user_message(m)  # type: ignore[attr-defined]
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
 
 
 def _tune_socket(sock: socket.socket, options: SshOptions) -> None:
@@ -443,6 +547,8 @@ def _connect_once(head: HeadAddress, options: SshOptions, progress: Progress) ->
         raise _Transient(e.strerror or str(e)) from None
 
     _tune_socket(sock, options)
+    sock = _Clocked.wrap(sock)
+    started = time.monotonic()
     client = paramiko.SSHClient()
     try:
         ours = options.driver_known_hosts()
@@ -463,11 +569,9 @@ def _connect_once(head: HeadAddress, options: SshOptions, progress: Progress) ->
             banner_timeout=timeout,
             auth_timeout=timeout,
         )
-        transport = client.get_transport()
-        if transport is not None:
-            # Something crosses the connection every keepalive interval, so a silent network
-            # trips the socket's user timeout (and Azure's idle timeout never sees it idle).
-            transport.set_keepalive(max(1, int(options.keepalive_s)))
+        # Keepalives (SshSession's watchdog) cross a quiet connection every keepalive_s, so a
+        # silent network also trips the socket's user timeout, and Azure's idle timeout never
+        # sees the connection idle.
         return client
     except paramiko.BadHostKeyException as e:
         _close_client(client)
@@ -494,8 +598,11 @@ def _connect_once(head: HeadAddress, options: SshOptions, progress: Progress) ->
             "(USER@HOST)"
         ) from None
     except paramiko.SSHException as e:
+        stalled = _stalled_handshake(client, str(e), time.monotonic() - started, timeout)
         _close_client(client)
         text = str(e)
+        if stalled:
+            raise _Transient(stalled) from None
         if "No authentication methods available" in text:
             raise DriverError(
                 f"no SSH key to offer to {head.endpoint}: expected -i FILE, a key in your SSH "
@@ -516,6 +623,28 @@ def _connect_once(head: HeadAddress, options: SshOptions, progress: Progress) ->
         with contextlib.suppress(OSError):
             sock.close()
         raise
+
+
+def _stalled_handshake(client: paramiko.SSHClient, text: str, took: float, timeout: float) -> str:
+    """Why the handshake did not finish, when waiting may help: a port that accepts TCP but
+    sends no SSH banner (an overloaded or frozen sshd, one still starting) or a key exchange
+    that did not finish in time. "" when the head answered and refused (say, no common
+    algorithm): waiting does not fix that.
+
+    paramiko gives up on the negotiation after ``timeout``, the same moment its transport gives
+    up on the banner, so either may be what it reports ("No existing session" when the
+    negotiation's clock wins).
+    """
+    transport = client.get_transport()
+    if transport is None:
+        return ""
+    if not transport.remote_version:
+        if took < timeout * 0.9:
+            return "the head closed the connection before sending an SSH banner"
+        return f"no SSH banner within {timeout:g} s (sshd overloaded, frozen or still starting?)"
+    if not transport.initial_kex_done and text in ("No existing session", "Negotiation failed."):
+        return f"the SSH key exchange did not finish within {timeout:g} s"
+    return ""
 
 
 def _tried_keys(options: SshOptions) -> str:

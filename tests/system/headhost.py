@@ -50,9 +50,11 @@ What a test uses: ``ip``, ``host_ip``, ``target``/``cli_args`` (``--head root@IP
 ``user_key``, ``token``, ``token_file``/``ready_marker``/``failed_marker``/``results_dir`` (host
 side paths of the head's layout), ``write_ready``/``clear_ready``/``write_failed``, ``run`` and
 ``popen`` (commands on the head), ``ray_env`` (environment for Ray commands there),
-``add_user``, ``start_sshd``, ``unplug``/``plug``, ``ssh_peers`` (who is still connected) and
-``sshd.known_hosts_line`` (to pre-trust the head). On the client side, ``driver_env(home)`` keeps
-the real user's HOME, SSH agent and cluster variables out of a driver process, and
+``add_user``, ``start_sshd``, ``unplug``/``plug``, ``ssh_peers`` (who is still connected),
+``sshd.freeze``/``Sshd.thaw`` (SIGSTOP/SIGCONT of sshd: a head that stops answering while its
+kernel still acknowledges) and ``sshd.known_hosts_line`` (to pre-trust the head). On the client
+side, ``driver_env(home)`` keeps the real user's HOME, SSH agent and cluster variables out of a
+driver process, and
 ``leftovers_snapshot``/``assert_nothing_left`` check that an in-process command left no thread
 or socket behind.
 """
@@ -245,6 +247,30 @@ class Sshd:
                     os.kill(pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
         self.proc = None
+
+    def freeze(self, listener: bool = False) -> list[int]:
+        """SIGSTOP the sshd processes serving this sshd's connections (and, with ``listener``,
+        the one that accepts new ones): the head's kernel still acknowledges every packet and
+        accepts new connections, but nothing is read or sent — an overloaded or stuck sshd.
+        Returns the host pids, for :meth:`thaw`."""
+        assert self.proc is not None
+        (accepting,) = _children(self.proc.pid)  # nsenter forked sshd -D
+        serving, todo = [], _children(accepting)
+        while todo:
+            pid = todo.pop()
+            serving.append(pid)
+            todo += _children(pid)
+        frozen = serving + ([accepting] if listener else [])
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        return frozen
+
+    @staticmethod
+    def thaw(pids: Sequence[int]) -> None:
+        """Undo :meth:`freeze` (processes that are gone meanwhile are skipped)."""
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def restart_with_new_host_key(self) -> None:
         """What a reinstalled or impersonated head looks like to a client."""

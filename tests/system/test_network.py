@@ -51,17 +51,35 @@ class Driver:
         )
         self.out: list[str] = []
         self.err: list[str] = []
+        self.err_at: list[float] = []
+        """When each line of ``err`` arrived (time.monotonic)."""
         self._threads = [
             threading.Thread(target=self._read, args=(self.proc.stdout, self.out), daemon=True),
-            threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True),
+            threading.Thread(
+                target=self._read, args=(self.proc.stderr, self.err, self.err_at), daemon=True
+            ),
         ]
         for t in self._threads:
             t.start()
 
     @staticmethod
-    def _read(pipe, into: list[str]) -> None:  # type: ignore[no-untyped-def]
+    def _read(pipe, into: list[str], at: list[float] | None = None) -> None:  # type: ignore[no-untyped-def]
         for line in pipe:
+            if at is not None:
+                at.append(time.monotonic())
             into.append(line)
+
+    def said_at(self, text: str) -> float:
+        """When the first stderr line with ``text`` arrived."""
+        return next(t for t, line in zip(self.err_at, self.err, strict=False) if text in line)
+
+    def wait_for_err(self, text: str, limit: float = 120) -> float:
+        """Wait for a stderr line with ``text``; when it arrived."""
+        deadline = time.monotonic() + limit
+        while not any(text in line for line in self.err):
+            assert time.monotonic() < deadline, f"never saw {text!r}: {''.join(self.err)}"
+            time.sleep(0.05)
+        return self.said_at(text)
 
     def wait_for(self, text: str, limit: float = 120) -> None:
         deadline = time.monotonic() + limit
@@ -154,6 +172,107 @@ def test_a_network_that_stays_away_ends_in_one_line_saying_the_job_runs_on(
     assert f"reattach with `python -m driver logs {sid} --follow --head {head_host.target}" in last
     assert "failed" not in "".join(d.err).lower()
     # And it did keep running: reattaching follows it to its end.
+    again = Driver(head_host, home, "logs", sid, "--follow")
+    assert again.finish(limit=120) == 0, "".join(again.err)
+    assert f"TICK {TICKS - 1}" in "".join(again.out)
+
+
+NOTICE_SLACK_S = 1.5
+"""Beyond 3 × --connect-timeout after the freeze: the watchdog's 0.5 s tick, then the follow
+noticing the closed tunnel and printing, on a loaded machine."""
+
+
+def test_a_frozen_sshd_is_noticed_within_three_connect_timeouts_and_healed(
+    head_host: HeadHost, home: Path, tmp_path: Path
+) -> None:
+    """sshd serving the connection stops (SIGSTOP): the head's kernel still acknowledges every
+    packet, so only the SSH keepalive the head must answer can tell. Noticed within
+    3 × --connect-timeout of the freeze, then a fresh connection (the listening sshd still
+    works) and the log goes on."""
+    assert head_host.sshd is not None
+    sid = "frozen-heal-1"
+    d = Driver(
+        head_host,
+        home,
+        "submit",
+        "--submission-id",
+        sid,
+        "--connect-timeout",
+        "2",
+        str(_job(tmp_path)),
+    )
+    frozen: list[int] = []
+    try:
+        d.wait_for("TICK 3")
+        frozen = head_host.sshd.freeze()
+        stopped = time.monotonic()
+        assert frozen, "no sshd served the driver's connection"
+        noticed = d.wait_for_err("lost the connection to", limit=60)
+        code = d.finish(limit=180)
+    finally:
+        head_host.sshd.thaw(frozen)
+        if d.proc.poll() is None:
+            d.proc.kill()
+    err = "".join(d.err)
+    assert code == 0, err
+    assert noticed - stopped <= 3 * 2 + NOTICE_SLACK_S, (noticed - stopped, err)
+    assert (
+        f"lost the connection to {head_host.ip}:22 (the head sent nothing for 6 s, not even an "
+        "answer to a keepalive); reconnecting for up to" in err
+    )
+    assert "reconnected to" in err
+    ticks = [line.strip() for line in d.out if line.startswith("TICK ")]
+    assert ticks == [f"TICK {i}" for i in range(TICKS)]  # every line once, none twice
+    assert f"Job {sid} succeeded." in err
+
+
+def test_a_head_that_accepts_but_never_answers_ends_in_the_reattach_line_within_the_budget(
+    head_host: HeadHost, home: Path, tmp_path: Path
+) -> None:
+    """Every sshd process on the head stops, the listener too: connections are still accepted
+    (by the kernel) but no SSH banner ever comes. The driver notices the frozen session, tries
+    again with back-off, each try cut to what is left of --reconnect-timeout, and ends within
+    that budget in the line that says the job keeps running and how to reattach."""
+    assert head_host.sshd is not None
+    sid = "frozen-gone-1"
+    budget = 8
+    d = Driver(
+        head_host,
+        home,
+        "submit",
+        "--submission-id",
+        sid,
+        "--connect-timeout",
+        "2",
+        "--reconnect-timeout",
+        str(budget),
+        str(_job(tmp_path)),
+    )
+    frozen: list[int] = []
+    try:
+        d.wait_for("TICK 6")  # the driver has seen the job RUNNING by now
+        frozen = head_host.sshd.freeze(listener=True)
+        lost = d.wait_for_err("lost the connection to", limit=60)
+        code = d.finish(limit=120)
+    finally:
+        head_host.sshd.thaw(frozen)
+        if d.proc.poll() is None:
+            d.proc.kill()
+    err = "".join(f"{t - lost:+.1f} {line}" for t, line in zip(d.err_at, d.err, strict=True))
+    last = [line.strip() for line in d.err if line.strip()][-1]
+    assert code == 2, err
+    assert last.startswith(
+        f"error: lost the connection to {head_host.ip}:22 and could not reconnect within {budget} s"
+    ), err
+    assert "no SSH banner within" in last
+    assert f"Job {sid} keeps running on the cluster (last seen RUNNING)" in last
+    assert f"reattach with `python -m driver logs {sid} --follow --head {head_host.target}" in last
+    # Retried with back-off, and the verdict came within the budget.
+    assert "no SSH banner within 2 s" in err and "next try in 1 s" in err, err
+    assert "next try in 2 s" in err, err
+    assert d.err_at[-1] - lost <= budget + NOTICE_SLACK_S, (d.err_at[-1] - lost, err)
+    assert "failed" not in err.lower()
+    # And the job did keep running: once sshd answers again, reattaching follows it to its end.
     again = Driver(head_host, home, "logs", sid, "--follow")
     assert again.finish(limit=120) == 0, "".join(again.err)
     assert f"TICK {TICKS - 1}" in "".join(again.out)

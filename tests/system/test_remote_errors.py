@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -80,6 +81,29 @@ def test_connection_refused_is_retried_with_backoff_then_reported(
     assert "connection refused — expected sshd there" in line
     assert "retry 1 of 2 in 1 s" in r.stderr and "retry 2 of 2 in 2 s" in r.stderr
     assert time.monotonic() - started >= 3  # the back-off really waited
+
+
+def test_a_port_that_never_sends_an_ssh_banner_is_retried_with_backoff(tmp_path: Path) -> None:
+    """Something accepts TCP there but never speaks SSH (an overloaded or frozen sshd): like a
+    head that does not answer, worth another attempt, and --retries counts."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    home = tmp_path / "driver-home"
+    started = time.monotonic()
+    try:
+        r = drive(
+            home, "list", "--head", f"root@127.0.0.1:{port}", "--connect-timeout", "1",
+            "--retries", "2",
+        )  # fmt: skip
+    finally:
+        listener.close()
+    line = one_error(r)
+    assert line.startswith(
+        f"error: cannot reach the head 127.0.0.1:{port} over SSH after 3 attempts"
+    )
+    assert "no SSH banner within 1 s" in line
+    assert "retry 1 of 2 in 1 s" in r.stderr and "retry 2 of 2 in 2 s" in r.stderr, r.stderr
+    assert time.monotonic() - started >= 3 * 1 + 1 + 2  # three 1 s waits for a banner, back-off
 
 
 def test_a_head_that_does_not_answer_times_out(

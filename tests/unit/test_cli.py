@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from driver.cli import build_parser, main
+from driver.cli.output import terminal_safe
 from driver.localray import LocalRay
+from driver.settings import MAX_RETRIES
 from support import FIXTURES, error_lines, run_driver
 
 VERBS = ("submit", "status", "logs", "stop", "list", "local")
@@ -67,6 +69,41 @@ def test_submit_non_python_file_exits_2(tmp_path: Path) -> None:
     assert main(["submit", str(target)]) == 2
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["list", "--connect-timeout", "0"],
+            "argument --connect-timeout: expected seconds above 0",
+        ),
+        (
+            ["list", "--retries", str(MAX_RETRIES + 1)],
+            f"argument --retries: expected at most {MAX_RETRIES} retries, got {MAX_RETRIES + 1}",
+        ),
+        (["submit", ""], "argument SCRIPT: the script is empty (an unset shell variable?)"),
+        (["submit", "  "], "argument SCRIPT: the script is empty (an unset shell variable?)"),
+    ],
+)
+def test_values_that_cannot_work_are_one_line_usage_errors(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    """A connect timeout of 0 fails every attempt, a million retries are a typo, an empty SCRIPT
+    names nothing: each is refused before anything is started, in one line, exit 2."""
+    r = run_driver(*args, home=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+    assert not LocalRay(tmp_path).state_file.exists()
+
+
+def test_the_smallest_and_largest_sensible_values_are_accepted() -> None:
+    ns = build_parser().parse_args(
+        ["list", "--connect-timeout", "0.5", "--retries", str(MAX_RETRIES)]
+    )
+    assert (ns.connect_timeout, ns.retries) == (0.5, MAX_RETRIES)
+
+
 def test_bad_env_pair_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["submit", "--env", "NOEQUALS", str(FIXTURES / "jobs" / "succeed.py")]) == 2
     assert "--env expects KEY=VALUE" in capsys.readouterr().err
@@ -92,3 +129,34 @@ def test_an_os_error_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     lines = error_lines(r.stderr)
     assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("a\x9b2Jb", "ab"),  # C1 CSI (U+009B): clear screen, without ESC
+        ("a\x9b?1049hb", "ab"),  # C1 CSI: switch to the alternate screen
+        ("\x9b31mred\x9b0m", "red"),  # 8-bit SGR too: only the 7-bit colours stay
+        ("\x9d0;pwned title\x07x", "x"),  # C1 OSC (U+009D) title, ended by BEL
+        ("\x9d8;;http://evil\x9clink\x9d8;;\x9c", "link"),  # OSC 8 link, ended by C1 ST
+        ("\x90q#0;2;0;0;0\x9cx", "x"),  # C1 DCS (sixel), ended by ST
+        ("\x9e private \x9c\x9f app \x9c\x98 sos \x9cx", "x"),  # PM, APC, SOS
+        ("a\x1b[>0cb", "ab"),  # CSI with a private marker (report the terminal's version)
+        ("a\x1b[ qb\x1b[=1u", "ab"),  # CSI with an intermediate byte; other private markers
+        ("a\x1b(0b\x1b#8c\x1bcd", "abcd"),  # charset switch, screen test, full reset
+        ("tail\x1b", "tail"),  # a lone ESC at the end of a chunk
+        ("\x9d0;title\nnext line", "\nnext line"),  # an unended OSC ends at the line
+        ("\x1b[31mred\x1b[0m \x1b[1;38;5;196mbold\x1b[m", None),  # colours stay as they are
+        ("tab\tcr\rnl\n é ü ñ 你好 \u00a0", None),  # text, whitespace and non-ASCII stay
+    ],
+)
+def test_terminal_control_sequences_are_removed_in_both_forms(raw: str, shown: str | None) -> None:
+    """What a job prints reaches the terminal without the sequences that move the cursor, retitle,
+    clear or link, whether they start with ESC or are 8-bit C1 controls (terminals decoding UTF-8
+    act on U+009B as on ESC [); colours (7-bit SGR) stay."""
+    assert terminal_safe(raw) == (raw if shown is None else shown)
+
+
+def test_every_c1_control_is_removed() -> None:
+    for code in range(0x80, 0xA0):
+        assert terminal_safe(f"a{chr(code)}\nb") == "a\nb", hex(code)

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from driver.localray import LocalRay, session_pids
-from support import run_driver
+from support import REPO, run_driver
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +70,45 @@ def test_nothing_answers_without_the_token(head) -> None:  # type: ignore[no-unt
     assert answers[running.dashboard_port] == "HTTP 401"
     # No Prometheus endpoints (they take no token): Ray's autoscaler metrics port is closed.
     assert 44217 not in ports
+
+
+LISTENER_KINDS = {
+    "gcs_server": "GCS",
+    "raylet": "raylet",
+    "ray.util.client.server": "Ray Client server",
+    "dashboard/dashboard.py": "dashboard",
+    "ray::DashboardAgent": "agent",
+    "ray::RuntimeEnvAgent": "agent",
+}
+"""A piece of a listening process's command line, and the name the README gives that kind."""
+
+
+def _exposure_paragraph() -> str:
+    text = " ".join((REPO / "README.md").read_text().split())
+    start = text.index("What a local head exposes:")
+    return text[start : text.index("For a cluster on Azure", start)]
+
+
+def test_the_readme_names_every_kind_of_process_that_listens(head) -> None:  # type: ignore[no-untyped-def]
+    """The README's list of what a local head exposes covers every process of it that listens
+    (the Ray Client server was missing): a new kind of listener fails here until it is named."""
+    _, running = head
+    kinds = set()
+    for pid in session_pids(running.session_id):
+        try:
+            proc = psutil.Process(pid)
+            listening = any(
+                c.status == psutil.CONN_LISTEN for c in proc.net_connections(kind="tcp")
+            )
+            cmdline = " ".join(proc.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if listening:
+            found = [name for piece, name in LISTENER_KINDS.items() if piece in cmdline]
+            kinds.add(found[0] if found else "worker" if cmdline.startswith("ray::") else cmdline)
+    assert {"GCS", "raylet", "dashboard", "Ray Client server"} <= kinds, kinds
+    paragraph = _exposure_paragraph()
+    assert not [kind for kind in kinds if kind not in paragraph], (kinds, paragraph)
 
 
 def test_the_gcs_refuses_a_client_without_the_token(head, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -269,11 +269,13 @@ def test_control_sequences_from_a_job_do_not_reach_the_terminal(
     driver_home: Path, tmp_path: Path
 ) -> None:
     """A job's output may carry escape sequences that retitle, clear or rewrite a terminal (or
-    hide text): colours stay, the rest is removed before it is printed."""
+    hide text), with ESC or as 8-bit C1 controls (U+009B CSI, U+009D OSC): colours stay, the
+    rest is removed before it is printed."""
     job = tmp_path / "escapes"
     job.mkdir()
     (job / "train.py").write_text(
         "print('\\x1b]0;pwned title\\x07\\x1b[2J\\x1b[H\\x1b]8;;http://evil\\x1b\\\\link"
+        "\\x9b2J\\x9b?1049h\\x9d0;c1 title\\x07\\x85"
         "\\x1b]8;;\\x1b\\\\ \\x1b[31mred\\x1b[0m bell\\x07 done')\n"
     )
     r = run_driver(
@@ -284,6 +286,7 @@ def test_control_sequences_from_a_job_do_not_reach_the_terminal(
     assert line == "link \x1b[31mred\x1b[0m bell done"
     logs = run_driver("logs", "escapes-1", home=driver_home).stdout
     assert "\x1b]" not in logs and "\x1b[2J" not in logs and "\x07" not in logs
+    assert not [c for c in logs if 0x80 <= ord(c) <= 0x9F], repr(logs)
 
 
 def test_status_without_a_job_id_shows_the_cluster(driver_home: Path) -> None:

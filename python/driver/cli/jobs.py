@@ -52,6 +52,16 @@ from driver.workdir import (
 )
 
 
+def _script(text: str) -> str:
+    """SCRIPT as given, unless it is empty: ``submit "$UNSET"`` names no file at all."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "the script is empty (an unset shell variable?): expected a .py file or a folder "
+            "with train.py/main.py"
+        )
+    return text
+
+
 def register(verbs: Verbs) -> None:
     p = verb(
         verbs,
@@ -62,7 +72,12 @@ def register(verbs: Verbs) -> None:
         "logs until the job ends. Arguments for the script go after `--`. The job finds its "
         f"results folder in ${RESULTS_ENV}.",
     )
-    p.add_argument("script", metavar="SCRIPT", help="a .py file, or a folder with train.py/main.py")
+    p.add_argument(
+        "script",
+        metavar="SCRIPT",
+        type=_script,
+        help="a .py file, or a folder with train.py/main.py",
+    )
     p.add_argument(
         "--submission-id",
         type=submission_id,

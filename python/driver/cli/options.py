@@ -21,12 +21,15 @@ from driver.settings import (
     DEFAULT_RECONNECT_TIMEOUT_S,
     DEFAULT_RETRIES,
     HEAD_ENV,
+    MAX_RETRIES,
     READY_TIMEOUT_ENV,
     RECONNECT_TIMEOUT_ENV,
     SUBSCRIPTION_ENV,
     Settings,
     parse_count,
+    parse_retries,
     parse_seconds,
+    parse_timeout,
     resolve,
 )
 
@@ -63,7 +66,9 @@ def _type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 seconds = _type(parse_seconds)
+timeout = _type(parse_timeout)
 count = _type(parse_count)
+retries = _type(parse_retries)
 
 
 def _port(text: str) -> int:
@@ -137,17 +142,17 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--connect-timeout",
-        type=seconds,
+        type=timeout,
         metavar="S",
         help="seconds per SSH connection attempt, and for the Jobs API to answer "
         f"(default {DEFAULT_CONNECT_TIMEOUT_S:.0f})",
     )
     g.add_argument(
         "--retries",
-        type=count,
+        type=retries,
         metavar="N",
         help="retries when the head refuses or does not answer, with back-off 1, 2, 4… s "
-        f"(default {DEFAULT_RETRIES})",
+        f"(default {DEFAULT_RETRIES}, at most {MAX_RETRIES})",
     )
     g.add_argument(
         "--ready-timeout",

@@ -177,9 +177,10 @@ def test_a_network_that_stays_away_ends_in_one_line_saying_the_job_runs_on(
     assert f"TICK {TICKS - 1}" in "".join(again.out)
 
 
-NOTICE_SLACK_S = 1.5
+NOTICE_SLACK_S = 3.0
 """Beyond 3 × --connect-timeout after the freeze: the watchdog's 0.5 s tick, then the follow
-noticing the closed tunnel and printing, on a loaded machine."""
+noticing the closed tunnel and printing, on a loaded machine (CI shares 2 cores with a rehearsal
+cluster). Still short of what main took before the keepalive counted (11.8 s at 2 s)."""
 
 
 def test_a_frozen_sshd_is_noticed_within_three_connect_timeouts_and_healed(

@@ -199,6 +199,7 @@ def register_rehearse(verbs: Any) -> None:
 
 def cmd_rehearse_up(args: argparse.Namespace) -> int:
     from nodekit.rehearsal.cluster import Rehearsal
+    from nodekit.rehearsal.trust import KNOWN_HOSTS
 
     r = Rehearsal(args.name, subnet=args.subnet, http_port=args.http_port)
     state = r.up(
@@ -218,7 +219,10 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
     print(f"head: {state.admin_user}@{head.ip}")
     for n in state.nodes[1:]:
         print(f"{n.name}: {state.admin_user}@{n.ip}")
-    print(f"ssh:    ssh -i {state.ssh_key} {state.admin_user}@{head.ip}")
+    known = r.dir / KNOWN_HOSTS
+    print(
+        f"ssh:    ssh -i {state.ssh_key} -o UserKnownHostsFile={known} {state.admin_user}@{head.ip}"
+    )
     print(
         f"driver: python -m driver submit examples/cartpole/train.py "
         f"--head {state.admin_user}@{head.ip} -i {state.ssh_key}"

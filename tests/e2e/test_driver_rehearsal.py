@@ -179,7 +179,7 @@ def test_exec_refuses_ray_status_in_one_line_and_the_command_it_names_works(
     assert len(lines) == 1 and lines[0].startswith("error: exec: `ray status` needs"), r.stderr
     # What the line says to run, as it says it (the words after `python -m driver ssh --`).
     offered = lines[0].split("`python -m driver ssh -- ")[1].split("`")[0]
-    assert offered == "bash -lc 'ray status'", lines[0]
+    assert offered == "\"bash -lc 'ray status'\"", lines[0]
     on_head = run_driver(
         "ssh", *_cluster(rehearsal), "--", *shlex.split(offered), home=home, timeout=300
     )

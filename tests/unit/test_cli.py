@@ -121,8 +121,8 @@ def test_exec_refuses_a_ray_command_that_needs_the_gcs_in_one_line(
     assert error_lines(r.stderr) == [
         f"error: exec: `ray {verb}` needs the cluster's GCS, which only the head reaches (exec "
         "passes on the Jobs API alone): run "
-        f"`python -m driver ssh -- bash -lc {shlex.quote(shlex.join(['ray', *command]))}` on "
-        "the head, or "
+        f'`python -m driver ssh -- "bash -lc {shlex.quote(shlex.join(["ray", *command]))}"` '
+        "on the head, or "
         "`python -m driver status` for the cluster's nodes and resources"
     ]
     assert not LocalRay(tmp_path).state_file.exists()  # refused before starting local Ray

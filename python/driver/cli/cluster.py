@@ -52,8 +52,8 @@ def register(verbs: Verbs) -> None:
         "`exec -- ray job submit --working-dir . -- python x.py`, `exec -- jupyter lab`. "
         "Ray commands that need the cluster's GCS, which only the head reaches ("
         + ", ".join(f"`ray {v}`" for v in GCS_RAY_VERBS)
-        + "), are refused with what to run instead (`ssh -- bash -lc 'ray status'`, `status`). The "
-        "token "
+        + "), are refused with what to run instead (`ssh -- \"bash -lc 'ray status'\"`, "
+        "`status`). The token "
         "exists only in that command's environment: never on disk, never printed. Exits with "
         "the command's exit code.",
     )
@@ -214,8 +214,11 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise DriverError(f"exec needs a command after `--`, e.g. {PROG} exec -- ray job list")
     verb = _ray_verb(args.trailing)
     if verb in GCS_RAY_VERBS:
-        # A login shell: the admin's profile on the head puts Ray and the token in reach.
-        on_head = shlex.join(["bash", "-lc", shlex.join(["ray", *args.trailing[1:]])])
+        # A login shell: the admin's profile on the head puts Ray and the token in reach. One
+        # word for `ssh --`, which joins its words with spaces as OpenSSH does.
+        remote = shlex.join(["bash", "-lc", shlex.join(["ray", *args.trailing[1:]])])
+        plain = not any(c in remote for c in '"$`\\!')
+        on_head = f'"{remote}"' if plain else shlex.quote(remote)
         raise DriverError(
             f"exec: `ray {verb}` needs the cluster's GCS, which only the head reaches (exec "
             f"passes on the Jobs API alone): run `{PROG} ssh -- {on_head}` on the head, or "

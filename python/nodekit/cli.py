@@ -182,7 +182,12 @@ def register_rehearse(verbs: Any) -> None:
     add.set_defaults(func=cmd_rehearse_add_worker)
     for verb, what in (
         ("reboot", "Reboot one node, as `sudo reboot` on a VM (it boots again)."),
-        ("poweroff", "Power one node off, as a VM switched off or lost (it stays down)."),
+        ("poweroff", "Power one node off, as a VM switched off: it shuts down (it stays down)."),
+        (
+            "crash",
+            "Lose one node at once, as a VM whose host failed: its network goes silent and "
+            "every process in it is killed, nothing shuts down (it stays down).",
+        ),
     ):
         power = actions.add_parser(verb, help=what)
         power.add_argument("--name", default="rehearsal")
@@ -261,7 +266,8 @@ def cmd_rehearse_power(args: argparse.Namespace) -> int:
 
     r = Rehearsal(args.name)
     getattr(r, args.power)(args.node)
-    say(f"rehearsal node {args.node}: {'rebooted' if args.power == 'reboot' else 'powered off'}")
+    done = {"reboot": "rebooted", "poweroff": "powered off", "crash": "crashed"}[args.power]
+    say(f"rehearsal node {args.node}: {done}")
     return EXIT_OK
 
 

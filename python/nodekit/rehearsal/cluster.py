@@ -914,6 +914,29 @@ class Rehearsal:
                 raise DriverError(f"rehearsal node {name} did not power off")
             time.sleep(0.5)
 
+    def crash(self, name: str) -> None:
+        """As a VM lost at once (its host failed): nothing shuts down. Its network goes silent
+        first (the bridge's end of its link down), then every process in it is killed with its
+        init; it stays down. The rest of the cluster notices only by what it no longer hears."""
+        require_root_linux()
+        node = self.node(name)
+        if not pid_alive(node.pid):
+            raise DriverError(f"rehearsal node {name} is not running")
+        run(["ip", "link", "set", node.veth, "down"], what=f"cutting the network of {name}")
+        assert node.pid is not None
+        nspawns = _children(node.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(node.pid, signal.SIGKILL)  # the supervisor: no boot after this one
+        for nspawn in nspawns:
+            for init in _children(nspawn):  # its PID namespace, all processes, goes with it
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(init, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while any(pid_alive(p) for p in [node.pid, *nspawns]):
+            if time.monotonic() > deadline:
+                raise DriverError(f"rehearsal node {name} did not stop")
+            time.sleep(0.2)
+
     # -- readiness -------------------------------------------------------------------------
     @staticmethod
     def marker(node: Node) -> dict | None:

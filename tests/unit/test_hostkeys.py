@@ -41,3 +41,13 @@ def test_remove_takes_exactly_the_given_keys_of_that_host(tmp_path: Path) -> Non
     assert hostkeys.remove("10.213.0.10", [NEW], known) == 0
     assert hostkeys.remove("10.213.0.10", [NEW], tmp_path / "none") == 0
     assert not (tmp_path / "none").exists()
+
+
+def test_a_rehearsal_records_the_keys_sshd_serves_ed25519_first(tmp_path: Path) -> None:
+    from nodekit.rehearsal.trust import head_keys
+
+    ssh = tmp_path / "etc" / "ssh"
+    ssh.mkdir(parents=True)
+    for kind, name in (("ssh-dss", "dsa"), ("ssh-rsa", "rsa"), ("ssh-ed25519", "ed25519")):
+        (ssh / f"ssh_host_{name}_key.pub").write_text(f"{kind} AAAA{name} root@head\n")
+    assert head_keys(tmp_path) == [("ssh-ed25519", "AAAAed25519"), ("ssh-rsa", "AAAArsa")]

@@ -18,12 +18,18 @@ KNOWN_HOSTS = "known_hosts"
 """The cluster folder's known_hosts for OpenSSH (``ssh -o UserKnownHostsFile=...``)."""
 
 
+PREFERRED = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa")
+"""The key types sshd serves by default, in the order recorded: paramiko asks a known host for
+the type of its first entry. cloud-init also makes a DSA key, which sshd never offers."""
+
+
 def head_keys(root: Path) -> list[hostkeys.Key]:
     """The host keys the head's sshd offers: its ``/etc/ssh/ssh_host_*_key.pub``."""
-    keys = [
+    found = [
         hostkeys.read_public_key(p.read_text())
-        for p in sorted((root / "etc" / "ssh").glob("ssh_host_*_key.pub"))
+        for p in (root / "etc" / "ssh").glob("ssh_host_*_key.pub")
     ]
+    keys = sorted((k for k in found if k[0] in PREFERRED), key=lambda k: PREFERRED.index(k[0]))
     if not keys:
         raise FileNotFoundError(f"no SSH host keys in {root / 'etc' / 'ssh'}")
     return keys

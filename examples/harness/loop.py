@@ -171,6 +171,10 @@ def run(
                 "sample_s": _timer(result, "env_runner_sampling_timer"),
                 "learn_s": _timer(result, "learner_update_timer"),
                 "timestamp": round(time.time(), 3),
+                "healthy_env_runners": result.get("fault_tolerance", {}).get("num_healthy_workers"),
+                "env_runner_restarts": result.get("fault_tolerance", {}).get(
+                    "num_remote_worker_restarts"
+                ),
             }
             progress.write(row, result)
             print(

@@ -42,11 +42,15 @@ PROGRESS_COLUMNS = (
     "sample_s",
     "learn_s",
     "timestamp",
+    "healthy_env_runners",
+    "env_runner_restarts",
 )
 """progress.csv's columns; ``python -m driver plot`` reads env_steps, time_total_s and
 episode_return_mean. time_total_s counts training time over the run and the runs it resumes;
 sample_s and learn_s are RLlib's sampling and learner-update timers (where an iteration's time
-goes, e.g. local Ray against a cluster)."""
+goes, e.g. local Ray against a cluster); healthy_env_runners and env_runner_restarts are RLlib's
+fault-tolerance counts after the iteration (a runner lost with its node drops out of the first
+and, once recreated, adds to the second)."""
 
 SUBMISSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 """The driver's submission id rule (driver/jobs.py), repeated because the nodes do not have the

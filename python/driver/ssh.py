@@ -30,6 +30,7 @@ from typing import IO, Any
 
 import paramiko
 
+from driver import hostkeys
 from driver.address import HeadAddress
 from driver.errors import EXIT_USAGE, ConnectionLost, DriverError
 from driver.progress import Progress, silent
@@ -96,10 +97,7 @@ class _TrustOnFirstUse(paramiko.MissingHostKeyPolicy):
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):  # type: ignore[no-untyped-def]
         if self.strict:
             raise _HostKeyRefused(hostname, key)
-        self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.known_hosts, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "a") as f:
-            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        hostkeys.add(hostname, [(key.get_name(), key.get_base64())], self.known_hosts)
         self.progress(
             f"first connection to {hostname}: trusting its {_key_label(key)} host key "
             f"{fingerprint(key)} (stored in {self.known_hosts})"

@@ -182,7 +182,12 @@ def register_rehearse(verbs: Any) -> None:
     add.set_defaults(func=cmd_rehearse_add_worker)
     for verb, what in (
         ("reboot", "Reboot one node, as `sudo reboot` on a VM (it boots again)."),
-        ("poweroff", "Power one node off, as a VM switched off or lost (it stays down)."),
+        ("poweroff", "Power one node off, as a VM switched off: it shuts down (it stays down)."),
+        (
+            "crash",
+            "Lose one node at once, as a VM whose host failed: its network goes silent and "
+            "every process in it is killed, nothing shuts down (it stays down).",
+        ),
     ):
         power = actions.add_parser(verb, help=what)
         power.add_argument("--name", default="rehearsal")
@@ -199,6 +204,7 @@ def register_rehearse(verbs: Any) -> None:
 
 def cmd_rehearse_up(args: argparse.Namespace) -> int:
     from nodekit.rehearsal.cluster import Rehearsal
+    from nodekit.rehearsal.trust import KNOWN_HOSTS
 
     r = Rehearsal(args.name, subnet=args.subnet, http_port=args.http_port)
     state = r.up(
@@ -218,7 +224,10 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
     print(f"head: {state.admin_user}@{head.ip}")
     for n in state.nodes[1:]:
         print(f"{n.name}: {state.admin_user}@{n.ip}")
-    print(f"ssh:    ssh -i {state.ssh_key} {state.admin_user}@{head.ip}")
+    known = r.dir / KNOWN_HOSTS
+    print(
+        f"ssh:    ssh -i {state.ssh_key} -o UserKnownHostsFile={known} {state.admin_user}@{head.ip}"
+    )
     print(
         f"driver: python -m driver submit examples/cartpole/train.py "
         f"--head {state.admin_user}@{head.ip} -i {state.ssh_key}"
@@ -257,7 +266,8 @@ def cmd_rehearse_power(args: argparse.Namespace) -> int:
 
     r = Rehearsal(args.name)
     getattr(r, args.power)(args.node)
-    say(f"rehearsal node {args.node}: {'rebooted' if args.power == 'reboot' else 'powered off'}")
+    done = {"reboot": "rebooted", "poweroff": "powered off", "crash": "crashed"}[args.power]
+    say(f"rehearsal node {args.node}: {done}")
     return EXIT_OK
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -162,6 +163,28 @@ def test_a_pip_package_not_in_the_image_comes_through_the_mirror_and_exec_runs_r
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert "submission_id='pip-cowsay'" in listed.stdout + listed.stderr
     assert rehearsal.token not in listed.stdout + listed.stderr
+
+
+def test_exec_refuses_ray_status_in_one_line_and_the_command_it_names_works(
+    rehearsal: RehearsalCluster, tmp_path: Path
+) -> None:
+    """`exec` passes on the Jobs API only; `ray status` needs the GCS and ended in a traceback
+    (issue 19, finding 8). Refused in one line, and what the line offers instead works."""
+    home = tmp_path / "home"
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    r = run_driver("exec", *_cluster(rehearsal), "--", ray_cli, "status", home=home, timeout=300)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: exec: `ray status` needs"), r.stderr
+    # What the line says to run, as it says it (the words after `python -m driver ssh --`).
+    offered = lines[0].split("`python -m driver ssh -- ")[1].split("`")[0]
+    assert offered == "\"bash -lc 'ray status'\"", lines[0]
+    on_head = run_driver(
+        "ssh", *_cluster(rehearsal), "--", *shlex.split(offered), home=home, timeout=300
+    )
+    assert on_head.returncode == 0, on_head.stderr[-2000:]
+    assert "Node status" in on_head.stdout and "Active:" in on_head.stdout, on_head.stdout
 
 
 def test_tensorboard_answers_through_the_tunnel_and_shows_the_jobs_run(

@@ -421,6 +421,44 @@ def test_down_cleans_up_after_a_failed_up(rehearsal: RehearsalCluster) -> None:
     assert leftovers("rhfail", cluster_dir) == []
 
 
+def test_up_recorded_the_heads_current_host_keys_for_the_driver_and_openssh(
+    rehearsal: RehearsalCluster,
+) -> None:
+    """Every `rehearse up` boots a head with new host keys at the same address (issue 19,
+    finding 7): `up` puts exactly the keys on the head's disk into the driver's known_hosts and
+    the cluster folder's (in place of any earlier key for that address), so the driver and the
+    printed `ssh` line reach it with strict checking; `down` takes them away again (checked by
+    the session's teardown, down_and_check). Up replaces and down removes: a second up with the
+    same name starts from no key for the address, without booting twice here."""
+    from driver import hostkeys
+    from nodekit.rehearsal import trust
+
+    state = json.loads((rehearsal.dir / "state.json").read_text())
+    head_root = Path(next(n["dir"] for n in state["nodes"] if n["role"] == "head")) / "root"
+    on_disk = sorted(trust.head_keys(head_root))
+    for known_hosts in (hostkeys.default_file(), rehearsal.dir / trust.KNOWN_HOSTS):
+        recorded = sorted(
+            (f[1], f[2])
+            for f in (ln.split() for ln in known_hosts.read_text().splitlines())
+            if len(f) >= 3 and rehearsal.head_ip in f[0].split(",")
+        )
+        assert recorded == on_disk, (known_hosts, recorded, on_disk)
+    target = f"{rehearsal.admin_user}@{rehearsal.head_ip}"
+    r = subprocess.run(
+        [sys.executable, "-m", "driver", "ssh", "--head", target, "-i", str(rehearsal.ssh_key),
+         "--strict-host-keys", "--", "true"],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    ssh = subprocess.run(
+        ["ssh", "-i", str(rehearsal.ssh_key), "-o", "BatchMode=yes",
+         "-o", f"UserKnownHostsFile={rehearsal.dir / trust.KNOWN_HOSTS}",
+         "-o", "StrictHostKeyChecking=yes", target, "true"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ssh.returncode == 0, ssh.stderr[-2000:]
+
+
 def test_add_worker_scales_the_running_cluster_out(rehearsal: RehearsalCluster) -> None:
     """`rehearse add-worker` boots one more worker that joins the running head (a scale-out).
 

@@ -11,7 +11,14 @@ from pathlib import Path
 from support import REPO
 
 PYTHON = REPO / "python"
-SHARED = {"driver.layout", "driver.errors", "driver.procs", "driver.progress", "driver.yamlfile"}
+SHARED = {
+    "driver.layout",
+    "driver.errors",
+    "driver.procs",
+    "driver.progress",
+    "driver.yamlfile",
+    "driver.hostkeys",
+}
 """What the node toolkit may use from the client's package."""
 
 

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
+import re
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
 
 from driver.cli import build_parser, main
+from driver.cli.cluster import GCS_RAY_VERBS
 from driver.cli.output import terminal_safe
 from driver.localray import LocalRay
 from driver.settings import MAX_RETRIES
-from support import FIXTURES, error_lines, run_driver
+from support import FIXTURES, REPO, error_lines, run_driver
 
 VERBS = ("submit", "status", "logs", "stop", "list", "local")
 
@@ -160,3 +165,51 @@ def test_terminal_control_sequences_are_removed_in_both_forms(raw: str, shown: s
 def test_every_c1_control_is_removed() -> None:
     for code in range(0x80, 0xA0):
         assert terminal_safe(f"a{chr(code)}\nb") == "a\nb", hex(code)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("status",), ("memory", "--stats-only"), ("--logging-level", "info", "timeline")],
+    ids=["status", "memory", "timeline"],
+)
+def test_exec_refuses_a_ray_command_that_needs_the_gcs_in_one_line(
+    command: tuple[str, ...], tmp_path: Path
+) -> None:
+    """`exec` hands a command the Jobs API's URL as RAY_ADDRESS; `ray status` and the other
+    GCS commands fail on it with a traceback (issue 19, finding 8). Refused before anything
+    is started, with the command that works instead."""
+    ray = str(Path(sys.executable).parent / "ray")
+    try:
+        r = run_driver("exec", "--", ray, *command, home=tmp_path, timeout=300)
+    finally:
+        run_driver("local", "stop", home=tmp_path, timeout=120)  # main started one
+    verb = next(w for w in command if w in GCS_RAY_VERBS)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert error_lines(r.stderr) == [
+        f"error: exec: `ray {verb}` needs the cluster's GCS, which only the head reaches (exec "
+        "passes on the Jobs API alone): run "
+        f'`python -m driver ssh -- "bash -lc {shlex.quote(shlex.join(["ray", *command]))}"` '
+        "on the head, or "
+        "`python -m driver status` for the cluster's nodes and resources"
+    ]
+    assert not LocalRay(tmp_path).state_file.exists()  # refused before starting local Ray
+
+
+def test_exec_help_names_the_ray_commands_it_refuses(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["exec", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Ray's own CLI and SDK work as they are" not in text
+    for verb in GCS_RAY_VERBS:
+        assert f"`ray {verb}`" in text
+
+
+def test_the_readme_names_every_verb_of_the_driver() -> None:
+    """A verb the README never mentions is one nobody finds (exec was missing: issue 19)."""
+    readme = re.sub(r"```.*?```", "", (REPO / "README.md").read_text(), flags=re.S)
+    parser = build_parser()
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    named = {w for span in re.findall(r"`([^`]+)`", readme) for w in re.split(r"[\s|]+", span)}
+    missing = [v for v in verbs.choices if v not in named]
+    assert missing == []

@@ -48,10 +48,15 @@ def register(verbs: Verbs) -> None:
         "Run a local command with the cluster's Jobs API in its environment (after `--`).",
         "Open the way to the cluster (the SSH tunnel, or local Ray) and run COMMAND here with "
         "RAY_ADDRESS and RAY_API_SERVER_ADDRESS pointing at the Jobs API and the cluster token "
-        "in RAY_AUTH_TOKEN (RAY_AUTH_MODE=token): Ray's own CLI and SDK work as they are, e.g. "
-        "`exec -- ray job list`, `exec -- ray job submit --working-dir . -- python x.py`, "
-        "`exec -- jupyter lab`. The token exists only in that command's environment: never "
-        "on disk, never printed. Exits with the command's exit code.",
+        "in RAY_AUTH_TOKEN (RAY_AUTH_MODE=token): Ray's Jobs and state CLI and the Jobs SDK "
+        "work as they are, e.g. `exec -- ray job list`, `exec -- ray list nodes`, "
+        "`exec -- ray job submit --working-dir . -- python x.py`, `exec -- jupyter lab`. "
+        "Ray commands that need the cluster's GCS, which only the head reaches ("
+        + ", ".join(f"`ray {v}`" for v in GCS_RAY_VERBS)
+        + "), are refused with what to run instead (`ssh -- \"bash -lc 'ray status'\"`, "
+        "`status`). The token "
+        "exists only in that command's environment: never on disk, never printed. Exits with "
+        "the command's exit code.",
     )
     p.set_defaults(func=cmd_exec, trailing_args=True)
 
@@ -173,6 +178,35 @@ def cmd_ssh(args: argparse.Namespace) -> int:
         return cluster.shell(command, sys.stdin, sys.stdout, sys.stderr)
 
 
+GCS_RAY_VERBS = (
+    "status",
+    "memory",
+    "timeline",
+    "debug",
+    "drain-node",
+    "kill-actor",
+    "global-gc",
+    "health-check",
+)
+"""Ray CLI commands that connect to the GCS (a bootstrap address, HOST:6379), never to the Jobs
+API: `exec` gives them only the Jobs API's URL, on which they fail with a traceback."""
+
+_RAY_OPTIONS_WITH_VALUE = ("--logging-level", "--logging-format")
+
+
+def _ray_verb(command: list[str]) -> str | None:
+    """The subcommand of a `ray ...` command line (after Ray's own top-level options)."""
+    if not command or command[0].rsplit("/", 1)[-1] != "ray":
+        return None
+    words = iter(command[1:])
+    for word in words:
+        if word in _RAY_OPTIONS_WITH_VALUE:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
 def cmd_exec(args: argparse.Namespace) -> int:
     import os
     import signal
@@ -180,6 +214,18 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
     if not args.trailing:
         raise DriverError(f"exec needs a command after `--`, e.g. {PROG} exec -- ray job list")
+    verb = _ray_verb(args.trailing)
+    if verb in GCS_RAY_VERBS:
+        # A login shell: the admin's profile on the head puts Ray and the token in reach. One
+        # word for `ssh --`, which joins its words with spaces as OpenSSH does.
+        remote = shlex.join(["bash", "-lc", shlex.join(["ray", *args.trailing[1:]])])
+        plain = not any(c in remote for c in '"$`\\!')
+        on_head = f'"{remote}"' if plain else shlex.quote(remote)
+        raise DriverError(
+            f"exec: `ray {verb}` needs the cluster's GCS, which only the head reaches (exec "
+            f"passes on the Jobs API alone): run `{PROG} ssh -- {on_head}` on the head, or "
+            f"`{PROG} status` for the cluster's nodes and resources"
+        )
     with open_cluster(args) as cluster:
         client = cluster.jobs()
         env = {

@@ -35,7 +35,7 @@ from driver.procs import pid_alive, pids_with_cmdline, spawn
 from driver.progress import Progress, silent
 from nodekit import render
 from nodekit.node.azure_vmss_provider import parse_scale_set_id
-from nodekit.rehearsal import mirrors
+from nodekit.rehearsal import mirrors, trust
 from nodekit.rehearsal.image import ADMIN_USER, ImageCache, document_requirements
 from nodekit.rehearsal.system import mount_overlay, require_root_linux, run
 
@@ -116,6 +116,10 @@ class State:
     idle_timeout_minutes: int = 5
     nodes: list[Node] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
+    head_host_keys: list[list[str]] = field(default_factory=list)
+    """The head's SSH host keys (type, base64) that ``up`` recorded in ``known_hosts``."""
+    known_hosts: str = ""
+    """The driver's known_hosts those keys went to (``down`` removes them there)."""
 
     @property
     def head(self) -> Node:
@@ -285,6 +289,10 @@ class Rehearsal:
             "waiting for cloud-init and Ray"
         )
         self.wait_ready(state, timeout, progress)
+        keys, known_hosts = trust.record(state.head.ip, state.head.root, self.dir)
+        state.head_host_keys, state.known_hosts = [list(k) for k in keys], str(known_hosts)
+        self._save(state)
+        progress(f"recorded the head's host keys in {known_hosts}")
         progress(f"rehearsal cluster {self.name!r} is up ({time.monotonic() - t0:.0f} s)")
         return state
 
@@ -906,6 +914,29 @@ class Rehearsal:
                 raise DriverError(f"rehearsal node {name} did not power off")
             time.sleep(0.5)
 
+    def crash(self, name: str) -> None:
+        """As a VM lost at once (its host failed): nothing shuts down. Its network goes silent
+        first (the bridge's end of its link down), then every process in it is killed with its
+        init; it stays down. The rest of the cluster notices only by what it no longer hears."""
+        require_root_linux()
+        node = self.node(name)
+        if not pid_alive(node.pid):
+            raise DriverError(f"rehearsal node {name} is not running")
+        run(["ip", "link", "set", node.veth, "down"], what=f"cutting the network of {name}")
+        assert node.pid is not None
+        nspawns = _children(node.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(node.pid, signal.SIGKILL)  # the supervisor: no boot after this one
+        for nspawn in nspawns:
+            for init in _children(nspawn):  # its PID namespace, all processes, goes with it
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(init, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while any(pid_alive(p) for p in [node.pid, *nspawns]):
+            if time.monotonic() > deadline:
+                raise DriverError(f"rehearsal node {name} did not stop")
+            time.sleep(0.2)
+
     # -- readiness -------------------------------------------------------------------------
     @staticmethod
     def marker(node: Node) -> dict | None:
@@ -971,6 +1002,8 @@ class Rehearsal:
         state = self.load()
         removed: list[str] = []
         nodes = state.nodes if state else []
+        if state and trust.forget(state.head.ip, state.head_host_keys, state.known_hosts):
+            removed.append(f"the head's host keys from {state.known_hosts}")
         # 1. containers: a clean poweroff first, then the whole PID namespace goes.
         pids = {n.pid for n in nodes if n.pid is not None and pid_alive(n.pid)}
         pids.update(pids_with_cmdline(f"--directory={self.dir}/nodes/"))

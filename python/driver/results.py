@@ -138,9 +138,10 @@ def _fetch(
         try:
             local.parent.mkdir(parents=True, exist_ok=True)
             part.unlink(missing_ok=True)  # never write through a link someone left there
-            out = open(part, "xb")  # noqa: SIM115 - closed below, removed on any failure
+            # Unbuffered: a full disk fails the write that hits it, not a later close.
+            out = open(part, "xb", buffering=0)  # noqa: SIM115 - closed below
         except OSError as e:
-            raise _local_error(part, e) from None
+            raise _local_error(local, e) from None
         try:
             with out:
                 if size:
@@ -151,9 +152,11 @@ def _fetch(
                     if not data:
                         break  # shrank while we read: the rest of the file is not the job's
                     try:
-                        out.write(data)
+                        view = memoryview(data)
+                        while view:
+                            view = view[out.write(view) or 0 :]
                     except OSError as e:
-                        raise _local_error(part, e) from None
+                        raise _local_error(local, e) from None
                     done += len(data)
                     step(done, size)
             if done < size:

@@ -90,7 +90,8 @@ def list_files(
                 continue
             child = rel / entry.filename
             if owner is not None and entry.st_uid != owner:
-                left_out.append(str(child))  # not the job's: a swapped folder, a hard link
+                # Not the job's: a folder swapped for a link, a hard link to someone's file.
+                left_out.append(f"{child} (owned by uid {entry.st_uid}, not the job's user)")
             elif stat.S_ISDIR(mode):
                 pending.append(child)
             elif stat.S_ISREG(mode):

@@ -274,3 +274,22 @@ def test_a_fifo_swapped_in_after_the_listing_stalls_the_download_only_until_the_
     )
     assert elapsed < 30
     assert not list(dest.rglob("*.part"))
+
+
+def test_a_file_in_the_results_that_the_jobs_user_does_not_own_is_left_out(
+    race: tuple[HeadHost, str, Path], tmp_path: Path
+) -> None:
+    """What a hard link to someone else's file, or a folder swapped for a link before the
+    listing, looks like in the listing: an entry the job's user does not own."""
+    head, sid, folder = race
+    (folder / "not-the-jobs.txt").write_bytes(SECRET)  # root's, in ray's folder
+    client, sftp = _sftp(head)
+    dest = tmp_path / "r" / sid
+    try:
+        report = download_tree(sftp, f"/var/lib/ray-cluster/results/{sid}", dest)
+    finally:
+        sftp.close()
+        client.close()
+    assert report.left_out == ("not-the-jobs.txt (owned by uid 0, not the job's user)",)
+    assert report.fetched == FILES
+    assert _holding_the_secret(dest) == []

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import csv
 import math
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from driver.errors import DriverError, one_line
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PROGRESS_CSV = "progress.csv"
 STEPS, TIME, RETURN = "env_steps", "time_total_s", "episode_return_mean"
@@ -82,6 +88,39 @@ def default_output(runs: Sequence[Path]) -> Path:
     return runs[0] / "curve.png" if len(runs) == 1 else Path("curves.png")
 
 
+def _save(fig: Figure, output: Path) -> None:
+    """Write the PNG whole or not at all: into a hidden file next to it, renamed when complete
+    (a full disk leaves no empty or truncated PNG). The folder must exist: a mistyped ``-o``
+    path is an error, not a tree of new folders."""
+    folder = output.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise DriverError(f"cannot write {output}: {folder} {what}")
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=f".{output.name}.", suffix=".tmp")
+    except OSError as e:
+        raise DriverError(f"cannot write {output}: {e.strerror or one_line(e)}") from None
+    temporary = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="png", dpi=100)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(temporary, 0o666 & ~_umask())
+        temporary.replace(output)
+    except BaseException as e:
+        temporary.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise DriverError(f"cannot write {output}: {e.strerror or one_line(e)}") from None
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def plot(runs: Sequence[Path], output: Path | None = None) -> Drawn:
     """Mean episode return vs env steps and vs training time, one line per run, as a PNG."""
     if not runs:
@@ -108,11 +147,7 @@ def plot(runs: Sequence[Path], output: Path | None = None) -> Drawn:
         ax.grid(alpha=0.3)
     by_steps.legend(fontsize="small")
     fig.suptitle("learning curve" + ("s" if len(curves) > 1 else f": {curves[0].label}"))
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(output, dpi=100)
-    except OSError as e:
-        raise DriverError(f"cannot write {output}: {e.strerror or one_line(e)}") from None
+    _save(fig, output)
 
     def drawn(ax: object) -> tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]:
         return tuple(

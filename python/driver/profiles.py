@@ -43,11 +43,18 @@ def load() -> dict[str, str] | None:
 def save(profile: dict[str, str]) -> Path:
     path = profile_path()
     tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(profile, f, indent=2)
-        f.write("\n")
-    tmp.replace(path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(profile, f, indent=2)
+                f.write("\n")
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no empty profile.tmp behind
+            raise
+    except OSError as e:
+        raise DriverError(f"cannot save the profile {path}: {e.strerror or e}") from None
     return path
 
 

@@ -6,9 +6,23 @@ complete, so an interrupted download never leaves a truncated file that a later 
 for finished.
 
 What is on the head is not trusted: a job (or anyone with the ray user's rights) can put
-symlinks and odd names into its results folder. Symlinks are never followed (the folder itself
-may not be one), names that are not a plain file name are skipped, and every local path is
-checked to stay inside the destination.
+symlinks and odd names into its results folder, and change them while the download runs.
+Symlinks in the listing are left out (the folder itself may not be one), names that are not a
+plain file name are skipped, and every local path is checked to stay inside the destination.
+
+A listing is only a snapshot, and OpenSSH's sftp-server follows symlinks when it opens a file
+(SFTP has no O_NOFOLLOW, and its attributes carry no inode number). So a job that swaps a listed
+file for a symlink (to a file only the admin may read) after the listing would make the admin's
+session open the link's target. What we read is therefore never decided by a path: each file is
+opened first, then the *open handle* is checked with SFTP FSTAT (the attributes of the inode the
+handle reads, whatever the path now says) and only read if it is a regular file owned by the
+results folder's owner (the job's user, ``ray``). That user owns whatever it could plant or
+swap; a file it may not read belongs to someone else (root, the admin), so a handle that a swap
+or a hard link steered to it is closed unread and the name is reported as changed during the
+download. Only the handle's own size is read, so a file that grows meanwhile cannot stream
+forever. An lstat after the open would not do: the job can swap the regular file back between
+the open and that lstat. Left: a job can make sftp-server block (a FIFO swapped in blocks its
+open); the driver then gives up after STALL_TIMEOUT_S without an answer, having read nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +37,10 @@ import paramiko
 
 from driver.errors import DriverError
 from driver.progress import ByteProgress
+
+STALL_TIMEOUT_S = 120.0
+"""Give up when the head's SFTP server sends nothing for this long during a download."""
+CHUNK = 32768
 
 
 @dataclass(frozen=True)
@@ -44,15 +62,21 @@ class DownloadReport:
     """The results are already on this machine (local Ray): nothing was copied."""
     left_out: tuple[str, ...] = ()
     """Entries not downloaded: symlinks, special files, unsafe names (relative paths)."""
+    changed: tuple[str, ...] = ()
+    """Listed files not downloaded because they vanished, or were no longer a regular file of
+    the results folder's owner, when opened (relative paths)."""
 
 
 def _safe_name(name: str) -> bool:
     return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
 
 
-def list_files(sftp: paramiko.SFTPClient, root: str) -> tuple[list[RemoteFile], list[str]]:
+def list_files(
+    sftp: paramiko.SFTPClient, root: str, owner: int | None = None
+) -> tuple[list[RemoteFile], list[str]]:
     """Every regular file under ``root``, and what was left out (symlinks — never followed —,
-    special files, and entries whose name is not a plain file name)."""
+    special files, entries whose name is not a plain file name, and, when ``owner`` is given,
+    entries another user owns)."""
     files: list[RemoteFile] = []
     left_out: list[str] = []
     pending = [PurePosixPath(".")]
@@ -65,7 +89,10 @@ def list_files(sftp: paramiko.SFTPClient, root: str) -> tuple[list[RemoteFile], 
                 left_out.append(f"{rel}/{entry.filename!r}")
                 continue
             child = rel / entry.filename
-            if stat.S_ISDIR(mode):
+            if owner is not None and entry.st_uid != owner:
+                # Not the job's: a folder swapped for a link, a hard link to someone's file.
+                left_out.append(f"{child} (owned by uid {entry.st_uid}, not the job's user)")
+            elif stat.S_ISDIR(mode):
                 pending.append(child)
             elif stat.S_ISREG(mode):
                 files.append(
@@ -84,6 +111,66 @@ def _inside(root: Path, path: Path) -> bool:
         return True
     except ValueError:
         return False
+
+
+def _local_error(path: Path, e: OSError) -> DriverError:
+    return DriverError(f"cannot write {path}: {e.strerror or e}")
+
+
+def _fetch(
+    sftp: paramiko.SFTPClient,
+    f: RemoteFile,
+    owner: int,
+    local: Path,
+    step: ByteProgress,
+) -> int | None:
+    """Copy one listed file to ``local`` (through ``local.part``); its size, or None when it is
+    no longer the job's regular file (see the module docstring for why the handle is checked)."""
+    try:
+        remote = sftp.open(f.path, "rb")
+    except FileNotFoundError:
+        return None  # vanished since the listing (or a swapped-in link that leads nowhere)
+    with remote:
+        got = remote.stat()  # SFTP FSTAT: the inode this handle reads, not what the path says
+        if not stat.S_ISREG(got.st_mode or 0) or got.st_uid != owner:
+            return None
+        size = got.st_size or 0
+        part = local.with_name(local.name + ".part")
+        try:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            part.unlink(missing_ok=True)  # never write through a link someone left there
+            # Unbuffered: a full disk fails the write that hits it, not a later close.
+            out = open(part, "xb", buffering=0)  # noqa: SIM115 - closed below
+        except OSError as e:
+            raise _local_error(local, e) from None
+        try:
+            with out:
+                if size:
+                    remote.prefetch(size)
+                done = 0
+                while done < size:
+                    data = remote.read(min(CHUNK, size - done))
+                    if not data:
+                        break  # shrank while we read: the rest of the file is not the job's
+                    try:
+                        view = memoryview(data)
+                        while view:
+                            view = view[out.write(view) or 0 :]
+                    except OSError as e:
+                        raise _local_error(local, e) from None
+                    done += len(data)
+                    step(done, size)
+            if done < size:
+                part.unlink()
+                return None
+            part.replace(local)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                part.unlink()
+            raise
+    if f.mtime:
+        os.utime(local, (f.mtime, f.mtime))
+    return size
 
 
 def download_tree(
@@ -111,13 +198,19 @@ def download_tree(
         )
     if not stat.S_ISDIR(attrs.st_mode or 0):
         raise DriverError(f"{remote_root} on the head is not a folder")
+    owner = attrs.st_uid
+    if owner is None:
+        raise DriverError(f"the head's SFTP server does not say who owns {remote_root}")
     try:
-        files, left_out = list_files(sftp, remote_root)
+        files, left_out = list_files(sftp, remote_root, owner)
     except PermissionError as e:
         raise DriverError(f"may not list {e.filename or remote_root} on the head") from None
     todo: list[tuple[RemoteFile, Path]] = []
     skipped = 0
-    local_root.mkdir(parents=True, exist_ok=True)
+    try:
+        local_root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _local_error(local_root, e) from None
     for f in files:
         local = local_root.joinpath(*f.relative.parts)
         if not _inside(local_root, local):
@@ -134,37 +227,53 @@ def download_tree(
         else:
             todo.append((f, local))
     total = sum(f.size for f, _ in todo)
-    done = 0
+    done = fetched = 0
+    changed: list[str] = []
     if progress:
         progress(0, total)
-    for f, local in todo:
-        local.parent.mkdir(parents=True, exist_ok=True)
-        part = local.with_name(local.name + ".part")
-        part.unlink(missing_ok=True)  # never write through a link someone left there
-        base = done
+    channel = sftp.get_channel()
+    before = channel.gettimeout() if channel is not None else None
+    if channel is not None:
+        channel.settimeout(STALL_TIMEOUT_S)  # a job's FIFO can stall sftp-server for good
+    try:
+        for f, local in todo:
+            base = done
 
-        def step(transferred: int, _total: int, base: int = base) -> None:
-            if progress:
-                progress(base + transferred, total)
+            def step(transferred: int, _total: int, base: int = base) -> None:
+                if progress:
+                    progress(min(base + transferred, total), total)
 
-        try:
-            sftp.get(f.path, str(part), callback=step)
-        except BaseException as e:
-            with contextlib.suppress(OSError):
-                part.unlink()
-            if isinstance(e, PermissionError):
+            try:
+                got = _fetch(sftp, f, owner, local, step)
+            except PermissionError:
                 raise DriverError(
                     f"may not read {f.path} on the head (permission denied)"
                 ) from None
-            if isinstance(e, OSError | paramiko.SSHException | EOFError):
+            except TimeoutError:
+                raise DriverError(
+                    f"the head's SFTP server sent nothing for {STALL_TIMEOUT_S:.0f} s while "
+                    f"downloading {f.path} (a job can block it with a FIFO put there); "
+                    f"{fetched} file(s) were downloaded before"
+                ) from None
+            except (OSError, paramiko.SSHException, EOFError) as e:
                 raise DriverError(f"downloading {f.path} failed: {e}") from None
-            raise
-        part.replace(local)
-        if f.mtime:
-            os.utime(local, (f.mtime, f.mtime))
-        done += f.size
+            if got is None:
+                changed.append(str(f.relative))
+                continue
+            fetched += 1
+            done += got
+    finally:
+        if channel is not None:
+            with contextlib.suppress(OSError):
+                channel.settimeout(before)
     if progress:
         progress(total, total)
     return DownloadReport(
-        remote_root, local_root, len(todo), skipped, total, left_out=tuple(left_out)
+        remote_root,
+        local_root,
+        fetched,
+        skipped,
+        done,
+        left_out=tuple(left_out),
+        changed=tuple(changed),
     )

@@ -7,6 +7,12 @@ what a person expects on top and says what will go:
 - files the enclosing git repository ignores (its root ``.gitignore``, ``.git/info/exclude``)
   are left out too, not only those ignored by files inside the folder;
 - special files (FIFOs, sockets, devices) are left out: reading a FIFO would block forever;
+- symlinks: Ray's packaging follows them (a link to a file uploads the file's bytes under the
+  link's name; a link to a folder uploads the folder again, endlessly for a link to an enclosing
+  folder). So a link to a file inside the folder is uploaded as a copy of that file, counted at
+  its size and judged by the target's path as well as its own name (``notes.txt ->
+  .ssh/id_ed25519`` looks secret); a link leading outside the folder, or to a folder, is
+  refused; a broken link (or a loop of links) is left out, as Ray would skip it;
 - a home folder (or a folder that contains one, or ``/``) is refused, and so are files that look
   secret (SSH and cloud credentials, Terraform state, private keys) unless the user asks for
   them with ``--allow-sensitive``;
@@ -15,6 +21,7 @@ what a person expects on top and says what will go:
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import subprocess
@@ -51,6 +58,14 @@ SENSITIVE_SUFFIXES = (".tfstate", ".tfvars", ".pem", ".key", ".pfx", ".p12", ".p
 ALLOW_FLAG = "--allow-sensitive"
 
 
+def _not_ray_issue_line(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Issue with path")
+
+
+_WALK_LOG = logging.getLogger(f"{__name__}.walk")
+_WALK_LOG.addFilter(_not_ray_issue_line)
+
+
 @dataclass
 class UploadPlan:
     """One folder's package: what Ray will exclude, and what will go."""
@@ -63,9 +78,18 @@ class UploadPlan:
     git_ignored: int = 0
     special: list[str] = field(default_factory=list)
     sensitive: list[str] = field(default_factory=list)
+    links: int = 0
+    """Symlinks to files inside the folder, uploaded as copies (counted in files and bytes)."""
+    broken: list[str] = field(default_factory=list)
+    """Symlinks that lead nowhere (or round in a loop): left out."""
 
     def summary(self) -> str:
         parts = [f"{self.files} file{'s' if self.files != 1 else ''}", human_size(self.bytes)]
+        if self.links:
+            parts.append(f"{self.links} of them through a symlink, uploaded as a copy")
+        if self.broken:
+            shown = ", ".join(sorted(self.broken)[:3])
+            parts.append(f"{len(self.broken)} broken symlink(s) left out: {shown}")
         if self.git_ignored:
             parts.append(f"{self.git_ignored} git-ignored path(s) left out")
         if self.special:
@@ -134,6 +158,37 @@ def plan(
     result.git_ignored = len(ignored)
     result.excludes = [_pattern(p.rstrip("/")) for p in ignored]
 
+    def link(path: Path, relative: str) -> None:
+        """What Ray will do with a symlink (it follows them), decided here."""
+        try:
+            st = os.stat(path)  # follows, as Ray's zip will
+        except OSError:  # leads nowhere, or a loop of links: Ray skips it
+            result.broken.append(relative)
+            return
+        target = Path(os.path.realpath(path))
+        shown = f"{relative} -> {os.readlink(path)}"
+        if not target.is_relative_to(root):
+            raise DriverError(
+                f"{what} {root} holds a symlink {shown} that leads outside it ({target}): Ray "
+                "would upload what it points to; copy the file in, or list the link in .rayignore"
+            )
+        inside = target.relative_to(root)
+        if stat.S_ISDIR(st.st_mode):
+            raise DriverError(
+                f"{what} {root} holds a symlink {shown} to a folder "
+                f"({inside.as_posix() if inside.parts else 'the folder itself'}): Ray would "
+                "upload that folder again under the link's name (a link to an enclosing folder "
+                "over and over); remove the link or list it in .rayignore"
+            )
+        if any(_looks_sensitive(part) for part in inside.parts):
+            result.sensitive.append(f"{relative} (-> {inside.as_posix()})")
+        if stat.S_ISREG(st.st_mode):
+            result.files += 1
+            result.bytes += st.st_size
+            result.links += 1
+        else:  # a link to a FIFO would block the packaging like the FIFO itself
+            result.special.append(relative)
+
     def visit(path: Path) -> None:
         if path == root:
             return
@@ -144,14 +199,25 @@ def plan(
             return
         if _looks_sensitive(path.name):
             result.sensitive.append(relative + ("/" if stat.S_ISDIR(st.st_mode) else ""))
-        if stat.S_ISREG(st.st_mode):
+        if stat.S_ISLNK(st.st_mode):
+            link(path, relative)
+        elif stat.S_ISREG(st.st_mode):
             result.files += 1
             result.bytes += st.st_size
         elif not stat.S_ISDIR(st.st_mode) and not stat.S_ISLNK(st.st_mode):
             result.special.append(relative)
 
-    _dir_travel(root, [_get_excludes(root, list(result.excludes))], visit, include_gitignore=True)
-    result.excludes += [_pattern(s) for s in result.special]
+    # A refusal raised from ``visit`` ends Ray's walk (before it descends into a linked folder);
+    # Ray logs every exception from its handler as "Issue with path": that line is dropped here,
+    # the refusal itself is the one line the user sees.
+    _dir_travel(
+        root,
+        [_get_excludes(root, list(result.excludes))],
+        visit,
+        include_gitignore=True,
+        logger=_WALK_LOG,
+    )
+    result.excludes += [_pattern(s) for s in [*result.special, *result.broken]]
     if result.sensitive and not allow_sensitive:
         shown = ", ".join(result.sensitive[:5]) + (" ..." if len(result.sensitive) > 5 else "")
         raise DriverError(

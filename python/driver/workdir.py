@@ -37,6 +37,8 @@ def resolve(target: str, args: list[str] | tuple[str, ...] = ()) -> Submission:
         raise DriverError(f"{target} is a folder with no entrypoint: expected one of {expected}")
     if path.suffix != ".py":
         raise DriverError(f"{target} is not a Python script (expected a .py file)")
+    if not path.is_file():  # a FIFO, a socket, a device: nothing Python could run from there
+        raise DriverError(f"{target} is not a regular file (expected a Python script)")
     return Submission(path.resolve().parent, path.name, tuple(args))
 
 

@@ -42,6 +42,7 @@ def test_points_are_the_rows(tmp_path: Path) -> None:
 def test_one_line_per_run(tmp_path: Path) -> None:
     a = write_run(tmp_path / "a", [(1, 10, "1", 1.0), (2, 20, "2", 2.0)])
     b = write_run(tmp_path / "b", [(1, 5, "3", 0.5)])
+    (tmp_path / "out").mkdir()
     drawn = plot([a, b], tmp_path / "out" / "both.png")
     assert drawn.output.is_file()
     assert drawn.vs_env_steps == (((10.0, 20.0), (1.0, 2.0)), ((5.0,), (3.0,)))
@@ -105,3 +106,16 @@ def test_bad_input_exits_2_in_one_line(tmp_path: Path) -> None:
     r = run_driver("plot", str(run), "-o", str(tmp_path / "x.jpg"), home=tmp_path)
     assert r.returncode == 2
     assert error_lines(r.stderr) == [f"error: {tmp_path / 'x.jpg'}: expected a .png file name"]
+
+
+@pytest.mark.parametrize("where", ["new/dir/x.png", "/raydriver-no-such-folder/x.png"])
+def test_an_output_in_a_missing_folder_is_refused_not_created(tmp_path: Path, where: str) -> None:
+    run = write_run(tmp_path / "r", [(1, 10, "1", 1.0)])
+    r = run_driver("plot", str(run), "-o", where, home=tmp_path / "h", cwd=tmp_path, timeout=120)
+    assert r.returncode == 2
+    assert error_lines(r.stderr) == [
+        f"error: cannot write {where}: {Path(where).parent} does not exist"
+    ]
+    assert not (tmp_path / "new").exists()
+    assert not Path("/raydriver-no-such-folder").exists()
+    assert sorted(p.name for p in run.iterdir()) == ["progress.csv"]

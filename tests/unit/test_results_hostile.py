@@ -45,9 +45,13 @@ class _Server(paramiko.ServerInterface):
 
 
 class _Handle(paramiko.SFTPHandle):
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, attrs: paramiko.SFTPAttributes) -> None:
         super().__init__()
         self.readfile = io.BytesIO(data)  # type: ignore[assignment]
+        self.attrs = attrs
+
+    def stat(self) -> paramiko.SFTPAttributes:  # SFTP FSTAT, which download checks
+        return self.attrs
 
 
 class _Hostile(paramiko.SFTPServerInterface):
@@ -59,6 +63,7 @@ class _Hostile(paramiko.SFTPServerInterface):
         a.st_mode = stat.S_IFDIR | 0o755 if data is None else stat.S_IFREG | 0o644
         a.st_size = 0 if data is None else len(data)
         a.st_mtime = a.st_atime = 1_700_000_000
+        a.st_uid = a.st_gid = 1000  # the job's user, as sftp-server reports it
         return a
 
     def list_folder(self, path: str):  # type: ignore[no-untyped-def]
@@ -76,7 +81,9 @@ class _Hostile(paramiko.SFTPServerInterface):
 
     def open(self, path: str, flags: int, attr: paramiko.SFTPAttributes):  # type: ignore[no-untyped-def]
         name = path[len(ROOT) + 1 :]
-        return _Handle(CONTENT[name]) if name in CONTENT else paramiko.SFTP_NO_SUCH_FILE
+        if name not in CONTENT:
+            return paramiko.SFTP_NO_SUCH_FILE
+        return _Handle(CONTENT[name], self._attrs(name, CONTENT[name]))
 
 
 @pytest.fixture

@@ -420,6 +420,14 @@ def cmd_download(args: argparse.Namespace) -> int:
             f"Left out {count} {'entry' if count == 1 else 'entries'} that are symlinks, "
             f"special files or not plain names: {shown}{more}"
         )
+    if report.changed:
+        shown = ", ".join(terminal_safe(x) for x in report.changed[:5])
+        more = f" and {len(report.changed) - 5} more" if len(report.changed) > 5 else ""
+        say(
+            f"Left out {plural(len(report.changed), 'file')} that changed on the head during the "
+            f"download (gone, or no longer a regular file of the job's user): {shown}{more}; "
+            "download again once the job has finished writing"
+        )
     if args.plot:
         results.plot_runs([report.destination], None)
     return EXIT_OK

@@ -5,6 +5,7 @@ with the real one and fails when the two differ).
 
     .venv/bin/python scripts/bicep_to_arm.py           # rewrite infra/bicep/azuredeploy.json
     .venv/bin/python scripts/bicep_to_arm.py --check   # exit 1 if it is stale
+    .venv/bin/python scripts/bicep_to_arm.py FILE.bicep  # compile another file to stdout
 
 What it covers, as ``bicep build`` emits it for a languageVersion 1.0 template: params with their
 decorators, variables (a variable that reads a module's outputs is inlined where it is used, as
@@ -13,8 +14,14 @@ modules as nested ``Microsoft.Resources/deployments`` with ``expressionEvaluatio
 inner``, conditions (``= if (expr) {...}``) as ``condition``, outputs, string interpolation as
 ``format()``, operators as ARM functions, lambdas as
 ``lambda()``/``lambdaVariables()``, ``loadTextContent()`` inlined at compile time. Anything else
-is an error, not a guess. Its own parser is independent of pycep-parser, which the tests use to
-read main.bicep.
+is an error, not a guess: one line, ``file:line: construct not supported: what`` (exit 2), for
+every construct it does not compile exactly as ``bicep build`` does (``existing``, loops over
+resources, ``targetScope`` other than resourceGroup, module ``scope``, decorators on resources,
+Bicep-only functions such as ``any()``, types, imports, ...). tests/unit/test_bicep_compiler.py
+holds it to the real compiler's output for the public files in tests/fixtures/bicep-corpus/.
+Checkov's skips are not carried into the template (``bicep build`` drops comments): the ARM
+scan's skips live in .checkov.yaml. Its own parser is independent of pycep-parser, which the
+tests use to read main.bicep.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +47,18 @@ GENERATOR = {"name": "bicep", "version": "0.34.44.8038", "templateHash": "0"}
 
 
 class BicepError(Exception):
-    pass
+    """A construct this stand-in does not compile exactly as ``bicep build`` does: reported as
+    one line, ``file:line: construct not supported: what``."""
+
+    def __init__(self, what: str, line: int | None = None) -> None:
+        super().__init__(what)
+        self.what = what
+        self.line = line
+        self.path: Path | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line if self.line is not None else '?'}: "
+        return where + f"construct not supported: {self.what}"
 
 
 # -- tokens ----------------------------------------------------------------------------------
@@ -72,14 +92,18 @@ def tokenize(text: str) -> list[Tok]:
             while i < n and text[i] != "\n":
                 i += 1
         elif text.startswith("/*", i):
-            end = text.index("*/", i)
+            end = text.find("*/", i)
+            if end < 0:
+                raise BicepError("an unterminated comment", line)
             line += text.count("\n", i, end)
             i = end + 2
         elif c == "#" and (not toks or toks[-1].kind == "nl"):  # #disable-next-line ...
             while i < n and text[i] != "\n":
                 i += 1
         elif text.startswith("'''", i):
-            end = text.index("'''", i + 3)
+            end = text.find("'''", i + 3)
+            if end < 0:
+                raise BicepError("an unterminated string", line)
             body = text[i + 3 : end]
             if body.startswith("\n"):
                 body = body[1:]
@@ -110,7 +134,7 @@ def tokenize(text: str) -> list[Tok]:
                     i += len(op)
                     break
             else:
-                raise BicepError(f"line {line}: unexpected character {c!r}")
+                raise BicepError(f"the character {c!r}", line)
     toks.append(Tok("eof", None, line))
     return toks
 
@@ -121,12 +145,14 @@ def _string(text: str, i: int, line: int) -> tuple[list[Any], int, int]:
     parts: list[Any] = []
     buf: list[str] = []
     while True:
+        if i >= len(text):
+            raise BicepError("an unterminated string", line)
         c = text[i]
         if c == "'":
             parts.append("".join(buf))
             return parts, i + 1, line
         if c == "\n":
-            raise BicepError(f"line {line}: newline in a string")
+            raise BicepError("newline in a string", line)
         if c == "\\":
             e = text[i + 1]
             if e == "u":
@@ -135,7 +161,7 @@ def _string(text: str, i: int, line: int) -> tuple[list[Any], int, int]:
                 i = end + 1
                 continue
             if e not in _ESCAPES:
-                raise BicepError(f"line {line}: unknown escape \\{e}")
+                raise BicepError(f"unknown escape \\{e}", line)
             buf.append(_ESCAPES[e])
             i += 2
             continue
@@ -179,7 +205,7 @@ class Parser:
     def expect(self, kind: str, value: Any = None) -> Tok:
         tok = self.next()
         if tok.kind != kind or (value is not None and tok.value != value):
-            raise BicepError(f"line {tok.line}: expected {value or kind}, got {tok.value!r}")
+            raise BicepError(f"{tok.value!r} where {value or kind} is expected", tok.line)
         return tok
 
     def is_op(self, value: str, k: int = 0) -> bool:
@@ -231,10 +257,10 @@ class Parser:
                 stmt["name"] = self.expect("ident").value
                 path = self.expect("str").value
                 if len(path) != 1:
-                    raise BicepError(f"line {tok.line}: interpolated {keyword} path")
+                    raise BicepError(f"an interpolated {keyword} path", tok.line)
                 stmt["target"] = path[0]
                 if self.peek().kind == "ident" and self.peek().value == "existing":
-                    raise BicepError(f"line {tok.line}: existing resources are not supported")
+                    raise BicepError("existing resources", tok.line)
                 self.expect("op", "=")
                 if self.peek().kind == "ident" and self.peek().value == "if":
                     self.next()
@@ -243,7 +269,7 @@ class Parser:
                     self.expect("op", ")")
                 stmt["value"] = self.expression()
             else:
-                raise BicepError(f"line {tok.line}: unsupported statement {keyword!r}")
+                raise BicepError(f"the statement {keyword!r}", tok.line)
             stmt["end"] = self.peek().line
             found.append(stmt)
 
@@ -339,7 +365,7 @@ class Parser:
                 return ("null",)
             if self.is_op("("):
                 self.next()
-                return ("call", tok.value, self.arguments())
+                return ("call", tok.value, self.arguments(), tok.line)
             return ("ident", tok.value)
         if self.is_op("("):
             # (a, b, c) => ... or a parenthesised expression
@@ -368,7 +394,7 @@ class Parser:
                 name = self.expect("ident").value
                 keyword = self.expect("ident")
                 if keyword.value != "in":
-                    raise BicepError(f"line {keyword.line}: expected in")
+                    raise BicepError("expected in", keyword.line)
                 iterable = self.expression()
                 self.expect("op", ":")
                 self.skip_nl()
@@ -397,7 +423,7 @@ class Parser:
                     key = [p if isinstance(p, str) else Parser(p).whole() for p in key_tok.value]
                     key = key[0] if len(key) == 1 else ("str", key)
                 else:
-                    raise BicepError(f"line {key_tok.line}: bad object key {key_tok.value!r}")
+                    raise BicepError(f"the object key {key_tok.value!r}", key_tok.line)
                 self.expect("op", ":")
                 self.skip_nl()
                 props.append((key, self.expression()))
@@ -406,7 +432,7 @@ class Parser:
                 self.skip_nl()
             self.next()
             return ("object", props)
-        raise BicepError(f"line {tok.line}: unexpected {tok.value!r}")
+        raise BicepError(f"{tok.value!r} in an expression", tok.line)
 
     def whole(self) -> Any:
         self.skip_nl()
@@ -423,6 +449,32 @@ _BINARY = {
 }  # fmt: skip
 _PARAM_TYPES = {"string": "string", "int": "int", "bool": "bool", "object": "object",
                 "array": "array"}  # fmt: skip
+_RESOURCE_KEYS = {"name", "location", "tags", "sku", "kind", "properties", "identity",
+                  "zones", "plan", "parent", "scope", "dependsOn", "extendedLocation",
+                  "managedBy"}  # fmt: skip
+"""Resource body properties this stand-in compiles; any other is refused."""
+_MODULE_KEYS = {"name", "params", "dependsOn"}
+"""Module body properties this stand-in compiles (``scope`` is refused: another deployment's
+resourceGroup/subscriptionId, which this stand-in does not emit)."""
+_ARM_FUNCTIONS = frozenset(
+    re.split(
+        r"\s+",
+        """
+    array concat contains createArray empty first filter flatten indexOf intersection items last
+    lastIndexOf length map max min range reduce skip sort take union toObject mapValues groupBy
+    objectKeys shallowMerge coalesce equals greater greaterOrEquals less lessOrEquals dateTimeAdd
+    dateTimeFromEpoch dateTimeToEpoch utcNow deployment environment and bool not or add div float
+    int mod mul sub json extensionResourceId pickZones providers reference resourceId
+    subscriptionResourceId tenantResourceId managementGroupResourceId resourceGroup subscription
+    tenant managementGroup base64 base64ToJson base64ToString dataUri dataUriToString endsWith
+    format guid join newGuid padLeft replace split startsWith string substring toLower toUpper
+    trim uniqueString uri uriComponent uriComponentToString parseCidr cidrSubnet cidrHost
+""".strip(),
+    )
+)
+"""Functions ``bicep build`` writes into the template as they are called (ARM's own, same name
+and arguments). Bicep-only functions (``any``, ``loadJsonContent``, ...) are compiled away by
+Bicep and refused here, except loadTextContent."""
 _DECORATOR_KEYS = {"minValue": "minValue", "maxValue": "maxValue", "minLength": "minLength",
                    "maxLength": "maxLength", "allowed": "allowedValues"}  # fmt: skip
 
@@ -442,39 +494,124 @@ class Symbol:
 
 
 class Compiler:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, deployments_api: str = DEPLOYMENTS_API) -> None:
         self.path = path
-        self.stmts = Parser(tokenize(path.read_text())).statements()
+        self.deployments_api = deployments_api
+        """The api-version of module deployments: the pinned Bicep's unless told otherwise (the
+        corpus test compares with templates other Bicep versions built)."""
+        self.line: int | None = None
+        """The line of the statement being compiled, for refusals that have no line of their own."""
         self.symbols: dict[str, Symbol] = {}
+        self._var_deps: dict[str, list[str]] = {}
+        self._var_runtime: dict[str, bool] = {}
         self.loop: dict[str, str] = {}
         """A for-expression's variable -> its ARM expression (the item at copyIndex)."""
-        for stmt in self.stmts:
-            kind = stmt["kind"]
-            if kind in ("param", "var", "resource", "module"):
-                symbol = Symbol(kind, stmt)
-                if kind == "resource":
-                    symbol.resource_type, _, symbol.api_version = stmt["target"].partition("@")
-                self.symbols[stmt["name"]] = symbol
-        for symbol in self.symbols.values():
-            if symbol.kind == "resource":
-                parent = self._prop(symbol.stmt["value"], "parent")
-                if parent is not None and "/" not in symbol.resource_type:
-                    symbol.resource_type = (
-                        self.symbols[parent[1]].resource_type + "/" + symbol.resource_type
-                    )
-        for symbol in self.symbols.values():
-            if symbol.kind == "var":
-                symbol.runtime = self._is_runtime(symbol.stmt["value"], set())
+        with self.located():
+            try:
+                text = path.read_text()
+            except (OSError, UnicodeDecodeError) as error:
+                raise BicepError(
+                    f"a file that cannot be read ({error.strerror or error})", 1
+                ) from None
+            try:
+                self.stmts = Parser(tokenize(text)).statements()
+            except (ValueError, IndexError):  # a string, comment or interpolation never closed
+                raise BicepError(
+                    "an unterminated string or comment", text.count("\n") + 1
+                ) from None
+            for stmt in self.stmts:
+                self.line = stmt["line"]
+                self.check_statement(stmt)
+                kind = stmt["kind"]
+                if kind in ("param", "var", "resource", "module"):
+                    symbol = Symbol(kind, stmt)
+                    if kind == "resource":
+                        symbol.resource_type, _, symbol.api_version = stmt["target"].partition("@")
+                    self.symbols[stmt["name"]] = symbol
+            for symbol in self.symbols.values():
+                self.line = symbol.stmt["line"]
+                if symbol.kind == "resource":
+                    parent = self._prop(symbol.stmt["value"], "parent")
+                    if parent is not None:
+                        target = self._symbol_ref(parent, "resource", "parent")
+                        if "/" not in symbol.resource_type:
+                            symbol.resource_type = target.resource_type + "/" + symbol.resource_type
+                        elif symbol.resource_type.rsplit("/", 1)[0] != target.resource_type:
+                            raise BicepError("a child type that is not its parent's type")
+            for symbol in self.symbols.values():
+                if symbol.kind == "var":
+                    symbol.runtime = self._is_runtime(symbol.stmt["value"], set())
+            self.line = None
+
+    @contextmanager
+    def located(self) -> Iterator[None]:
+        """Refusals raised inside name this file and the line (the statement's, if none)."""
+        try:
+            yield
+        except BicepError as error:
+            if error.path is None:
+                error.path = self.path
+                if error.line is None:
+                    error.line = self.line
+            raise
+        except RecursionError:
+            raise BicepError("an expression nested too deeply", self.line) from None
+
+    def _symbol_ref(self, e: Any, kind: str, role: str) -> Symbol:
+        """The symbol a ``parent:``/``scope:``/``dependsOn`` item names, of the kind expected."""
+        symbol = self.symbols.get(e[1]) if e[0] == "ident" else None
+        if symbol is None or symbol.kind not in kind.split("|"):
+            raise BicepError(
+                f"{role}: something other than a {kind.replace('|', ' or ')} of this file"
+            )
+        return symbol
+
+    def check_statement(self, stmt: dict[str, Any]) -> None:
+        """Refuse what this stand-in would otherwise compile differently from ``bicep build``."""
+        kind = stmt["kind"]
+        if kind == "targetScope":
+            value = stmt["value"]
+            if value != ("str", ["resourceGroup"]):
+                raise BicepError("targetScope other than 'resourceGroup' (another template schema)")
+        decorators = [name for name, _ in stmt["decorators"]]
+        if kind in ("var", "resource", "module", "metadata", "targetScope") and decorators:
+            raise BicepError(f"the decorator @{decorators[0]} on a {kind}")
+        if kind in ("param", "output") and stmt["type"] not in _PARAM_TYPES:
+            raise BicepError(f"the {kind} type {stmt['type']}")
+        if kind in ("resource", "module"):
+            body = stmt["value"]
+            if body[0] != "object":
+                raise BicepError(f"a {kind} declared as a {body[0]} (loops)")
+            keys = [k for k, _ in body[1]]
+            allowed = _RESOURCE_KEYS if kind == "resource" else _MODULE_KEYS
+            for key in keys:
+                if not isinstance(key, str) or key not in allowed:
+                    raise BicepError(f"the {kind} property {key!r}")
+            if "name" not in keys:
+                raise BicepError(f"a {kind} without a name")
+            if kind == "resource" and "@" not in stmt["target"]:
+                raise BicepError("a resource type without an api-version")
+            if kind == "module" and not stmt["target"].endswith(".bicep"):
+                raise BicepError(f"the module source {stmt['target']!r} (only local .bicep files)")
+            explicit = self._prop(body, "dependsOn")
+            if explicit is not None and explicit[0] != "array":
+                raise BicepError("a dependsOn that is not an array literal")
 
     # helpers
     @staticmethod
     def _prop(obj: Any, key: str) -> Any:
         if obj[0] != "object":
-            raise BicepError("expected an object")
+            raise BicepError(f"a {obj[0]} where an object literal is expected (loops, conditions)")
         for k, v in obj[1]:
             if k == key:
                 return v
         return None
+
+    def _var_is_runtime(self, name: str, seen: set[str]) -> bool:
+        if name not in self._var_runtime:  # once per variable: they chain deeply
+            value = self.symbols[name].stmt["value"]
+            self._var_runtime[name] = self._is_runtime(value, seen | {name})
+        return self._var_runtime[name]
 
     def _is_runtime(self, e: Any, seen: set[str]) -> bool:
         """Does the expression read a module's outputs or a resource's runtime properties?"""
@@ -504,7 +641,7 @@ class Compiler:
                     target
                     and target.kind == "var"
                     and node[1] not in seen
-                    and self._is_runtime(target.stmt["value"], seen | {node[1]})
+                    and self._var_is_runtime(node[1], seen)
                 ):
                     found = True
             if node[0] == "lambda":
@@ -543,7 +680,9 @@ class Compiler:
                 if target and target.kind in ("resource", "module"):
                     add(node[1])
                 elif target and target.kind == "var":
-                    for d in self._dependencies(target.stmt["value"]):
+                    if node[1] not in self._var_deps:  # once per variable: they chain deeply
+                        self._var_deps[node[1]] = self._dependencies(target.stmt["value"])
+                    for d in self._var_deps[node[1]]:
                         add(d)
                 return
             if node[0] == "lambda":
@@ -600,7 +739,7 @@ class Compiler:
                 args.append(self.expr(v, lambdas))
             return f"createObject({', '.join(args)})"
         if kind == "call":
-            return self.call(e[1], e[2], lambdas)
+            return self.call(e[1], e[2], lambdas, e[3])
         if kind == "prop":
             return self.prop(e, lambdas)
         if kind == "index":
@@ -613,7 +752,7 @@ class Compiler:
             if op == "!=":
                 return f"not(equals({a}, {b}))"
             if op in ("=~", "!~"):
-                raise BicepError("case-insensitive comparison is not supported")
+                raise BicepError(f"the {op} operator (case-insensitive comparison)")
             return f"{_BINARY[op]}({a}, {b})"
         if kind == "ternary":
             parts = (self.expr(x, lambdas) for x in e[1:])
@@ -622,7 +761,7 @@ class Compiler:
             inner = lambdas | set(e[1])
             names = ", ".join(_quote(n) for n in e[1])
             return f"lambda({names}, {self.expr(e[2], inner)})"
-        raise BicepError(f"cannot compile {e!r}")
+        raise BicepError(f"a {kind} expression")
 
     def ident(self, name: str, lambdas: frozenset[str]) -> str:
         if name in lambdas:
@@ -631,23 +770,25 @@ class Compiler:
             return self.loop[name]
         symbol = self.symbols.get(name)
         if symbol is None:
-            raise BicepError(f"{self.path.name}: unknown name {name}")
+            raise BicepError(f"the name {name} (not a parameter or variable of this file)")
         if symbol.kind == "param":
             return f"parameters({_quote(name)})"
         if symbol.kind == "var":
             if symbol.runtime:
                 return self.expr(symbol.stmt["value"], frozenset())
             return f"variables({_quote(name)})"
-        raise BicepError(f"{self.path.name}: {name} used as a value")
+        raise BicepError(f"the {symbol.kind} {name} used as a value")
 
-    def call(self, name: str, args: list[Any], lambdas: frozenset[str]) -> str:
+    def call(self, name: str, args: list[Any], lambdas: frozenset[str], line: int) -> str:
         if name == "loadTextContent":
             return _quote(self.load_text(args))
+        if name not in _ARM_FUNCTIONS and not re.fullmatch(r"list[A-Z]\w*", name):
+            raise BicepError(f"the function {name}()", line)
         return f"{name}({', '.join(self.expr(a, lambdas) for a in args)})"
 
     def load_text(self, args: list[Any]) -> str:
         if len(args) != 1 or args[0][0] != "str" or len(args[0][1]) != 1:
-            raise BicepError("loadTextContent takes one literal path")
+            raise BicepError("loadTextContent() without exactly one literal path")
         return (self.path.parent / args[0][1][0]).read_text()
 
     def resource_id(self, name: str) -> str:
@@ -655,7 +796,15 @@ class Compiler:
         if symbol.kind == "module":
             mod_name = self.expr(self._prop(symbol.stmt["value"], "name"))
             return f"resourceId('Microsoft.Resources/deployments', {mod_name})"
-        return f"resourceId({', '.join([_quote(symbol.resource_type), *self.name_parts(name)])})"
+        parts = self.name_parts(name)
+        segments = symbol.resource_type.count("/")
+        if len(parts) == 1 and segments > 1:
+            # A child named 'parent/child' without `parent:`: one resourceId argument per
+            # segment, each cut from the whole name, as bicep build writes it.
+            parts = [f"split({parts[0]}, '/')[{i}]" for i in range(segments)]
+        elif len(parts) != segments:
+            raise BicepError(f"a {symbol.resource_type} whose name has {len(parts)} parts")
+        return f"resourceId({', '.join([_quote(symbol.resource_type), *parts])})"
 
     def name_parts(self, name: str) -> list[str]:
         symbol = self.symbols[name]
@@ -688,11 +837,11 @@ class Compiler:
                 if chain[0] == "properties":
                     ref = f"reference({self.resource_id(node[1])}, {_quote(symbol.api_version)})"
                     return ref + "".join(f".{c}" for c in chain[1:])
-                raise BicepError(f"unsupported resource access {node[1]}.{'.'.join(chain)}")
+                raise BicepError(f"the resource access {node[1]}.{'.'.join(chain)}")
             if symbol.kind == "module":
                 if chain[0] != "outputs" or len(chain) < 2:
-                    raise BicepError(f"unsupported module access {node[1]}.{'.'.join(chain)}")
-                ref = f"reference({self.resource_id(node[1])}, {_quote(DEPLOYMENTS_API)})"
+                    raise BicepError(f"the module access {node[1]}.{'.'.join(chain)}")
+                ref = f"reference({self.resource_id(node[1])}, {_quote(self.deployments_api)})"
                 return f"{ref}.outputs.{chain[1]}.value" + "".join(f".{c}" for c in chain[2:])
         return f"{self.expr(e[1], lambdas)}.{e[2]}"
 
@@ -727,8 +876,40 @@ class Compiler:
         variables: dict[str, Any] = {}
         copies: list[dict[str, Any]] = []
         resources: list[dict[str, Any]] = []
+        modules: list[dict[str, Any]] = []
         outputs: dict[str, Any] = {}
-        for stmt in self.stmts:
+        with self.located():
+            for stmt in self.stmts:
+                self.line = stmt["line"]
+                self.statement(
+                    stmt, metadata, parameters, variables, copies, resources, modules, outputs
+                )
+            self.line = None
+        template: dict[str, Any] = {"$schema": SCHEMA, "contentVersion": "1.0.0.0"}
+        template["metadata"] = metadata
+        if parameters:
+            template["parameters"] = parameters
+        if copies:
+            variables = {"copy": copies, **variables}
+        if variables:
+            template["variables"] = variables
+        template["resources"] = resources + modules
+        if outputs:
+            template["outputs"] = outputs
+        return template
+
+    def statement(
+        self,
+        stmt: dict[str, Any],
+        metadata: dict[str, Any],
+        parameters: dict[str, Any],
+        variables: dict[str, Any],
+        copies: list[dict[str, Any]],
+        resources: list[dict[str, Any]],
+        modules: list[dict[str, Any]],
+        outputs: dict[str, Any],
+    ) -> None:
+        if True:
             kind = stmt["kind"]
             if kind == "metadata":
                 metadata[stmt["name"]] = self.value(stmt["value"])
@@ -741,8 +922,8 @@ class Compiler:
                     variables[stmt["name"]] = self.value(stmt["value"])
             elif kind == "resource":
                 resources.append(self.resource(stmt))
-            elif kind == "module":
-                resources.append(self.module(stmt))
+            elif kind == "module":  # after every resource, as bicep build writes them
+                modules.append(self.module(stmt))
             elif kind == "output":
                 output: dict[str, Any] = {
                     "type": _PARAM_TYPES[stmt["type"]],
@@ -750,17 +931,6 @@ class Compiler:
                 }
                 output.update(self.decorations(stmt, output_only=True))
                 outputs[stmt["name"]] = output
-        template: dict[str, Any] = {"$schema": SCHEMA, "contentVersion": "1.0.0.0"}
-        template["metadata"] = metadata
-        template["parameters"] = parameters
-        if copies:
-            variables = {"copy": copies, **variables}
-        if variables:
-            template["variables"] = variables
-        template["resources"] = resources
-        if outputs:
-            template["outputs"] = outputs
-        return template
 
     def copy(self, name: str, loop: Any) -> dict[str, Any]:
         """A variable made by a for-expression: ARM's variable copy loop."""
@@ -778,7 +948,7 @@ class Compiler:
             if name == "description":
                 out.setdefault("metadata", {})["description"] = self.value(args[0])
             elif output_only:
-                raise BicepError(f"decorator @{name} on output {stmt['name']}")
+                raise BicepError(f"the decorator @{name} on output {stmt['name']}")
         return out
 
     def parameter(self, stmt: dict[str, Any]) -> dict[str, Any]:
@@ -793,30 +963,23 @@ class Compiler:
             if name in _DECORATOR_KEYS:
                 param[_DECORATOR_KEYS[name]] = self.value(args[0])
             elif name not in ("description", "secure"):
-                raise BicepError(f"unsupported decorator @{name}")
+                raise BicepError(f"the decorator @{name} on parameter {stmt['name']}")
         param.update(self.decorations(stmt))
         return param
 
-    def depends_on(self, body: Any, exclude: set[str]) -> list[str]:
-        names = [d for d in self._dependencies(body) if d not in exclude]
+    def depends_on(self, stmt: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+        """The resources and modules a statement's ``keys`` refer to (its name included), and
+        its explicit dependsOn, ordered by symbol name as bicep build lists them."""
+        body = stmt["value"]
+        if "condition" in stmt and self._dependencies(stmt["condition"]):
+            raise BicepError(f"a {stmt['kind']} condition that reads a resource or module")
+        names = self._dependencies(("object", [(k, v) for k, v in body[1] if k in keys]))
         explicit = self._prop(body, "dependsOn")
-        if explicit is not None:
-            for item in explicit[1]:
-                if item[1] not in names:
-                    names.append(item[1])
-        return [f"[{self.resource_id(n)}]" for n in names]
-
-    def skips(self, stmt: dict[str, Any]) -> list[str]:
-        """The ``// checkov:skip=ID:reason`` comments of a resource's body, which checkov's ARM
-        framework reads from the resource's ``metadata.checkov`` (``bicep build`` drops
-        comments: the workflow's comparison leaves these out)."""
-        lines = self.path.read_text().splitlines()
-        found = []
-        for line in lines[stmt["line"] : stmt["end"]]:
-            m = re.match(r"\s*// (checkov:skip=[A-Z0-9_]+:.+)$", line)
-            if m:
-                found.append(m.group(1))
-        return found
+        for item in explicit[1] if explicit is not None else []:
+            self._symbol_ref(item, "resource|module", "dependsOn")
+            names.append(item[1])
+        unique = sorted(set(names) - {stmt["name"]}, key=lambda n: (n.lower(), n))
+        return [f"[{self.resource_id(n)}]" for n in unique]
 
     def resource(self, stmt: dict[str, Any]) -> dict[str, Any]:
         symbol = self.symbols[stmt["name"]]
@@ -826,7 +989,7 @@ class Compiler:
             res = {"condition": f"[{self.expr(stmt['condition'])}]", **res}
         scope = self._prop(body, "scope")
         if scope is not None:
-            target = self.symbols[scope[1]]
+            target = self._symbol_ref(scope, "resource", "scope")
             res["scope"] = (
                 f"[format({_quote(target.resource_type + '/{0}')}, {self.full_name(scope[1])})]"
             )
@@ -841,24 +1004,21 @@ class Compiler:
             and "'" not in res["name"][2:-2]
         ):
             res["name"] = res["name"][2:-2]
-        deps = self.depends_on(("object", [(k, v) for k, v in body[1] if k != "name"]), set())
+        deps = self.depends_on(stmt, tuple(k for k, _ in body[1] if k != "dependsOn"))
         if deps:
             res["dependsOn"] = deps
-        skips = self.skips(stmt)
-        if skips:
-            res["metadata"] = {"checkov": skips}
         return res
 
     def module(self, stmt: dict[str, Any]) -> dict[str, Any]:
         body = stmt["value"]
-        inner = Compiler(self.path.parent / stmt["target"]).template()
+        inner = Compiler(self.path.parent / stmt["target"], self.deployments_api).template()
         inner["metadata"]["_generator"] = dict(GENERATOR)
         params_expr = self._prop(body, "params")
         params = {k: {"value": self.value(v)} for k, v in (params_expr[1] if params_expr else [])}
         res: dict[str, Any] = {
             **({"condition": f"[{self.expr(stmt['condition'])}]"} if "condition" in stmt else {}),
             "type": "Microsoft.Resources/deployments",
-            "apiVersion": DEPLOYMENTS_API,
+            "apiVersion": self.deployments_api,
             "name": self.value(self._prop(body, "name")),
             "properties": {
                 "expressionEvaluationOptions": {"scope": "inner"},
@@ -867,13 +1027,7 @@ class Compiler:
                 "template": inner,
             },
         }
-        deps = self.depends_on(("object", [(k, v) for k, v in body[1] if k == "params"]), set())
-        explicit = self._prop(body, "dependsOn")
-        if explicit is not None:
-            for item in explicit[1]:
-                dep = f"[{self.resource_id(item[1])}]"
-                if dep not in deps:
-                    deps.append(dep)
+        deps = self.depends_on(stmt, ("name", "params"))
         if deps:
             res["dependsOn"] = deps
         return res
@@ -888,7 +1042,20 @@ def render(template: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = render(compile_main())
+    sources = [a for a in argv if a != "--check"]
+    if sources:  # compile other files to stdout: the corpus, or a check before an edit
+        for source in sources:
+            try:
+                print(render(Compiler(Path(source)).template()), end="")
+            except BicepError as error:
+                print(error, file=sys.stderr)
+                return 2
+        return 0
+    try:
+        text = render(compile_main())
+    except BicepError as error:
+        print(error, file=sys.stderr)
+        return 2
     if "--check" in argv:
         if OUTPUT.read_text() != text:
             print(f"{OUTPUT.relative_to(REPO)} is stale: run scripts/bicep_to_arm.py")

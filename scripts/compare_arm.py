@@ -1,9 +1,15 @@
 """Compare two ARM templates by meaning: the one `bicep build` compiles and the committed
 infra/bicep/azuredeploy.json. Left out of the comparison: the generator's stamp
 (``metadata._generator``: Bicep's version and template hash, in the template and in every nested
-deployment's template) and the resources' ``metadata.checkov`` (checkov's skips, which
-scripts/bicep_to_arm.py carries over from the Bicep comments that `bicep build` drops). Key order
-and formatting do not count.
+deployment's template). Key order, formatting and the letter case of resource types (Azure
+Resource Manager's types are case-insensitive; bicep build writes the case of its own type
+definitions, not always the file's) do not count. Everything else does, checkov's
+``metadata.checkov`` included: bicep build writes none, so neither may the stand-in.
+
+With ``across_versions`` (the compiler corpus, tests/fixtures/bicep-corpus/, built by other
+Bicep versions than the pinned one), also what only changed between Bicep versions and means the
+same to Resource Manager: an extension resource's ``scope`` written as the relative
+``format('T/{0}', name)`` (Bicep 0.34-0.36) or as ``resourceId('T', name)`` (later).
 
     python scripts/compare_arm.py COMPILED.json infra/bicep/azuredeploy.json   # exit 1 on drift
 """
@@ -11,23 +17,42 @@ and formatting do not count.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
+_TYPE = r"[A-Za-z]+\.[A-Za-z.]+(?:/[A-Za-z0-9]+)+"
+TYPE_LITERAL = re.compile(rf"'({_TYPE})(/{{0}})?'")
+"""A resource type quoted inside an expression: resourceId('Microsoft.X/y', ...)."""
+TYPE_STRING = re.compile(rf"{_TYPE}")
+RELATIVE_SCOPE = re.compile(r"\[format\('([^'{}]+)/\{0\}', (.*)\)\]", re.DOTALL)
 
-def normal(node: Any, path: str = "") -> Any:
+
+def _lower_types(text: str) -> str:
+    if TYPE_STRING.fullmatch(text):
+        return text.lower()
+    if text.startswith("["):
+        return TYPE_LITERAL.sub(lambda m: m.group(0).lower(), text)
+    return text
+
+
+def normal(node: Any, path: str = "", across_versions: bool = False) -> Any:
     if isinstance(node, dict):
         out = {}
         for key, value in node.items():
             if key == "metadata" and isinstance(value, dict):
-                value = {k: v for k, v in value.items() if k not in ("_generator", "checkov")}
+                value = {k: v for k, v in value.items() if k != "_generator"}
                 if not value:
                     continue
-            out[key] = normal(value, f"{path}.{key}")
+            if across_versions and key == "scope" and isinstance(value, str):
+                value = RELATIVE_SCOPE.sub(r"[resourceId('\1', \2)]", value)
+            out[key] = normal(value, f"{path}.{key}", across_versions)
         return out
     if isinstance(node, list):
-        return [normal(v, f"{path}[{i}]") for i, v in enumerate(node)]
+        return [normal(v, f"{path}[{i}]", across_versions) for i, v in enumerate(node)]
+    if isinstance(node, str):
+        return _lower_types(node)
     return node
 
 

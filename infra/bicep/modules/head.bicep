@@ -93,7 +93,7 @@ resource nic 'Microsoft.Network/networkInterfaces@2024-07-01' = {
 }
 
 resource vm 'Microsoft.Compute/virtualMachines@2024-11-01' = {
-  // checkov:skip=CKV_AZURE_151:A Windows check (Azure Disk Encryption extension); the head runs Linux, its disks are encrypted at rest by the platform and extensions are turned off.
+  // checkov:skip=CKV_AZURE_151:Named for Windows VMs, but it reads securityProfile.encryptionAtHost on every VM, Linux too: off by default because encryption at host needs the EncryptionAtHost feature registered on the subscription; set encryptionAtHostEnabled where it is.
   // checkov:skip=CKV_AZURE_97:Off by default because encryption at host needs the EncryptionAtHost feature registered on the subscription; set encryptionAtHostEnabled where it is.
   name: '${namePrefix}-head'
   location: location

@@ -1,0 +1,211 @@
+"""The Bicep stand-in compiler (scripts/bicep_to_arm.py) against the real one: every file of the
+corpus in tests/fixtures/bicep-corpus/ (public Bicep files next to the template `bicep build`
+made of them) either compiles to the same template (scripts/compare_arm.py, across Bicep
+versions) or is refused in one line naming the file, the line and the construct; none differs
+silently. And each miscompile the review found (issue 19, finding 9), one file at a time."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bicep_to_arm import DEPLOYMENTS_API, BicepError, Compiler
+from compare_arm import differences, normal
+
+from support import REPO
+
+CORPUS = REPO / "tests" / "fixtures" / "bicep-corpus"
+FIXTURES = sorted(p.parent for p in CORPUS.rglob("main.json"))
+REFUSAL = re.compile(r"^(?P<file>\S+\.bicep):(?P<line>\d+): construct not supported: (?P<what>.+)$")
+README_ROW = re.compile(
+    r"\| Bicep stand-in compiler \| (?P<total>\d+) public Bicep files .*?: "
+    r"(?P<equal>\d+) compile to the same template, (?P<refused>\d+) are refused"
+)
+
+
+def _deployments_api(doc: dict[str, Any]) -> str:
+    """The module deployments' api-version the fixture's Bicep version wrote (0.34: 2022-09-01)."""
+    resources = doc.get("resources", [])
+    for resource in resources.values() if isinstance(resources, dict) else resources:
+        if resource.get("type") == "Microsoft.Resources/deployments":
+            return str(resource["apiVersion"])
+    return DEPLOYMENTS_API
+
+
+@cache
+def outcome(folder: Path) -> tuple[str, str]:
+    """("equal", "") | ("refused", the line) | ("differs", where)."""
+    real = json.loads((folder / "main.json").read_text())
+    try:
+        compiled = Compiler(folder / "main.bicep", _deployments_api(real)).template()
+    except BicepError as error:
+        return "refused", str(error)
+    found = differences(normal(compiled, across_versions=True), normal(real, across_versions=True))
+    return ("differs", "\n".join(found[:5])) if found else ("equal", "")
+
+
+def test_the_corpus_is_large_and_names_its_sources() -> None:
+    assert len(FIXTURES) >= 100
+    readme = (CORPUS / "README.md").read_text()
+    for repo in ("Azure/bicep", "Azure/bicep-registry-modules"):
+        assert re.search(rf"{re.escape(repo)}\b.*\b[0-9a-f]{{40}}\b", readme), repo
+    for folder in FIXTURES:
+        assert (folder / "main.bicep").is_file(), folder
+
+
+@pytest.mark.parametrize("folder", FIXTURES, ids=lambda p: p.relative_to(CORPUS).as_posix())
+def test_each_file_compiles_as_bicep_build_does_or_is_refused_in_one_line(folder: Path) -> None:
+    kind, detail = outcome(folder)
+    assert kind != "differs", f"a silent miscompile:\n{detail}"
+    if kind == "refused":
+        match = REFUSAL.match(detail)
+        assert match and "\n" not in detail, detail
+        assert Path(match["file"]).is_file() and int(match["line"]) >= 1, detail
+
+
+def test_the_readme_states_the_corpus_counts() -> None:
+    kinds = [outcome(folder)[0] for folder in FIXTURES]
+    match = README_ROW.search((REPO / "README.md").read_text())
+    assert match, "the README's Bicep stand-in compiler row is missing"
+    assert int(match["total"]) == len(kinds)
+    assert int(match["equal"]) == kinds.count("equal")
+    assert int(match["refused"]) == kinds.count("refused")
+    # both outcomes occur: the corpus proves compilation, not only refusals
+    assert kinds.count("equal") >= 50 and kinds.count("refused") >= 50
+
+
+# -- the review's findings, one file each ----------------------------------------------------
+def compile_text(tmp_path: Path, text: str, **files: str) -> dict[str, Any]:
+    for name, content in files.items():
+        (tmp_path / name).write_text(content)
+    (tmp_path / "main.bicep").write_text(text)
+    return Compiler(tmp_path / "main.bicep").template()
+
+
+def refusal(tmp_path: Path, text: str, **files: str) -> tuple[str, int, str]:
+    with pytest.raises(BicepError) as caught:
+        compile_text(tmp_path, text, **files)
+    match = REFUSAL.match(str(caught.value))
+    assert match, str(caught.value)
+    return Path(match["file"]).name, int(match["line"]), match["what"]
+
+
+def test_a_reference_only_in_the_name_is_a_dependency(tmp_path: Path) -> None:
+    doc = compile_text(
+        tmp_path,
+        """param name string
+resource sa 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+  name: name
+  location: 'westeurope'
+  kind: 'StorageV2'
+  sku: { name: 'Standard_LRS' }
+}
+resource container 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
+  name: '${sa.name}/default/logs'
+}
+""",
+    )
+    child = doc["resources"][1]
+    assert child["dependsOn"] == [
+        "[resourceId('Microsoft.Storage/storageAccounts', parameters('name'))]"
+    ]
+
+
+def test_a_child_named_with_slashes_gets_one_resource_id_argument_per_segment(
+    tmp_path: Path,
+) -> None:
+    doc = compile_text(
+        tmp_path,
+        """param vnet string
+resource subnet 'Microsoft.Network/virtualNetworks/subnets@2024-07-01' = {
+  name: '${vnet}/default'
+  properties: { addressPrefix: '10.0.0.0/24' }
+}
+output id string = subnet.id
+""",
+    )
+    name = "format('{0}/default', parameters('vnet'))"
+    assert doc["outputs"]["id"]["value"] == (
+        f"[resourceId('Microsoft.Network/virtualNetworks/subnets', split({name}, '/')[0], "
+        f"split({name}, '/')[1])]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "what"),
+    [
+        ("param a string\ntargetScope = 'subscription'\n", 2, "targetScope other than"),
+        (
+            "module m 'm.bicep' = {\n  name: 'm'\n  scope: resourceGroup('other')\n}\n",
+            1,
+            "the module property 'scope'",
+        ),
+        ("param p object\nvar v = any(p.x)\noutput o object = v\n", 2, "the function any()"),
+        (
+            "@description('d')\nresource r 'Microsoft.Network/virtualNetworks@2024-07-01' = {\n"
+            "  name: 'v'\n}\n",
+            2,
+            "the decorator @description on a resource",
+        ),
+        (
+            "resource r 'Microsoft.Network/virtualNetworks@2024-07-01' = [for i in range(0, 2): {\n"
+            "  name: 'v${i}'\n}]\n",
+            1,
+            "a resource declared as a for",
+        ),
+        (
+            "resource r 'Microsoft.Network/virtualNetworks@2024-07-01' existing = {\n"
+            "  name: 'v'\n}\n",
+            1,
+            "existing resources",
+        ),
+        ("param a string\nvar b = a =~ 'x'\noutput c bool = b\n", 2, "the =~ operator"),
+        ("var s = 'never closed\n", 1, "newline in a string"),
+        ("var s = '''never closed\n", 1, "an unterminated string"),
+    ],
+)
+def test_what_it_cannot_compile_exactly_is_refused_with_file_line_and_construct(
+    tmp_path: Path, text: str, line: int, what: str
+) -> None:
+    name, found_line, found_what = refusal(tmp_path, text, **{"m.bicep": "param x string\n"})
+    assert (name, found_line) == ("main.bicep", line)
+    assert found_what.startswith(what), found_what
+
+
+def test_a_refusal_inside_a_module_names_the_module_file(tmp_path: Path) -> None:
+    name, line, what = refusal(
+        tmp_path,
+        "module m 'm.bicep' = {\n  name: 'm'\n}\n",
+        **{"m.bicep": "param x string\n\nvar y = any(x)\n"},
+    )
+    assert (name, line, what) == ("m.bicep", 3, "the function any()")
+
+
+def test_the_command_line_refuses_in_one_line_without_a_traceback(tmp_path: Path) -> None:
+    source = tmp_path / "main.bicep"
+    source.write_text("param p object\nvar v = any(p)\noutput o object = v\n")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bicep_to_arm.py"), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == f"{source}:2: construct not supported: the function any()\n"
+
+
+def test_the_committed_template_is_what_the_compiler_writes() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bicep_to_arm.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1002,7 +1002,12 @@ class Rehearsal:
         state = self.load()
         removed: list[str] = []
         nodes = state.nodes if state else []
-        if state and trust.forget(state.head.ip, state.head_host_keys, state.known_hosts):
+        # Keys are recorded only once the head booted; a failed up may have no head at all.
+        if (
+            state
+            and state.head_host_keys
+            and trust.forget(state.head.ip, state.head_host_keys, state.known_hosts)
+        ):
             removed.append(f"the head's host keys from {state.known_hosts}")
         # 1. containers: a clean poweroff first, then the whole PID namespace goes.
         pids = {n.pid for n in nodes if n.pid is not None and pid_alive(n.pid)}

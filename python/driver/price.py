@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import http.client
 import json
 import os
 import urllib.error
@@ -228,6 +229,8 @@ def _get_json(url: str, timeout: float) -> dict[str, Any]:
         raise PricesUnavailable(one_line(e.reason, 120)) from None
     except (OSError, ValueError) as e:  # timeouts, resets, a malformed URL in NextPageLink
         raise PricesUnavailable(one_line(e, 120) or type(e).__name__) from None
+    except http.client.HTTPException as e:  # not HTTP (BadStatusLine), cut short (IncompleteRead)
+        raise PricesUnavailable(f"a broken HTTP answer: {type(e).__name__}") from None
     try:
         doc = json.loads(body)
     except ValueError:
@@ -337,12 +340,14 @@ def price_list(
         pass  # no cache, or one we cannot use: ask the API
     items = fetch_items(first)
     kept = [i for i in items if _is_linux_hour(i, region.lower(), {s.lower() for s in sizes})]
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
     try:
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"url": first, "fetched_at": moment.isoformat(), "items": kept}))
         tmp.replace(cache)
     except OSError:
-        pass  # a cache we cannot write only costs the next run a fetch
+        # A cache we cannot write only costs the next run a fetch; a half-written one goes.
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return PriceList(region, select(kept, region, sizes, moment), moment, cached=False)
 
 

@@ -440,6 +440,7 @@ class _Watchdog:
         self.keepalive_s = max(0.1, options.keepalive_s)
         self.dead_after_s = max(self.keepalive_s, options.dead_after_s)
         self.reason: str | None = None
+        self._sending: threading.Thread | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="raydriver-ssh-watchdog", daemon=True
@@ -467,12 +468,24 @@ class _Watchdog:
                 self._ask()
 
     def _ask(self) -> None:
+        """Send the keepalive from a thread of its own, at most one at a time: paramiko's send
+        can block (during a rekey, or with the head's receive window full because its sshd is
+        frozen mid-upload) until the transport closes, and closing it is this watchdog's job,
+        so the deadline must never wait on a send."""
+        if self._sending is not None and self._sending.is_alive():
+            return  # the last one is still stuck: only the deadline decides now
+        self._sending = threading.Thread(
+            target=self._send_keepalive, name="raydriver-ssh-keepalive", daemon=True
+        )
+        self._sending.start()
+
+    def _send_keepalive(self) -> None:
         m = paramiko.Message()
         m.add_byte(paramiko.common.cMSG_GLOBAL_REQUEST)
         m.add_string(KEEPALIVE_REQUEST)
         m.add_boolean(True)  # want a reply: the point of asking
         # Transport.global_request(wait=False) would ask for no reply, and wait=True blocks
-        # this thread until one comes; _send_user_message is what paramiko's channels send with.
+        # until one comes; _send_user_message is what paramiko's channels send with.
         with contextlib.suppress(Exception):
             self._transport._send_user_message(m)  # type: ignore[attr-defined]
 
@@ -501,8 +514,31 @@ def _tune_socket(sock: socket.socket, options: SshOptions) -> None:
             sock.setsockopt(level, option, value)
 
 
-def _add_known_hosts(keys: paramiko.HostKeys, path: Path, progress: Progress) -> None:
-    """Add the readable entries of an OpenSSH known_hosts file; say how many lines were not.
+def load_host_keys(
+    keys: paramiko.HostKeys, options: SshOptions, target: str, progress: Progress
+) -> None:
+    """The keys the head ``target`` (known_hosts' name for it) is checked against: the driver's
+    own known_hosts, then the user's ~/.ssh/known_hosts for every host the driver's file does
+    not name. The driver's file wins for a head it knows: ``rehearse up`` replaces a re-created
+    head's key there, and an old entry in the user's file (hashed ones too, which paramiko
+    cannot override by name) would otherwise read as a changed key."""
+    _add_known_hosts(keys, options.driver_known_hosts(), progress)
+    skip = target if keys.lookup(target) is not None else None
+    _add_known_hosts(keys, options.user_known_hosts(), progress, skip=skip)
+
+
+def _names(hostname: str, target: str) -> bool:
+    """Does this known_hosts name (plain or hashed ``|1|salt|hash``) name ``target``?"""
+    if hostname.startswith("|1|"):
+        return paramiko.HostKeys.hash_host(target, hostname) == hostname
+    return hostname == target
+
+
+def _add_known_hosts(
+    keys: paramiko.HostKeys, path: Path, progress: Progress, skip: str | None = None
+) -> None:
+    """Add the readable entries of an OpenSSH known_hosts file (less those naming ``skip``);
+    say how many lines were not readable.
 
     paramiko's own loader stops with a traceback at the first malformed line; one bad line in a
     user's ~/.ssh/known_hosts must not keep the driver from every head.
@@ -523,6 +559,8 @@ def _add_known_hosts(keys: paramiko.HostKeys, path: Path, progress: Progress) ->
             bad += 1
             continue
         for host in entry.hostnames:
+            if skip is not None and _names(host, skip):
+                continue
             keys.add(host, entry.key.get_name(), entry.key)
     if bad:
         progress(f"skipped {bad} unreadable line{'s' if bad > 1 else ''} in {path}")
@@ -550,8 +588,9 @@ def _connect_once(head: HeadAddress, options: SshOptions, progress: Progress) ->
     client = paramiko.SSHClient()
     try:
         ours = options.driver_known_hosts()
-        for path in (options.user_known_hosts(), ours):
-            _add_known_hosts(client.get_host_keys(), path, progress)
+        load_host_keys(
+            client.get_host_keys(), options, hostkeys.host_name(head.host, head.port), progress
+        )
         client.set_missing_host_key_policy(
             _TrustOnFirstUse(ours, options.strict_host_keys, progress)
         )

@@ -217,6 +217,64 @@ def test_without_network_the_price_is_unknown_in_one_line(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (b"hello\r\n\r\n", "BadStatusLine"),  # not HTTP at all
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n{\"Items\": [", "IncompleteRead"),
+    ],
+)
+def test_a_server_that_breaks_http_is_one_line_not_a_traceback(
+    answer: bytes, why: str, tmp_path: Path
+) -> None:
+    """http.client's own exceptions are no OSError: a proxy answering garbage or cutting the
+    body short must read as an unknown price, never as a traceback (up would stop there)."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/api/retail/prices"
+    try:
+        r = driver(url, tmp_path, "--parameters", str(PARAMETERS), "--location", "westeurope")
+    finally:
+        server.close()
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2 and r.stdout == ""
+    [line] = error_lines(r.stderr)
+    assert line.startswith(f"error: price unknown: the Retail Prices API at {url} did not answer (")
+    assert line.endswith(f"(a broken HTTP answer: {why})"), line
+
+
+def test_a_cache_that_cannot_be_written_leaves_no_temporary_file(
+    fake: FakeRetailPrices, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk while caching (the write fails half-way): the price is still given, and the
+    half-written temporary file goes."""
+    real = Path.write_text
+
+    def full(self: Path, data: str, *a: Any, **k: Any) -> int:
+        if self.suffix == ".tmp":
+            real(self, data[:10])
+            raise OSError(28, "No space left on device")
+        return real(self, data, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    cache = tmp_path / "prices"
+    cache.mkdir()
+    got = price.price_list("westeurope", ["Standard_D4s_v5"], fake.url, cache)
+    assert got.meter("Standard_D4s_v5", spot=False) is not None
+    assert [p.name for p in cache.iterdir()] == []
+
+
+@pytest.mark.parametrize(
     ("args", "env", "expected"),
     [
         (("--parameters", str(PARAMETERS)), {},

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -173,6 +174,34 @@ def _fetch(
     return size
 
 
+_prefetch_quieted = False
+
+
+def _quiet_prefetch_threads() -> None:
+    """paramiko's prefetch thread (``SFTPFile.prefetch``) may still be sending read requests
+    when a download stops early (a local write error, Ctrl-C, a lost head); once the connection
+    closes it dies with ``OSError: Socket is closed`` and Python prints that traceback to the
+    user's terminal after our one-line error (CI saw it on a full disk). Its failure is already
+    the download's own error, or none at all: nothing is printed for it. Any other thread's
+    exception goes to the previous hook as before."""
+    global _prefetch_quieted
+    if _prefetch_quieted:
+        return
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if (
+            args.thread is not None
+            and args.thread.name.endswith("(_prefetch_thread)")
+            and issubclass(args.exc_type, (OSError, EOFError, paramiko.SSHException))
+        ):
+            return
+        previous(args)
+
+    threading.excepthook = hook
+    _prefetch_quieted = True
+
+
 def download_tree(
     sftp: paramiko.SFTPClient,
     remote_root: str,
@@ -231,6 +260,7 @@ def download_tree(
     changed: list[str] = []
     if progress:
         progress(0, total)
+    _quiet_prefetch_threads()
     channel = sftp.get_channel()
     before = channel.gettimeout() if channel is not None else None
     if channel is not None:

@@ -98,15 +98,22 @@ ray.init(logging_level="ERROR")
 @ray.remote(num_cpus=1)
 def open_window():
     import os
-    win = subprocess.Popen(["xmessage", "-name", "rehearsal-probe", "hello from Ray"])
+    win = subprocess.Popen(["xmessage", "-name", "rehearsal-probe", "hello from Ray"],
+                           stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(50):
+        # Up to 60 s: on a loaded machine (2 cores, three containers) xmessage can take more
+        # than the 10 s this waited before (CI saw no window and no error once).
+        deadline = time.monotonic() + 60
+        while True:
             tree = subprocess.run(["xwininfo", "-root", "-tree"], capture_output=True, text=True)
             if "rehearsal-probe" in tree.stdout:
                 return {"display": os.environ.get("DISPLAY"), "window": True,
                         "node": ray.util.get_node_ip_address()}
+            if win.poll() is not None or time.monotonic() > deadline:
+                return {"display": os.environ.get("DISPLAY"), "window": False,
+                        "err": tree.stderr, "xmessage_exit": win.poll(),
+                        "xmessage_err": win.stderr.read() if win.poll() is not None else ""}
             time.sleep(0.2)
-        return {"display": os.environ.get("DISPLAY"), "window": False, "err": tree.stderr}
     finally:
         win.kill()
 

@@ -220,7 +220,7 @@ def test_without_network_the_price_is_unknown_in_one_line(tmp_path: Path) -> Non
     ("answer", "why"),
     [
         (b"hello\r\n\r\n", "BadStatusLine"),  # not HTTP at all
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n{\"Items\": [", "IncompleteRead"),
+        (b'HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n{"Items": [', "IncompleteRead"),
     ],
 )
 def test_a_server_that_breaks_http_is_one_line_not_a_traceback(

@@ -68,8 +68,13 @@ def _check_inputs(directory: str, var_files: list[str]) -> Path:
     return path
 
 
+def _env() -> dict[str, str]:
+    """Terraform's environment: no prompts meant for people, no call home for updates."""
+    return {**os.environ, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
+
+
 def _run(path: Path, args: list[str], what: str, capture: bool = False) -> str:
-    env = {**os.environ, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
+    env = _env()
     if capture or not sys.stdout.isatty():  # colours only for a person's terminal
         args = [*args, "-no-color"]
     p = subprocess.run(
@@ -166,11 +171,10 @@ def input_values(directory: str, variables: dict[str, str], var_files: list[str]
         _run(scratch, ["init", "-input=false"], "terraform init", capture=True)
         planfile = scratch / "inputs.tfplan"
         args = ["plan", "-input=false", "-lock=false", "-json", f"-out={planfile}"]
-        env = {**os.environ, "TF_IN_AUTOMATION": "1", "CHECKPOINT_DISABLE": "1"}
         p = subprocess.run(
             [_terraform_binary(), *args, *_var_args(variables, var_files)],
             cwd=scratch,
-            env=env,
+            env=_env(),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         "render",
         help="Render the cloud-init documents for head and workers.",
         description=(
-            "Render cloud-init/templates/ into cloud-init/rendered/{head,worker}.yaml. Settings "
+            "Render cloud-init/templates/ into cloud-init/rendered/{head,worker}.yaml and the "
+            "image customizer cloud-init/rendered/install.sh. Settings "
             "come from cloud-init/config.yaml, with the keys of --config FILE over them; the "
             "Ray/torch/gymnasium pins come from pyproject.toml. Deploy-time values stay "
             "placeholders (cloud-init/placeholders.yaml) for Terraform and Bicep to fill."
@@ -80,6 +81,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         say(f"{out}: up to date")
         return EXIT_OK
     for path in render.write(documents, out):
+        if path.name == render.CUSTOMIZER:
+            say(f"wrote {path} (the image customizer)")
+            continue
         size = render.custom_data_size(path.read_text())
         say(f"wrote {path} ({size} of {render.CUSTOM_DATA_LIMIT} base64 characters)")
     return EXIT_OK

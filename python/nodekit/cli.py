@@ -117,6 +117,13 @@ def register_rehearse(verbs: Any) -> None:
         help="extra pip requirement for every node, like EXTRA_PIP_PACKAGES",
     )
     up.add_argument(
+        "--apt",
+        action="append",
+        default=[],
+        metavar="PACKAGE",
+        help="extra Debian package for every node, like EXTRA_APT_PACKAGES",
+    )
+    up.add_argument(
         "--ssh-public-key",
         type=Path,
         metavar="FILE",
@@ -214,6 +221,7 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
     state = r.up(
         workers=args.workers,
         extra_pip=args.pip,
+        extra_apt=args.apt,
         ssh_public_key=args.ssh_public_key,
         torch_index_url=args.torch_index_url,
         warm_node_cache=args.warm_node_cache,

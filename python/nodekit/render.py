@@ -62,7 +62,8 @@ NODE_MODULES = ("scheduled_events", "health", "azure_vmss_provider")
 """Modules of :mod:`nodekit.node` embedded in the documents, read from this package."""
 BOOTSTRAP_PATH = "/usr/local/sbin/ray-cluster-bootstrap"
 """The node bootstrap (cloud-init/templates/files/ray-cluster-bootstrap.sh.j2), one script for
-every role: ``ray-cluster-bootstrap head|worker`` at first boot, ``... install`` to bake an image."""
+every role: ``ray-cluster-bootstrap head|worker`` at first boot, ``... install`` to bake an
+image."""
 CUSTOMIZER = "install.sh"
 """In cloud-init/rendered/: the image customizer, which writes the files the bootstrap's install
 phase reads (as the documents' write_files do) and runs ``ray-cluster-bootstrap install``."""
@@ -184,7 +185,8 @@ _CONFIG_TYPES: dict[str, type | tuple[type, ...]] = {
     "head_num_cpus": int,
     "xvfb_screen": str,
 }
-_DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+"""A Debian package name (os_packages, EXTRA_APT_PACKAGES: the bootstrap checks the same)."""
 _PIP_REQ_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~ ;:@/+]*$")
 
 
@@ -197,7 +199,7 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
         if not isinstance(config.get(key), kind) or isinstance(config.get(key), bool):
             raise DriverError(f"render setting {key} must be a {kind.__name__}")  # type: ignore[union-attr]
     for p in config["os_packages"]:
-        if not isinstance(p, str) or not _DEB_NAME.match(p):
+        if not isinstance(p, str) or not DEB_NAME.match(p):
             raise DriverError(f"os_packages: {p!r} is not a Debian package name")
     for key in ("env_packages", "head_packages"):
         for r in config[key]:
@@ -397,15 +399,15 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         out[f"{role}.yaml"] = _tidy(text)
     # Not tidied: its here-documents are the files, byte for byte.
     out[CUSTOMIZER] = (
-        env.get_template("install.sh.j2").render(
+        env.get_template("install.sh.j2")
+        .render(
             install_files=files,
-            install_defaults={
-                n: deploy_value_defaults()[n] for n in INSTALL_VALUE_NAMES
-            },
+            install_defaults={n: deploy_value_defaults()[n] for n in INSTALL_VALUE_NAMES},
             bootstrap_path=BOOTSTRAP_PATH,
             heredoc_end=HEREDOC_END,
             **common,
-        ).rstrip("\n")
+        )
+        .rstrip("\n")
         + "\n"
     )
     return out

@@ -101,6 +101,7 @@ class State:
     public_key: str = ""
     documents_dir: str = ""
     extra_pip: list[str] = field(default_factory=list)
+    extra_apt: list[str] = field(default_factory=list)
     warm_node_cache: bool = False
     rootfs: str = ""
     http_pid: int | None = None
@@ -188,6 +189,7 @@ class Rehearsal:
         workers: int = 2,
         extra_pip: list[str] | None = None,
         ssh_public_key: Path | None = None,
+        extra_apt: list[str] | None = None,
         documents_dir: Path | None = None,
         torch_index_url: str | None = None,
         warm_node_cache: bool = False,
@@ -226,6 +228,10 @@ class Rehearsal:
         for req in extra_pip:
             if not req or any(c.isspace() for c in req) or req.startswith("-"):
                 raise DriverError(f"--pip {req!r}: expected one requirement such as 'x==1.0'")
+        extra_apt = list(extra_apt or [])
+        for package in extra_apt:
+            if not render.DEB_NAME.match(package):
+                raise DriverError(f"--apt {package!r}: expected one Debian package name")
         hosts = list(self.subnet.hosts())
         self._check_subnet_free()
         documents_dir = documents_dir or render.rendered_dir()
@@ -265,6 +271,7 @@ class Rehearsal:
             public_key=public_key,
             documents_dir=str(documents_dir),
             extra_pip=extra_pip,
+            extra_apt=extra_apt,
             warm_node_cache=warm_node_cache,
             rootfs=str(rootfs),
             identity_client_id=str(uuid.uuid4()),
@@ -348,6 +355,7 @@ class Rehearsal:
             "IDENTITY_CLIENT_ID": state.identity_client_id,
             "RAY_ADMIN_USER": state.admin_user,
             "EXTRA_PIP_PACKAGES": " ".join(state.extra_pip),
+            "EXTRA_APT_PACKAGES": " ".join(state.extra_apt),
             "PIP_INDEX_URL": f"http://{host}:{state.http_port + PYPI_PORT_OFFSET}/index/",
             "TORCH_INDEX_URL": f"http://{host}:{state.http_port}/simple/",
             "APT_SOURCE": mirrors.apt_source(

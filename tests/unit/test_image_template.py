@@ -294,3 +294,41 @@ def test_checkov_passes_the_image_template_and_its_bicep(tmp_path: Path) -> None
     summary = report.get("summary", report)  # an empty report is its summary alone
     assert (summary["failed"], summary["parsing_errors"]) == (0, 0), report
     assert '"checkov"' not in IMAGE_TEMPLATE.read_text()
+
+
+@pytest.mark.parametrize("prefix,os_image", [("ray", "ubuntu-22.04"), ("rl-x2", "debian-12")])
+def test_terraform_creates_the_gallery_and_definition_the_image_template_builds_into(
+    prefix: str, os_image: str
+) -> None:
+    """create_image_gallery (infra/terraform/image.tf) makes what infra/bicep/image/ declares,
+    so the image template deployed into the cluster's resource group adds its versions there:
+    names (evaluated by terraform console) and every property both set."""
+    from stack_parity import _hcl, expand, terraform_blocks, terraform_console
+
+    stack = REPO / "infra" / "terraform"
+    bodies = {t: b for t, _, b in terraform_blocks(stack, "resource") if "shared_image" in t}
+    gallery, definition = bodies["azurerm_shared_image_gallery"], bodies["azurerm_shared_image"]
+    given = {"var.name_prefix": prefix, "var.os_image": os_image}
+    texts = [b[k] for b in (gallery, definition) for k in ("name", "description")]
+    texts += [definition["identifier"][0][k] for k in ("publisher", "offer", "sku")]
+    names = terraform_console([expand(_hcl(t), {}, given) for t in texts])
+    arm = deployed({"namePrefix": prefix, "osImage": os_image})
+    g, d = arm["Microsoft.Compute/galleries"], arm["Microsoft.Compute/galleries/images"]
+    props = d["properties"]
+    assert names == [
+        g["name"],
+        g["properties"]["description"],
+        d["name"].split("/")[-1],
+        props["description"],
+        *props["identifier"].values(),
+    ]
+    unquote = {k: v.strip('"') if isinstance(v, str) else v for k, v in definition.items()}
+    assert (unquote["os_type"], unquote["hyper_v_generation"], unquote["architecture"]) == (
+        props["osType"],
+        props["hyperVGeneration"],
+        props["architecture"],
+    )
+    assert unquote["specialized"] is (props["osState"] == "Specialized")
+    assert unquote["trusted_launch_supported"] is (
+        {"name": "SecurityType", "value": "TrustedLaunchSupported"} in props["features"]
+    )

@@ -3,8 +3,8 @@ infra/bicep/azuredeploy.json, the way ``bicep build`` does it for the Bicep this
 writes (a stand-in: no Bicep compiler installs on these machines; the GitHub workflow compiles
 with the real one and fails when the two differ).
 
-    .venv/bin/python scripts/bicep_to_arm.py           # rewrite infra/bicep/azuredeploy.json
-    .venv/bin/python scripts/bicep_to_arm.py --check   # exit 1 if it is stale
+    .venv/bin/python scripts/bicep_to_arm.py           # rewrite every azuredeploy.json (TARGETS)
+    .venv/bin/python scripts/bicep_to_arm.py --check   # exit 1 if one is stale
     .venv/bin/python scripts/bicep_to_arm.py FILE.bicep  # compile another file to stdout
 
 What it covers, as ``bicep build`` emits it for a languageVersion 1.0 template: params with their
@@ -39,6 +39,10 @@ REPO = Path(__file__).resolve().parents[1]
 BICEP_DIR = REPO / "infra" / "bicep"
 MAIN = BICEP_DIR / "main.bicep"
 OUTPUT = BICEP_DIR / "azuredeploy.json"
+IMAGE_MAIN = BICEP_DIR / "image" / "main.bicep"
+IMAGE_OUTPUT = BICEP_DIR / "image" / "azuredeploy.json"
+TARGETS = ((MAIN, OUTPUT), (IMAGE_MAIN, IMAGE_OUTPUT))
+"""Each committed template and the Bicep it is compiled from: the cluster and the node image."""
 SCHEMA = "https://schema.management.azure.com/schemas/2019-04-01/deploymentTemplate.json#"
 DEPLOYMENTS_API = "2022-09-01"
 """The api-version ``bicep build`` (0.34) gives module deployments."""
@@ -1051,18 +1055,21 @@ def main(argv: list[str]) -> int:
                 print(error, file=sys.stderr)
                 return 2
         return 0
-    try:
-        text = render(compile_main())
-    except BicepError as error:
-        print(error, file=sys.stderr)
-        return 2
-    if "--check" in argv:
-        if OUTPUT.read_text() != text:
-            print(f"{OUTPUT.relative_to(REPO)} is stale: run scripts/bicep_to_arm.py")
-            return 1
-        return 0
-    OUTPUT.write_text(text)
-    return 0
+    stale = False
+    for source, output in TARGETS:
+        try:
+            text = render(Compiler(source).template())
+        except BicepError as error:
+            print(error, file=sys.stderr)
+            return 2
+        if "--check" in argv:
+            if output.read_text() != text:
+                shown = output.relative_to(REPO) if output.is_relative_to(REPO) else output
+                print(f"{shown} is stale: run scripts/bicep_to_arm.py")
+                stale = True
+            continue
+        output.write_text(text)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

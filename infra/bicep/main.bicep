@@ -51,6 +51,9 @@ param adminUsername string = 'azureuser'
 ])
 param osImage string = 'ubuntu-22.04'
 
+@description('Optional. Resource ID of a gallery image version the head and every worker boot from instead of the osImage\'s marketplace image: one `python -m driver image build` baked (infra/bicep/image/; the nodes\' install phase done, so they skip it), e.g. "/subscriptions/SUB/resourceGroups/RG/providers/Microsoft.Compute/galleries/ray_nodes/images/ray-node-ubuntu-22.04/versions/1.0.0". Build it from the same osImage and install values (extraPipPackages, torchIndexUrl, ...); a node whose image holds another install installs at boot as without one. Empty boots the marketplace image.')
+param nodeImageId string = ''
+
 @description('Optional. VM size of the head (the learner runs there), e.g. "Standard_D4s_v5" or a GPU size such as "Standard_NC4as_T4_v3".')
 param headVmSize string = 'Standard_D4s_v5'
 
@@ -350,6 +353,19 @@ var adminUsernameChars = [for i in range(0, min(length(adminUsername), 800)): co
 var headVmSizeChars = [for i in range(0, min(length(headVmSize), 800)): contains('${lowerCase}${digits}_-', toLower(substring(headVmSize, i, 1)))]
 var workerVmSizeChars = [for i in range(0, min(length(workerVmSize), 800)): contains('${lowerCase}${digits}_-', toLower(substring(workerVmSize, i, 1)))]
 
+// nodeImageId, a gallery image version's resource ID, in its 13 '/'-separated fields:
+// /subscriptions/SUB/resourceGroups/RG/providers/Microsoft.Compute/galleries/G/images/D/versions/X.Y.Z
+// (fixed words in any case; the names in the characters Azure allows them, as Terraform's regex).
+var nodeImageIdParts = split(nodeImageId, '/')
+var nodeImageIdShaped = length(nodeImageIdParts) == 13
+var wordCharacters = '${upperCase}${lowerCase}${digits}_'
+var nodeImageSubscriptionChars = [for i in range(0, nodeImageIdShaped ? min(length(nodeImageIdParts[2]), 800) : 0): contains('${digits}abcdef-', toLower(substring(nodeImageIdParts[2], i, 1)))]
+var nodeImageGroupChars = [for i in range(0, nodeImageIdShaped ? min(length(nodeImageIdParts[4]), 800) : 0): contains('${wordCharacters}-.()', substring(nodeImageIdParts[4], i, 1))]
+var nodeImageGalleryChars = [for i in range(0, nodeImageIdShaped ? min(length(nodeImageIdParts[8]), 800) : 0): contains('${wordCharacters}.', substring(nodeImageIdParts[8], i, 1))]
+var nodeImageDefinitionChars = [for i in range(0, nodeImageIdShaped ? min(length(nodeImageIdParts[10]), 800) : 0): contains('${wordCharacters}-.', substring(nodeImageIdParts[10], i, 1))]
+var nodeImageVersionChars = [for i in range(0, nodeImageIdShaped ? min(length(nodeImageIdParts[12]), 800) : 0): contains('${digits}.', substring(nodeImageIdParts[12], i, 1))]
+var nodeImageIdValid = nodeImageIdShaped ? empty(nodeImageIdParts[0]) && toLower(nodeImageIdParts[1]) == 'subscriptions' && length(nodeImageIdParts[2]) == 36 && !contains(nodeImageSubscriptionChars, false) && toLower(nodeImageIdParts[3]) == 'resourcegroups' && length(nodeImageIdParts[4]) >= 1 && length(nodeImageIdParts[4]) <= 90 && !contains(nodeImageGroupChars, false) && toLower(nodeImageIdParts[5]) == 'providers' && toLower(nodeImageIdParts[6]) == 'microsoft.compute' && toLower(nodeImageIdParts[7]) == 'galleries' && length(nodeImageIdParts[8]) >= 1 && length(nodeImageIdParts[8]) <= 80 && !contains(nodeImageGalleryChars, false) && toLower(nodeImageIdParts[9]) == 'images' && length(nodeImageIdParts[10]) >= 1 && length(nodeImageIdParts[10]) <= 80 && !contains(nodeImageDefinitionChars, false) && toLower(nodeImageIdParts[11]) == 'versions' && length(split(nodeImageIdParts[12], '.')) == 3 && !contains(split(nodeImageIdParts[12], '.'), '') && !contains(nodeImageVersionChars, false) : false
+
 // Names the VM images already use, or that the cluster uses (infra/terraform/variables.tf says
 // where each comes from); "ray" runs Ray and every job.
 var azureReservedUsernames = [
@@ -496,6 +512,7 @@ var check = {
   adminUsernameNotReserved: !contains(azureReservedUsernames, adminUsername) ? 'ok' : 'adminUsername must not be a name Azure reserves (admin, administrator, root, user, test, guest, ...): choose e.g. "azureuser".'
   adminUsernameNotSystem: !(take(adminUsername, 8) == 'systemd-' || take(adminUsername, 1) == '_' || contains(systemUsernames, adminUsername)) ? 'ok' : 'adminUsername must not be ray (the Ray service user: jobs run as ray, and the admin may sudo) nor an account or group the images already have (root, daemon, bin, sys, nobody, www-data, sudo, sshd, syslog, messagebus, ubuntu, debian, systemd-*, _*, ...): choose e.g. "azureuser".'
   headVmSize: length(headVmSize) > 9 && length(headVmSize) <= 800 && take(toLower(headVmSize), 9) == 'standard_' && !contains(headVmSizeChars, false) ? 'ok' : 'headVmSize must be an Azure VM size such as "Standard_D4s_v5".'
+  nodeImageId: empty(nodeImageId) || nodeImageIdValid ? 'ok' : 'nodeImageId must be a gallery image version\'s resource ID, /subscriptions/SUB/resourceGroups/RG/providers/Microsoft.Compute/galleries/GALLERY/images/DEFINITION/versions/MAJOR.MINOR.PATCH (what `python -m driver image build` prints), or left out.'
   workerVmSize: length(workerVmSize) > 9 && length(workerVmSize) <= 800 && take(toLower(workerVmSize), 9) == 'standard_' && !contains(workerVmSizeChars, false) ? 'ok' : 'workerVmSize must be an Azure VM size such as "Standard_D4s_v5".'
   workerCounts: workerMinCount <= workerDefaultCount && workerDefaultCount <= workerMaxCount ? 'ok' : 'worker counts must satisfy workerMinCount <= workerDefaultCount <= workerMaxCount (got ${workerMinCount} <= ${workerDefaultCount} <= ${workerMaxCount}).'
   cpuThresholds: scaleInCpuPercent < scaleOutCpuPercent ? 'ok' : 'scaleInCpuPercent (${scaleInCpuPercent}) must be below scaleOutCpuPercent (${scaleOutCpuPercent}), or autoscale flaps.'
@@ -544,6 +561,12 @@ var osImages = {
     version: 'latest'
   }
 }
+
+// A baked node image (nodeImageId, infra/bicep/image/) or the osImage's marketplace image.
+var nodeImageReference = {
+  id: nodeImageId
+}
+var imageReference = empty(nodeImageId) ? osImages[osImage] : nodeImageReference
 
 // Key Vault names are global: 3-24 letters, digits and '-'. Derived from the resource group and
 // the prefix, so a redeployment keeps it and another cluster differs.
@@ -596,6 +619,7 @@ module checks 'modules/checks.bicep' = {
       check.adminUsernameNotReserved
       check.adminUsernameNotSystem
       check.headVmSize
+      check.nodeImageId
       check.workerVmSize
       check.workerCounts
       check.cpuThresholds
@@ -697,7 +721,7 @@ module head 'modules/head.bicep' = {
     vmSize: headVmSize
     adminUsername: adminUsername
     adminSshPublicKey: sshKey
-    imageReference: osImages[osImage]
+    imageReference: imageReference
     encryptionAtHost: encryptionAtHostEnabled
     identityId: identity.outputs.id
     autoscalerIdentityId: identity.outputs.autoscalerId
@@ -720,7 +744,7 @@ module workers 'modules/workers.bicep' = {
     instanceCount: workerDefaultCount
     adminUsername: adminUsername
     adminSshPublicKey: sshKey
-    imageReference: osImages[osImage]
+    imageReference: imageReference
     encryptionAtHost: encryptionAtHostEnabled
     identityId: identity.outputs.id
     spotEnabled: workerSpotEnabled

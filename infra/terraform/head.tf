@@ -47,11 +47,16 @@ resource "azurerm_linux_virtual_machine" "head" {
     public_key = trimspace(var.admin_ssh_public_key)
   }
 
-  source_image_reference {
-    publisher = local.os_image.publisher
-    offer     = local.os_image.offer
-    sku       = local.os_image.sku
-    version   = "latest"
+  # A baked node image (node_image_id, image.tf) or the os_image's marketplace image.
+  source_image_id = var.node_image_id
+  dynamic "source_image_reference" {
+    for_each = var.node_image_id == null ? [local.os_image] : []
+    content {
+      publisher = source_image_reference.value.publisher
+      offer     = source_image_reference.value.offer
+      sku       = source_image_reference.value.sku
+      version   = "latest"
+    }
   }
 
   os_disk {

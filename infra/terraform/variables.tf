@@ -276,6 +276,24 @@ variable "os_image" {
   }
 }
 
+variable "node_image_id" {
+  type        = string
+  default     = null
+  description = "(Optional) Resource ID of a gallery image version the head and every worker boot from instead of the os_image's marketplace image: one `python -m driver image build` baked (the nodes' install phase done, so they skip it), e.g. \"/subscriptions/SUB/resourceGroups/RG/providers/Microsoft.Compute/galleries/ray_nodes/images/ray-node-ubuntu-22.04/versions/1.0.0\". Build it from the same os_image and install values (extra_pip_packages, torch_index_url, ...); a node whose image holds another install installs at boot as without one. null boots the marketplace image."
+
+  validation {
+    condition     = var.node_image_id == null || can(regex("(?i)^/subscriptions/[0-9a-f-]{36}/resourceGroups/[-\\w.()]{1,90}/providers/Microsoft\\.Compute/galleries/[\\w.]{1,80}/images/[-\\w.]{1,80}/versions/[0-9]+\\.[0-9]+\\.[0-9]+$", var.node_image_id))
+    error_message = "node_image_id must be a gallery image version's resource ID, /subscriptions/SUB/resourceGroups/RG/providers/Microsoft.Compute/galleries/GALLERY/images/DEFINITION/versions/MAJOR.MINOR.PATCH (what `python -m driver image build` prints), or left out."
+  }
+}
+
+variable "create_image_gallery" {
+  type        = bool
+  default     = false
+  nullable    = false
+  description = "(Optional) Create the Azure Compute Gallery and the image definition of the node image (image.tf) in the cluster's resource group, as infra/bicep/image/ declares them (same names and properties): `python -m driver image build --resource-group RG` then adds image versions to them."
+}
+
 variable "head_vm_size" {
   type        = string
   default     = "Standard_D4s_v5"

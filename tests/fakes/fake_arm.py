@@ -25,6 +25,19 @@ stands in for exactly the calls the driver makes, with the real wire format:
   :attr:`FakeAzure.next_outputs`; ``GET .../deployments/{name}/operations`` → ``{"value":
   [DeploymentOperation]}``, one per resource of the template, following the deployment's state.
   A PUT without a required template parameter gets 400 ``InvalidTemplateDeployment``.
+* **Image Builder** (``python -m driver image build``, api-version 2024-02-01, the section
+  "Image Builder" below): a deployment that succeeds creates the image templates
+  (``Microsoft.VirtualMachineImages/imageTemplates``) its template declares; ``GET
+  .../imageTemplates/{name}`` → the template (``properties.lastRunStatus`` once it ran) or 404
+  ``ResourceNotFound``; ``POST .../imageTemplates/{name}/run`` → 202 with
+  ``Azure-AsyncOperation`` (and ``Location``) naming ``/subscriptions/{sub}/providers/
+  Microsoft.VirtualMachineImages/locations/{loc}/operations/{id}``, whose document is
+  ``{"name", "status": "InProgress"|"Succeeded"|"Failed", "startTime", "endTime", "error"}``;
+  each poll of it moves the run one step through :attr:`FakeAzure.build_steps` (runState
+  Running with runSubState Queued, Building, Customizing, Distributing), then Succeeded, or
+  Failed at Customizing with :attr:`FakeAzure.build_fails_with`; ``GET .../imageTemplates/
+  {name}/runOutputs/{runOutputName}`` → ``properties.artifactId``, the new gallery image
+  version's id (versions 1.0.1, 1.0.2, ... per template).
 
 Why HTTPS with a throwaway self-signed certificate: azure-core refuses to send a bearer token
 over plain http, so the real SDK only talks to an https endpoint. :meth:`FakeAzure.env` gives
@@ -58,6 +71,18 @@ _GROUP_PATH = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)$", re.IGNORECASE
 )
 _RESULT_PATH = re.compile(r"^/operationresults/(?P<id>[0-9a-f-]+)$")
+_IMAGE_TEMPLATE_PATH = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/"
+    r"microsoft\.virtualmachineimages/imagetemplates/(?P<name>[^/]+)"
+    r"(?P<tail>/run|/runoutputs/[^/]+)?$",
+    re.IGNORECASE,
+)
+_IMAGE_OPERATION_PATH = re.compile(
+    r"^/subscriptions/[^/]+/providers/microsoft\.virtualmachineimages/locations/[^/]+"
+    r"/operations/(?P<id>[0-9a-f-]+)$",
+    re.IGNORECASE,
+)
+IMAGE_API_VERSION = "2024-02-01"
 
 
 def self_signed_cert(folder: Path) -> tuple[Path, Path]:
@@ -116,6 +141,17 @@ class FakeAzure:
     next_outputs: dict[str, str] = field(default_factory=dict)
     fail_with: str | None = None
     """A message: the next deployment fails with it (code ResourceDeploymentFailure)."""
+    image_templates: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    """Image Builder templates by (subscription, resource group, name), lower case."""
+    build_steps: tuple[str, ...] = ("Queued", "Building", "Customizing", "Distributing")
+    """The runSubStates a build goes through, one per poll of its operation."""
+    build_fails_with: str | None = None
+    """A message: the next build fails in Customizing with it."""
+    build_retry_after: str = "0"
+    """The Retry-After (seconds) the build's operation answers with."""
+    runs: list[tuple[str, str, str]] = field(default_factory=list)
+    """(subscription, resource group, name) of every build started (POST run)."""
+    _builds: dict[str, dict[str, Any]] = field(default_factory=dict)
     _results: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
     _polls: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
@@ -244,6 +280,14 @@ class FakeAzure:
         result = _RESULT_PATH.match(url.path)
         if result is not None:
             self._result(h, result["id"])
+            return
+        image_op = _IMAGE_OPERATION_PATH.match(url.path)
+        if image_op is not None:
+            self._build_operation(h, image_op["id"])
+            return
+        image = _IMAGE_TEMPLATE_PATH.match(url.path)
+        if image is not None:
+            self._image_template(h, image, query)
             return
         group = _GROUP_PATH.match(url.path)
         if group is not None:
@@ -409,6 +453,7 @@ class FakeAzure:
             }
             for i, (t, n) in enumerate(self._resources(props["template"], values))
         ]
+        deployment["_image_templates"] = _image_templates(props["template"], values)
         self._polls[key] = 0
         shown = {k: v for k, v in deployment.items() if not k.startswith("_")}
         self._send(h, 201, shown, {"Retry-After": "0"})
@@ -433,11 +478,132 @@ class FakeAzure:
             deployment["properties"]["outputs"] = {
                 k: {"type": "String", "value": v} for k, v in self.next_outputs.items()
             }
+            if deployment.get("_image_templates"):
+                self._create_image_templates(key, deployment.pop("_image_templates"))
         if failed:
             deployment["properties"]["error"] = {
                 "code": "DeploymentFailed",
                 "message": self.fail_with,
             }
+
+    # -- Image Builder ---------------------------------------------------------------------------
+    def _create_image_templates(
+        self, key: tuple[str, str, str], templates: list[tuple[str, str, str]]
+    ) -> None:
+        sub, rg, _ = key
+        for name, location, run_output in templates:
+            self.image_templates[(sub, rg, name.lower())] = {
+                "id": f"/subscriptions/{sub}/resourceGroups/{rg}/providers/"
+                f"Microsoft.VirtualMachineImages/imageTemplates/{name}",
+                "name": name,
+                "type": "Microsoft.VirtualMachineImages/imageTemplates",
+                "location": location,
+                "properties": {"provisioningState": "Succeeded"},
+                "_run_output": run_output,
+                "_versions": 0,
+            }
+
+    def _image_template(self, h: BaseHTTPRequestHandler, match: Any, query: dict[str, str]) -> None:
+        if query.get("api-version") != IMAGE_API_VERSION:
+            self._send(
+                h,
+                400,
+                _error(
+                    "InvalidApiVersionParameter",
+                    f"api-version {query.get('api-version')} is not supported",
+                ),
+            )
+            return
+        sub, rg, name = (match[g].lower() for g in ("sub", "rg", "name"))
+        template = self.image_templates.get((sub, rg, name))
+        tail = (match["tail"] or "").lower()
+        if template is None:
+            self._send(
+                h,
+                404,
+                _error(
+                    "ResourceNotFound",
+                    f"The Resource 'Microsoft.VirtualMachineImages/imageTemplates/{match['name']}' "
+                    f"under resource group '{match['rg']}' was not found.",
+                ),
+            )
+            return
+        if h.command == "POST" and tail == "/run":
+            self.runs.append((sub, rg, name))
+            op = str(uuid.uuid4())
+            self._builds[op] = {"template": template, "step": 0, "start": _now()}
+            template["properties"]["lastRunStatus"] = {
+                "startTime": _now(),
+                "runState": "Running",
+                "runSubState": "Queued",
+                "message": "",
+            }
+            url = (
+                f"{self.endpoint}/subscriptions/{match['sub']}/providers/"
+                f"Microsoft.VirtualMachineImages/locations/{template['location']}/operations/"
+                f"{op}?api-version={IMAGE_API_VERSION}"
+            )
+            self._send(
+                h, 202, None, {"Azure-AsyncOperation": url, "Location": url, "Retry-After": "0"}
+            )
+            return
+        if h.command == "GET" and tail.startswith("/runoutputs/"):
+            wanted = tail.rsplit("/", 1)[1]
+            if wanted != template["_run_output"].lower() or not template["_versions"]:
+                self._send(h, 404, _error("ResourceNotFound", f"run output {wanted} not found"))
+                return
+            gallery = f"/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute"
+            artifact = (
+                f"{gallery}/galleries/ray_nodes/images/ray-node-ubuntu-22.04/versions/"
+                f"1.0.{template['_versions']}"
+            )
+            self._send(
+                h,
+                200,
+                {
+                    "id": f"{template['id']}/runOutputs/{template['_run_output']}",
+                    "name": template["_run_output"],
+                    "properties": {"artifactId": artifact, "provisioningState": "Succeeded"},
+                },
+            )
+            return
+        if h.command == "GET" and not tail:
+            self._send(h, 200, {k: v for k, v in template.items() if not k.startswith("_")})
+            return
+        self._send(h, 405, _error("MethodNotAllowed", f"{h.command} {match['tail'] or ''}"))
+
+    def _build_operation(self, h: BaseHTTPRequestHandler, op: str) -> None:
+        """Each poll moves the build one step on (the template's lastRunStatus follows)."""
+        build = self._builds.get(op)
+        if build is None:
+            self._send(h, 404, _error("NotFound", f"operation {op}"))
+            return
+        template, status = build["template"], build["template"]["properties"]["lastRunStatus"]
+        doc: dict[str, Any] = {"name": op, "status": "InProgress", "startTime": build["start"]}
+        if status["runState"] == "Running":
+            build["step"] += 1
+            step = build["step"]
+            if self.build_fails_with is not None and step >= self.build_steps.index("Customizing"):
+                status.update(
+                    runState="Failed",
+                    runSubState="Customizing",
+                    message=self.build_fails_with,
+                    endTime=_now(),
+                )
+            elif step < len(self.build_steps):
+                status["runSubState"] = self.build_steps[step]
+            else:
+                template["_versions"] += 1
+                status.update(runState="Succeeded", runSubState="Distributing", endTime=_now())
+        if status["runState"] == "Succeeded":
+            doc.update(status="Succeeded", endTime=status["endTime"])
+        elif status["runState"] == "Failed":
+            doc.update(
+                status="Failed",
+                endTime=status["endTime"],
+                error={"code": "Failed", "message": status["message"]},
+            )
+        self._send(h, 200, doc, {"Retry-After": self.build_retry_after})
 
     def _token(self, h: BaseHTTPRequestHandler, query: dict[str, str]) -> None:
         if h.headers.get("X-IDENTITY-HEADER") != self.identity_secret:
@@ -474,6 +640,29 @@ class FakeAzure:
             h.send_header(k, v)
         h.end_headers()
         h.wfile.write(data)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+
+def _image_templates(
+    template: dict[str, Any], values: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    """(name, location, runOutputName) of the image templates a deployment creates: names
+    written as a parameter (``[parameters('imageTemplateName')]``) take the given value or the
+    parameter's literal default."""
+    declared = template.get("parameters", {})
+    found = []
+    for r in template.get("resources", []):
+        if r["type"].lower() != "microsoft.virtualmachineimages/imagetemplates":
+            continue
+        m = re.fullmatch(r"\[parameters\('(\w+)'\)\]", r["name"])
+        name = r["name"] if m is None else values.get(m[1], declared[m[1]].get("defaultValue"))
+        location = values.get("location", "westeurope")
+        [dist] = r["properties"]["distribute"]
+        found.append((str(name), str(location), str(dist["runOutputName"])))
+    return found
 
 
 def _error(code: str, message: str) -> dict[str, Any]:

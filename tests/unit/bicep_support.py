@@ -31,6 +31,8 @@ TERRAFORM_ONLY = {
     "has no public endpoint and no firewall to open.",
     "rbac_propagation_wait_seconds": "Same: no deployer role on the vault's data plane to wait "
     "for.",
+    "create_image_gallery": "Bicep's node image template (infra/bicep/image/) creates the gallery "
+    "and the image definition itself, with the same names and properties.",
     "cluster_token_version": "Every ARM deployment that leaves clusterToken out writes a new "
     "token (newGuid() defaults are evaluated on every deployment, and ARM cannot write a secret "
     "only when it is missing): a redeployment is a rotation, there is no version to raise.",
@@ -49,6 +51,8 @@ DIFFERENT = {
     "scale_out_cpu_percent": "Terraform's number takes fractions; ARM parameters have no "
     "fractional type, so Bicep takes whole percentages (same limits).",
     "scale_in_cpu_percent": "Same as scale_out_cpu_percent.",
+    "node_image_id": "Terraform's null is Bicep's empty string (an ARM parameter cannot default "
+    "to null): both boot the os image's marketplace image.",
 }
 # What the stacks decide besides their parameters (tests/unit/stack_parity.py reads each fact
 # from both stacks) and differ in: the fact and why. Every other fact is equal.
@@ -88,6 +92,8 @@ PARAMETERS: dict[str, str | None] = {
     "tcp_idle_timeout_minutes": "tcpIdleTimeoutMinutes",
     "admin_username": "adminUsername",
     "os_image": "osImage",
+    "node_image_id": "nodeImageId",
+    "create_image_gallery": None,
     "head_vm_size": "headVmSize",
     "worker_vm_size": "workerVmSize",
     "encryption_at_host_enabled": "encryptionAtHostEnabled",

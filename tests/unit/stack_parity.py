@@ -16,6 +16,10 @@ can hand in a copy of either with a difference put back):
   evaluated with random GUIDs).
 - ``key_vault_name``: the vault name's shape for one prefix and which inputs change it
   (Terraform evaluated by ``terraform console``; Bicep deployed by armeval).
+- ``node_image <case>``: what the head and the workers boot without a node image and with one
+  (the gallery image version's id, or a marketplace image): Terraform's ``source_image_id`` and
+  its dynamic ``source_image_reference``'s ``for_each`` evaluated by ``terraform console``;
+  Bicep deployed by armeval, the image reference each module receives.
 """
 
 from __future__ import annotations
@@ -64,11 +68,19 @@ TF_TO_ARM: dict[str, str | None] = {
         "Microsoft.Network/privateDnsZones/virtualNetworkLinks"
     ),
     "azurerm_private_endpoint": "Microsoft.Network/privateEndpoints",
+    "azurerm_shared_image_gallery": "Microsoft.Compute/galleries",
+    "azurerm_shared_image": "Microsoft.Compute/galleries/images",
     "terraform_data": None,
     "time_sleep": None,
     "time_offset": None,
 }
 
+# A gallery image version id for the node image facts.
+NODE_IMAGE_ID = (
+    "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/rg-ray/providers/"
+    "Microsoft.Compute/galleries/ray_nodes/images/ray-node-ubuntu-22.04/versions/1.0.3"
+)
+NODE_IMAGE_CASES = {"without": None, "with": NODE_IMAGE_ID}
 # The random provider's own default set of special characters (random_password, 3.7).
 RANDOM_SPECIAL = "!@#$%&*()-_=+[]{}<>:?"
 REQUIRED = {
@@ -219,6 +231,38 @@ def terraform_token(stack: Path) -> dict[str, Any]:
     return {"length": body["length"], "alphabet": "".join(sorted(set(alphabet)))}
 
 
+def terraform_node_image_expressions(stack: Path) -> tuple[list[str], list[str]]:
+    """(keys, expressions): per case and role, the image id and the number of marketplace
+    references (the dynamic block's for_each)."""
+    values = terraform_locals(stack)
+    roles = {"azurerm_linux_virtual_machine": "head",
+             "azurerm_linux_virtual_machine_scale_set": "workers"}  # fmt: skip
+    keys, expressions = [], []
+    for rtype, _, body in terraform_blocks(stack, "resource"):
+        if rtype not in roles:
+            continue
+        dynamic = [
+            v["for_each"]
+            for d in body.get("dynamic", [])
+            for k, v in d.items()
+            if _unquote(k) == "source_image_reference"
+        ]
+        # a dynamic block's for_each, or the static blocks written out
+        count = (
+            f"length({_hcl(dynamic[0])})"
+            if dynamic
+            else str(len(body.get("source_image_reference", [])))
+        )
+        for case, image in NODE_IMAGE_CASES.items():
+            given = {"var.node_image_id": image, "var.os_image": "ubuntu-22.04"}
+            keys.append(f"node_image {case} {roles[rtype]}")
+            image_id = _hcl(body.get("source_image_id", "${null}"))
+            expressions.append(
+                f"[{expand(image_id, values, given)}, {expand(count, values, given)}]"
+            )
+    return keys, expressions
+
+
 def terraform_facts(stack: Path) -> dict[str, Any]:
     facts: dict[str, Any] = {f"tags {t}": sorted(s) for t, s in terraform_tags(stack).items()}
     values = terraform_locals(stack)
@@ -238,7 +282,12 @@ def terraform_facts(stack: Path) -> dict[str, Any]:
             "var.name_prefix": inputs["name_prefix"],
         }
         expressions.append(expand(name, values, given))
-    answers = terraform_console(expressions)
+    image_keys, image_expressions = terraform_node_image_expressions(stack)
+    answers = terraform_console(expressions + image_expressions)
+    image_answers = answers[len(answers) - len(image_expressions) :]
+    answers = answers[: len(answers) - len(image_expressions)]
+    for key, (image_id, marketplace) in zip(image_keys, image_answers, strict=True):
+        facts[key] = {"image id": image_id, "marketplace images": marketplace}
     facts.update({f"arm_endpoint {c}": v for c, v in zip(clouds, answers, strict=False)})
     facts["cluster_token"] = terraform_token(stack)
     facts["key_vault_name"] = _name_fact(variants, answers[len(clouds) :])
@@ -305,6 +354,16 @@ def bicep_facts(doc: dict[str, Any]) -> dict[str, Any]:
         [vault] = [r for r in d.resources if r["type"] == "Microsoft.KeyVault/vaults"]
         names.append(vault["name"])
     facts["key_vault_name"] = _name_fact(variants, names)
+    for case, image in NODE_IMAGE_CASES.items():
+        d = deploy_template({**REQUIRED, **({"nodeImageId": image} if image else {})}, text)
+        assert not d.refused, d.refused
+        for role in ("head", "workers"):
+            [module] = [n for n in d.module_parameters if n.endswith(f"-{role}")]
+            ref = d.module_parameters[module]["imageReference"]
+            facts[f"node_image {case} {role}"] = {
+                "image id": ref.get("id"),
+                "marketplace images": int("publisher" in ref),
+            }
     return facts
 
 

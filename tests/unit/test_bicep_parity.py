@@ -45,6 +45,7 @@ from stack_parity import (
     terraform_console,
     terraform_facts,
     terraform_locals,
+    terraform_tags,
 )
 
 STACK = MAIN.parents[1] / "terraform"
@@ -268,7 +269,13 @@ def test_the_type_table_names_every_resource_type_of_the_terraform_stack() -> No
     declared = {t for t, _, _ in terraform_blocks(STACK, "resource")}
     assert declared == set(TF_TO_ARM)
     arm = {t for t in TF_TO_ARM.values() if t is not None}
-    assert arm - set(bicep_tags(template())) == {"Microsoft.Resources/resourceGroups"}
+    # The node image's gallery and definition (create_image_gallery) are the image template's
+    # in Bicep (infra/bicep/image/): tagged alike there.
+    image = bicep_tags(json.loads((MAIN.parent / "image" / "azuredeploy.json").read_text()))
+    assert arm - set(bicep_tags(template())) - set(image) == {"Microsoft.Resources/resourceGroups"}
+    tf_tags = terraform_tags(STACK)
+    for rtype in ("Microsoft.Compute/galleries", "Microsoft.Compute/galleries/images"):
+        assert tf_tags[rtype] == image[rtype] == {"the stack's tags"}, rtype
 
 
 def _copy_terraform(tmp_path: Path) -> Path:

@@ -140,7 +140,7 @@ def test_bicepconfig_raises_the_rules_and_every_suppression_has_a_reason() -> No
             "no-unused-vars", "no-hardcoded-env-urls", "use-stable-vm-image",
             "no-unnecessary-dependson", "secure-secrets-in-params"} <= errors  # fmt: skip
     found = 0
-    for path in [MAIN, *MODULES.glob("*.bicep")]:
+    for path in [MAIN, *MODULES.glob("*.bicep"), BICEP / "image" / "main.bicep"]:
         for line in path.read_text().splitlines():
             m = re.search(r"#disable-next-line ([a-z-]+)(.*)$", line)
             if m:
@@ -148,3 +148,41 @@ def test_bicepconfig_raises_the_rules_and_every_suppression_has_a_reason() -> No
                 assert m[1] in rules, f"{path.name}: {m[1]} is not a configured rule"
                 assert re.match(r"\s*//\s*\S.{30,}", m[2]), f"{path.name}: {m[1]} has no reason"
     assert found >= 1
+
+
+# The node image field (issue 20): optional; what it accepts deploys and boots the nodes from
+# that image, what it refuses the template refuses.
+NODE_IMAGE = (
+    "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/rg-ray/providers/"
+    "Microsoft.Compute/galleries/ray_nodes/images/ray-node-ubuntu-22.04/versions/1.0.3"
+)
+NODE_IMAGES_BAD = [
+    NODE_IMAGE.rsplit("/versions/", 1)[0],  # the definition, no version
+    NODE_IMAGE.replace("/1.0.3", "/latest"),
+    "Canonical:ubuntu-24_04-lts:server:latest",  # a marketplace URN
+    NODE_IMAGE.replace("galleries/ray_nodes/images", "images"),  # a managed image
+    NODE_IMAGE + "/",
+]
+
+
+def test_the_node_image_field_is_optional_and_a_template_parameter() -> None:
+    field = elements()["nodeImageId"]
+    assert field["constraints"]["required"] is False
+    assert field["defaultValue"] == template()["parameters"]["nodeImageId"]["defaultValue"] == ""
+    assert ui()["parameters"]["outputs"]["nodeImageId"] == "[steps('vms').nodeImageId]"
+
+
+@pytest.mark.parametrize("value", [NODE_IMAGE, ""])
+def test_node_images_the_form_accepts_deploy(value: str) -> None:
+    assert pattern("nodeImageId").match(value)
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "nodeImageId": value})  # fmt: skip
+    assert check_results(d) == []
+
+
+@pytest.mark.parametrize("value", NODE_IMAGES_BAD)
+def test_node_images_the_form_refuses_the_template_refuses(value: str) -> None:
+    assert not pattern("nodeImageId").match(value)
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "nodeImageId": value})  # fmt: skip
+    assert d.refused or check_results(d)

@@ -207,9 +207,18 @@ def type_errors(value: Any, index: int, types: dict[str, Any], path: str) -> lis
         return [
             e for i, v in enumerate(value) for e in type_errors(v, t["item"], types, f"{path}[{i}]")
         ]
-    assert kind == "object", kind
     if not isinstance(value, dict):
         return [f"{path}: {value!r} is not an object"]
+    if kind == "disc":
+        # A discriminated object (Image Builder's sources, customizers, distributors): the
+        # discriminator property picks the variant; the base's properties hold for every one.
+        tag = value.get(t["disc"])
+        if tag not in t["elems"]:
+            return [f"{path}.{t['disc']}: {tag!r} is none of {sorted(t['elems'])}"]
+        variant = types["types"][t["elems"][tag]]
+        t = {**variant, "props": {**t.get("base", {}), **variant.get("props", {})}}
+    else:
+        assert kind == "object", kind
     props = {k.lower(): (k, v) for k, v in t.get("props", {}).items()}
     out = []
     for key, v in value.items():

@@ -37,6 +37,21 @@ def test_the_workflow_builds_lints_and_compares_with_least_permissions() -> None
         'scripts/compare_arm.py "$RUNNER_TEMP/bicep/azuredeploy.json" infra/bicep/azuredeploy.json'
         in script
     )
+    # the node image's template (infra/bicep/image/) the same way: built, linted, compared
+    assert (
+        "bicep build infra/bicep/image/main.bicep "
+        '--outfile "$RUNNER_TEMP/bicep-image/azuredeploy.json"' in script
+    )
+    assert "bicep lint infra/bicep/image/main.bicep" in script
+    assert (
+        'scripts/compare_arm.py "$RUNNER_TEMP/bicep-image/azuredeploy.json" '
+        "infra/bicep/image/azuredeploy.json" in script
+    )
+    assert re.search(
+        r'checkov" --config-file \.checkov\.yaml \\\s+--directory "\$RUNNER_TEMP/bicep-image" '
+        r"--framework arm",
+        script,
+    ), script
     # checkov's arm framework on what the real compiler wrote, under the name .checkov.yaml's
     # template skips match (tests/unit/test_bicep_checkov.py), with the repository's config
     assert (

@@ -56,8 +56,22 @@ REQUIRED = {
     "admin_ssh_public_key": ED25519,
 }
 
+NODE_IMAGE_ID = (
+    "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/rg-ray/providers/"
+    "Microsoft.Compute/galleries/ray_nodes/images/ray-node-ubuntu-22.04/versions/1.0.3"
+)
+
 # (variables, fragment of the expected error message)
 BAD: list[tuple[dict[str, Any], str]] = [
+    # a gallery image version's id, nothing else: not its definition (no version), not a
+    # managed image, not a marketplace URN
+    ({"node_image_id": NODE_IMAGE_ID.rsplit("/versions/", 1)[0]}, "node_image_id must be"),
+    ({"node_image_id": NODE_IMAGE_ID.replace("/1.0.3", "/latest")}, "node_image_id must be"),
+    ({"node_image_id": "Canonical:ubuntu-24_04-lts:server:latest"}, "node_image_id must be"),
+    (
+        {"node_image_id": NODE_IMAGE_ID.replace("galleries/ray_nodes/images", "images")},
+        "node_image_id must be",
+    ),
     ({"location": "West Europe"}, "location must be an Azure region name"),
     ({"allowed_ssh_cidrs": []}, "allowed_ssh_cidrs must list at least one IPv4 CIDR"),
     ({"allowed_ssh_cidrs": ["0.0.0.0/0"]}, "must not open SSH to the whole Internet"),
@@ -334,6 +348,8 @@ GOOD: list[dict[str, Any]] = [
     {"admin_username": "a" * MAX_VALUE_LENGTHS["RAY_ADMIN_USER"]},
     {"os_image": "ubuntu-24.04"},
     {"os_image": "debian-12"},
+    {"node_image_id": NODE_IMAGE_ID},
+    {"node_image_id": NODE_IMAGE_ID.lower(), "create_image_gallery": True},
     {"head_vm_size": "Standard_NC4as_T4_v3", "worker_vm_size": "standard_f8s_v2"},
     {"scaling_mode": "ray", "worker_min_count": 0, "worker_default_count": 0},
     {"scaling_mode": "ray", "ray_idle_timeout_minutes": 1},

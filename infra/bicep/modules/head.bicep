@@ -28,7 +28,7 @@ param adminUsername string
 @description('Required. The admin user\'s OpenSSH public key, one line.')
 param adminSshPublicKey string
 
-@description('Required. Marketplace image: publisher, offer, sku.')
+@description('Required. Marketplace image (publisher, offer, sku, version) or a gallery image version ({ id }).')
 param imageReference object
 
 @description('Required. Encrypt temp disks and caches at the host.')

@@ -357,6 +357,55 @@ run "head_network_and_image" {
   }
 }
 
+run "marketplace_image_without_a_node_image" {
+  command = plan
+
+  assert {
+    condition = (
+      azurerm_linux_virtual_machine.head.source_image_id == null &&
+      azurerm_linux_virtual_machine_scale_set.workers.source_image_id == null &&
+      azurerm_linux_virtual_machine.head.source_image_reference[0].offer == "0001-com-ubuntu-server-jammy" &&
+      azurerm_linux_virtual_machine_scale_set.workers.source_image_reference[0].sku == "22_04-lts-gen2"
+    )
+    error_message = "Without node_image_id, head and workers must boot the os_image's marketplace image."
+  }
+
+  assert {
+    condition     = length(azurerm_shared_image_gallery.nodes) == 0 && length(azurerm_shared_image.node) == 0
+    error_message = "create_image_gallery is off by default: no gallery, no image definition."
+  }
+}
+
+run "node_image_boots_the_head_and_every_worker" {
+  command = plan
+
+  variables {
+    node_image_id        = "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/rg-ray/providers/Microsoft.Compute/galleries/ray_nodes/images/ray-node-ubuntu-22.04/versions/1.0.3"
+    create_image_gallery = true
+  }
+
+  assert {
+    condition = (
+      azurerm_linux_virtual_machine.head.source_image_id == var.node_image_id &&
+      azurerm_linux_virtual_machine_scale_set.workers.source_image_id == var.node_image_id &&
+      length(azurerm_linux_virtual_machine.head.source_image_reference) == 0 &&
+      length(azurerm_linux_virtual_machine_scale_set.workers.source_image_reference) == 0
+    )
+    error_message = "With node_image_id, head and workers must boot that gallery image version and no marketplace image."
+  }
+
+  assert {
+    condition = (
+      azurerm_shared_image_gallery.nodes[0].name == "ray_nodes" &&
+      azurerm_shared_image.node[0].name == "ray-node-ubuntu-22.04" &&
+      azurerm_shared_image.node[0].hyper_v_generation == "V2" &&
+      azurerm_shared_image.node[0].trusted_launch_supported == true &&
+      azurerm_shared_image.node[0].specialized == false
+    )
+    error_message = "create_image_gallery must create the gallery and a generalized Gen2, Trusted Launch supported definition named as infra/bicep/image/ names them."
+  }
+}
+
 run "custom_data_is_filled" {
   command = plan
 

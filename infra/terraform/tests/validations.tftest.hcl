@@ -331,3 +331,11 @@ run "zero_idle_timeout_is_refused" {
   }
   expect_failures = [var.ray_idle_timeout_minutes]
 }
+
+run "node_image_that_is_not_a_gallery_image_version_is_refused" {
+  command = plan
+  variables {
+    node_image_id = "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/rg-ray/providers/Microsoft.Compute/galleries/ray_nodes/images/ray-node-ubuntu-22.04"
+  }
+  expect_failures = [var.node_image_id]
+}

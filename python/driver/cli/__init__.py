@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from driver import __version__
-from driver.cli import cluster, jobs, local, node, price, results
+from driver.cli import cluster, image, jobs, local, node, price, results
 from driver.cli.options import EPILOG, Parser
 from driver.cli.output import PROG, say
 from driver.errors import DriverError, run_main
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.register(verbs)
     cluster.register(verbs)
     price.register(verbs)
+    image.register(verbs)
     local.register(verbs)
     node.register(verbs)
     results.register(verbs)

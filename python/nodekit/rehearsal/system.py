@@ -83,3 +83,14 @@ def mount_overlay(lower: Path, upper: Path, work: Path, merged: Path, what: str)
         ],
         what=what,
     )
+
+
+def unmount_under(folder: Path) -> list[str]:
+    """Unmount everything mounted below ``folder``, deepest first (lazily if busy); the mount
+    points."""
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    gone = sorted((m for m in mounts if m.startswith(f"{folder}/")), reverse=True)
+    for m in gone:
+        if run(["umount", m], check=False).returncode != 0:
+            run(["umount", "-l", m], what=f"unmounting {m}")
+    return gone

@@ -31,7 +31,7 @@ from driver.errors import DriverError
 from driver.procs import pid_alive, pids_with_cmdline
 from driver.progress import Progress, silent
 from nodekit import render
-from nodekit.rehearsal import mirrors, network, nodes, trust
+from nodekit.rehearsal import bake, mirrors, network, nodes, trust
 from nodekit.rehearsal.image import ImageCache, document_requirements
 from nodekit.rehearsal.nodes import wait_ready as _wait_ready
 from nodekit.rehearsal.services import Context, compute, imds, keyvault, packages
@@ -115,12 +115,16 @@ class Rehearsal:
         min_workers: int = 0,
         max_workers: int = 4,
         idle_timeout_minutes: int = 5,
+        image: bool = True,
     ) -> State:
         """Build what is missing, boot head + ``workers`` and wait until Ray runs on all.
 
         ``scaling_mode="ray"``: Ray's autoscaler on the head drives a fake scale set (Azure
         Compute played on the bridge) whose instances are worker containers booted and removed
-        here; the ``workers`` booted now are its first instances."""
+        here; the ``workers`` booted now are its first instances.
+
+        ``image``: boot the nodes from the node image, the install phase baked once per install
+        digest (:mod:`nodekit.rehearsal.bake`); without it every node installs at boot."""
         require_root_linux()
         if not 0 <= workers <= 50:
             raise DriverError(f"--workers must be between 0 and 50, got {workers}")
@@ -203,6 +207,8 @@ class Rehearsal:
         new = [self._plan_node(state, "head"), *[self._plan_node(state) for _ in range(workers)]]
         if scaling_mode == "ray":
             compute.start(ctx, new[1:], network.worker_pool(self.subnet))
+        if image:
+            self._bake(state, progress)
         for node in new:
             self._create_node(state, node)
         progress(
@@ -218,10 +224,22 @@ class Rehearsal:
         return state
 
     def add_workers(
-        self, count: int = 1, timeout: float = 1800, progress: Progress = silent
+        self,
+        count: int = 1,
+        timeout: float = 1800,
+        progress: Progress = silent,
+        image: bool = True,
+        values: dict[str, str] | None = None,
     ) -> list[Node]:
-        """Boot ``count`` more workers into the running cluster (like a scale-out on Azure)."""
+        """Boot ``count`` more workers into the running cluster (like a scale-out on Azure).
+
+        ``image=False``: these workers boot without the cluster's node image (they install at
+        boot). ``values``: deploy-time values of these workers that differ from the cluster's
+        (as a worker pool deployed with its own)."""
         require_root_linux()
+        unknown = sorted(set(values or {}) - set(render.deploy_value_names()))
+        if unknown:
+            raise DriverError(f"no deploy-time value {', '.join(unknown)}")
         state = self.load()
         if state is None:
             raise DriverError(f"no rehearsal cluster {self.name!r}: run `rehearse up` first")
@@ -231,7 +249,7 @@ class Rehearsal:
             raise DriverError(f"--count must be between 1 and {51 - len(state.nodes)}")
         new = [self._plan_node(state) for _ in range(count)]
         for node in new:
-            self._create_node(state, node)
+            self._create_node(state, node, image=image, values=values)
         progress(f"booted {', '.join(n.name for n in new)}; waiting for cloud-init and Ray")
         self.wait_ready(state, timeout, progress, nodes=new)
         return new
@@ -287,10 +305,11 @@ class Rehearsal:
         """The fake scale set the rehearsal's workers belong to (scaling mode ray)."""
         return compute.scale_set_id(state.name)
 
-    def _user_data(self, state: State, role: str) -> str:
-        """The committed document for ``role``, filled as Terraform and Bicep fill it."""
+    def _user_data(self, state: State, role: str, values: dict[str, str] | None = None) -> str:
+        """The committed document for ``role``, filled as Terraform and Bicep fill it (with
+        ``values`` over the cluster's)."""
         text = (Path(state.documents_dir) / f"{role}.yaml").read_text()
-        return render.fill(text, self.deploy_values(state))
+        return render.fill(text, {**self.deploy_values(state), **(values or {})})
 
     def _check_subnet_free(self) -> None:
         network.check_subnet_free(self.subnet)
@@ -300,17 +319,26 @@ class Rehearsal:
         """Kept across ``down``: the next ``up`` of this cluster finds its packages there."""
         return packages.mirror_cache(self.base, self.name)
 
-    def _create_node(self, state: State, node: Node) -> None:
-        """Network, disk, metadata service, seed, then boot (the pieces recorded first)."""
+    def _create_node(
+        self,
+        state: State,
+        node: Node,
+        image: bool = True,
+        values: dict[str, str] | None = None,
+    ) -> None:
+        """Network, disk (the node image over the root filesystem, unless ``image`` is false
+        or the cluster has none), metadata service, seed, then boot (each piece recorded
+        first)."""
         network.attach_node(node, state.bridge, self.subnet.prefixlen, self._recorder(state))
         self.store.record(state, f"mount:{node.root}")
-        nodes.mount_root(node, Path(state.rootfs))
+        layers = [state.image] if image and state.image else []
+        nodes.mount_root(node, [Path(p) for p in (*layers, state.rootfs)])
         imds.start(self._services(state), node)
         nodes.seed(
             node,
             f"rehearsal-{self.name}-{node.name}-{secrets.token_hex(4)}",
             state.public_key,
-            self._user_data(state, node.role),
+            self._user_data(state, node.role, values),
         )
         binds = []
         if state.warm_node_cache:
@@ -319,6 +347,47 @@ class Rehearsal:
             binds.append(f"{cache}:/var/cache/ray-cluster")
         node.pid = nodes.start(node, binds)
         self.store.record(state, f"pid:{node.pid}")
+
+    def _bake(self, state: State, progress: Progress) -> None:
+        """The node image for this cluster's install digest (baked now if the cache has none),
+        in a namespace of its own on the bridge, gone again once baked."""
+        documents_dir = Path(state.documents_dir)
+        documents = {r: (documents_dir / f"{r}.yaml").read_text() for r in render.ROLES}
+        values = self.deploy_values(state)
+        digest = bake.install_digest(documents, values)
+        customizer = documents_dir / render.CUSTOMIZER
+        if not customizer.is_file():
+            raise DriverError(
+                f"{customizer} is missing (`python -m nodekit render` writes it next to the "
+                "documents); or boot without a node image: --no-image"
+            )
+        room = Node(
+            name="bake",
+            role="bake",
+            ip=network.bake_ip(self.subnet),
+            netns=f"{network.prefix(self.name)}-bake",
+            veth=f"{network.prefix(self.name)}-b",
+            dir=str(self.dir / "bake"),
+        )
+
+        def attach() -> Node:
+            network.attach_node(room, state.bridge, self.subnet.prefixlen, self._recorder(state))
+            return room
+
+        images = bake.Images(self.base / "cache" / "images")
+        try:
+            layer = images.ensure(
+                digest,
+                Path(state.rootfs),
+                customizer,
+                bake.install_values(values),
+                attach,
+                progress,
+            )
+        finally:
+            network.detach_node(room)
+        state.image, state.image_digest = str(layer), digest
+        self._save(state)
 
     # -- the fake scale set (scaling mode ray) -------------------------------------------------
     @contextlib.contextmanager
@@ -376,6 +445,22 @@ class Rehearsal:
             state = self.load()
             if state is not None:
                 state.nodes = [n for n in state.nodes if n.name != node.name]
+                self._save(state)
+
+    def remove(self, name: str) -> None:
+        """A worker deleted: it shuts down cleanly (its Ray leaves the cluster), then its
+        container and all it had go."""
+        require_root_linux()
+        node = self.node(name)
+        if node.role != "worker":
+            raise DriverError(f"{name} is not a worker; `rehearse down` removes the cluster")
+        if pid_alive(node.pid):
+            nodes.poweroff(node)
+        self._remove_node(node)
+        with self._state_lock():
+            state = self.load()
+            if state is not None:
+                state.nodes = [n for n in state.nodes if n.name != name]
                 self._save(state)
 
     def _remove_node(self, node: Node) -> None:
@@ -502,6 +587,7 @@ class Rehearsal:
             "ssh_key": state.ssh_key,
             "admin_user": state.admin_user,
             "head": state.head.ip,
+            "image": state.image,
             "nodes": rows,
         }
 

@@ -37,6 +37,11 @@ def node_ip(subnet: ipaddress.IPv4Network, index: int) -> str:
     return str(list(subnet.hosts())[9 + index])
 
 
+def bake_ip(subnet: ipaddress.IPv4Network) -> str:
+    """The container that bakes the node image: the address below the head's."""
+    return str(list(subnet.hosts())[8])
+
+
 def worker_pool(subnet: ipaddress.IPv4Network) -> list[str]:
     """Every address a worker (nodes 1 to 50) may have."""
     return [str(h) for h in list(subnet.hosts())[10:60]]

@@ -41,13 +41,14 @@ def children(pid: int) -> list[int]:
 
 
 # -- create ----------------------------------------------------------------------------------
-def mount_root(node: Node, lower: Path) -> None:
-    """The node's root filesystem: a writable overlay of ``lower`` at ``node.root``."""
+def mount_root(node: Node, lowers: list[Path]) -> None:
+    """The node's root filesystem: a writable overlay of ``lowers`` (the image layer, if any,
+    over the root filesystem) at ``node.root``."""
     ndir = Path(node.dir)
     for d in ("upper", "work", "root"):
         (ndir / d).mkdir(parents=True)
     mount_overlay(
-        lower,
+        lowers,
         ndir / "upper",
         ndir / "work",
         node.root,

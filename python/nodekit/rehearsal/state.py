@@ -60,6 +60,11 @@ class State:
     extra_pip: list[str] = field(default_factory=list)
     warm_node_cache: bool = False
     rootfs: str = ""
+    image: str = ""
+    """The baked image layer every node's disk has over ``rootfs`` (``""``: none, the nodes
+    install at boot; ``rehearse up --no-image``)."""
+    image_digest: str = ""
+    """The install digest that layer holds."""
     http_pid: int | None = None
     identity_client_id: str = ""
     """The nodes' managed identity, as the fake metadata service and Key Vault know it."""

@@ -69,8 +69,12 @@ def run(
     return p
 
 
-def mount_overlay(lower: Path, upper: Path, work: Path, merged: Path, what: str) -> None:
-    """A writable overlay of ``lower`` at ``merged`` (writes land in ``upper``)."""
+def mount_overlay(
+    lower: Path | Sequence[Path], upper: Path, work: Path, merged: Path, what: str
+) -> None:
+    """A writable overlay of ``lower`` at ``merged`` (writes land in ``upper``); several lower
+    folders stack, the first on top (an image layer over the root filesystem)."""
+    lowers = [lower] if isinstance(lower, Path) else list(lower)
     run(
         [
             "mount",
@@ -78,7 +82,7 @@ def mount_overlay(lower: Path, upper: Path, work: Path, merged: Path, what: str)
             "overlay",
             "overlay",
             "-o",
-            f"lowerdir={lower},upperdir={upper},workdir={work}",
+            f"lowerdir={':'.join(map(str, lowers))},upperdir={upper},workdir={work}",
             str(merged),
         ],
         what=what,

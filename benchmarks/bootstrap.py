@@ -58,19 +58,21 @@ ANCHOR_REQUIREMENTS = f"{layout.CONFIG_DIR}/anchor-requirements.txt"
 ANCHOR_CONSTRAINTS = f"{layout.CONFIG_DIR}/anchor-constraints.txt"
 KEY_PACKAGES = ("ray", "torch", "gymnasium", "pillow", "numpy")
 # Our venv phase installs uv with pip: the anchor has no uv.
+INSTALL_END = "    # The marker last: only a complete install carries it.\n"
 UV_INSTALL_RE = re.compile(r'retry "\$VENV/bin/pip" install [^\n]*\\\n[^\n]*"uv==[^"]+"\n')
-ANCHOR_INSTALL = f"""phase install_ray
-# The anchors' method (benchmarks/bootstrap.py): one pip install at boot of the nodes' top-level
-# requirements without their pins; no uv, no lock, no hashes. The constraints hold pip to the
-# lock's versions, so that both methods install the same packages.
-[ "$SCALING_MODE" = cpu ] || fail "the anchor documents are for scaling mode cpu"
-retry "$VENV/bin/pip" install --quiet --disable-pip-version-check --index-url "$PIP_INDEX_URL" \\
-    --extra-index-url "$TORCH_INDEX_URL" ${{PIP_HOST:+--trusted-host "$PIP_HOST"}} \\
-    -c {ANCHOR_CONSTRAINTS} -r {ANCHOR_REQUIREMENTS}
-read -ra EXTRA <<<"$EXTRA_PIP_PACKAGES"
-if [ "${{#EXTRA[@]}}" -gt 0 ]; then
-    retry "$VENV/bin/pip" install --quiet --disable-pip-version-check "${{EXTRA[@]}}"
-fi
+ANCHOR_INSTALL = f"""    phase install_ray
+    # The anchors' method (benchmarks/bootstrap.py): one pip install at boot of the nodes'
+    # top-level requirements without their pins; no uv, no lock, no hashes. The constraints hold
+    # pip to the lock's versions, so that both methods install the same packages.
+    [ "$SCALING_MODE" = cpu ] || fail "the anchor documents are for scaling mode cpu"
+    retry "$VENV/bin/pip" install --quiet --disable-pip-version-check \\
+        --index-url "$PIP_INDEX_URL" --extra-index-url "$TORCH_INDEX_URL" \\
+        ${{pip_host:+--trusted-host "$pip_host"}} \\
+        -c {ANCHOR_CONSTRAINTS} -r {ANCHOR_REQUIREMENTS}
+    read -ra EXTRA <<<"$EXTRA_PIP_PACKAGES"
+    if [ "${{#EXTRA[@]}}" -gt 0 ]; then
+        retry "$VENV/bin/pip" install --quiet --disable-pip-version-check "${{EXTRA[@]}}"
+    fi
 
 """
 VERSIONS_PY = (
@@ -121,12 +123,14 @@ def anchor_documents(out: Path, source: Path | None = None) -> Path:
     for role, text in documents.items():
         script = render.document_files(text)[BOOTSTRAP]
         script, uv_lines = UV_INSTALL_RE.subn("", script)
-        start = script.find("phase install_torch\n")
-        end = script.find("phase start_ray\n")
+        # From torch's install to the install marker (the install phase's end): the anchor
+        # installs no autoscaler lock (scaling mode cpu only).
+        start = script.find("    phase install_torch\n")
+        end = script.find(INSTALL_END)
         if uv_lines != 1 or not 0 <= start < end:
             raise BenchmarkError(
                 f"{source / f'{role}.yaml'}: the bootstrap no longer has the uv install and the "
-                "install_torch ... start_ray steps this benchmark replaces; update "
+                "install_torch ... install marker steps this benchmark replaces; update "
                 "benchmarks/bootstrap.py"
             )
         script = script[:start] + ANCHOR_INSTALL + script[end:]
@@ -189,12 +193,15 @@ def _timings(marker: dict) -> dict:
     phases = {
         k: round(v - t0, 1) for k, v in sorted(marker["phases"].items(), key=lambda kv: kv[1])
     }
-    # The package install: from the first install step to Ray's start (ours: torch + Ray with uv;
-    # anchor: pip install of everything).
-    first = min(v for k, v in marker["phases"].items() if k.startswith("install_"))
+    # The package install: from the first install step to the first configure step (ours: torch
+    # + Ray with uv; anchor: pip install of everything); none when the image held the install.
+    installs = [v for k, v in marker["phases"].items() if k.startswith("install_")]
     return {
         "cloud_init_to_registered_s": round(marker["registered_at"] - t0, 1),
-        "python_install_s": round(marker["phases"]["start_ray"] - first, 1),
+        "install": marker.get("install"),
+        "python_install_s": (
+            round(marker["phases"]["account"] - min(installs), 1) if installs else None
+        ),
         "phases_s": phases,
     }
 

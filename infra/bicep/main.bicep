@@ -138,6 +138,9 @@ param clusterTokenExpirationDays int = 365
 @description('Optional. Extra pip requirements installed on every node next to Ray, e.g. ["minigrid==3.0.0"]. No spaces, quotes or backslashes inside an entry; 1,024 characters in all.')
 param extraPipPackages array = []
 
+@description('Optional. Extra Debian/Ubuntu packages installed on every node with the OS packages (a simulator\'s system libraries), e.g. ["libosmesa6"]. Package names only; 1,024 characters in all.')
+param extraAptPackages array = []
+
 @description('Optional. Python package index (PEP 503 simple API) the nodes install Ray and its dependencies from. It may carry credentials (a user name and token before the host), so it is a secure parameter (kept out of the deployment history); the nodes\' custom data, and so the VMs\' model in Azure, still carry it in clear text: prefer a token that can only read the index.')
 @secure()
 @maxLength(512)
@@ -496,6 +499,9 @@ var check = {
   // would change how pip installs, or where from.
   extraPipPackagesNoOptions: empty(filter(extraPipPackages, p => take(p, 1) == '-')) ? 'ok' : 'extraPipPackages: entries are requirements, not pip options: none may start with \'-\' ("--index-url=...", "-e", "-r ..."); set pipIndexUrl for another index, e.g. ["minigrid==3.0.0"].'
   extraPipPackagesLength: length(join(extraPipPackages, ' ')) <= 1024 ? 'ok' : 'extraPipPackages must come to 1,024 characters or fewer (joined by spaces).'
+  // The node hands the list to apt-get: a name, never an option.
+  extraAptPackages: empty(filter(extraAptPackages, p => length(p) < 2 || !contains('${lowerCase}${digits}', take(p, 1)) || !empty(filter(range(0, min(length(p), 1100)), i => !contains('${lowerCase}${digits}+.-', substring(p, i, 1)))))) ? 'ok' : 'extraAptPackages: each entry must be one Debian package name (lower-case letters, digits, \'+\', \'-\' and \'.\', starting with a letter or digit, 2 characters or more), e.g. "libosmesa6".'
+  extraAptPackagesLength: length(join(extraAptPackages, ' ')) <= 1024 ? 'ok' : 'extraAptPackages must come to 1,024 characters or fewer (joined by spaces).'
   pipIndexUrl: length(pipIndexUrl) <= 512 && (take(pipIndexUrl, 7) == 'http://' && length(pipIndexUrl) > 7 || take(pipIndexUrl, 8) == 'https://' && length(pipIndexUrl) > 8) && empty(filter(unsafeCharacters, u => contains(pipIndexUrl, u))) ? 'ok' : 'pipIndexUrl must be one http(s) URL of at most 512 characters without spaces, single quotes or backslashes, e.g. "https://pypi.org/simple".'
   torchIndexUrl: length(torchIndexUrl) <= 512 && (take(torchIndexUrl, 7) == 'http://' && length(torchIndexUrl) > 7 || take(torchIndexUrl, 8) == 'https://' && length(torchIndexUrl) > 8) && empty(filter(unsafeCharacters, u => contains(torchIndexUrl, u))) ? 'ok' : 'torchIndexUrl must be one http(s) URL of at most 512 characters without spaces, single quotes or backslashes, e.g. "https://download.pytorch.org/whl/cpu".'
   aptSource: empty(aptSource) || length(aptSource) <= 512 && (take(aptSource, 4) == 'deb ' && length(aptSource) > 4 || take(aptSource, 8) == 'deb-src ' && length(aptSource) > 8) && empty(filter([
@@ -591,6 +597,8 @@ module checks 'modules/checks.bicep' = {
       check.extraPipPackages
       check.extraPipPackagesNoOptions
       check.extraPipPackagesLength
+      check.extraAptPackages
+      check.extraAptPackagesLength
       check.pipIndexUrl
       check.torchIndexUrl
       check.aptSource
@@ -654,6 +662,7 @@ var deployValues = {
   IDENTITY_CLIENT_ID: identity.outputs.clientId
   RAY_ADMIN_USER: adminUsername
   EXTRA_PIP_PACKAGES: join(extraPipPackages, ' ')
+  EXTRA_APT_PACKAGES: join(extraAptPackages, ' ')
   PIP_INDEX_URL: pipIndexUrl
   TORCH_INDEX_URL: torchIndexUrl
   APT_SOURCE: aptSource

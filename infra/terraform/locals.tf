@@ -30,6 +30,7 @@ locals {
     IDENTITY_CLIENT_ID = azurerm_user_assigned_identity.this.client_id
     RAY_ADMIN_USER     = var.admin_username
     EXTRA_PIP_PACKAGES = join(" ", var.extra_pip_packages)
+    EXTRA_APT_PACKAGES = join(" ", var.extra_apt_packages)
     PIP_INDEX_URL      = var.pip_index_url
     TORCH_INDEX_URL    = var.torch_index_url
     APT_SOURCE         = var.apt_source

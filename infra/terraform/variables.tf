@@ -560,6 +560,24 @@ variable "extra_pip_packages" {
   }
 }
 
+variable "extra_apt_packages" {
+  type        = list(string)
+  default     = []
+  nullable    = false
+  description = "(Optional) Extra Debian/Ubuntu packages installed on every node with the OS packages (a simulator's system libraries), e.g. [\"libosmesa6\"]. Package names only; 1,024 characters in all."
+
+  # The node hands the list to apt-get: a name, never an option.
+  validation {
+    condition     = alltrue([for p in var.extra_apt_packages : can(regex("^[a-z0-9][a-z0-9+.-]+$", p))])
+    error_message = "extra_apt_packages: each entry must be one Debian package name (lower-case letters, digits, '+', '-' and '.', starting with a letter or digit, 2 characters or more), e.g. \"libosmesa6\"."
+  }
+
+  validation {
+    condition     = length(join(" ", var.extra_apt_packages)) <= 1024
+    error_message = "extra_apt_packages must come to 1,024 characters or fewer (joined by spaces)."
+  }
+}
+
 variable "pip_index_url" {
   type        = string
   default     = "https://pypi.org/simple"

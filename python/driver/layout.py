@@ -48,6 +48,11 @@ TOKEN_FILE = f"{CONFIG_DIR}/cluster-token"
 """The cluster's Ray token: mode 0640, group ray (the admin user is a member)."""
 VENV_DIR = "/opt/ray-cluster/venv"
 STATE_DIR = "/var/lib/ray-cluster"
+INSTALL_MARKER = f"{STATE_DIR}/installed.json"
+"""Written by the bootstrap's install phase once the node's environment is complete (JSON: the
+install digest, Ray/torch versions, the extras, seconds taken). A node whose image holds the
+marker with the expected digest skips the install at boot (cloud-init/rendered/install.sh bakes
+such an image)."""
 READY_MARKER = f"{STATE_DIR}/ready"
 """Written once the node's Ray is up (and, on the head, answering); holds a JSON status."""
 FAILED_MARKER = f"{STATE_DIR}/failed"

@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         "render",
         help="Render the cloud-init documents for head and workers.",
         description=(
-            "Render cloud-init/templates/ into cloud-init/rendered/{head,worker}.yaml. Settings "
+            "Render cloud-init/templates/ into cloud-init/rendered/{head,worker}.yaml and the "
+            "image customizer cloud-init/rendered/install.sh. Settings "
             "come from cloud-init/config.yaml, with the keys of --config FILE over them; the "
             "Ray/torch/gymnasium pins come from pyproject.toml. Deploy-time values stay "
             "placeholders (cloud-init/placeholders.yaml) for Terraform and Bicep to fill."
@@ -80,6 +81,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         say(f"{out}: up to date")
         return EXIT_OK
     for path in render.write(documents, out):
+        if path.name == render.CUSTOMIZER:
+            say(f"wrote {path} (the image customizer)")
+            continue
         size = render.custom_data_size(path.read_text())
         say(f"wrote {path} ({size} of {render.CUSTOM_DATA_LIMIT} base64 characters)")
     return EXIT_OK
@@ -111,6 +115,13 @@ def register_rehearse(verbs: Any) -> None:
         default=[],
         metavar="REQ",
         help="extra pip requirement for every node, like EXTRA_PIP_PACKAGES",
+    )
+    up.add_argument(
+        "--apt",
+        action="append",
+        default=[],
+        metavar="PACKAGE",
+        help="extra Debian package for every node, like EXTRA_APT_PACKAGES",
     )
     up.add_argument(
         "--ssh-public-key",
@@ -224,6 +235,7 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
     state = r.up(
         workers=args.workers,
         extra_pip=args.pip,
+        extra_apt=args.apt,
         ssh_public_key=args.ssh_public_key,
         torch_index_url=args.torch_index_url,
         warm_node_cache=args.warm_node_cache,

@@ -60,6 +60,25 @@ AUTOSCALER_PROVIDER_PATH = "/usr/local/lib/ray-cluster/azure_vmss_provider.py"
 """On the head: Ray's node provider for the workers' scale set (scaling_mode = "ray")."""
 NODE_MODULES = ("scheduled_events", "health", "azure_vmss_provider")
 """Modules of :mod:`nodekit.node` embedded in the documents, read from this package."""
+BOOTSTRAP_PATH = "/usr/local/sbin/ray-cluster-bootstrap"
+"""The node bootstrap (cloud-init/templates/files/ray-cluster-bootstrap.sh.j2), one script for
+every role: ``ray-cluster-bootstrap head|worker`` at first boot, ``... install`` to bake an
+image."""
+CUSTOMIZER = "install.sh"
+"""In cloud-init/rendered/: the image customizer, which writes the files the bootstrap's install
+phase reads (as the documents' write_files do) and runs ``ray-cluster-bootstrap install``."""
+INSTALL_VALUE_NAMES = (
+    "PIP_INDEX_URL",
+    "TORCH_INDEX_URL",
+    "APT_SOURCE",
+    "EXTRA_PIP_PACKAGES",
+    "EXTRA_APT_PACKAGES",
+)
+"""The deploy-time values the install phase reads (``ray-cluster-bootstrap install`` needs only
+these)."""
+INSTALL_DIGEST_VALUES = ("EXTRA_PIP_PACKAGES", "EXTRA_APT_PACKAGES", "TORCH_INDEX_URL")
+"""The install values that change what gets installed: part of the install digest. (The package
+index and apt source only say where from: the lock's hashes hold what comes.)"""
 READY_TIMEOUT_S = 1800
 TOKEN_TIMEOUT_S = 1200
 """How long a node keeps trying to read the cluster token (role assignments take minutes)."""
@@ -166,7 +185,8 @@ _CONFIG_TYPES: dict[str, type | tuple[type, ...]] = {
     "head_num_cpus": int,
     "xvfb_screen": str,
 }
-_DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+"""A Debian package name (os_packages, EXTRA_APT_PACKAGES: the bootstrap checks the same)."""
 _PIP_REQ_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-\[\],<>=!~ ;:@/+]*$")
 
 
@@ -179,7 +199,7 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
         if not isinstance(config.get(key), kind) or isinstance(config.get(key), bool):
             raise DriverError(f"render setting {key} must be a {kind.__name__}")  # type: ignore[union-attr]
     for p in config["os_packages"]:
-        if not isinstance(p, str) or not _DEB_NAME.match(p):
+        if not isinstance(p, str) or not DEB_NAME.match(p):
             raise DriverError(f"os_packages: {p!r} is not a Debian package name")
     for key in ("env_packages", "head_packages"):
         for r in config[key]:
@@ -274,6 +294,27 @@ def document_files(text: str) -> dict[str, str]:
     return files
 
 
+def install_digest(inputs_digest: str, values: dict[str, str]) -> str:
+    """The digest of an install with these deploy-time values: what the bootstrap's
+    ``install_digest`` computes (and the install marker holds) from the render-time
+    ``inputs_digest`` (:func:`install_inputs_digest`)."""
+    lines = [inputs_digest, *(values[n] for n in INSTALL_DIGEST_VALUES)]
+    return hashlib.sha256("".join(f"{line}\n" for line in lines).encode()).hexdigest()
+
+
+def install_inputs_digest(install_code: str, files: list[dict[str, Any]], pins: Pins) -> str:
+    """Render time: what decides the install phase's result, but the install values: its code,
+    the files it reads (the bootstrap itself aside: its install code is here) and the versions it
+    installs by name."""
+    data = {
+        "code": install_code,
+        "files": {f["path"]: f["content"] for f in files if f["path"] != BOOTSTRAP_PATH},
+        "torch": pins.versions["torch"],
+        "pythons": list(LOCK_PYTHONS),
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
 def autoscaler_pins() -> list[str]:
     """What the head adds for Ray's autoscaler on Azure (``scaling_mode = "ray"``): the
     ``autoscaler`` extra of pyproject.toml (azure-mgmt-compute, azure-identity)."""
@@ -292,7 +333,12 @@ def read_lock(name: str = LOCK_FILE) -> str:
 
 # -- rendering -----------------------------------------------------------------------------
 def render(config: dict[str, Any] | None = None) -> dict[str, str]:
-    """Return ``{"head.yaml": text, "worker.yaml": text}``."""
+    """Return ``{"head.yaml": text, "worker.yaml": text, "install.sh": text}``.
+
+    The install phase's files (:func:`install_files`: the bootstrap, the OS package list, the
+    requirements and the locks) are built once and given to every template, so the documents'
+    write_files and the image customizer carry the same bytes.
+    """
     import jinja2
 
     config = load_config() if config is None else config
@@ -307,39 +353,82 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         comment_end_string="##}",
     )
     env.filters["gzip_b64"] = gzip_b64
+    common = dict(
+        layout=layout,
+        versions=pins.versions,
+        requirements_path=REQUIREMENTS_PATH,
+        lock_path=LOCK_PATH,
+        lock_pythons=LOCK_PYTHONS,
+        node_check_path=NODE_CHECK_PATH,
+        scheduled_events_path=SCHEDULED_EVENTS_PATH,
+        health_path=HEALTH_PATH,
+        autoscaler_provider_path=AUTOSCALER_PROVIDER_PATH,
+        autoscaler_lock_path=AUTOSCALER_LOCK_PATH,
+        ready_timeout_s=READY_TIMEOUT_S,
+        token_timeout_s=TOKEN_TIMEOUT_S,
+        placeholder=PLACEHOLDER,
+        deploy_value_names=deploy_value_names(),
+        install_value_names=INSTALL_VALUE_NAMES,
+        **config,
+    )
+    # The install phase: no role in sight (StrictUndefined refuses one), one text for all.
+    install_code = env.get_template("files/bootstrap-install.sh.j2").render(**common)
+    files = [
+        _install_file(layout.OS_PACKAGES, "0644", "".join(f"{p}\n" for p in config["os_packages"])),
+        _install_file(
+            REQUIREMENTS_PATH, "0644", "".join(f"{r}\n" for r in node_requirements(config))
+        ),
+        _install_file(LOCK_PATH, "0644", read_lock(), gzip=True),
+        _install_file(AUTOSCALER_LOCK_PATH, "0644", read_lock(AUTOSCALER_LOCK_FILE), gzip=True),
+    ]
+    inputs_digest = install_inputs_digest(install_code, files, pins)
+    bootstrap = env.get_template("files/ray-cluster-bootstrap.sh.j2").render(
+        install_code=install_code.rstrip("\n"), install_inputs_digest=inputs_digest, **common
+    )
+    files.append(_install_file(BOOTSTRAP_PATH, "0755", bootstrap, gzip=True))
     out: dict[str, str] = {}
-    requirements = node_requirements(config)
-    lock = read_lock()
-    autoscaler_lock = read_lock(AUTOSCALER_LOCK_FILE)
     for role in ROLES:
         text = env.get_template(f"{role}.yaml.j2").render(
             role=role,
-            layout=layout,
-            versions=pins.versions,
-            requirements=requirements,
-            requirements_path=REQUIREMENTS_PATH,
-            lock=lock,
-            lock_path=LOCK_PATH,
-            lock_pythons=LOCK_PYTHONS,
-            node_check_path=NODE_CHECK_PATH,
-            scheduled_events_path=SCHEDULED_EVENTS_PATH,
-            health_path=HEALTH_PATH,
-            autoscaler_provider_path=AUTOSCALER_PROVIDER_PATH,
-            autoscaler_lock=autoscaler_lock,
-            autoscaler_lock_path=AUTOSCALER_LOCK_PATH,
+            install_files=files,
             node_modules={
                 m: (Path(__file__).parent / "node" / f"{m}.py").read_text() for m in NODE_MODULES
             },
-            ready_timeout_s=READY_TIMEOUT_S,
-            token_timeout_s=TOKEN_TIMEOUT_S,
-            placeholder=PLACEHOLDER,
-            deploy_value_names=deploy_value_names(),
-            **config,
+            **common,
         )
-        # One trailing newline, no trailing spaces: the documents are committed.
-        text = "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n") + "\n"
-        out[f"{role}.yaml"] = text
+        out[f"{role}.yaml"] = _tidy(text)
+    # Not tidied: its here-documents are the files, byte for byte.
+    out[CUSTOMIZER] = (
+        env.get_template("install.sh.j2")
+        .render(
+            install_files=files,
+            install_defaults={n: deploy_value_defaults()[n] for n in INSTALL_VALUE_NAMES},
+            bootstrap_path=BOOTSTRAP_PATH,
+            heredoc_end=HEREDOC_END,
+            **common,
+        )
+        .rstrip("\n")
+        + "\n"
+    )
     return out
+
+
+HEREDOC_END = "RAY_CLUSTER_FILE_END"
+"""Ends each file's here-document in the image customizer (no file may hold it as a line)."""
+
+
+def _install_file(path: str, permissions: str, content: str, gzip: bool = False) -> dict[str, Any]:
+    """One file of the install phase, as write_files and the customizer write it."""
+    if not content.endswith("\n") or content.endswith("\n\n"):
+        raise DriverError(f"{path}: the install phase's files end with exactly one newline")
+    if any(line == HEREDOC_END for line in content.splitlines()):
+        raise DriverError(f"{path} holds the line {HEREDOC_END}")
+    return {"path": path, "permissions": permissions, "content": content, "gzip": gzip}
+
+
+def _tidy(text: str) -> str:
+    """One trailing newline, no trailing spaces: the rendered files are committed."""
+    return "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n") + "\n"
 
 
 def write(documents: dict[str, str], out_dir: Path) -> list[Path]:
@@ -348,6 +437,8 @@ def write(documents: dict[str, str], out_dir: Path) -> list[Path]:
     for name, text in documents.items():
         path = out_dir / name
         path.write_text(text)
+        if name.endswith(".sh"):
+            path.chmod(0o755)
         written.append(path)
     return written
 

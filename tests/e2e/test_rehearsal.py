@@ -35,6 +35,52 @@ def test_cloud_init_finished_without_errors_on_every_node(rehearsal: RehearsalCl
         marker = json.loads(out)
         assert marker["ray_version"] == render.cluster_pins().versions["ray"]
         assert marker["node_ip"] == ip
+        # The cold path: the rehearsal's nodes boot from the bare Debian image, so each one ran
+        # the install phase and recorded it with the digest its bootstrap expects.
+        assert marker["install"] == "fresh", (ip, marker.get("install"))
+        _, out, _ = rehearsal.ssh(ip, f"cat {layout.INSTALL_MARKER}")
+        installed = json.loads(out)
+        assert (
+            installed["digest"] == marker["install_digest"] == _expected_install_digest(rehearsal)
+        )
+        assert installed["ray_version"] == render.cluster_pins().versions["ray"]
+        assert installed["torch_version"].split("+")[0] == render.cluster_pins().versions["torch"]
+
+
+def _expected_install_digest(rehearsal: RehearsalCluster) -> str:
+    """What render.install_digest says for the committed bootstrap and this cluster's values."""
+    from nodekit.rehearsal.cluster import Rehearsal
+
+    bootstrap = render.document_files((REPO / "cloud-init/rendered/worker.yaml").read_text())[
+        render.BOOTSTRAP_PATH
+    ]
+    inputs = next(
+        ln.split("=", 1)[1]
+        for ln in bootstrap.splitlines()
+        if ln.startswith("INSTALL_INPUTS_DIGEST=")
+    )
+    cluster = Rehearsal(rehearsal.name)
+    state = cluster.load()
+    assert state is not None
+    return render.install_digest(inputs, cluster.deploy_values(state))
+
+
+def test_a_node_whose_image_holds_its_install_skips_it(rehearsal: RehearsalCluster) -> None:
+    """The bootstrap run again on a worker that has its install (as a node booted from a baked
+    image has it): it skips the install phase, configures and finds Ray registered."""
+    ip = rehearsal.worker_ips[0]
+    code, out, _ = rehearsal.ssh(
+        ip, "sudo /usr/local/sbin/ray-cluster-bootstrap worker 2>&1", timeout=600
+    )
+    assert code == 0, out[-3000:]
+    digest = _expected_install_digest(rehearsal)
+    assert f"install: image holds digest {digest}, skipping" in out
+    assert "phase install_" not in out and "install_torch" not in out
+    _, ready, _ = rehearsal.ssh(ip, f"cat {layout.READY_MARKER}")
+    marker = json.loads(ready)
+    assert marker["install"] == "image" and marker["install_digest"] == digest
+    assert not [k for k in marker["phases"] if k.startswith("install_")]
+    assert marker["node_ip"] == ip
 
 
 def test_workers_tell_the_health_extension_they_are_healthy(rehearsal: RehearsalCluster) -> None:

@@ -111,6 +111,7 @@ PARAMETERS: dict[str, str | None] = {
     "cluster_token_expiration_days": "clusterTokenExpirationDays",
     "rbac_propagation_wait_seconds": None,
     "extra_pip_packages": "extraPipPackages",
+    "extra_apt_packages": "extraAptPackages",
     "pip_index_url": "pipIndexUrl",
     "torch_index_url": "torchIndexUrl",
     "apt_source": "aptSource",

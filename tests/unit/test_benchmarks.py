@@ -65,7 +65,9 @@ def test_the_anchor_documents_install_our_packages_with_one_pip_install(tmp_path
         theirs = render.document_files(text)
         mine, anchor = ours[bench.BOOTSTRAP], theirs[bench.BOOTSTRAP]
         assert "uv" in mine and "/bin/uv" not in anchor and '"uv==' not in anchor
-        pip = anchor[anchor.index('retry "$VENV/bin/pip" install') : anchor.index("read -ra")]
+        pip = anchor[
+            anchor.index('retry "$VENV/bin/pip" install') : anchor.index("read -ra EXTRA <<<")
+        ]
         assert f"-c {bench.ANCHOR_CONSTRAINTS} -r {bench.ANCHOR_REQUIREMENTS}" in pip
         # Our script before the venv's install and from Ray's start on, unchanged.
         assert anchor[: anchor.index("python3 -m venv")] == mine[: mine.index("python3 -m venv")]

@@ -57,7 +57,7 @@ def test_committed_documents_match_a_fresh_render(documents: dict[str, str]) -> 
 
 
 def test_render_check_flags_a_stale_document(tmp_path: Path) -> None:
-    for name in ("head.yaml", "worker.yaml"):
+    for name in ("head.yaml", "worker.yaml", render.CUSTOMIZER):
         shutil.copy(RENDERED / name, tmp_path / name)
     assert main(["render", "--check", "--out", str(tmp_path)]) == 0
     (tmp_path / "worker.yaml").write_text((RENDERED / "worker.yaml").read_text() + "# edit\n")
@@ -199,14 +199,15 @@ def test_values_with_quotes_and_backslashes_travel_intact() -> None:
 def test_bootstrap_reads_the_values_safely(tmp_path: Path) -> None:
     """The bootstrap's own reader turns the JSON into shell variables without evaluating them."""
     script = _files((RENDERED / "worker.yaml").read_text())["/usr/local/sbin/ray-cluster-bootstrap"]
-    reader = re.search(r"values=\$\(python3 - (\S+) (.*?) <<'PY'\n(.*?)\nPY\n", script, re.S)
-    assert reader, "the bootstrap's deploy-value reader moved"
-    names = reader.group(2).split()
+    reader = re.search(r"values=\$\(python3 - \"\$@\" <<'PY'\n(.*?)\nPY\n", script, re.S)
+    call = re.search(rf"^read_values {layout.DEPLOY_VALUES} (.*)$", script, re.M)
+    assert reader and call, "the bootstrap's deploy-value reader moved"
+    names = call.group(1).split()
     assert names == render.deploy_value_names()
     values = {**render.deploy_value_samples(), "EXTRA_PIP_PACKAGES": "x'; touch pwned; '$(id)"}
     deploy = tmp_path / "deploy.json"
     deploy.write_text(json.dumps(values))
-    code = reader.group(3)
+    code = reader.group(1)
     out = subprocess.run(
         [sys.executable, "-c", code, str(deploy), *names], capture_output=True, text=True
     )
@@ -320,12 +321,15 @@ def test_workers_carry_the_health_endpoint_and_its_unit() -> None:
     bootstrap = worker["/usr/local/sbin/ray-cluster-bootstrap"]
     enable = bootstrap.index("systemctl enable --now ray-health.service")
     assert bootstrap.index(f"--shell /usr/sbin/nologin {layout.HEALTH_USER}") < enable
-    assert enable < bootstrap.index("phase account")  # before the first step that can fail
+    # On workers only (one bootstrap for every role), before the first step that can fail.
+    worker_only = bootstrap.index('\nif [ "$ROLE" = worker ]; then\n')
+    assert worker_only < enable < bootstrap.index("\nfi\n", worker_only)
+    assert enable < bootstrap.index(f"\nread_values {layout.DEPLOY_VALUES} ")
     ready_unit = worker["/etc/systemd/system/ray-node-ready.service"]
     assert f"--failed {layout.RESTART_FAILED_MARKER}" in ready_unit
     head = _files((RENDERED / "head.yaml").read_text())
     assert render.HEALTH_PATH not in head  # the head is no scale set instance
-    assert "ray-health" not in head["/usr/local/sbin/ray-cluster-bootstrap"]
+    assert head[render.BOOTSTRAP_PATH] == bootstrap  # one bootstrap: the worker branch above
 
 
 def test_the_health_endpoint_runs_on_the_images_python(tmp_path: Path) -> None:

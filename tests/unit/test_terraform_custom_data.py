@@ -41,6 +41,7 @@ MAX_VALUE_LENGTHS = {
     "IDENTITY_CLIENT_ID": len("00000000-0000-0000-0000-000000000000"),  # a GUID
     "RAY_ADMIN_USER": 32,  # admin_username validation
     "EXTRA_PIP_PACKAGES": 1024,  # extra_pip_packages validation (joined by spaces)
+    "EXTRA_APT_PACKAGES": 1024,  # extra_apt_packages validation (joined by spaces)
     "PIP_INDEX_URL": 512,  # pip_index_url validation
     "TORCH_INDEX_URL": 512,  # torch_index_url validation
     "APT_SOURCE": 512,  # apt_source validation

@@ -381,6 +381,7 @@ run "custom_data_is_filled" {
           IDENTITY_CLIENT_ID = "11111111-2222-4333-8444-555555555555"
           RAY_ADMIN_USER     = "azureuser"
           EXTRA_PIP_PACKAGES = "minigrid==3.0.0 ale-py"
+          EXTRA_APT_PACKAGES = ""
           PIP_INDEX_URL      = "https://pypi.org/simple"
           TORCH_INDEX_URL    = "https://download.pytorch.org/whl/cpu"
           APT_SOURCE         = ""

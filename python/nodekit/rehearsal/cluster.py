@@ -106,6 +106,7 @@ class Rehearsal:
         workers: int = 2,
         extra_pip: list[str] | None = None,
         ssh_public_key: Path | None = None,
+        extra_apt: list[str] | None = None,
         documents_dir: Path | None = None,
         torch_index_url: str | None = None,
         warm_node_cache: bool = False,
@@ -148,6 +149,10 @@ class Rehearsal:
         for req in extra_pip:
             if not req or any(c.isspace() for c in req) or req.startswith("-"):
                 raise DriverError(f"--pip {req!r}: expected one requirement such as 'x==1.0'")
+        extra_apt = list(extra_apt or [])
+        for package in extra_apt:
+            if not render.DEB_NAME.match(package):
+                raise DriverError(f"--apt {package!r}: expected one Debian package name")
         self._check_subnet_free()
         documents_dir = documents_dir or render.rendered_dir()
         documents = {r: (documents_dir / f"{r}.yaml").read_text() for r in render.ROLES}
@@ -186,6 +191,7 @@ class Rehearsal:
             public_key=public_key,
             documents_dir=str(documents_dir),
             extra_pip=extra_pip,
+            extra_apt=extra_apt,
             warm_node_cache=warm_node_cache,
             rootfs=str(rootfs),
             identity_client_id=str(uuid.uuid4()),
@@ -286,6 +292,7 @@ class Rehearsal:
             "IDENTITY_CLIENT_ID": state.identity_client_id,
             "RAY_ADMIN_USER": state.admin_user,
             "EXTRA_PIP_PACKAGES": " ".join(state.extra_pip),
+            "EXTRA_APT_PACKAGES": " ".join(state.extra_apt),
             "PIP_INDEX_URL": packages.pip_index_url(state),
             "TORCH_INDEX_URL": packages.torch_index_url(state),
             "APT_SOURCE": packages.apt_source(state, self.cache.mirror),

@@ -58,6 +58,7 @@ class State:
     public_key: str = ""
     documents_dir: str = ""
     extra_pip: list[str] = field(default_factory=list)
+    extra_apt: list[str] = field(default_factory=list)
     warm_node_cache: bool = False
     rootfs: str = ""
     image: str = ""

@@ -242,10 +242,10 @@ class Rehearsal:
         ``image=False``: these workers boot without the cluster's node image (they install at
         boot). ``values``: deploy-time values of these workers that differ from the cluster's
         (as a worker pool deployed with its own)."""
-        require_root_linux()
         unknown = sorted(set(values or {}) - set(render.deploy_value_names()))
         if unknown:
             raise DriverError(f"no deploy-time value {', '.join(unknown)}")
+        require_root_linux()
         state = self.load()
         if state is None:
             raise DriverError(f"no rehearsal cluster {self.name!r}: run `rehearse up` first")

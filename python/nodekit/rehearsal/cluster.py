@@ -382,6 +382,7 @@ class Rehearsal:
             return room
 
         images = bake.Images(self.base / "cache" / "images")
+        t0 = time.monotonic()
         try:
             layer = images.ensure(
                 digest,
@@ -394,6 +395,8 @@ class Rehearsal:
         finally:
             network.detach_node(room)
         state.image, state.image_digest = str(layer), digest
+        if room.pid is not None:  # baked now, not found in the cache
+            state.bake_s = round(time.monotonic() - t0, 1)
         self._save(state)
 
     # -- the fake scale set (scaling mode ray) -------------------------------------------------

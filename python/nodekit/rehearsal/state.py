@@ -66,6 +66,8 @@ class State:
     install at boot; ``rehearse up --no-image``)."""
     image_digest: str = ""
     """The install digest that layer holds."""
+    bake_s: float = 0.0
+    """Seconds ``up`` spent baking that layer (0: the cache had it)."""
     http_pid: int | None = None
     identity_client_id: str = ""
     """The nodes' managed identity, as the fake metadata service and Key Vault know it."""

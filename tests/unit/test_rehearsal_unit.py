@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import subprocess
@@ -174,18 +175,22 @@ def test_a_node_disk_stacks_the_image_over_the_root_filesystem(
     assert calls[1][calls[1].index("-o") + 1].startswith(f"lowerdir={b},upperdir=")
 
 
-def test_old_image_layers_go_the_newest_and_the_one_in_use_stay(tmp_path: Path) -> None:
-    images = bake.Images(tmp_path)
-    digests = [f"{i:x}" * 64 for i in range(1, 7)]
+def test_old_image_layers_go_the_newest_and_the_ones_in_use_stay(tmp_path: Path) -> None:
+    images = bake.Images(tmp_path / "images", clusters=tmp_path / "clusters")
+    digests = [f"{i:x}" * 64 for i in range(1, 5 + bake.KEEP)]
     for age, digest in enumerate(digests):
         (images.layer(digest)).mkdir(parents=True)
         (images.folder(digest) / ".complete").write_text("{}")
         os.utime(images.folder(digest) / ".complete", (1000 + age, 1000 + age))
+    # Another cluster's state names the second oldest (its nodes may be down, not unmounted).
+    other = tmp_path / "clusters" / "other"
+    other.mkdir(parents=True)
+    (other / "state.json").write_text(json.dumps({"image": str(images.layer(digests[1]))}))
     removed = images.prune(keep=digests[0])  # the oldest, but the one this cluster uses
-    assert sorted(removed) == sorted(images.folder(d) for d in digests[1:3])
-    left = {p.name for p in tmp_path.iterdir() if p.is_dir()}
-    assert left == {images.folder(d).name for d in (digests[0], *digests[3:])}
-    assert len(digests[3:]) == bake.KEEP
+    assert sorted(removed) == sorted(images.folder(d) for d in digests[2:4])
+    left = {p.name for p in (tmp_path / "images").iterdir() if p.is_dir()}
+    assert left == {images.folder(d).name for d in (*digests[:2], *digests[4:])}
+    assert len(digests[4:]) == bake.KEEP
 
 
 def test_workers_with_values_that_are_no_deploy_time_value_are_refused(tmp_path: Path) -> None:

@@ -37,8 +37,9 @@ from nodekit.rehearsal.nodes import children
 from nodekit.rehearsal.state import Node
 from nodekit.rehearsal.system import mount_overlay, unmount_under
 
-KEEP = 3
-"""Complete image layers kept in the cache (the newest used; a mounted one is never removed)."""
+KEEP = 4
+"""Complete image layers kept in the cache (the newest used); one that a mounted disk or a
+cluster's state names is never removed."""
 BAKE_TIMEOUT_S = 1800
 INPUTS_RE = re.compile(r"^INSTALL_INPUTS_DIGEST=([0-9a-f]{64})$", re.M)
 INSIDE = "/run/rehearsal-bake"
@@ -72,10 +73,12 @@ def install_digest(documents: dict[str, str], deploy_values: dict[str, str]) -> 
 
 
 class Images:
-    """``<cache>/images/``: one folder per install digest, ``tree/`` the layer."""
+    """``<cache>/images/``: one folder per install digest, ``tree/`` the layer. ``clusters``:
+    the folder of the clusters whose state may name a layer."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, clusters: Path | None = None) -> None:
         self.root = root
+        self.clusters = clusters
 
     def folder(self, digest: str) -> Path:
         return self.root / digest[:16]
@@ -148,8 +151,11 @@ class Images:
 
     def prune(self, keep: str) -> list[Path]:
         """Remove complete layers beyond the newest :data:`KEEP` (``keep`` stays), except any
-        that a mounted disk uses or whose lock is held; what went."""
+        that a mounted disk uses, a cluster's state names or whose lock is held; what went."""
         mounts = Path("/proc/mounts").read_text()
+        for state in self.clusters.glob("*/state.json") if self.clusters else []:
+            with contextlib.suppress(OSError):
+                mounts += state.read_text()
         done = sorted(
             (f for f in self.root.glob("*/.complete")),
             key=lambda f: f.stat().st_mtime,

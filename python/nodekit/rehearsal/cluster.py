@@ -381,7 +381,7 @@ class Rehearsal:
             network.attach_node(room, state.bridge, self.subnet.prefixlen, self._recorder(state))
             return room
 
-        images = bake.Images(self.base / "cache" / "images")
+        images = bake.Images(self.base / "cache" / "images", clusters=self.base / "clusters")
         t0 = time.monotonic()
         try:
             layer = images.ensure(

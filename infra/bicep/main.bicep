@@ -341,6 +341,11 @@ var sshRsaLongEnough = sshRsaFirstByte == 0 ? sshRsaN - 1 > 256 || (sshRsaN - 1 
 // by their rules before any loop would need more than 800 iterations.)
 var locationChars = [for i in range(0, min(length(location), 800)): contains('${lowerCase}${digits}', substring(location, i, 1))]
 var namePrefixChars = [for i in range(0, min(length(namePrefix), 800)): contains('${lowerCase}${digits}-', substring(namePrefix, i, 1))]
+// Each character of the extra apt packages (joined without a separator, so a space is refused
+// too): a copy loop takes 800 at most, the second one the rest.
+var extraAptPackagesJoined = join(extraAptPackages, '')
+var extraAptPackagesChars = [for i in range(0, min(length(extraAptPackagesJoined), 800)): contains('${lowerCase}${digits}+.-', substring(extraAptPackagesJoined, i, 1))]
+var extraAptPackagesMoreChars = [for i in range(800, length(extraAptPackagesJoined) > 800 ? min(length(extraAptPackagesJoined), 1600) - 800 : 0): contains('${lowerCase}${digits}+.-', substring(extraAptPackagesJoined, i, 1))]
 var adminUsernameChars = [for i in range(0, min(length(adminUsername), 800)): contains('${lowerCase}${digits}_-', substring(adminUsername, i, 1))]
 var headVmSizeChars = [for i in range(0, min(length(headVmSize), 800)): contains('${lowerCase}${digits}_-', toLower(substring(headVmSize, i, 1)))]
 var workerVmSizeChars = [for i in range(0, min(length(workerVmSize), 800)): contains('${lowerCase}${digits}_-', toLower(substring(workerVmSize, i, 1)))]
@@ -500,7 +505,7 @@ var check = {
   extraPipPackagesNoOptions: empty(filter(extraPipPackages, p => take(p, 1) == '-')) ? 'ok' : 'extraPipPackages: entries are requirements, not pip options: none may start with \'-\' ("--index-url=...", "-e", "-r ..."); set pipIndexUrl for another index, e.g. ["minigrid==3.0.0"].'
   extraPipPackagesLength: length(join(extraPipPackages, ' ')) <= 1024 ? 'ok' : 'extraPipPackages must come to 1,024 characters or fewer (joined by spaces).'
   // The node hands the list to apt-get: a name, never an option.
-  extraAptPackages: empty(filter(extraAptPackages, p => length(p) < 2 || !contains('${lowerCase}${digits}', take(p, 1)) || !empty(filter(range(0, min(length(p), 1100)), i => !contains('${lowerCase}${digits}+.-', substring(p, i, 1)))))) ? 'ok' : 'extraAptPackages: each entry must be one Debian package name (lower-case letters, digits, \'+\', \'-\' and \'.\', starting with a letter or digit, 2 characters or more), e.g. "libosmesa6".'
+  extraAptPackages: empty(filter(extraAptPackages, p => length(p) < 2 || !contains('${lowerCase}${digits}', take(p, 1)))) && !contains(extraAptPackagesChars, false) && !contains(extraAptPackagesMoreChars, false) ? 'ok' : 'extraAptPackages: each entry must be one Debian package name (lower-case letters, digits, \'+\', \'-\' and \'.\', starting with a letter or digit, 2 characters or more), e.g. "libosmesa6".'
   extraAptPackagesLength: length(join(extraAptPackages, ' ')) <= 1024 ? 'ok' : 'extraAptPackages must come to 1,024 characters or fewer (joined by spaces).'
   pipIndexUrl: length(pipIndexUrl) <= 512 && (take(pipIndexUrl, 7) == 'http://' && length(pipIndexUrl) > 7 || take(pipIndexUrl, 8) == 'https://' && length(pipIndexUrl) > 8) && empty(filter(unsafeCharacters, u => contains(pipIndexUrl, u))) ? 'ok' : 'pipIndexUrl must be one http(s) URL of at most 512 characters without spaces, single quotes or backslashes, e.g. "https://pypi.org/simple".'
   torchIndexUrl: length(torchIndexUrl) <= 512 && (take(torchIndexUrl, 7) == 'http://' && length(torchIndexUrl) > 7 || take(torchIndexUrl, 8) == 'https://' && length(torchIndexUrl) > 8) && empty(filter(unsafeCharacters, u => contains(torchIndexUrl, u))) ? 'ok' : 'torchIndexUrl must be one http(s) URL of at most 512 characters without spaces, single quotes or backslashes, e.g. "https://download.pytorch.org/whl/cpu".'

@@ -205,3 +205,16 @@ def test_rehearse_up_and_add_worker_take_no_image() -> None:
     assert parser.parse_args(["rehearse", "up"]).image is True
     assert parser.parse_args(["rehearse", "up", "--no-image"]).image is False
     assert parser.parse_args(["rehearse", "add-worker", "--no-image"]).image is False
+
+
+def test_a_documents_folder_without_its_customizer_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in _rendered().items():
+        (docs / f"{name}.yaml").write_text(text)
+    with pytest.raises(DriverError, match=r"install\.sh is missing .* --no-image"):
+        Rehearsal._customizer(docs)
+    (docs / render.CUSTOMIZER).write_text("#!/bin/bash\n")
+    assert Rehearsal._customizer(docs) == docs / render.CUSTOMIZER

@@ -160,6 +160,8 @@ class Rehearsal:
         torch_req = next((r for r in needs.requirements if r.startswith("torch==")), None)
         if torch_req is None:
             raise DriverError("the rendered documents do not pin torch")
+        if image:
+            self._customizer(documents_dir)
 
         t0 = time.monotonic()
         rootfs = self.cache.ensure_rootfs(progress)
@@ -355,6 +357,17 @@ class Rehearsal:
         node.pid = nodes.start(node, binds)
         self.store.record(state, f"pid:{node.pid}")
 
+    @staticmethod
+    def _customizer(documents_dir: Path) -> Path:
+        """The image customizer rendered with the documents (install.sh next to them)."""
+        customizer = documents_dir / render.CUSTOMIZER
+        if not customizer.is_file():
+            raise DriverError(
+                f"{customizer} is missing (`python -m nodekit render` writes it next to the "
+                "documents); or boot without the node image: --no-image"
+            )
+        return customizer
+
     def _bake(self, state: State, progress: Progress) -> None:
         """The node image for this cluster's install digest (baked now if the cache has none),
         in a namespace of its own on the bridge, gone again once baked."""
@@ -362,12 +375,7 @@ class Rehearsal:
         documents = {r: (documents_dir / f"{r}.yaml").read_text() for r in render.ROLES}
         values = self.deploy_values(state)
         digest = bake.install_digest(documents, values)
-        customizer = documents_dir / render.CUSTOMIZER
-        if not customizer.is_file():
-            raise DriverError(
-                f"{customizer} is missing (`python -m nodekit render` writes it next to the "
-                "documents); or boot without a node image: --no-image"
-            )
+        customizer = self._customizer(documents_dir)
         room = Node(
             name="bake",
             role="bake",

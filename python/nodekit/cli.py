@@ -150,6 +150,14 @@ def register_rehearse(verbs: Any) -> None:
         "would carry one (benchmarks)",
     )
     up.add_argument(
+        "--no-image",
+        dest="image",
+        action="store_false",
+        help="boot the nodes without the node image: each installs at boot, as a VM from the "
+        "stacks' base image (default: the install phase baked once per install digest, "
+        "cloud-init/rendered/install.sh run in a container, under every node's disk)",
+    )
+    up.add_argument(
         "--timeout",
         type=float,
         default=1800,
@@ -189,6 +197,12 @@ def register_rehearse(verbs: Any) -> None:
         type=float,
         default=1800,
         help="seconds to wait for the new workers (default: 1800)",
+    )
+    add.add_argument(
+        "--no-image",
+        dest="image",
+        action="store_false",
+        help="boot them without the cluster's node image (they install at boot)",
     )
     add.set_defaults(func=cmd_rehearse_add_worker)
     for verb, what in (
@@ -231,6 +245,7 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
         min_workers=args.min_workers,
         max_workers=args.max_workers,
         idle_timeout_minutes=args.idle_timeout_minutes,
+        image=args.image,
     )
     head = state.head
     print(f"head: {state.admin_user}@{head.ip}")
@@ -252,7 +267,7 @@ def cmd_rehearse_add_worker(args: argparse.Namespace) -> int:
     from nodekit.rehearsal.cluster import Rehearsal
 
     r = Rehearsal(args.name)
-    nodes = r.add_workers(args.count, timeout=args.timeout, progress=say)
+    nodes = r.add_workers(args.count, timeout=args.timeout, progress=say, image=args.image)
     state = r.load()
     assert state is not None  # add_workers refuses a cluster without state
     for node in nodes:

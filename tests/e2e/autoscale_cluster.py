@@ -36,7 +36,9 @@ def nodekit(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     )
 
 
-def up() -> subprocess.CompletedProcess[str]:
+def up(image: bool = True) -> subprocess.CompletedProcess[str]:
+    """The cluster, its nodes booted from the node image (``image=False``: installing at boot,
+    ``--no-image``)."""
     nodekit("rehearse", "down", "--name", NAME, "--subnet", SUBNET, timeout=600)
     return nodekit(
         "rehearse",
@@ -55,6 +57,7 @@ def up() -> subprocess.CompletedProcess[str]:
         str(MAX_WORKERS),
         "--idle-timeout-minutes",
         str(IDLE_TIMEOUT_MINUTES),
+        *([] if image else ["--no-image"]),
         timeout=3600,
     )
 

@@ -1,11 +1,11 @@
 """One rehearsal cluster per test run, booted the way a user boots it, torn down and checked.
 
-The ``rehearsal`` fixture (session scope, in conftest.py) runs
-``python -m driver rehearse up --name pytest --workers 2`` from the committed rendered
-documents, hands the tests what they need to reach it, and at the end runs ``rehearse down``
-and asserts that no namespace, link, mount, process or folder of the cluster is left (set
-RAYDRIVER_KEEP_REHEARSAL=1 to keep it running for a look after a failure). Tests reach the
-nodes over real SSH as the admin user, like a person would.
+The ``rehearsal`` fixture (session scope, in conftest.py) runs ``python -m driver rehearse up
+--name pytest --workers 2`` from the committed rendered documents (the nodes boot from the node
+image, baked once per install digest), hands the tests what they need to reach it, and at the end
+runs ``rehearse down`` and asserts that no namespace, link, mount, process or folder of the cluster
+is left (set RAYDRIVER_KEEP_REHEARSAL=1 to keep it running for a look after a failure). Tests reach
+the nodes over real SSH as the admin user, like a person would.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ import paramiko
 
 from driver.procs import pids_with_cmdline
 
-NAME = "pytest"
-SUBNET = "10.214.0.0/24"
+NAME = os.environ.get("RAYDRIVER_E2E_NAME", "") or "pytest"
+SUBNET = os.environ.get("RAYDRIVER_E2E_SUBNET", "") or "10.214.0.0/24"
+"""The session's cluster (env RAYDRIVER_E2E_NAME / RAYDRIVER_E2E_SUBNET: another one, so that
+two test runs on one machine do not take each other's)."""
 REPO = Path(__file__).resolve().parents[2]
 
 

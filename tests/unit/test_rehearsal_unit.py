@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import ipaddress
+import json
+import os
+import re
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from driver.errors import DriverError
 from nodekit import render
-from nodekit.rehearsal import system
+from nodekit.rehearsal import bake, system
 from nodekit.rehearsal.cluster import Rehearsal
 from nodekit.rehearsal.image import document_requirements, write_simple_index
 from support import REPO
@@ -114,3 +119,102 @@ def test_simple_index_is_one_pip_can_install_from(tmp_path: Path) -> None:
     )
     assert p.returncode == 0, p.stderr
     assert (target / "tiny_pkg" / "__init__.py").read_text() == "VALUE = 42\n"
+
+
+# -- the node image (issue 20) --------------------------------------------------------------------
+def _rendered() -> dict[str, str]:
+    return {r: (REPO / "cloud-init" / "rendered" / f"{r}.yaml").read_text() for r in render.ROLES}
+
+
+def test_the_image_is_keyed_by_the_digest_the_nodes_bootstrap_expects() -> None:
+    """The layer's key is render.install_digest of the INSTALL_INPUTS_DIGEST that both
+    documents' bootstrap carries and the cluster's install values."""
+    docs = _rendered()
+    bootstrap = render.document_files(docs["worker"])[render.BOOTSTRAP_PATH]
+    carried = re.search(r"^INSTALL_INPUTS_DIGEST=(\w+)$", bootstrap, re.M)
+    assert carried
+    assert bake.inputs_digest(docs) == carried.group(1)
+    values = render.deploy_value_samples()
+    assert bake.install_digest(docs, values) == render.install_digest(carried.group(1), values)
+    assert bake.install_values(values) == {n: values[n] for n in render.INSTALL_VALUE_NAMES}
+    other = {**values, "EXTRA_APT_PACKAGES": values["EXTRA_APT_PACKAGES"] + " xvfb"}
+    assert bake.install_digest(docs, other) != bake.install_digest(docs, values)
+
+
+def _with_bootstrap(document: str, change: Callable[[str], str]) -> str:
+    """The document with its bootstrap (a gz+b64 write_files entry) changed."""
+    doc = yaml.safe_load(document)
+    for f in doc["write_files"]:
+        if f["path"] == render.BOOTSTRAP_PATH:
+            f["content"] = render.gzip_b64(change(render.document_files(document)[f["path"]]))
+    return "#cloud-config\n" + yaml.safe_dump(doc)
+
+
+def test_documents_that_disagree_on_the_install_are_refused_in_one_line() -> None:
+    docs = _rendered()
+    moved = _with_bootstrap(
+        docs["head"], lambda b: re.sub(r"^INSTALL_INPUTS_DIGEST=\w+$", "INSTALL_INPUTS_DIGEST=" +
+                                       "0" * 64, b, flags=re.M)
+    )  # fmt: skip
+    with pytest.raises(DriverError, match="different install digests"):
+        bake.inputs_digest({**docs, "head": moved})
+    gone = _with_bootstrap(docs["worker"], lambda b: b.replace("INSTALL_INPUTS_DIGEST=", "X="))
+    with pytest.raises(DriverError, match="worker document's bootstrap carries no"):
+        bake.inputs_digest({**docs, "worker": gone})
+
+
+def test_a_node_disk_stacks_the_image_over_the_root_filesystem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(system, "run", lambda cmd, **kw: calls.append(list(cmd)))
+    a, b = tmp_path / "image", tmp_path / "rootfs"
+    system.mount_overlay([a, b], tmp_path / "u", tmp_path / "w", tmp_path / "m", "test")
+    system.mount_overlay(b, tmp_path / "u", tmp_path / "w", tmp_path / "m", "test")
+    assert calls[0][calls[0].index("-o") + 1].startswith(f"lowerdir={a}:{b},upperdir=")
+    assert calls[1][calls[1].index("-o") + 1].startswith(f"lowerdir={b},upperdir=")
+
+
+def test_old_image_layers_go_the_newest_and_the_ones_in_use_stay(tmp_path: Path) -> None:
+    images = bake.Images(tmp_path / "images", clusters=tmp_path / "clusters")
+    digests = [f"{i:x}" * 64 for i in range(1, 5 + bake.KEEP)]
+    for age, digest in enumerate(digests):
+        (images.layer(digest)).mkdir(parents=True)
+        (images.folder(digest) / ".complete").write_text("{}")
+        os.utime(images.folder(digest) / ".complete", (1000 + age, 1000 + age))
+    # Another cluster's state names the second oldest (its nodes may be down, not unmounted).
+    other = tmp_path / "clusters" / "other"
+    other.mkdir(parents=True)
+    (other / "state.json").write_text(json.dumps({"image": str(images.layer(digests[1]))}))
+    removed = images.prune(keep=digests[0])  # the oldest, but the one this cluster uses
+    assert sorted(removed) == sorted(images.folder(d) for d in digests[2:4])
+    left = {p.name for p in (tmp_path / "images").iterdir() if p.is_dir()}
+    assert left == {images.folder(d).name for d in (*digests[:2], *digests[4:])}
+    assert len(digests[4:]) == bake.KEEP
+
+
+def test_workers_with_values_that_are_no_deploy_time_value_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(DriverError, match="no deploy-time value NOT_A_VALUE"):
+        Rehearsal("x", base=tmp_path).add_workers(1, values={"NOT_A_VALUE": "1"})
+
+
+def test_rehearse_up_and_add_worker_take_no_image() -> None:
+    from nodekit.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["rehearse", "up"]).image is True
+    assert parser.parse_args(["rehearse", "up", "--no-image"]).image is False
+    assert parser.parse_args(["rehearse", "add-worker", "--no-image"]).image is False
+
+
+def test_a_documents_folder_without_its_customizer_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, text in _rendered().items():
+        (docs / f"{name}.yaml").write_text(text)
+    with pytest.raises(DriverError, match=r"install\.sh is missing .* --no-image"):
+        Rehearsal._customizer(docs)
+    (docs / render.CUSTOMIZER).write_text("#!/bin/bash\n")
+    assert Rehearsal._customizer(docs) == docs / render.CUSTOMIZER

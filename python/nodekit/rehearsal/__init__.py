@@ -6,10 +6,19 @@ placeholders are filled exactly as Terraform and Bicep fill them. The containers
 only through what the host serves on the bridge (caching mirrors of the Debian archive and of
 PyPI, and the pinned torch wheel); there is no NAT and no route out.
 
+One module per concern, each with a small interface:
+
 - :mod:`nodekit.rehearsal.image` builds and caches the root filesystem and the torch wheel;
-  :mod:`nodekit.rehearsal.mirrors` runs the caching mirrors (apt-cacher-ng, proxpi).
-- :mod:`nodekit.rehearsal.cluster` creates the network and the nodes, boots them, waits for their
-  readiness markers, and removes every trace again (``down``), also after a failed ``up``.
+- :mod:`nodekit.rehearsal.network`: the bridge, each node's network namespace and link;
+- :mod:`nodekit.rehearsal.nodes`: the node containers (overlay disk, NoCloud seed, the nspawn
+  supervisor, exec, reboot/poweroff/crash, readiness markers);
+- :mod:`nodekit.rehearsal.services`: what the nodes reach on the bridge, one module per stand-in
+  (package mirrors with :mod:`nodekit.rehearsal.mirrors`, Key Vault, the metadata service,
+  Compute; the next one, Azurite, goes there too);
+- :mod:`nodekit.rehearsal.state`: ``state.json``, what a cluster is made of;
+- :mod:`nodekit.rehearsal.cluster` (``Rehearsal``) puts them together: ``up``, ``add_workers``,
+  the fake scale set's hooks, ``status``, and ``down``, which removes every trace again, also
+  after a failed ``up``.
 
 Requires root on Linux with debootstrap, systemd-nspawn (systemd-container), iproute2 and
 apt-cacher-ng.

@@ -69,8 +69,12 @@ def run(
     return p
 
 
-def mount_overlay(lower: Path, upper: Path, work: Path, merged: Path, what: str) -> None:
-    """A writable overlay of ``lower`` at ``merged`` (writes land in ``upper``)."""
+def mount_overlay(
+    lower: Path | Sequence[Path], upper: Path, work: Path, merged: Path, what: str
+) -> None:
+    """A writable overlay of ``lower`` at ``merged`` (writes land in ``upper``); several lower
+    folders stack, the first on top (an image layer over the root filesystem)."""
+    lowers = [lower] if isinstance(lower, Path) else list(lower)
     run(
         [
             "mount",
@@ -78,8 +82,19 @@ def mount_overlay(lower: Path, upper: Path, work: Path, merged: Path, what: str)
             "overlay",
             "overlay",
             "-o",
-            f"lowerdir={lower},upperdir={upper},workdir={work}",
+            f"lowerdir={':'.join(map(str, lowers))},upperdir={upper},workdir={work}",
             str(merged),
         ],
         what=what,
     )
+
+
+def unmount_under(folder: Path) -> list[str]:
+    """Unmount everything mounted below ``folder``, deepest first (lazily if busy); the mount
+    points."""
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    gone = sorted((m for m in mounts if m.startswith(f"{folder}/")), reverse=True)
+    for m in gone:
+        if run(["umount", m], check=False).returncode != 0:
+            run(["umount", "-l", m], what=f"unmounting {m}")
+    return gone

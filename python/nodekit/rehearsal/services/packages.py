@@ -1,0 +1,99 @@
+"""The nodes' way to packages, on the bridge: the pinned torch wheel's index (an HTTP server
+of the cached index) and the caching mirrors of the Debian archive and of PyPI
+(:mod:`nodekit.rehearsal.mirrors`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from driver.errors import DriverError
+from nodekit.rehearsal import mirrors
+from nodekit.rehearsal.services import Context, port, wait_for_port
+from nodekit.rehearsal.state import State
+
+PROXPI_LAUNCHER = (
+    "import sys\nfrom proxpi.server import app\n"
+    "app.run(host=sys.argv[1], port=int(sys.argv[2]), threaded=True)\n"
+)
+
+
+def torch_index_url(state: State) -> str:
+    return f"http://{state.host_ip}:{port(state, 'packages')}/simple/"
+
+
+def pip_index_url(state: State) -> str:
+    return f"http://{state.host_ip}:{port(state, 'pypi')}/index/"
+
+
+def apt_source(state: State, upstream: str) -> str:
+    """The APT_SOURCE line: ``upstream`` (the Debian archive) through the apt mirror."""
+    return mirrors.apt_source(state.host_ip, port(state, "apt"), upstream)
+
+
+def mirror_cache(base: Path, cluster: str) -> Path:
+    """Kept across ``down``: the next ``up`` of this cluster finds its packages there."""
+    return base / "cache" / "mirrors" / cluster
+
+
+def start_torch_index(ctx: Context, index: Path) -> None:
+    """Serve ``index`` (a PEP 503 tree with ``simple/``) over HTTP on the bridge."""
+    state = ctx.state
+    log = open(ctx.dir / "http.log", "wb")  # noqa: SIM115 - owned by the server process
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "http.server",
+            "--bind",
+            state.host_ip,
+            "--directory",
+            str(index),
+            str(ctx.port("packages")),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    log.close()
+    state.http_pid = proc.pid
+    ctx.store.record(state, f"pid:{proc.pid}")
+    url = torch_index_url(state)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError as e:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise DriverError(
+                    f"the package server on {state.host_ip}:{state.http_port} did not start: {e}"
+                ) from None
+            time.sleep(0.3)
+
+
+def start_mirrors(ctx: Context, proxpi: Path) -> None:
+    """apt-cacher-ng and proxpi (``proxpi``: its tool environment's python) on the bridge."""
+    apt_port, pypi_port = ctx.port("apt"), ctx.port("pypi")
+    cache = mirror_cache(ctx.base, ctx.name)
+    pid = mirrors.start_apt_cacher(
+        ctx.host,
+        apt_port,
+        cache / "apt",
+        ctx.dir / "apt-cacher-ng",
+        ctx.dir / "apt-cacher-ng.log",
+    )
+    ctx.store.record(ctx.state, f"pid:{pid}")
+    # The launcher lives in the cluster folder, so `down` finds the process by it.
+    launcher = ctx.dir / "pypi-mirror.py"
+    launcher.write_text(PROXPI_LAUNCHER)
+    env_pid = mirrors.start_proxpi(
+        proxpi, ctx.host, pypi_port, cache / "pypi", ctx.dir / "pypi-mirror.log", launcher
+    )
+    ctx.store.record(ctx.state, f"pid:{env_pid}")
+    wait_for_port(ctx.host, apt_port, "the apt mirror (apt-cacher-ng)")
+    wait_for_port(ctx.host, pypi_port, "the PyPI mirror (proxpi)")

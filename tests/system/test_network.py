@@ -13,16 +13,25 @@ from pathlib import Path
 
 import pytest
 
+from driver import layout
 from headhost import HeadHost, driver_env
 from support import REPO
 
-TICKS = 45
-TICK_JOB = f"""\
-import time
-for i in range({TICKS}):
+MAX_TICKS = 300
+TICK_JOB = """\
+import os, time
+i = 0
+while True:
     print(f"TICK {{i}}", flush=True)
+    i += 1
+    if os.path.exists({stop!r}) or i >= {max_ticks}:
+        break
     time.sleep(1)
+print(f"TICKED {{i}}", flush=True)
 """
+"""A job that prints a tick a second until the test says stop (a file in the head's state folder,
+written from the host side), so that it runs exactly as long as the test's sequence of events
+needs; MAX_TICKS bounds it should a test fail before saying so. Its last line is how many."""
 
 
 @pytest.fixture
@@ -95,11 +104,28 @@ class Driver:
         return code
 
 
-def _job(tmp_path: Path) -> Path:
+def _job(tmp_path: Path, head: HeadHost, sid: str) -> Path:
     folder = tmp_path / "ticker"
     folder.mkdir()
-    (folder / "train.py").write_text(TICK_JOB)
+    stop = f"{layout.STATE_DIR}/stop-{sid}"
+    (folder / "train.py").write_text(TICK_JOB.format(stop=stop, max_ticks=MAX_TICKS))
     return folder / "train.py"
+
+
+def _stop_job(head: HeadHost, sid: str) -> None:
+    """Let the tick job end after its next tick."""
+    (head.state_dir / f"stop-{sid}").touch()
+
+
+def _ticks(lines: list[str]) -> list[str]:
+    return [line.strip() for line in lines if line.startswith("TICK ")]
+
+
+def _ticked(lines: list[str]) -> int:
+    """How many ticks the job said it printed (its last line), checked to be there once."""
+    said = [line for line in lines if line.startswith("TICKED ")]
+    assert len(said) == 1, lines
+    return int(said[0].split()[1])
 
 
 def test_a_silent_network_is_noticed_and_the_log_goes_on_once(
@@ -114,22 +140,30 @@ def test_a_silent_network_is_noticed_and_the_log_goes_on_once(
         sid,
         "--connect-timeout",
         "2",
-        str(_job(tmp_path)),
+        str(_job(tmp_path, head_host, sid)),
     )
     try:
         d.wait_for("TICK 3")
         head_host.unplug()  # packets vanish: no error, no reset, nothing
-        time.sleep(15)  # longer than the 6 s the driver allows a silent connection
+        # Away for longer than the 6 s the driver allows a silent connection, and for at least
+        # one reconnection attempt that fails while the network is still gone.
+        d.wait_for_err("lost the connection to", limit=60)
+        d.wait_for_err("not reconnected yet", limit=60)
         head_host.plug()
+        d.wait_for_err("reconnected to", limit=120)
+        # The log goes on after the reconnection, then the job ends.
+        d.wait_for(f"TICK {len(_ticks(d.out)) + 2}")
+        _stop_job(head_host, sid)
         code = d.finish(limit=180)
     finally:
         head_host.plug()
+        _stop_job(head_host, sid)
         if d.proc.poll() is None:
             d.proc.kill()
     err = "".join(d.err)
     assert code == 0, err
-    ticks = [line.strip() for line in d.out if line.startswith("TICK ")]
-    assert ticks == [f"TICK {i}" for i in range(TICKS)]  # every line once, none twice
+    # every line once, none twice
+    assert _ticks(d.out) == [f"TICK {i}" for i in range(_ticked(d.out))], d.out
     assert "lost the connection to" in err and "reconnecting for up to" in err
     assert "reconnected to" in err
     assert f"Job {sid} succeeded." in err
@@ -150,7 +184,7 @@ def test_a_network_that_stays_away_ends_in_one_line_saying_the_job_runs_on(
         "2",
         "--reconnect-timeout",
         "8",
-        str(_job(tmp_path)),
+        str(_job(tmp_path, head_host, sid)),
     )
     try:
         d.wait_for("TICK 6")  # the driver has seen the job RUNNING by now
@@ -161,6 +195,7 @@ def test_a_network_that_stays_away_ends_in_one_line_saying_the_job_runs_on(
     finally:
         head_host.plug()
         if d.proc.poll() is None:
+            _stop_job(head_host, sid)
             d.proc.kill()
     last = [line.strip() for line in d.err if line.strip()][-1]
     assert code == 2, "".join(d.err)
@@ -173,8 +208,15 @@ def test_a_network_that_stays_away_ends_in_one_line_saying_the_job_runs_on(
     assert "failed" not in "".join(d.err).lower()
     # And it did keep running: reattaching follows it to its end.
     again = Driver(head_host, home, "logs", sid, "--follow")
-    assert again.finish(limit=120) == 0, "".join(again.err)
-    assert f"TICK {TICKS - 1}" in "".join(again.out)
+    try:
+        again.wait_for(f"TICK {len(_ticks(d.out)) + 2}")  # ticks it printed while unplugged
+        _stop_job(head_host, sid)
+        assert again.finish(limit=120) == 0, "".join(again.err)
+    finally:
+        _stop_job(head_host, sid)
+        if again.proc.poll() is None:
+            again.proc.kill()
+    assert _ticks(again.out) == [f"TICK {i}" for i in range(_ticked(again.out))], again.out
 
 
 NOTICE_SLACK_S = 3.0
@@ -200,7 +242,7 @@ def test_a_frozen_sshd_is_noticed_within_three_connect_timeouts_and_healed(
         sid,
         "--connect-timeout",
         "2",
-        str(_job(tmp_path)),
+        str(_job(tmp_path, head_host, sid)),
     )
     frozen: list[int] = []
     try:
@@ -209,9 +251,14 @@ def test_a_frozen_sshd_is_noticed_within_three_connect_timeouts_and_healed(
         stopped = time.monotonic()
         assert frozen, "no sshd served the driver's connection"
         noticed = d.wait_for_err("lost the connection to", limit=60)
+        d.wait_for_err("reconnected to", limit=120)
+        # The log goes on after the reconnection, then the job ends.
+        d.wait_for(f"TICK {len(_ticks(d.out)) + 2}")
+        _stop_job(head_host, sid)
         code = d.finish(limit=180)
     finally:
         head_host.sshd.thaw(frozen)
+        _stop_job(head_host, sid)
         if d.proc.poll() is None:
             d.proc.kill()
     err = "".join(d.err)
@@ -222,8 +269,8 @@ def test_a_frozen_sshd_is_noticed_within_three_connect_timeouts_and_healed(
         "answer to a keepalive); reconnecting for up to" in err
     )
     assert "reconnected to" in err
-    ticks = [line.strip() for line in d.out if line.startswith("TICK ")]
-    assert ticks == [f"TICK {i}" for i in range(TICKS)]  # every line once, none twice
+    # every line once, none twice
+    assert _ticks(d.out) == [f"TICK {i}" for i in range(_ticked(d.out))], d.out
     assert f"Job {sid} succeeded." in err
 
 
@@ -247,7 +294,7 @@ def test_a_head_that_accepts_but_never_answers_ends_in_the_reattach_line_within_
         "2",
         "--reconnect-timeout",
         str(budget),
-        str(_job(tmp_path)),
+        str(_job(tmp_path, head_host, sid)),
     )
     frozen: list[int] = []
     try:
@@ -258,6 +305,7 @@ def test_a_head_that_accepts_but_never_answers_ends_in_the_reattach_line_within_
     finally:
         head_host.sshd.thaw(frozen)
         if d.proc.poll() is None:
+            _stop_job(head_host, sid)
             d.proc.kill()
     err = "".join(f"{t - lost:+.1f} {line}" for t, line in zip(d.err_at, d.err, strict=True))
     last = [line.strip() for line in d.err if line.strip()][-1]
@@ -275,8 +323,15 @@ def test_a_head_that_accepts_but_never_answers_ends_in_the_reattach_line_within_
     assert "failed" not in err.lower()
     # And the job did keep running: once sshd answers again, reattaching follows it to its end.
     again = Driver(head_host, home, "logs", sid, "--follow")
-    assert again.finish(limit=120) == 0, "".join(again.err)
-    assert f"TICK {TICKS - 1}" in "".join(again.out)
+    try:
+        again.wait_for(f"TICK {len(_ticks(d.out)) + 2}")  # ticks it printed while frozen out
+        _stop_job(head_host, sid)
+        assert again.finish(limit=120) == 0, "".join(again.err)
+    finally:
+        _stop_job(head_host, sid)
+        if again.proc.poll() is None:
+            again.proc.kill()
+    assert _ticks(again.out) == [f"TICK {i}" for i in range(_ticked(again.out))], again.out
 
 
 def test_the_first_connection_reads_the_token_once_the_head_is_ready(

@@ -1,5 +1,6 @@
 """Every example through ``python -m driver submit`` on local Ray: two small iterations, a
-checkpoint, then ``--resume`` continuing from it (counters go on, progress.csv carries over)."""
+checkpoint, then ``--resume`` continuing from it for one more (counters go on, progress.csv
+carries over)."""
 
 from __future__ import annotations
 
@@ -89,17 +90,17 @@ def test_two_iterations_checkpoint_then_resume(
 
     # A bare id is the earlier run's folder next to this one's.
     r = submit(
-        example, second_id, tmp_path, driver_home, "--max-iterations", "4", "--resume", first_id
+        example, second_id, tmp_path, driver_home, "--max-iterations", "3", "--resume", first_id
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     second = result_of(r.stdout)
     assert f"resumed from {run / 'checkpoint'}: iteration 2" in r.stdout
     assert second["resumed_from"] == str(run / "checkpoint")
-    assert second["iterations"] == 4  # 2 more, not 4 from scratch
+    assert second["iterations"] == 3  # 1 more, not 3 from scratch
     assert second["env_steps"] > first["env_steps"]
     assert second["wall_time_s"] > first["wall_time_s"]
     rows = progress_rows(tmp_path / second_id)
-    assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4]
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3]
     steps = [int(r["env_steps"]) for r in rows]
     assert steps == sorted(steps) and steps[1] == first["env_steps"]
     assert steps[-1] == second["env_steps"]

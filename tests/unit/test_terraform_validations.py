@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -436,6 +437,21 @@ def plan(work: Path, variables: dict[str, Any]) -> tuple[int, list[dict[str, Any
     return result.returncode, errors
 
 
+@pytest.fixture(scope="module")
+def bad_plans(workdir: Path) -> Callable[[dict[str, Any]], tuple[int, list[dict[str, Any]]]]:
+    """plan() of a bad case, each planned once per module: the case's own test and the check
+    that every rule is exercised read the same plan (each plan takes 1-2 s)."""
+    done: dict[str, tuple[int, list[dict[str, Any]]]] = {}
+
+    def planned(variables: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
+        key = json.dumps(variables, sort_keys=True)
+        if key not in done:
+            done[key] = plan(workdir, variables)
+        return done[key]
+
+    return planned
+
+
 def _case_id(case: tuple[dict[str, Any], str] | dict[str, Any]) -> str:
     variables = case[0] if isinstance(case, tuple) else case
     text = ",".join(f"{k}={json.dumps(v)}" for k, v in variables.items()) or "defaults"
@@ -443,9 +459,12 @@ def _case_id(case: tuple[dict[str, Any], str] | dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("case", BAD, ids=[_case_id(c) for c in BAD])
-def test_bad_value_is_refused_with_its_message(workdir: Path, case: tuple[dict, str]) -> None:
+def test_bad_value_is_refused_with_its_message(
+    bad_plans: Callable[[dict[str, Any]], tuple[int, list[dict[str, Any]]]],
+    case: tuple[dict, str],
+) -> None:
     variables, expected = case
-    code, errors = plan(workdir, variables)
+    code, errors = bad_plans(variables)
     details = [e["detail"] for e in errors]
     assert code != 0, f"{variables} was accepted"
     assert any(expected in d for d in details), f"expected {expected!r} among {details}"
@@ -502,9 +521,11 @@ def _prefix(message: str) -> str:
 @pytest.mark.parametrize(
     "kind,file", [("validation", "variables.tf"), ("precondition", "checks.tf")]
 )
-def test_every_rule_is_exercised(workdir: Path, kind: str, file: str) -> None:
+def test_every_rule_is_exercised(
+    bad_plans: Callable[[dict[str, Any]], tuple[int, list[dict[str, Any]]]], kind: str, file: str
+) -> None:
     """No validation or precondition of the stack goes without a bad case above."""
-    observed = {e["detail"] for variables, _ in BAD for e in plan(workdir, variables)[1]}
+    observed = {e["detail"] for variables, _ in BAD for e in bad_plans(variables)[1]}
     messages = _messages(STACK / file, kind)
     assert len(messages) >= (20 if kind == "validation" else 4)
     untested = [m for m in messages if not any(_prefix(m) in seen for seen in observed)]

@@ -3,6 +3,7 @@ cluster in Debian 12 containers (see tests/rehearsal_fixture.py)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import socket
@@ -217,7 +218,13 @@ def test_each_node_read_the_token_from_key_vault_not_from_custom_data(
         for line in (rehearsal.dir / "azure" / "vault" / "requests.jsonl").read_text().splitlines()
     ]
     readers = {c["client"] for c in vault_calls if c["path"] == "/secrets/ray-cluster-token"}
-    assert readers == {rehearsal.head_ip, *rehearsal.worker_ips}
+    # Every node read it; any other reader is a node the session added and removed again
+    # (test_node_image.py's worker), never the host.
+    assert {rehearsal.head_ip, *rehearsal.worker_ips} <= readers
+    state = json.loads((rehearsal.dir / "state.json").read_text())
+    subnet = ipaddress.ip_network(state["subnet"])
+    host = state["host_ip"]
+    assert all(ipaddress.ip_address(r) in subnet and r != host for r in readers), readers
     assert all(c["authorization"] for c in vault_calls)
 
 

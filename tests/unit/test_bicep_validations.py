@@ -26,7 +26,7 @@ from bicep_support import (
     template,
     template_text,
 )
-from test_terraform_validations import BAD, GOOD, REQUIRED, STACK, _messages
+from test_terraform_validations import BAD, GOOD, REQUIRED, STACK, _case_id, _messages
 
 VARIABLES = set(variables())
 # Terraform's rules about its Key Vault firewall: Bicep's vault has no public endpoint.
@@ -48,12 +48,6 @@ def bicep_message(terraform_message: str) -> str:
         return word
 
     return re.sub(r"\b[a-z]+(?:_[a-z0-9]+)+\b", replace, terraform_message)
-
-
-def _case_id(case: Any) -> str:
-    variables = case[0] if isinstance(case, tuple) else case
-    text = ",".join(f"{k}={json.dumps(v)}" for k, v in variables.items()) or "defaults"
-    return text if len(text) < 60 else text[:57] + "..."
 
 
 BICEP_BAD = [

@@ -15,7 +15,6 @@ import pytest
 E2E = Path(__file__).parent / "e2e"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Two lanes for `pytest -n 2 --dist loadgroup` (scripts/test.sh): the end-to-end tests on the
     rehearsal clusters (mostly waiting on containers that boot and train) in one, every other test

@@ -53,5 +53,4 @@ done
 
 log "pytest"
 export RAYDRIVER_CHECKOV="$ROOT/.tools/checkov/bin/checkov"
-# Two lanes side by side (tests/conftest.py): the rehearsal's end-to-end tests, and the rest.
-exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
+exec .venv/bin/python -m pytest "$@"

@@ -12,19 +12,6 @@ from pathlib import Path
 
 import pytest
 
-E2E = Path(__file__).parent / "e2e"
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Two lanes for `pytest -n 2 --dist loadgroup` (scripts/test.sh): the end-to-end tests on the
-    rehearsal clusters (mostly waiting on containers that boot and train) in one, every other test
-    in the other. Each lane runs its tests one at a time in collection order (the disruptive
-    rehearsal tests still last), so no two tests of the same kind ever run side by side; only
-    the lanes overlap. A plain `pytest` (no -n) ignores the marks."""
-    for item in items:
-        lane = "rehearsal" if E2E in Path(str(item.path)).parents else "host"
-        item.add_marker(pytest.mark.xdist_group(lane))
-
 
 @pytest.fixture(scope="session")
 def driver_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

@@ -51,6 +51,26 @@ for step in scripts/setup.d/*.sh; do
     bash "$step"
 done
 
-log "pytest"
 export RAYDRIVER_CHECKOV="$ROOT/.tools/checkov/bin/checkov"
-exec .venv/bin/python -m pytest "$@"
+if [ $# -gt 0 ]; then
+    log "pytest $*"
+    exec .venv/bin/python -m pytest "$@"
+fi
+
+# The whole suite in two lanes side by side: the rehearsal's end-to-end tests (mostly waiting on
+# booting containers and Ray's timeouts) and every other test (mostly CPU). Each lane runs its
+# tests one at a time in collection order; scripts/lanes.py prints the end-to-end lane's log and
+# one closing line for both.
+LANES=.pytest_cache/lanes
+rm -rf "$LANES" && mkdir -p "$LANES"
+log "pytest, two lanes: tests/e2e (log: $LANES/e2e.log) beside the rest"
+.venv/bin/python -m pytest tests/e2e --junitxml="$LANES/e2e.xml" >"$LANES/e2e.log" 2>&1 &
+e2e=$!
+trap 'kill "$e2e" 2>/dev/null || true' EXIT
+rc_host=0
+.venv/bin/python -m pytest --ignore=tests/e2e --junitxml="$LANES/host.xml" || rc_host=$?
+rc_e2e=0
+wait "$e2e" || rc_e2e=$?
+trap - EXIT
+exec .venv/bin/python scripts/lanes.py --log "$LANES/e2e.log" \
+    "host=$rc_host:$LANES/host.xml" "e2e=$rc_e2e:$LANES/e2e.xml"

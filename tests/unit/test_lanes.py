@@ -1,0 +1,62 @@
+"""scripts/lanes.py: the closing of scripts/test.sh's two lanes (one line per lane, one closing
+line for the suite, exit status 0 only when every lane passed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lanes
+import pytest
+
+
+def _junit(path: Path, tests: int, failures: int = 0, errors: int = 0, skipped: int = 0) -> str:
+    path.write_text(
+        '<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests">'
+        f'<testsuite name="pytest" errors="{errors}" failures="{failures}" skipped="{skipped}"'
+        f' tests="{tests}" time="12.5"></testsuite></testsuites>'
+    )
+    return str(path)
+
+
+def test_two_green_lanes_add_up_and_exit_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "e2e.log"
+    log.write_text("tests/e2e/test_x.py ....\nE2E-LOG-LINE\n")
+    host = _junit(tmp_path / "host.xml", tests=100, skipped=2)
+    e2e = _junit(tmp_path / "e2e.xml", tests=40)
+    rc = lanes.main(["--log", str(log), f"host=0:{host}", f"e2e=0:{e2e}"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "E2E-LOG-LINE" in out
+    assert "host: 98 passed, 0 failed, 2 skipped" in out
+    assert out.rstrip().splitlines()[-1] == "suite: 138 passed, 0 failed, 2 skipped"
+
+
+def test_a_failed_test_in_either_lane_fails_the_suite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host = _junit(tmp_path / "host.xml", tests=10)
+    e2e = _junit(tmp_path / "e2e.xml", tests=5, failures=1, errors=1)
+    assert lanes.main([f"host=0:{host}", f"e2e=1:{e2e}"]) == 1
+    assert capsys.readouterr().out.rstrip().endswith("suite: 13 passed, 2 failed, 0 skipped")
+
+
+@pytest.mark.parametrize("rc", [1, 2, 5])
+def test_a_lane_that_failed_without_a_failed_test_still_counts_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rc: int
+) -> None:
+    """pytest killed (no report), or exiting non-zero with no failed test (internal error,
+    nothing collected): the closing line never says 0 failed then."""
+    host = _junit(tmp_path / "host.xml", tests=10)
+    e2e = _junit(tmp_path / "e2e.xml", tests=0) if rc == 5 else str(tmp_path / "absent.xml")
+    assert lanes.main([f"host=0:{host}", f"e2e={rc}:{e2e}"]) == 1
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("suite: 10 passed, 1 failed, 0 skipped")
+    if rc != 5:
+        assert f"e2e: pytest exited {rc} and wrote no report" in out
+
+
+def test_a_malformed_lane_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="is not NAME=RC:JUNIT_XML"):
+        lanes.main(["host:0"])

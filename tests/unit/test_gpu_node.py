@@ -27,7 +27,9 @@ from test_install_phase import probe_tree
 
 RENDERED = REPO / "cloud-init" / "rendered"
 DEFINITIONS_END = "# ---- end of the definitions"
-LOGGER = '#!/bin/bash\necho "$(basename "$0") $*" >>"$STUB_LOG"\n[ "${1:-}" != - ] || cat >/dev/null\n'
+LOGGER = (
+    '#!/bin/bash\necho "$(basename "$0") $*" >>"$STUB_LOG"\n[ "${1:-}" != - ] || cat >/dev/null\n'
+)
 
 
 def _files(role: str = "worker") -> dict[str, str]:
@@ -125,14 +127,12 @@ def test_a_cpu_node_installs_neither(tmp_path: Path) -> None:
     assert not [c for c in commands if "nvidia" in c or "cuda" in c], commands
     uv = [c for c in commands if c.startswith("uv pip install")]
     torch = f"torch=={render.cluster_pins().versions['torch']}"
-    assert any(
-        f"--index-url {_values()['TORCH_INDEX_URL']} --no-deps {torch}" in c for c in uv
-    ), uv
+    assert any(f"--index-url {_values()['TORCH_INDEX_URL']} --no-deps {torch}" in c for c in uv), uv
     assert next(c for c in commands if c.startswith("python - ")).split()[-1] == "none"
 
 
 def test_a_gpu_node_on_debian_is_refused_in_one_line(tmp_path: Path) -> None:
-    rc, commands, err = _install(tmp_path, gpus=1, os_id="debian")
+    rc, commands, _ = _install(tmp_path, gpus=1, os_id="debian")
     assert rc == 1
     failed = (tmp_path / "state" / "failed").read_text()
     assert failed.count("\n") == 1
@@ -174,6 +174,8 @@ else
     echo "| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0 |"
 fi
 """
+REJECTED = "Key was rejected by service"
+SMI_FAILED = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
 MODPROBE = """#!/bin/bash
 echo "modprobe $*" >>"$STUB_LOG"
 [ -z "${MODPROBE_FAIL:-}" ] || { echo "$MODPROBE_FAIL" >&2; exit 1; }
@@ -247,14 +249,13 @@ def test_a_gpu_that_comes_up_gives_ray_its_gpus_and_the_versions(tmp_path: Path)
     ("setting", "reason"),
     [
         (
-            {"MODPROBE_FAIL": "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service"},
-            "GPU: the NVIDIA driver did not load: modprobe nvidia: modprobe: ERROR: could not insert "
-            "'nvidia': Key was rejected by service (a kernel module not signed for Secure Boot)",
+            {"MODPROBE_FAIL": f"modprobe: ERROR: could not insert 'nvidia': {REJECTED}"},
+            "GPU: the NVIDIA driver did not load: modprobe nvidia: modprobe: ERROR: could not "
+            f"insert 'nvidia': {REJECTED} (a kernel module not signed for Secure Boot)",
         ),
         (
-            {"SMI_FAIL": "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."},
-            "GPU: nvidia-smi failed (exit 9): NVIDIA-SMI has failed because it couldn't communicate "
-            "with the NVIDIA driver.",
+            {"SMI_FAIL": SMI_FAILED},
+            f"GPU: nvidia-smi failed (exit 9): {SMI_FAILED}",
         ),
         ({"SMI_GPUS": "1"}, "GPU: the PCI bus shows 2 NVIDIA GPU(s), nvidia-smi sees 1"),
         (
@@ -339,7 +340,10 @@ def test_after_a_reboot_a_gpu_that_does_not_come_up_makes_the_worker_unhealthy(
         boot_id=lambda: "this-boot",
         boot_time=lambda: 0.0,
     )
-    assert health.assess(node) == (health.UNHEALTHY, f"Ray did not come back at this boot: {reason}")
+    assert health.assess(node) == (
+        health.UNHEALTHY,
+        f"Ray did not come back at this boot: {reason}",
+    )
     # The first boot's failure (the bootstrap's FAILED marker) reads the same way.
     (tmp_path / "failed").write_text(reason + "\n")
     assert health.assess(node) == (health.UNHEALTHY, f"the bootstrap failed: {reason}")

@@ -161,7 +161,9 @@ def _inputs_digest() -> str:
     return m.group(1)
 
 
-def probe_tree(root: Path, gpus: int = 0, os_id: str = "ubuntu", kernel: str = "6.8.0-1021-azure") -> Path:
+def probe_tree(
+    root: Path, gpus: int = 0, os_id: str = "ubuntu", kernel: str = "6.8.0-1021-azure"
+) -> Path:
     """A fake node for the bootstrap's PROBE_ROOT: PCI devices in /sys (``gpus`` NVIDIA GPUs,
     besides an NVIDIA audio function and a Hyper-V NIC that are no GPUs), /etc/os-release and
     the running kernel."""
@@ -198,7 +200,11 @@ def test_the_shell_digest_is_render_install_digest(
         env={**values, "RAY_NODE_PROBE_ROOT": str(root)},
     )
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == [kind, str(gpus), render.install_digest(_inputs_digest(), values, kind)]
+    assert p.stdout.split() == [
+        kind,
+        str(gpus),
+        render.install_digest(_inputs_digest(), values, kind),
+    ]
 
 
 def test_the_digest_moves_with_every_install_input_and_only_with_those() -> None:

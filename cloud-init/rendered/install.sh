@@ -32,7 +32,10 @@
 #                              EXTRA_APT_PACKAGES=
 # The cluster's nodes must get the same EXTRA_PIP_PACKAGES, EXTRA_APT_PACKAGES and TORCH_INDEX_URL
 # for their install to be skipped (the digest holds them); PIP_INDEX_URL and APT_SOURCE only say
-# where packages come from during the bake.
+# where packages come from during the bake. The digest also holds what the builder's PCI bus
+# shows: baked on a VM with an NVIDIA GPU, the image holds the driver and the CUDA lock and
+# serves GPU nodes (Ubuntu only); baked without one, it serves CPU nodes, and a GPU node booted
+# from it installs at boot.
 #
 # install.sh --files-only DIR writes the files under DIR (DIR/etc/ray-cluster/...) and installs
 # nothing: to inspect them, or to put them into an image's root file system from outside.

@@ -10,12 +10,15 @@ python3, uv, modprobe, nvidia-smi, ray) that log their arguments. No GPU, no dri
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from packaging.requirements import Requirement
@@ -418,3 +421,55 @@ def test_both_variants_install_the_same_ray_and_torch() -> None:
 def test_the_documents_carry_the_cuda_lock() -> None:
     for role in render.ROLES:
         assert _files(role)[render.CUDA_LOCK_PATH] == CUDA_LOCK.read_text()
+
+
+# -- the readiness marker of a GPU node ------------------------------------------------------------
+def _node_check_module(tmp_path: Path) -> ModuleType:
+    """The rendered node_check.py, imported (its ``ready`` is driven in-process below)."""
+    path = tmp_path / "node_check_mod.py"
+    path.write_text(_files()[render.NODE_CHECK_PATH])
+    spec = importlib.util.spec_from_file_location("node_check_mod", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("registered_gpus", "ok"), [(2.0, True), (0.0, False)])
+def test_the_readiness_marker_names_the_driver_and_cuda_versions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registered_gpus: float, ok: bool
+) -> None:
+    """``ready`` on a node with RAY_NUM_GPUS: the GPU check's versions go into the marker once Ray
+    registered the node with that many GPUs; a Ray that registered another count fails it."""
+    nc = _node_check_module(tmp_path)
+    info = {"count": 2, "driver_version": "580.95.05", "cuda_version": "13.0"}
+    monkeypatch.setattr(nc, "gpu_info", lambda expect: {**info, "count": expect})
+    monkeypatch.setattr(nc, "service_refusal", lambda role: None)
+    seen = {"registered": True, "node_id": "ab", "resources": {"CPU": 4.0, "GPU": registered_gpus}}
+    probe = subprocess.CompletedProcess([], 0, stdout=json.dumps(seen) + "\n", stderr="")
+    monkeypatch.setattr(nc.subprocess, "run", lambda *a, **k: probe)
+    for name, value in {
+        "RAY_NUM_GPUS": "2",
+        "RAY_NODE_IP": "10.0.0.5",
+        "RAY_HEAD_IP": "10.0.0.4",
+    }.items():
+        monkeypatch.setenv(name, value)
+    args = argparse.Namespace(
+        role="worker",
+        timeout=5,
+        marker=str(tmp_path / "ready"),
+        failed=str(tmp_path / "failed"),
+        timings="",
+        install="fresh",
+        install_digest="d",
+    )
+    assert nc.ready(args) == (0 if ok else 1)
+    if ok:
+        marker = json.loads((tmp_path / "ready").read_text())
+        assert marker["gpu"] == {**info, "count": 2}
+        assert marker["resources"]["GPU"] == 2.0
+    else:
+        assert not (tmp_path / "ready").exists()
+        assert (tmp_path / "failed").read_text() == (
+            "GPU: Ray registered 0 GPU(s) on this worker, it has 2\n"
+        )

@@ -600,7 +600,7 @@ PY
 }
 
 # The render-time digest of the install phase's code and inputs (nodekit.render).
-INSTALL_INPUTS_DIGEST=2e8369a46f970d777652a8c2323d7115ec035f93580f444e984425cc9954fcf8
+INSTALL_INPUTS_DIGEST=02cbaf83a4f27781ba8519018e7cf2711cad778dd34d71f8c2a3dc8bab6cce44
 # ---- The INSTALL phase ------------------------------------------------------------------------
 # Everything that does not depend on one cluster's deploy-time values, the same on the head and
 # every worker: OS packages, the NVIDIA driver where the hardware has a GPU, the virtual
@@ -714,7 +714,8 @@ install_phase() {
     if [ "$NODE_GPU" = nvidia ]; then
         phase gpu_driver
         gpu_driver_packages
-        retry "${APT[@]}" install -y --no-install-recommends "${GPU_APT[@]}"
+        # With their recommends: what the driver needs besides (firmware) is not left out.
+        retry "${APT[@]}" install -y "${GPU_APT[@]}"
     fi
 
     phase venv

@@ -110,10 +110,10 @@ def test_custom_data_fits_azure_limit(filled: dict[str, Path], name: str) -> Non
     assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT
     # A budget, not Azure's limit: some room stays free for what the documents may still gain
     # (the longest deploy-time values are checked against the limit itself elsewhere). It was a
-    # fifth; GPU nodes (the CUDA lock, the driver's install and the GPU checks: ~10,500
-    # characters) took most of it. What comes next must make room (e.g. base64gzip in the
-    # stacks) rather than raise this again.
-    assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT * 0.92
+    # fifth; GPU nodes (the CUDA lock, the driver's install and the GPU checks) took ~6,800
+    # characters of it even with every file compressed. What comes next must make room (e.g.
+    # base64gzip in the stacks) rather than raise this again.
+    assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT * 0.88
 
 
 # -- versions -----------------------------------------------------------------------------------

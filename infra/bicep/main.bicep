@@ -150,7 +150,7 @@ param extraAptPackages array = []
 #disable-next-line secure-parameter-default // The default is the public index, which holds no secret; @secure() keeps a user's index credentials out of the deployment history.
 param pipIndexUrl string = 'https://pypi.org/simple'
 
-@description('Optional. Package index that serves the torch wheel; the default is PyTorch\'s CPU-only index; on GPU sizes use one of its CUDA indexes (https://download.pytorch.org/whl/cuXYZ).')
+@description('Optional. Package index that serves the CPU-only torch wheel to nodes without an NVIDIA GPU; the default is PyTorch\'s CPU index. Nodes with NVIDIA GPUs do not use it: they install the CUDA build of the same torch from the nodes\' GPU lock (PyPI, pinned with hashes).')
 @maxLength(512)
 param torchIndexUrl string = 'https://download.pytorch.org/whl/cpu'
 

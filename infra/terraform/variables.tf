@@ -611,7 +611,7 @@ variable "pip_index_url" {
 variable "torch_index_url" {
   type        = string
   default     = "https://download.pytorch.org/whl/cpu"
-  description = "(Optional) Package index that serves the torch wheel; the default is PyTorch's CPU-only index; on GPU sizes use one of its CUDA indexes (https://download.pytorch.org/whl/cuXYZ)."
+  description = "(Optional) Package index that serves the CPU-only torch wheel to nodes without an NVIDIA GPU; the default is PyTorch's CPU index. Nodes with NVIDIA GPUs do not use it: they install the CUDA build of the same torch from the nodes' GPU lock (PyPI, pinned with hashes)."
 
   validation {
     condition     = can(regex("^https?://[^\\s'\\\\]+$", var.torch_index_url)) && length(var.torch_index_url) <= 512

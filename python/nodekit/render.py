@@ -49,6 +49,14 @@ AUTOSCALER_LOCK_FILE = "autoscaler-lock.txt"
 """In cloud-init/: the head's extra packages for Ray's autoscaler on Azure (pyproject.toml's
 ``autoscaler`` extra and what they need beyond the node lock), written by scripts/lock_nodes.py."""
 AUTOSCALER_LOCK_PATH = f"{layout.CONFIG_DIR}/autoscaler-requirements.lock"
+CUDA_LOCK_FILE = "node-lock-cuda.txt"
+"""In cloud-init/: the GPU variant's additions to the node lock, written by scripts/lock_nodes.py:
+PyPI's torch wheel for Linux (the CUDA build) at the pinned version and the ``nvidia-*``
+libraries and what else it needs beyond node-lock.txt, pinned with hashes. A node whose PCI bus
+shows an NVIDIA GPU installs it in place of the CPU torch from TORCH_INDEX_URL."""
+CUDA_LOCK_PATH = f"{layout.CONFIG_DIR}/requirements-cuda.lock"
+GPU_KINDS = ("none", "nvidia")
+"""What the bootstrap's ``detect_gpu`` finds on the PCI bus: part of the install digest."""
 AUTOSCALER_EXTRA = "autoscaler"
 LOCK_PYTHONS = ("3.10", "3.11", "3.12")
 """Python versions the lock holds files for: the images' (Ubuntu 22.04, Debian 12, Ubuntu 24.04)."""
@@ -77,8 +85,9 @@ INSTALL_VALUE_NAMES = (
 """The deploy-time values the install phase reads (``ray-cluster-bootstrap install`` needs only
 these)."""
 INSTALL_DIGEST_VALUES = ("EXTRA_PIP_PACKAGES", "EXTRA_APT_PACKAGES", "TORCH_INDEX_URL")
-"""The install values that change what gets installed: part of the install digest. (The package
-index and apt source only say where from: the lock's hashes hold what comes.)"""
+"""The install values that change what gets installed: part of the install digest, with the GPU
+kind the node's hardware shows (:data:`GPU_KINDS`). (The package index and apt source only say
+where from: the lock's hashes hold what comes.)"""
 READY_TIMEOUT_S = 1800
 TOKEN_TIMEOUT_S = 1200
 """How long a node keeps trying to read the cluster token (role assignments take minutes)."""
@@ -184,6 +193,7 @@ _CONFIG_TYPES: dict[str, type | tuple[type, ...]] = {
     "uv_version": str,
     "head_num_cpus": int,
     "xvfb_screen": str,
+    "nvidia_driver": str,
 }
 DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 """A Debian package name (os_packages, EXTRA_APT_PACKAGES: the bootstrap checks the same)."""
@@ -209,6 +219,8 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
         raise DriverError("head_num_cpus must be >= 0")
     if not re.fullmatch(r"\d+x\d+x\d+", config["xvfb_screen"]):
         raise DriverError("xvfb_screen must look like 1280x1024x24")
+    if not re.fullmatch(r"\d{3}(-server)?", config["nvidia_driver"]):
+        raise DriverError("nvidia_driver must be an Ubuntu driver branch such as 580-server")
     return config
 
 
@@ -294,11 +306,15 @@ def document_files(text: str) -> dict[str, str]:
     return files
 
 
-def install_digest(inputs_digest: str, values: dict[str, str]) -> str:
-    """The digest of an install with these deploy-time values: what the bootstrap's
-    ``install_digest`` computes (and the install marker holds) from the render-time
-    ``inputs_digest`` (:func:`install_inputs_digest`)."""
-    lines = [inputs_digest, *(values[n] for n in INSTALL_DIGEST_VALUES)]
+def install_digest(inputs_digest: str, values: dict[str, str], gpu: str = "none") -> str:
+    """The digest of an install with these deploy-time values on a node whose PCI bus shows
+    ``gpu`` (:data:`GPU_KINDS`: a GPU node installs the NVIDIA driver and the CUDA lock, so an
+    image baked without a GPU is not its install): what the bootstrap's ``install_digest``
+    computes (and the install marker holds) from the render-time ``inputs_digest``
+    (:func:`install_inputs_digest`)."""
+    if gpu not in GPU_KINDS:
+        raise DriverError(f"gpu must be one of {', '.join(GPU_KINDS)}, got {gpu!r}")
+    lines = [inputs_digest, *(values[n] for n in INSTALL_DIGEST_VALUES), gpu]
     return hashlib.sha256("".join(f"{line}\n" for line in lines).encode()).hexdigest()
 
 
@@ -313,6 +329,12 @@ def install_inputs_digest(install_code: str, files: list[dict[str, Any]], pins: 
         "pythons": list(LOCK_PYTHONS),
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def cuda_lock_inputs() -> list[str]:
+    """What the CUDA lock resolves: torch at the pinned version, from PyPI, whose Linux wheel
+    is the CUDA build and requires its ``nvidia-*`` libraries."""
+    return [f"torch=={cluster_pins().versions['torch']}"]
 
 
 def autoscaler_pins() -> list[str]:
@@ -364,6 +386,7 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         health_path=HEALTH_PATH,
         autoscaler_provider_path=AUTOSCALER_PROVIDER_PATH,
         autoscaler_lock_path=AUTOSCALER_LOCK_PATH,
+        cuda_lock_path=CUDA_LOCK_PATH,
         ready_timeout_s=READY_TIMEOUT_S,
         token_timeout_s=TOKEN_TIMEOUT_S,
         placeholder=PLACEHOLDER,
@@ -380,6 +403,7 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         ),
         _install_file(LOCK_PATH, "0644", read_lock(), gzip=True),
         _install_file(AUTOSCALER_LOCK_PATH, "0644", read_lock(AUTOSCALER_LOCK_FILE), gzip=True),
+        _install_file(CUDA_LOCK_PATH, "0644", read_lock(CUDA_LOCK_FILE), gzip=True),
     ]
     inputs_digest = install_inputs_digest(install_code, files, pins)
     bootstrap = env.get_template("files/ray-cluster-bootstrap.sh.j2").render(

@@ -161,6 +161,27 @@ def _inputs_digest() -> str:
     return m.group(1)
 
 
+def probe_tree(
+    root: Path, gpus: int = 0, os_id: str = "ubuntu", kernel: str = "6.8.0-1021-azure"
+) -> Path:
+    """A fake node for the bootstrap's PROBE_ROOT: PCI devices in /sys (``gpus`` NVIDIA GPUs,
+    besides an NVIDIA audio function and a Hyper-V NIC that are no GPUs), /etc/os-release and
+    the running kernel."""
+    devices = root / "sys" / "bus" / "pci" / "devices"
+    entries = [("0x1414", "0x020000"), ("0x10de", "0x040300")]  # Hyper-V NIC, HDMI audio
+    entries += [("0x10de", "0x030200" if i % 2 == 0 else "0x030000") for i in range(gpus)]
+    for i, (vendor, klass) in enumerate(entries):
+        dev = devices / f"0000:00:{i:02x}.0"
+        dev.mkdir(parents=True)
+        (dev / "vendor").write_text(vendor + "\n")
+        (dev / "class").write_text(klass + "\n")
+    (root / "etc").mkdir(parents=True, exist_ok=True)
+    (root / "etc" / "os-release").write_text(f'PRETTY_NAME="x"\nID={os_id}\nVERSION_ID="1"\n')
+    (root / "proc" / "sys" / "kernel").mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "sys" / "kernel" / "osrelease").write_text(kernel + "\n")
+    return root
+
+
 @pytest.mark.parametrize(
     "values",
     [
@@ -169,16 +190,29 @@ def _inputs_digest() -> str:
         _values(TORCH_INDEX_URL="https://download.pytorch.org/whl/cu128"),
     ],
 )
-def test_the_shell_digest_is_render_install_digest(values: dict[str, str]) -> None:
-    p = _bash('echo "$(install_digest)"', env=values)
+@pytest.mark.parametrize(("gpus", "kind"), [(0, "none"), (2, "nvidia")])
+def test_the_shell_digest_is_render_install_digest(
+    tmp_path: Path, values: dict[str, str], gpus: int, kind: str
+) -> None:
+    root = probe_tree(tmp_path / "node", gpus=gpus)
+    p = _bash(
+        'detect_gpu\necho "$NODE_GPU $NODE_GPU_COUNT $(install_digest)"',
+        env={**values, "RAY_NODE_PROBE_ROOT": str(root)},
+    )
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == render.install_digest(_inputs_digest(), values)
+    assert p.stdout.split() == [
+        kind,
+        str(gpus),
+        render.install_digest(_inputs_digest(), values, kind),
+    ]
 
 
 def test_the_digest_moves_with_every_install_input_and_only_with_those() -> None:
     base = render.install_digest(_inputs_digest(), _values())
     for name in render.INSTALL_DIGEST_VALUES:
         assert render.install_digest(_inputs_digest(), _values(**{name: "x"})) != base, name
+    # An image baked without a GPU is not a GPU node's install (no driver, no CUDA lock).
+    assert render.install_digest(_inputs_digest(), _values(), "nvidia") != base
     # Where packages come from is no part of what is installed (the lock holds the hashes).
     same = _values(PIP_INDEX_URL="http://10.0.0.5/simple/", APT_SOURCE="deb http://m/ ./")
     assert render.install_digest(_inputs_digest(), same) == base
@@ -214,7 +248,9 @@ def test_the_render_time_digest_moves_with_the_install_inputs(config: dict) -> N
 
 
 # -- install or skip -------------------------------------------------------------------------------
-def _decide(tmp_path: Path, marker: str | None, venv: bool, **values: str) -> tuple[str, str]:
+def _decide(
+    tmp_path: Path, marker: str | None, venv: bool, gpus: int = 0, **values: str
+) -> tuple[str, str]:
     """Run the bootstrap's install_or_skip with a stub install: (INSTALL_KIND, its log)."""
     state = tmp_path / "state"
     state.mkdir(exist_ok=True)
@@ -225,15 +261,19 @@ def _decide(tmp_path: Path, marker: str | None, venv: bool, **values: str) -> tu
         (venv_dir / "bin" / "python").chmod(0o755)
     if marker is not None:
         (state / "installed.json").write_text(marker)
+    root = tmp_path / "node"
+    if not root.exists():
+        probe_tree(root, gpus=gpus)
     snippet = (
         f"INSTALL_MARKER={state}/installed.json\nVENV={venv_dir}\n"
         'install_phase() { echo "STUB INSTALL" >&2; }\n'
-        'install_or_skip\necho "$INSTALL_KIND $EXPECTED_DIGEST"\n'
+        'detect_gpu\ninstall_or_skip\necho "$INSTALL_KIND $EXPECTED_DIGEST"\n'
     )
-    p = _bash(snippet, env=_values(**values))
+    p = _bash(snippet, env={**_values(**values), "RAY_NODE_PROBE_ROOT": str(root)})
     assert p.returncode == 0, p.stderr
     kind, digest = p.stdout.split()
-    assert digest == render.install_digest(_inputs_digest(), _values(**values))
+    gpu = "nvidia" if gpus else "none"
+    assert digest == render.install_digest(_inputs_digest(), _values(**values), gpu)
     if kind == "image":
         assert "STUB INSTALL" not in p.stderr
     else:
@@ -246,6 +286,14 @@ def test_an_image_with_the_expected_digest_skips_the_install(tmp_path: Path) -> 
     kind, log = _decide(tmp_path, json.dumps({"digest": digest}), venv=True)
     assert kind == "image"
     assert f"install: image holds digest {digest}, skipping" in log
+
+
+def test_a_gpu_node_installs_over_an_image_baked_without_a_gpu(tmp_path: Path) -> None:
+    cpu_image = json.dumps({"digest": render.install_digest(_inputs_digest(), _values())})
+    kind, log = _decide(tmp_path, cpu_image, venv=True, gpus=1)
+    assert kind == "fresh" and "!= expected" in log
+    gpu_image = json.dumps({"digest": render.install_digest(_inputs_digest(), _values(), "nvidia")})
+    assert _decide(tmp_path, gpu_image, venv=True, gpus=1)[0] == "image"
 
 
 @pytest.mark.parametrize(

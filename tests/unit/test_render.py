@@ -108,9 +108,12 @@ def test_cloud_init_schema_catches_a_broken_document(tmp_path: Path) -> None:
 def test_custom_data_fits_azure_limit(filled: dict[str, Path], name: str) -> None:
     raw = filled[name].read_bytes()
     assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT
-    # A budget, not Azure's limit: a fifth stays free for what the documents may still gain
-    # (the longest deploy-time values are checked against the limit itself elsewhere).
-    assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT * 0.8
+    # A budget, not Azure's limit: some room stays free for what the documents may still gain
+    # (the longest deploy-time values are checked against the limit itself elsewhere). It was a
+    # fifth; GPU nodes (the CUDA lock, the driver's install and the GPU checks) took ~6,800
+    # characters of it even with every file compressed. What comes next must make room (e.g.
+    # base64gzip in the stacks) rather than raise this again.
+    assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT * 0.88
 
 
 # -- versions -----------------------------------------------------------------------------------

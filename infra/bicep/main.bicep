@@ -75,6 +75,11 @@ param scalingMode string = 'cpu'
 @maxValue(1440)
 param rayIdleTimeoutMinutes int = 5
 
+@description('Optional. Minutes the cluster may sit idle (no Ray job pending or running, no SSH connection to the head, tunnels included) before it stops itself: the workers go to zero and the head deallocates (compute billing stops; disks and results stay; `python -m driver submit` or `start` starts it again). 0 turns autostop off; otherwise 10-10080 (a week). On, the head gets a custom role allowed to deallocate itself, set the workers\' scale set and (scalingMode "cpu") turn the workers\' autoscale off and on, on those resources only.')
+@minValue(0)
+@maxValue(10080)
+param autostopIdleMinutes int = 60
+
 @description('Optional. Fewest workers autoscale keeps, 0-100. With scalingMode "ray", 0 means the cluster scales to zero when idle. With "cpu", the scale set has no CPU metric at 0 instances, so autoscale then returns to workerDefaultCount: it stays at 0 only when workerDefaultCount is 0 too.')
 @minValue(0)
 @maxValue(100)
@@ -514,6 +519,9 @@ var check = {
   headVmSize: length(headVmSize) > 9 && length(headVmSize) <= 800 && take(toLower(headVmSize), 9) == 'standard_' && !contains(headVmSizeChars, false) ? 'ok' : 'headVmSize must be an Azure VM size such as "Standard_D4s_v5".'
   nodeImageId: empty(nodeImageId) || nodeImageIdValid ? 'ok' : 'nodeImageId must be a gallery image version\'s resource ID, /subscriptions/SUB/resourceGroups/RG/providers/Microsoft.Compute/galleries/GALLERY/images/DEFINITION/versions/MAJOR.MINOR.PATCH (what `python -m driver image build` prints), or left out.'
   workerVmSize: length(workerVmSize) > 9 && length(workerVmSize) <= 800 && take(toLower(workerVmSize), 9) == 'standard_' && !contains(workerVmSizeChars, false) ? 'ok' : 'workerVmSize must be an Azure VM size such as "Standard_D4s_v5".'
+  // 0, or 10 to 10080: under 10 minutes a cluster would stop between a job and the next submit,
+  // or while a head that just started is still booting.
+  autostopIdleMinutes: autostopIdleMinutes == 0 || autostopIdleMinutes >= 10 ? 'ok' : 'autostopIdleMinutes must be 0 (autostop off) or a whole number of minutes from 10 to 10080 (a week), e.g. 60.'
   workerCounts: workerMinCount <= workerDefaultCount && workerDefaultCount <= workerMaxCount ? 'ok' : 'worker counts must satisfy workerMinCount <= workerDefaultCount <= workerMaxCount (got ${workerMinCount} <= ${workerDefaultCount} <= ${workerMaxCount}).'
   cpuThresholds: scaleInCpuPercent < scaleOutCpuPercent ? 'ok' : 'scaleInCpuPercent (${scaleInCpuPercent}) must be below scaleOutCpuPercent (${scaleOutCpuPercent}), or autoscale flaps.'
   extraPipPackages: empty(filter(extraPipPackages, p => empty(p) || !empty(filter(unsafeCharacters, u => contains(p, u))))) ? 'ok' : 'extraPipPackages: each entry must be one requirement without spaces, single quotes or backslashes, e.g. "minigrid==3.0.0".'
@@ -572,6 +580,9 @@ var imageReference = empty(nodeImageId) ? osImages[osImage] : nodeImageReference
 // the prefix, so a redeployment keeps it and another cluster differs.
 var keyVaultName = '${namePrefix}-kv-${take(uniqueString(resourceGroup().id, namePrefix), 23 - length(namePrefix) - 4)}'
 var tokenSecretName = 'ray-cluster-token'
+// The workers' CPU autoscale setting (scalingMode cpu; '' without one), named before it exists:
+// the head's autostop turns it off.
+var workerAutoscaleName = scalingMode == 'cpu' ? '${namePrefix}-workers-autoscale' : ''
 var headCloudInit = loadTextContent('../../cloud-init/rendered/head.yaml')
 var workerCloudInit = loadTextContent('../../cloud-init/rendered/worker.yaml')
 
@@ -621,6 +632,7 @@ module checks 'modules/checks.bicep' = {
       check.headVmSize
       check.nodeImageId
       check.workerVmSize
+      check.autostopIdleMinutes
       check.workerCounts
       check.cpuThresholds
       check.extraPipPackages
@@ -658,7 +670,8 @@ module identity 'modules/identity.bicep' = {
     location: location
     namePrefix: namePrefix
     tags: tags
-    autoscalerEnabled: scalingMode == 'ray'
+    autoscalerEnabled: scalingMode == 'ray' || autostopIdleMinutes > 0
+    autostopEnabled: autostopIdleMinutes > 0
   }
   dependsOn: [
     checks
@@ -704,6 +717,9 @@ var deployValues = {
   AUTOSCALER_IDLE_TIMEOUT_MINUTES: string(rayIdleTimeoutMinutes)
   AUTOSCALER_CLIENT_ID: identity.outputs.autoscalerClientId
   ARM_ENDPOINT: environment().resourceManager
+  // Autostop on the head (0: off), and the autoscale setting it turns off (scalingMode cpu).
+  AUTOSTOP_IDLE_MINUTES: string(autostopIdleMinutes)
+  WORKER_AUTOSCALE_NAME: workerAutoscaleName
 }
 
 // The first boot installs packages (the subnet's NAT gateway and NSG must be in place) and reads
@@ -725,6 +741,8 @@ module head 'modules/head.bicep' = {
     encryptionAtHost: encryptionAtHostEnabled
     identityId: identity.outputs.id
     autoscalerIdentityId: identity.outputs.autoscalerId
+    autostopRoleDefinitionId: identity.outputs.autostopRoleDefinitionId
+    autostopPrincipalId: identity.outputs.autoscalerPrincipalId
     customData: base64(replace(headCloudInit, '@@DEPLOY_VALUES@@', base64(string(deployValues))))
   }
   dependsOn: [
@@ -753,7 +771,12 @@ module workers 'modules/workers.bicep' = {
     automaticRepairGracePeriodMinutes: workerAutomaticRepairGracePeriodMinutes
     automaticRepairAction: workerAutomaticRepairAction
     healthProbe: workerHealthProbe
-    autoscalerPrincipalId: identity.outputs.autoscalerPrincipalId
+    // scalingMode ray: Ray's autoscaler acts with the head's own identity on the scale set.
+    autoscalerPrincipalId: scalingMode == 'ray' ? identity.outputs.autoscalerPrincipalId : ''
+    // In scalingMode ray the same identity holds Virtual Machine Contributor on the scale set
+    // already, which includes autostop's actions there: no second assignment.
+    autostopRoleDefinitionId: scalingMode == 'ray' ? '' : identity.outputs.autostopRoleDefinitionId
+    autostopPrincipalId: identity.outputs.autoscalerPrincipalId
     customData: base64(replace(workerCloudInit, '@@DEPLOY_VALUES@@', base64(string(deployValues))))
   }
   dependsOn: [
@@ -777,12 +800,15 @@ module autoscale 'modules/autoscale.bicep' = if (scalingMode == 'cpu') {
     scaleInCpuPercent: scaleInCpuPercent
     scaleOutCooldownMinutes: scaleOutCooldownMinutes
     scaleInCooldownMinutes: scaleInCooldownMinutes
+    autostopRoleDefinitionId: identity.outputs.autostopRoleDefinitionId
+    autostopPrincipalId: identity.outputs.autoscalerPrincipalId
   }
 }
 
 // -----------------------------------------------------------------------------------------------
 // Outputs. The names are a contract: `python -m driver --resource-group RG --deployment NAME`
-// reads headPublicIp and adminUsername; they are the Terraform stack's outputs in camelCase.
+// reads headPublicIp and adminUsername (headVmId, scaleSetId and autoscaleSettingId to start a
+// stopped cluster); they are the Terraform stack's outputs in camelCase.
 // -----------------------------------------------------------------------------------------------
 
 @description('Public IP address of the head (SSH only, from allowedSshCidrs).')
@@ -799,6 +825,12 @@ output sshCommand string = 'ssh ${adminUsername}@${head.outputs.publicIp}'
 
 @description('Resource ID of the workers\' scale set, for az vmss commands (--ids).')
 output scaleSetId string = workers.outputs.id
+
+@description('Resource ID of the head VM: `python -m driver start` starts it again after autostop deallocated it.')
+output headVmId string = head.outputs.id
+
+@description('Resource ID of the workers\' CPU autoscale setting (scalingMode "cpu"), which autostop turns off and `python -m driver start` on again; "" with scalingMode "ray".')
+output autoscaleSettingId string = scalingMode == 'cpu' ? autoscale.outputs.id : ''
 
 @description('Resource group that holds the cluster.')
 output resourceGroupName string = resourceGroup().name

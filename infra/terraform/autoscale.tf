@@ -5,7 +5,7 @@
 
 resource "azurerm_monitor_autoscale_setting" "workers" {
   count               = var.scaling_mode == "cpu" ? 1 : 0
-  name                = "${var.name_prefix}-workers-autoscale"
+  name                = local.worker_autoscale_name
   location            = var.location
   resource_group_name = local.resource_group_name
   target_resource_id  = azurerm_linux_virtual_machine_scale_set.workers.id

@@ -66,7 +66,7 @@ resource "azurerm_linux_virtual_machine" "head" {
     disk_size_gb         = 64 # the Ray environment (~2 GB), results and checkpoints live here
   }
 
-  # The nodes' identity; in scaling_mode = "ray" also the autoscaler's (identity.tf).
+  # The nodes' identity; with scaling_mode = "ray" or autostop also the head's own (identity.tf).
   identity {
     type         = "UserAssigned"
     identity_ids = concat([azurerm_user_assigned_identity.this.id], azurerm_user_assigned_identity.autoscaler[*].id)

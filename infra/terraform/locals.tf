@@ -6,6 +6,16 @@ locals {
   worker_scale_set_name = "${var.name_prefix}-workers"
   worker_scale_set_id   = "/subscriptions/${data.azurerm_client_config.current.subscription_id}/resourceGroups/${local.resource_group_name}/providers/Microsoft.Compute/virtualMachineScaleSets/${local.worker_scale_set_name}"
 
+  # The workers' autoscale setting (scaling_mode = "cpu"; "" without one), named before it exists
+  # for the same reason: the head's autostop turns it off.
+  worker_autoscale_name = var.scaling_mode == "cpu" ? "${var.name_prefix}-workers-autoscale" : ""
+
+  # The head's own identity (identity.tf): Ray's autoscaler (scaling_mode = "ray") and autostop
+  # (autostop_idle_minutes > 0) act with it.
+  head_identity_enabled = var.scaling_mode == "ray" || var.autostop_idle_minutes > 0
+  autostop_enabled      = var.autostop_idle_minutes > 0
+  resource_group_id     = "/subscriptions/${data.azurerm_client_config.current.subscription_id}/resourceGroups/${local.resource_group_name}"
+
   # The head's private address is fixed (the 4th host: Azure keeps .0-.3 of every subnet), so the
   # workers' cloud-init can name it before the head exists.
   head_private_ip = cidrhost(var.subnet_address_prefix, 4)
@@ -43,6 +53,9 @@ locals {
     AUTOSCALER_IDLE_TIMEOUT_MINUTES = tostring(var.ray_idle_timeout_minutes)
     AUTOSCALER_CLIENT_ID            = try(azurerm_user_assigned_identity.autoscaler[0].client_id, "")
     ARM_ENDPOINT                    = local.arm_endpoint
+    # Autostop on the head (0: off), and the autoscale setting it turns off (scaling_mode = "cpu").
+    AUTOSTOP_IDLE_MINUTES = tostring(var.autostop_idle_minutes)
+    WORKER_AUTOSCALE_NAME = local.worker_autoscale_name
   }
 
   # The autoscaler's Resource Manager endpoint, in the cloud the stack deploys to (Bicep:

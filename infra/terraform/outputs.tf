@@ -1,5 +1,6 @@
 # Outputs. The names are a contract: `python -m driver --terraform-dir` reads head_public_ip and
-# admin_username, and the Bicep stack has the same outputs in camelCase (headPublicIp, ...).
+# admin_username (head_vm_id, scale_set_id and autoscale_setting_id to start a stopped cluster),
+# and the Bicep stack has the same outputs in camelCase (headPublicIp, ...).
 
 output "head_public_ip" {
   description = "Public IP address of the head (SSH only, from allowed_ssh_cidrs)."
@@ -24,6 +25,16 @@ output "ssh_command" {
 output "scale_set_id" {
   description = "Resource ID of the workers' scale set, for az vmss commands (--ids)."
   value       = azurerm_linux_virtual_machine_scale_set.workers.id
+}
+
+output "head_vm_id" {
+  description = "Resource ID of the head VM: `python -m driver start` starts it again after autostop deallocated it."
+  value       = azurerm_linux_virtual_machine.head.id
+}
+
+output "autoscale_setting_id" {
+  description = "Resource ID of the workers' CPU autoscale setting (scaling_mode = \"cpu\"), which autostop turns off and `python -m driver start` on again; \"\" with scaling_mode = \"ray\"."
+  value       = try(azurerm_monitor_autoscale_setting.workers[0].id, "")
 }
 
 output "resource_group_name" {

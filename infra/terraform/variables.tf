@@ -348,6 +348,19 @@ variable "ray_idle_timeout_minutes" {
   }
 }
 
+variable "autostop_idle_minutes" {
+  type        = number
+  default     = 60
+  description = "(Optional) Minutes the cluster may sit idle (no Ray job pending or running, no SSH connection to the head, tunnels included) before it stops itself: the workers go to zero and the head deallocates (compute billing stops; disks and results stay; `python -m driver submit` or `start` starts it again). 0 turns autostop off; otherwise 10-10080 (a week). On, the head gets a custom role allowed to deallocate itself, set the workers' scale set and (scaling_mode = \"cpu\") turn the workers' autoscale off and on, on those resources only."
+
+  validation {
+    # 0, or 10 to 10080: under 10 minutes a cluster would stop between a job and the next
+    # submit, or while a head that just started is still booting; above a week, turn it off.
+    condition     = var.autostop_idle_minutes >= 0 && var.autostop_idle_minutes <= 10080 && floor(var.autostop_idle_minutes) == var.autostop_idle_minutes && (var.autostop_idle_minutes == 0 || var.autostop_idle_minutes > 9)
+    error_message = "autostop_idle_minutes must be 0 (autostop off) or a whole number of minutes from 10 to 10080 (a week), e.g. 60."
+  }
+}
+
 variable "worker_min_count" {
   type        = number
   default     = 0

@@ -71,6 +71,8 @@ OUTPUTS = {
     "admin_username": "adminUsername",
     "ssh_command": "sshCommand",
     "scale_set_id": "scaleSetId",
+    "head_vm_id": "headVmId",
+    "autoscale_setting_id": "autoscaleSettingId",
     "resource_group_name": "resourceGroupName",
     "driver_command": "driverCommand",
 }
@@ -99,6 +101,7 @@ PARAMETERS: dict[str, str | None] = {
     "encryption_at_host_enabled": "encryptionAtHostEnabled",
     "scaling_mode": "scalingMode",
     "ray_idle_timeout_minutes": "rayIdleTimeoutMinutes",
+    "autostop_idle_minutes": "autostopIdleMinutes",
     "worker_min_count": "workerMinCount",
     "worker_default_count": "workerDefaultCount",
     "worker_max_count": "workerMaxCount",

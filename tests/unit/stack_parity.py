@@ -20,6 +20,14 @@ can hand in a copy of either with a difference put back):
   (the gallery image version's id, or a marketplace image): Terraform's ``source_image_id`` and
   its dynamic ``source_image_reference``'s ``for_each`` evaluated by ``terraform console``;
   Bicep deployed by armeval, the image reference each module receives.
+- ``head_rights <case>``: for scaling mode cpu/ray with autostop on, and cpu with it off, the
+  roles the head's own identity holds and the one resource each is assigned on (head VM, scale
+  set, autoscale setting): Terraform's assignments kept by their ``count`` (evaluated by
+  ``terraform console``), Bicep's deployed by armeval.
+- ``autostop_role <case>``: the autostop custom role in each case (or none): its actions, not
+  actions, assignable scopes and name, for armeval's subscription and resource group.
+- ``start_outputs <case>``: what the outputs ``python -m driver start`` reads (head VM, scale
+  set, autoscale setting ids) name, in each case: the resource kind, or "" where there is none.
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ TF_TO_ARM: dict[str, str | None] = {
     "azurerm_monitor_autoscale_setting": "Microsoft.Insights/autoscalesettings",
     "azurerm_user_assigned_identity": "Microsoft.ManagedIdentity/userAssignedIdentities",
     "azurerm_role_assignment": "Microsoft.Authorization/roleAssignments",
+    "azurerm_role_definition": "Microsoft.Authorization/roleDefinitions",
     "azurerm_key_vault": "Microsoft.KeyVault/vaults",
     "azurerm_key_vault_secret": "Microsoft.KeyVault/vaults/secrets",
     "azurerm_private_dns_zone": "Microsoft.Network/privateDnsZones",
@@ -81,6 +90,27 @@ NODE_IMAGE_ID = (
     "Microsoft.Compute/galleries/ray_nodes/images/ray-node-ubuntu-22.04/versions/1.0.3"
 )
 NODE_IMAGE_CASES = {"without": None, "with": NODE_IMAGE_ID}
+# Scaling mode and autostop minutes for the head's rights, the autostop role and the outputs.
+AUTOSTOP_CASES = {
+    "cpu autostop": ("cpu", 60),
+    "ray autostop": ("ray", 60),
+    "cpu no autostop": ("cpu", 0),
+}
+# The resources the head's rights and the start outputs name, by Terraform address and by ARM type.
+TARGETS = {
+    "azurerm_linux_virtual_machine.head": "head VM",
+    "azurerm_linux_virtual_machine_scale_set.workers": "scale set",
+    "azurerm_monitor_autoscale_setting.workers": "autoscale setting",
+}
+ARM_TARGETS = {
+    "Microsoft.Compute/virtualMachines": "head VM",
+    "Microsoft.Compute/virtualMachineScaleSets": "scale set",
+    "Microsoft.Insights/autoscalesettings": "autoscale setting",
+}
+START_OUTPUTS = {"head_vm_id": "headVmId", "scale_set_id": "scaleSetId",
+                 "autoscale_setting_id": "autoscaleSettingId"}  # fmt: skip
+# Built-in roles by id (Azure's built-in role definitions).
+BUILT_IN_ROLES = {"9980e02c-c2be-4d73-94e8-173b1dc7cf3c": "Virtual Machine Contributor"}
 # The random provider's own default set of special characters (random_password, 3.7).
 RANDOM_SPECIAL = "!@#$%&*()-_=+[]{}<>:?"
 REQUIRED = {
@@ -263,6 +293,102 @@ def terraform_node_image_expressions(stack: Path) -> tuple[list[str], list[str]]
     return keys, expressions
 
 
+def terraform_outputs(stack: Path) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted(stack.glob("*.tf")):
+        for block in _parse(path.read_text()).get("output", []):
+            found.update({_unquote(k): v for k, v in block.items()})
+    return found
+
+
+def _target(text: str) -> str | None:
+    """The resource kind a Terraform expression names (an address of TARGETS), if one."""
+    found = [
+        kind for address, kind in TARGETS.items() if re.search(rf"\b{re.escape(address)}\b", text)
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def _autostop_given(mode: str, minutes: int) -> dict[str, str]:
+    from armeval import Context
+
+    c = Context()
+    return {
+        "var.scaling_mode": mode,
+        "var.autostop_idle_minutes": str(minutes),
+        "var.name_prefix": "ray",
+        "data.azurerm_client_config.current.subscription_id": c.subscription_id,
+        "local.resource_group_name": c.resource_group,
+    }
+
+
+def terraform_autostop_expressions(stack: Path) -> tuple[list[str], list[str]]:
+    """(keys, expressions) whose answers terraform_autostop_facts() reads."""
+    values = terraform_locals(stack)
+    blocks = terraform_blocks(stack, "resource")
+    keys, expressions = [], []
+    for case, (mode, minutes) in AUTOSTOP_CASES.items():
+        given = _autostop_given(mode, minutes)
+        for rtype, name, body in blocks:
+            count = _hcl(body.get("count", 1))
+            if rtype == "azurerm_role_assignment" and _target(_hcl(body.get("scope", ""))):
+                role = body.get("role_definition_name") or _hcl(body.get("role_definition_id"))
+                keys.append(f"{case}|assignment|{_target(_hcl(body['scope']))}|{role}")
+                expressions.append(expand(count, values, given))
+            elif rtype == "azurerm_role_definition":
+                [permissions] = body["permissions"]
+                keys.append(f"{case}|role|{name}")
+                expressions.append(
+                    "[" + ", ".join(expand(_hcl(v), values, given) for v in (
+                        count, permissions["actions"], permissions.get("not_actions", []),
+                        body["assignable_scopes"], body["name"],
+                    )) + "]"
+                )  # fmt: skip
+            elif f"{rtype}.{name}" in TARGETS:
+                keys.append(f"{case}|count|{TARGETS[f'{rtype}.{name}']}")
+                expressions.append(expand(count, values, given))
+    return keys, expressions
+
+
+def terraform_autostop_facts(stack: Path, keys: list[str], answers: list[Any]) -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    for case in AUTOSTOP_CASES:
+        rights, role, counts = [], None, {}
+        for key, answer in zip(keys, answers, strict=True):
+            kase, kind, *rest = key.split("|")
+            if kase != case:
+                continue
+            if kind == "assignment" and answer:
+                target, source = rest
+                named = "autostop" if "azurerm_role_definition.autostop" in source else source
+                rights.append(f"{named.strip(chr(34))} on {target}")
+            elif kind == "role" and answer[0]:
+                role = {"actions": sorted(answer[1]), "not actions": answer[2],
+                        "assignable scopes": answer[3], "name": answer[4]}  # fmt: skip
+            elif kind == "count":
+                counts[rest[0]] = answer
+        facts[f"head_rights {case}"] = sorted(rights)
+        facts[f"autostop_role {case}"] = role
+        found = {}
+        for name, spec in terraform_outputs(stack).items():
+            if name not in START_OUTPUTS:
+                continue
+            value = _unquote(spec["value"]) if isinstance(spec["value"], str) else spec["value"]
+            target = _target(str(value))
+            if target is None:
+                found[name] = f"not a target: {value}"
+            elif counts.get(target, 1) == 0:
+                found[name] = (
+                    ""
+                    if str(value).startswith("${try(") and ', "")}' in str(value)
+                    else f"an absent {target}"
+                )
+            else:
+                found[name] = target
+        facts[f"start_outputs {case}"] = found
+    return facts
+
+
 def terraform_facts(stack: Path) -> dict[str, Any]:
     facts: dict[str, Any] = {f"tags {t}": sorted(s) for t, s in terraform_tags(stack).items()}
     values = terraform_locals(stack)
@@ -283,7 +409,14 @@ def terraform_facts(stack: Path) -> dict[str, Any]:
         }
         expressions.append(expand(name, values, given))
     image_keys, image_expressions = terraform_node_image_expressions(stack)
-    answers = terraform_console(expressions + image_expressions)
+    autostop_keys, autostop_expressions = terraform_autostop_expressions(stack)
+    answers = terraform_console(expressions + image_expressions + autostop_expressions)
+    facts.update(
+        terraform_autostop_facts(
+            stack, autostop_keys, answers[len(answers) - len(autostop_expressions) :]
+        )
+    )
+    answers = answers[: len(answers) - len(autostop_expressions)]
     image_answers = answers[len(answers) - len(image_expressions) :]
     answers = answers[: len(answers) - len(image_expressions)]
     for key, (image_id, marketplace) in zip(image_keys, image_answers, strict=True):
@@ -334,6 +467,50 @@ def bicep_token(doc: dict[str, Any], samples: int = 8) -> dict[str, Any]:
     }
 
 
+def _arm_target(resource_id: str) -> str | None:
+    for rtype, kind in ARM_TARGETS.items():
+        if re.search(rf"(^|/providers/){re.escape(rtype)}/[^/]+$", resource_id, re.I):
+            return kind
+    return None
+
+
+def bicep_autostop_facts(text: str) -> dict[str, Any]:
+    facts: dict[str, Any] = {}
+    for case, (mode, minutes) in AUTOSTOP_CASES.items():
+        d = deploy_template({**REQUIRED, "scalingMode": mode, "autostopIdleMinutes": minutes}, text)
+        assert not d.refused, d.refused
+        roles = [r for r in d.resources if r["type"] == "Microsoft.Authorization/roleDefinitions"]
+        role_names = {r["name"]: "autostop" for r in roles}
+        rights = []
+        for r in d.resources:
+            if r["type"] != "Microsoft.Authorization/roleAssignments":
+                continue
+            target = _arm_target(str(r.get("scope", "")))
+            if target is None:
+                continue
+            role = r["properties"]["roleDefinitionId"].rsplit("/", 1)[-1]
+            rights.append(f"{role_names.get(role, BUILT_IN_ROLES.get(role, role))} on {target}")
+        facts[f"head_rights {case}"] = sorted(rights)
+        role_fact = None
+        if roles:
+            [role] = roles
+            [permission] = role["properties"]["permissions"]
+            role_fact = {
+                "actions": sorted(permission["actions"]),
+                "not actions": permission.get("notActions", []),
+                "assignable scopes": role["properties"]["assignableScopes"],
+                "name": role["properties"]["roleName"],
+            }
+        facts[f"autostop_role {case}"] = role_fact
+        facts[f"start_outputs {case}"] = {
+            tf: (_arm_target(d.outputs[arm]) or f"not a target: {d.outputs[arm]}")
+            if d.outputs[arm]
+            else ""
+            for tf, arm in START_OUTPUTS.items()
+        }
+    return facts
+
+
 def bicep_facts(doc: dict[str, Any]) -> dict[str, Any]:
     facts: dict[str, Any] = {f"tags {t}": sorted(s) for t, s in bicep_tags(doc).items()}
     text = json.dumps(doc)
@@ -354,6 +531,7 @@ def bicep_facts(doc: dict[str, Any]) -> dict[str, Any]:
         [vault] = [r for r in d.resources if r["type"] == "Microsoft.KeyVault/vaults"]
         names.append(vault["name"])
     facts["key_vault_name"] = _name_fact(variants, names)
+    facts.update(bicep_autostop_facts(text))
     for case, image in NODE_IMAGE_CASES.items():
         d = deploy_template({**REQUIRED, **({"nodeImageId": image} if image else {})}, text)
         assert not d.refused, d.refused

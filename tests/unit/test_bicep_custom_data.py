@@ -67,7 +67,9 @@ CASES: list[dict[str, Any]] = [
         "workerMaxCount": 12,
         "rayIdleTimeoutMinutes": 3,
         "workerVmSize": "Standard_F8s_v2",
+        "autostopIdleMinutes": 10080,
     },
+    {"autostopIdleMinutes": 0, "namePrefix": "rlx"},
 ]
 
 
@@ -92,11 +94,17 @@ def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, st
         "AUTOSCALER_MIN_WORKERS": str(parameters.get("workerMinCount", 0)),
         "AUTOSCALER_MAX_WORKERS": str(parameters.get("workerMaxCount", 4)),
         "AUTOSCALER_IDLE_TIMEOUT_MINUTES": str(parameters.get("rayIdleTimeoutMinutes", 5)),
-        # The autoscaler identity (the same mocked client id) only in ray mode.
-        "AUTOSCALER_CLIENT_ID": CLIENT_ID if parameters.get("scalingMode") == "ray" else "",
+        # The head's own identity (the same mocked client id) in ray mode or with autostop.
+        "AUTOSCALER_CLIENT_ID": CLIENT_ID
+        if parameters.get("scalingMode") == "ray" or parameters.get("autostopIdleMinutes", 60)
+        else "",
         # The public cloud's (armeval deploys there): Bicep's environment().resourceManager,
         # Terraform's picked by the vault URI's suffix (stack_parity checks every cloud).
         "ARM_ENDPOINT": "https://management.azure.com/",
+        "AUTOSTOP_IDLE_MINUTES": str(parameters.get("autostopIdleMinutes", 60)),
+        "WORKER_AUTOSCALE_NAME": f"{parameters.get('namePrefix', 'ray')}-workers-autoscale"
+        if parameters.get("scalingMode", "cpu") == "cpu"
+        else "",
     }
 
 

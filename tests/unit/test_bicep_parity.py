@@ -263,6 +263,21 @@ def test_the_stacks_decide_alike_except_where_listed() -> None:
     assert facts["arm_endpoint AzureUSGovernment"] == "https://management.usgovcloudapi.net/"
     assert facts["cluster_token"] == {"length": 64, "alphabet": "0123456789abcdef"}
     assert sum(k.startswith("tags ") for k in facts) >= 15
+    # The head's rights: autostop's role on exactly the head VM, the scale set and the autoscale
+    # setting in cpu mode; in ray mode Virtual Machine Contributor on the scale set (which holds
+    # autostop's actions there) and autostop's role on the head VM; nothing without autostop.
+    assert facts["head_rights cpu autostop"] == [
+        "autostop on autoscale setting", "autostop on head VM", "autostop on scale set"
+    ]  # fmt: skip
+    assert facts["head_rights ray autostop"] == [
+        "Virtual Machine Contributor on scale set", "autostop on head VM"
+    ]  # fmt: skip
+    assert (
+        facts["head_rights cpu no autostop"] == []
+        and facts["autostop_role cpu no autostop"] is None
+    )
+    assert len(facts["autostop_role cpu autostop"]["actions"]) == 6
+    assert facts["start_outputs ray autostop"]["autoscale_setting_id"] == ""
 
 
 def test_the_type_table_names_every_resource_type_of_the_terraform_stack() -> None:
@@ -306,6 +321,20 @@ TOKEN_48 = 'ephemeral "random_password" "cluster_token" {\n  length  = 48\n  spe
         ("keyvault.tf",
          lambda t: t.replace(SECRET_TAGS, SECRET_TAGS.split("  tags")[0]),
          {"tags Microsoft.KeyVault/vaults/secrets"}),
+        # The autostop role without the right to turn autoscale back on.
+        ("identity.tf",
+         lambda t: t.replace('    "Microsoft.Insights/autoscaleSettings/write",\n', ""),
+         {"autostop_role cpu autostop", "autostop_role ray autostop"}),
+        # Autostop's own assignment on the scale set in ray mode too.
+        ("identity.tf",
+         lambda t: t.replace('local.autostop_enabled && var.scaling_mode != "ray" ? 1 : 0',
+                             "local.autostop_enabled ? 1 : 0"),
+         {"head_rights ray autostop"}),
+        # The autoscale setting's id as null (not "") in ray mode.
+        ("outputs.tf",
+         lambda t: t.replace('try(azurerm_monitor_autoscale_setting.workers[0].id, "")',
+                             "one(azurerm_monitor_autoscale_setting.workers[*].id)"),
+         {"start_outputs ray autostop"}),
         # The token of 48 letters and digits.
         ("keyvault.tf",
          lambda t: re.sub(r'ephemeral "random_password" "cluster_token" \{.*?\n\}\n', TOKEN_48,
@@ -334,10 +363,32 @@ def _secret(doc: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _autostop_role(doc: dict[str, Any]) -> dict[str, Any]:
+    return next(
+        r
+        for d in doc["resources"]
+        for r in d["properties"]["template"]["resources"]
+        if r["type"] == "Microsoft.Authorization/roleDefinitions"
+    )
+
+
+def _head_deployment(doc: dict[str, Any]) -> dict[str, Any]:
+    return next(
+        d for d in doc["resources"] if d["name"].endswith("-head', parameters('namePrefix'))]")
+    )
+
+
 @pytest.mark.parametrize(
     ("edit", "reported"),
     [
         (lambda d: _secret(d).pop("tags"), {"tags Microsoft.KeyVault/vaults/secrets"}),
+        # A role that may also delete VMs.
+        (lambda d: _autostop_role(d)["properties"]["permissions"][0]["actions"].append(
+            "Microsoft.Compute/virtualMachines/delete"),
+         {"autostop_role cpu autostop", "autostop_role ray autostop"}),
+        # The head VM's assignment taken away.
+        (lambda d: _head_deployment(d)["properties"]["template"]["resources"].pop(),
+         {"head_rights cpu autostop", "head_rights ray autostop"}),
         (lambda d: _secret(d).update(tags="[createObject()]"),
          {"tags Microsoft.KeyVault/vaults/secrets"}),
     ],

@@ -186,3 +186,36 @@ def test_node_images_the_form_refuses_the_template_refuses(value: str) -> None:
     d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
                          "nodeImageId": value})  # fmt: skip
     assert d.refused or check_results(d)
+
+
+def test_the_autostop_field_takes_exactly_what_the_template_takes() -> None:
+    """A text box (a slider cannot leave out 1-9): its pattern admits 0 and 10-10080, the
+    template's @minValue/@maxValue and its input rule; its default is the template's, and the
+    form hands the template an int."""
+    params = template()["parameters"]["autostopIdleMinutes"]
+    field = elements()["autostopIdleMinutes"]
+    assert field["defaultValue"] == str(params["defaultValue"]) == "60"
+    accepted = {v for v in range(0, 20000) if pattern("autostopIdleMinutes").match(str(v))}
+    assert accepted == {0} | set(range(10, params["maxValue"] + 1))
+    assert params["minValue"] == 0
+    for text in ("", "010", "5", "10081", "60.5", "-1", " 60"):
+        assert not pattern("autostopIdleMinutes").match(text), text
+    outputs = json.loads((BICEP / "createUiDefinition.json").read_text())["parameters"]["outputs"]
+    assert outputs["autostopIdleMinutes"] == "[int(steps('workers').autostopIdleMinutes)]"
+    for minutes in (0, 10, 10080):
+        d = deploy_template(
+            {
+                "allowedSshCidrs": ["203.0.113.7/32"],
+                "adminSshPublicKey": ED25519,
+                "autostopIdleMinutes": minutes,
+            }
+        )
+        assert not d.refused and check_results(d) == [], minutes
+    d = deploy_template(
+        {
+            "allowedSshCidrs": ["203.0.113.7/32"],
+            "adminSshPublicKey": ED25519,
+            "autostopIdleMinutes": 9,
+        }
+    )
+    assert any("autostopIdleMinutes must be 0" in r for r in d.refused), d.refused

@@ -274,10 +274,33 @@ def test_every_resource_is_valid_for_its_type_and_api_version(types: dict[str, A
     assert errors == []
     # The file holds property trees for the compute, network and identity types (Network
     # 2024-07-01 against 2025-05-01, the oldest it keeps); Key Vault, private DNS, private
-    # endpoints and deployments are checked for type and API version only.
-    assert all(("keyvault" in k or "private" in k or "deployments" in k) for k in unchecked), (
-        unchecked
-    )
+    # endpoints, deployments and role definitions (autostop's custom role: its properties below)
+    # are checked for type and API version only.
+    assert all(
+        ("keyvault" in k or "private" in k or "deployments" in k or "roledefinitions" in k)
+        for k in unchecked
+    ), unchecked
+
+
+def test_the_autostop_role_definition_has_the_shape_of_the_api() -> None:
+    """roleDefinitions@2022-04-01 has no property tree in the types file: its body checked by
+    hand against the REST API's RoleDefinitionProperties (roleName, description, type,
+    permissions of actions/notActions, assignableScopes)."""
+    [role] = [
+        r
+        for _, tpl, _ in scopes(template())
+        for r in tpl["resources"]
+        if r["type"] == "Microsoft.Authorization/roleDefinitions"
+    ]
+    assert role["apiVersion"] == "2022-04-01"
+    assert set(role) - ARM_ONLY_KEYS == {"name", "properties"}
+    props = role["properties"]
+    assert set(props) == {"roleName", "description", "type", "permissions", "assignableScopes"}
+    assert props["type"] == "CustomRole"
+    [permission] = props["permissions"]
+    assert set(permission) == {"actions", "notActions"} and permission["notActions"] == []
+    assert all(isinstance(a, str) and a.count("/") >= 2 for a in permission["actions"])
+    assert props["assignableScopes"] == ["[resourceGroup().id]"]
 
 
 def test_a_wrong_property_is_found(types: dict[str, Any]) -> None:

@@ -109,18 +109,30 @@ def test_good_value_deploys_every_resource(variables: dict[str, Any]) -> None:
     assert "Microsoft.Compute/virtualMachines" in types
     assert "Microsoft.Compute/virtualMachineScaleSets" in types
     # scaling_mode ray: no CPU autoscale setting; an autoscaler identity and its role instead.
+    # Autostop (on by default): the head's own identity too, the custom role, and its
+    # assignments on the head VM, the scale set (Virtual Machine Contributor's there in ray
+    # mode) and the autoscale setting (cpu mode).
     ray = variables.get("scaling_mode") == "ray"
+    autostop = variables.get("autostop_idle_minutes", 60) > 0
     assert ("Microsoft.Insights/autoscalesettings" in types) is not ray
-    on_scale_set = [
-        r
-        for r in d.resources
-        if r["type"] == "Microsoft.Authorization/roleAssignments"
-        and "virtualMachineScaleSets" in str(r.get("scope", ""))
-    ]
-    assert len(on_scale_set) == (1 if ray else 0)
+    assignments = [r for r in d.resources if r["type"] == "Microsoft.Authorization/roleAssignments"]
+    on_scale_set = [r for r in assignments if "virtualMachineScaleSets" in str(r.get("scope"))]
+    assert len(on_scale_set) == (1 if ray or autostop else 0)
+    on_head = [r for r in assignments if "virtualMachines/" in str(r.get("scope"))]
+    assert len(on_head) == int(autostop)
+    on_autoscale = [r for r in assignments if "autoscalesettings" in str(r.get("scope"))]
+    assert len(on_autoscale) == int(autostop and not ray)
+    roles = [r for r in d.resources if r["type"] == "Microsoft.Authorization/roleDefinitions"]
+    assert len(roles) == int(autostop)
     identities = [r for r in d.resources if r["type"].endswith("userAssignedIdentities")]
-    assert len(identities) == (2 if ray else 1)
-    assert len(d.resources) == (18 if ray else 17)
+    assert len(identities) == (2 if ray or autostop else 1)
+    # 17 resources in cpu mode without autostop; ray mode takes the autoscale setting away and
+    # adds an identity and its role assignment; autostop adds its role, the head's assignment,
+    # and the scale set's and autoscale setting's in cpu mode (the identity too, in cpu mode).
+    expected = 17 + (1 if ray else 0)
+    if autostop:
+        expected += 2 + (0 if ray else 3)
+    assert len(d.resources) == expected
 
 
 def test_required_inputs_have_no_default() -> None:

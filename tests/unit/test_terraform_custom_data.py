@@ -59,6 +59,8 @@ MAX_VALUE_LENGTHS = {
     "AUTOSCALER_IDLE_TIMEOUT_MINUTES": 4,  # ray_idle_timeout_minutes: 1-1440
     "AUTOSCALER_CLIENT_ID": len("00000000-0000-0000-0000-000000000000"),  # a GUID or empty
     "ARM_ENDPOINT": 64,  # environment().resourceManager; Terraform: the same, by the vault's cloud
+    "AUTOSTOP_IDLE_MINUTES": 5,  # autostop_idle_minutes: 0 or 10-10080
+    "WORKER_AUTOSCALE_NAME": 16 + len("-workers-autoscale"),  # name_prefix validation, or empty
 }
 """The longest value each placeholder can receive from the stack's validated variables."""
 
@@ -95,7 +97,12 @@ def test_variable_defaults_are_the_placeholder_defaults() -> None:
             continue  # computed at apply time (head IP, vault, identity): no default to agree on
         assert variable, f"{placeholder} has a default but no variable feeds it: {expression}"
         default = defaults[variable.group(1)]
-        value = " ".join(default) if isinstance(default, list) else default.strip('"')
+        if isinstance(default, list):
+            value = " ".join(default)
+        elif isinstance(default, int | float):
+            value = str(default)  # a number, as tostring() writes it
+        else:
+            value = default.strip('"')
         assert value == expected[placeholder], (placeholder, variable.group(1), default)
         checked.add(placeholder)
     assert checked == set(expected)

@@ -25,6 +25,8 @@ OUTPUT_CONTRACT = {
     "admin_username",
     "ssh_command",
     "scale_set_id",
+    "head_vm_id",
+    "autoscale_setting_id",
     "resource_group_name",
     "driver_command",
 }

@@ -34,6 +34,12 @@ param scaleOutCooldownMinutes int
 @description('Required. Minutes to wait after removing a worker.')
 param scaleInCooldownMinutes int
 
+@description('Required. Resource ID of the autostop role definition, or empty (autostop off).')
+param autostopRoleDefinitionId string
+
+@description('Required. Principal (object) id of the head\'s own identity, which autostop acts with, or empty.')
+param autostopPrincipalId string
+
 resource autoscale 'Microsoft.Insights/autoscalesettings@2022-10-01' = {
   name: '${namePrefix}-workers-autoscale'
   location: location
@@ -90,6 +96,17 @@ resource autoscale 'Microsoft.Insights/autoscalesettings@2022-10-01' = {
         ]
       }
     ]
+  }
+}
+
+// Autostop: the head's own identity may turn this setting off and on (identity.bicep: the role).
+resource autostopRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(autostopRoleDefinitionId)) {
+  scope: autoscale
+  name: guid(autoscale.id, last(split(autostopRoleDefinitionId, '/')))
+  properties: {
+    roleDefinitionId: autostopRoleDefinitionId
+    principalId: autostopPrincipalId
+    principalType: 'ServicePrincipal'
   }
 }
 

@@ -40,6 +40,12 @@ param identityId string
 @description('Required. Resource ID of the autoscaler identity (scalingMode ray), or empty.')
 param autoscalerIdentityId string
 
+@description('Required. Resource ID of the autostop role definition, or empty (autostop off).')
+param autostopRoleDefinitionId string
+
+@description('Required. Principal (object) id of the head\'s own identity, which autostop acts with, or empty.')
+param autostopPrincipalId string
+
 @secure()
 @description('Required. The filled head cloud-init document, base64 (it may carry pipIndexUrl\'s credentials).')
 param customData string
@@ -159,6 +165,20 @@ resource vm 'Microsoft.Compute/virtualMachines@2024-11-01' = {
     }
   }
 }
+
+// Autostop: the head's own identity may deallocate this VM (identity.bicep: the role).
+resource autostopRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(autostopRoleDefinitionId)) {
+  scope: vm
+  name: guid(vm.id, last(split(autostopRoleDefinitionId, '/')))
+  properties: {
+    roleDefinitionId: autostopRoleDefinitionId
+    principalId: autostopPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+@description('Resource ID of the head VM.')
+output id string = vm.id
 
 @description('Public IP address of the head.')
 output publicIp string = publicIp.properties.ipAddress

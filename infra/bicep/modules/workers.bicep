@@ -59,6 +59,12 @@ param customData string
 @description('Required. Principal (object) id of the head autoscaler identity (scalingMode ray), or empty.')
 param autoscalerPrincipalId string
 
+@description('Required. Resource ID of the autostop role definition, or empty (autostop off, or scalingMode ray, whose role here includes it).')
+param autostopRoleDefinitionId string
+
+@description('Required. Principal (object) id of the head\'s own identity, which autostop acts with, or empty.')
+param autostopPrincipalId string
+
 // Virtual Machine Contributor (built in).
 var vmContributorRoleId = '9980e02c-c2be-4d73-94e8-173b1dc7cf3c'
 
@@ -194,6 +200,17 @@ resource autoscalerRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = i
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', vmContributorRoleId)
     principalId: autoscalerPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+// Autostop: the head's own identity may set this scale set's capacity (identity.bicep: the role).
+resource autostopRole 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(autostopRoleDefinitionId)) {
+  scope: workers
+  name: guid(workers.id, last(split(autostopRoleDefinitionId, '/')))
+  properties: {
+    roleDefinitionId: autostopRoleDefinitionId
+    principalId: autostopPrincipalId
     principalType: 'ServicePrincipal'
   }
 }

@@ -441,9 +441,12 @@ run "custom_data_is_filled" {
           AUTOSCALER_MIN_WORKERS          = "0"
           AUTOSCALER_MAX_WORKERS          = "4"
           AUTOSCALER_IDLE_TIMEOUT_MINUTES = "5"
-          AUTOSCALER_CLIENT_ID            = ""
+          # The head's own identity (mocked client id): autostop is on by default.
+          AUTOSCALER_CLIENT_ID = "11111111-2222-4333-8444-555555555555"
           # The public cloud's, picked by the mocked vault URI's suffix (vault.azure.net).
-          ARM_ENDPOINT = "https://management.azure.com/"
+          ARM_ENDPOINT          = "https://management.azure.com/"
+          AUTOSTOP_IDLE_MINUTES = "60"
+          WORKER_AUTOSCALE_NAME = "ray-workers-autoscale"
         },
       ]
     ]))
@@ -588,6 +591,15 @@ run "outputs" {
   }
 
   assert {
+    condition = (
+      output.head_vm_id == azurerm_linux_virtual_machine.head.id &&
+      output.scale_set_id == azurerm_linux_virtual_machine_scale_set.workers.id &&
+      output.autoscale_setting_id == azurerm_monitor_autoscale_setting.workers[0].id
+    )
+    error_message = "head_vm_id, scale_set_id and autoscale_setting_id name the head VM, the scale set and its autoscale setting (python -m driver start)."
+  }
+
+  assert {
     condition     = output.resource_group_name == "ray-rl-rg" && length(azurerm_resource_group.this) == 1
     error_message = "By default the stack creates the resource group ray-rl-rg."
   }
@@ -612,17 +624,122 @@ run "existing_resource_group" {
   }
 }
 
-run "cpu_mode_has_cpu_rules_and_no_autoscaler_identity" {
+run "cpu_mode_without_autostop_has_cpu_rules_and_no_head_identity" {
   command = plan
+
+  variables {
+    autostop_idle_minutes = 0
+  }
 
   assert {
     condition     = length(azurerm_monitor_autoscale_setting.workers) == 1 && length(azurerm_user_assigned_identity.autoscaler) == 0 && length(azurerm_role_assignment.autoscaler_scale_set) == 0
-    error_message = "scaling_mode = cpu: the CPU autoscale setting, and no autoscaler identity or role."
+    error_message = "scaling_mode = cpu without autostop: the CPU autoscale setting, and no head identity or role."
+  }
+
+  assert {
+    condition = (
+      length(azurerm_role_definition.autostop) == 0 &&
+      length(azurerm_role_assignment.autostop_head) == 0 &&
+      length(azurerm_role_assignment.autostop_scale_set) == 0 &&
+      length(azurerm_role_assignment.autostop_autoscale) == 0
+    )
+    error_message = "autostop_idle_minutes = 0: no autostop role and no assignment of it."
   }
 
   assert {
     condition     = length(azurerm_linux_virtual_machine.head.identity[0].identity_ids) == 1
-    error_message = "scaling_mode = cpu: the head has the nodes' identity only."
+    error_message = "Without autostop (scaling_mode = cpu): the head has the nodes' identity only."
+  }
+
+  assert {
+    condition = alltrue([
+      for v in [jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", base64decode(azurerm_linux_virtual_machine.head.custom_data)))))] :
+      v.AUTOSTOP_IDLE_MINUTES == "0" && v.AUTOSCALER_CLIENT_ID == "" && v.WORKER_AUTOSCALE_NAME == "ray-workers-autoscale"
+    ])
+    error_message = "Without autostop the head's deploy-time values say 0 and name no identity of its own."
+  }
+}
+
+run "autostop_in_cpu_mode_may_stop_the_head_the_workers_and_their_autoscale" {
+  command = plan
+
+  variables {
+    autostop_idle_minutes = 30
+  }
+
+  assert {
+    condition = (
+      length(azurerm_user_assigned_identity.autoscaler) == 1 &&
+      length(azurerm_linux_virtual_machine.head.identity[0].identity_ids) == 2 &&
+      length(azurerm_linux_virtual_machine_scale_set.workers.identity[0].identity_ids) == 1 &&
+      length(azurerm_role_assignment.autoscaler_scale_set) == 0
+    )
+    error_message = "Autostop: the head gets an identity of its own, the workers do not; no Virtual Machine Contributor in cpu mode."
+  }
+
+  assert {
+    condition = (
+      length(azurerm_role_definition.autostop) == 1 &&
+      azurerm_role_definition.autostop[0].name == "Ray cluster autostop (ray in /subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/ray-rl-rg)" &&
+      azurerm_role_definition.autostop[0].scope == "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/ray-rl-rg" &&
+      tolist(azurerm_role_definition.autostop[0].assignable_scopes) == ["/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/ray-rl-rg"] &&
+      toset(azurerm_role_definition.autostop[0].permissions[0].actions) == toset([
+        "Microsoft.Compute/virtualMachines/read",
+        "Microsoft.Compute/virtualMachines/deallocate/action",
+        "Microsoft.Compute/virtualMachineScaleSets/read",
+        "Microsoft.Compute/virtualMachineScaleSets/write",
+        "Microsoft.Insights/autoscaleSettings/read",
+        "Microsoft.Insights/autoscaleSettings/write",
+      ]) &&
+      length(azurerm_role_definition.autostop[0].permissions[0].not_actions) == 0 &&
+      try(length(azurerm_role_definition.autostop[0].permissions[0].data_actions), 0) == 0
+    )
+    error_message = "The autostop role: exactly deallocate/read the VM, read/write the scale set and the autoscale setting, assignable in the cluster's resource group only."
+  }
+
+  assert {
+    condition = (
+      azurerm_role_assignment.autostop_head[0].scope == azurerm_linux_virtual_machine.head.id &&
+      azurerm_role_assignment.autostop_scale_set[0].scope == azurerm_linux_virtual_machine_scale_set.workers.id &&
+      azurerm_role_assignment.autostop_autoscale[0].scope == azurerm_monitor_autoscale_setting.workers[0].id &&
+      alltrue([
+        for a in [azurerm_role_assignment.autostop_head[0], azurerm_role_assignment.autostop_scale_set[0], azurerm_role_assignment.autostop_autoscale[0]] :
+        a.principal_id == azurerm_user_assigned_identity.autoscaler[0].principal_id && a.role_definition_id == azurerm_role_definition.autostop[0].role_definition_resource_id
+      ])
+    )
+    error_message = "Autostop's role is assigned to the head's own identity on the head VM, the scale set and the autoscale setting, each alone."
+  }
+
+  assert {
+    condition = alltrue([
+      for v in [jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", base64decode(azurerm_linux_virtual_machine.head.custom_data)))))] :
+      v.AUTOSTOP_IDLE_MINUTES == "30" && v.AUTOSCALER_CLIENT_ID == "11111111-2222-4333-8444-555555555555" && v.WORKER_AUTOSCALE_NAME == "ray-workers-autoscale"
+    ])
+    error_message = "The head's deploy-time values carry the idle minutes, its own identity and the autoscale setting's name."
+  }
+}
+
+run "autostop_in_ray_mode_adds_only_the_head_vm" {
+  command = plan
+
+  variables {
+    scaling_mode = "ray"
+  }
+
+  assert {
+    condition = (
+      length(azurerm_role_definition.autostop) == 1 &&
+      length(azurerm_role_assignment.autostop_head) == 1 &&
+      length(azurerm_role_assignment.autostop_scale_set) == 0 &&
+      length(azurerm_role_assignment.autostop_autoscale) == 0 &&
+      length(azurerm_role_assignment.autoscaler_scale_set) == 1
+    )
+    error_message = "scaling_mode = ray: Virtual Machine Contributor on the scale set covers autostop there; autostop adds the head VM only (no autoscale setting)."
+  }
+
+  assert {
+    condition     = output.autoscale_setting_id == "" && output.head_vm_id == azurerm_linux_virtual_machine.head.id
+    error_message = "scaling_mode = ray: no autoscale setting id."
   }
 }
 

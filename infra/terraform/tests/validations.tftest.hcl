@@ -339,3 +339,19 @@ run "node_image_that_is_not_a_gallery_image_version_is_refused" {
   }
   expect_failures = [var.node_image_id]
 }
+
+run "autostop_under_ten_minutes_is_refused" {
+  command = plan
+  variables {
+    autostop_idle_minutes = 5
+  }
+  expect_failures = [var.autostop_idle_minutes]
+}
+
+run "autostop_beyond_a_week_is_refused" {
+  command = plan
+  variables {
+    autostop_idle_minutes = 10081
+  }
+  expect_failures = [var.autostop_idle_minutes]
+}

@@ -308,6 +308,9 @@ class Rehearsal:
             "AUTOSCALER_IDLE_TIMEOUT_MINUTES": str(state.idle_timeout_minutes),
             "AUTOSCALER_CLIENT_ID": state.autoscaler_client_id,
             "ARM_ENDPOINT": compute.arm_endpoint(state),
+            # Autostop stays off in the rehearsal; there is no CPU autoscale setting either.
+            "AUTOSTOP_IDLE_MINUTES": "0",
+            "WORKER_AUTOSCALE_NAME": "",
         }
 
     def scale_set_id(self, state: State) -> str:

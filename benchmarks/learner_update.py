@@ -266,6 +266,15 @@ def _batch_size(text: str) -> int:
     return value
 
 
+def _cpu_model() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
+    return names[0] if names else platform.processor() or platform.machine()
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """Bad input gets one line, not the usage too."""
@@ -300,7 +309,8 @@ def main() -> int:
         "benchmark": "learner_update",
         "machine": {
             "cpus": os.cpu_count(),
-            "cpu": platform.processor() or platform.machine(),
+            "cpu": _cpu_model(),
+            "torch_threads": torch.get_num_threads(),
             "python": platform.python_version(),
             "torch": torch.__version__,
             "cuda": torch.version.cuda,

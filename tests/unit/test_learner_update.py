@@ -190,7 +190,7 @@ def test_a_small_cpu_run_prints_the_json(tmp_path: Path) -> None:
     assert json.loads(out.read_text()) == result
     assert result["benchmark"] == "learner_update" and result["batch_sizes"] == [50, 100]
     assert result["model"]["parameters"] == 1_224_183
-    assert {"cpus", "torch", "cuda", "gpu"} <= set(result["machine"])
+    assert {"cpus", "cpu", "torch_threads", "torch", "cuda", "gpu"} <= set(result["machine"])
     assert set(result["cpu"]) == {"threads_1", "threads_2"}
     for rows in result["cpu"].values():
         assert set(rows) == {"50", "100"}

@@ -19,8 +19,9 @@ Not measured: the learner connector (frame stacking, done on the CPU before the 
 circular buffer and Ray's actors around it. ``ms_per_update`` has the batch on the device
 already; ``ms_per_update_with_copy`` (CUDA) copies it from pageable host memory first, as the
 learner does with each batch. Each update is timed alone (cuda synchronized), after warm-up
-updates; the median is reported. ``env_steps_per_s`` is what one learner absorbs: samples per
-second over the 2 updates each env step feeds (circular_buffer_iterations_per_batch).
+updates; the median is reported, with the 1-minute load average before and after the run.
+``env_steps_per_s`` is what one learner absorbs: samples per second over the 2 updates each
+env step feeds (circular_buffer_iterations_per_batch).
 """
 
 from __future__ import annotations
@@ -305,6 +306,7 @@ def main() -> int:
     if args.out is not None and not args.out.parent.is_dir():
         ap.error(f"--out {args.out}: no such directory {args.out.parent}")
     cuda = torch.cuda.is_available()
+    load_before = os.getloadavg()[0]
     out: dict[str, Any] = {
         "benchmark": "learner_update",
         "machine": {
@@ -340,6 +342,7 @@ def main() -> int:
     elif "cuda" in args.devices:
         out["cuda"] = run_device("cuda", args.batch_sizes, args.warmup, args.repeats)
         out["gpu_speedup"] = {run: speedup(rows, out["cuda"]) for run, rows in out["cpu"].items()}
+    out["machine"]["load_average_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     text = json.dumps(out, indent=2)
     print(text)
     if args.out is not None:

@@ -223,8 +223,14 @@ def test_speedup_is_cpu_time_over_gpu_time() -> None:
         (["--out", "/nonexistent/x.json"], "--out /nonexistent/x.json: no such directory"),
     ],
 )
-def test_bad_options_get_one_line(args: list[str], message: str) -> None:
-    p = _run(*args)
-    assert p.returncode == 2 and p.stdout == ""
-    lines = error_lines(p.stderr)
-    assert len(lines) == 1 and message in lines[0], p.stderr
+def test_bad_options_get_one_line(
+    args: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setattr(sys, "argv", [str(SCRIPT), *args])
+    with pytest.raises(SystemExit) as exit_:
+        bench.main()
+    assert exit_.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = error_lines(err)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err

@@ -687,11 +687,13 @@ if [ "$ROLE" = worker ]; then
     systemctl enable --now ray-health.service || log "the health endpoint did not start; the scale set will see this worker as Unknown"
 fi
 
-read_values /etc/ray-cluster/deploy.json RAY_HEAD_IP KEY_VAULT_URL TOKEN_SECRET_NAME IDENTITY_CLIENT_ID RAY_ADMIN_USER EXTRA_PIP_PACKAGES EXTRA_APT_PACKAGES PIP_INDEX_URL TORCH_INDEX_URL APT_SOURCE SCALING_MODE WORKER_SCALE_SET_ID WORKER_VM_SIZE AUTOSCALER_MIN_WORKERS AUTOSCALER_MAX_WORKERS AUTOSCALER_IDLE_TIMEOUT_MINUTES AUTOSCALER_CLIENT_ID ARM_ENDPOINT
+read_values /etc/ray-cluster/deploy.json RAY_HEAD_IP KEY_VAULT_URL TOKEN_SECRET_NAME IDENTITY_CLIENT_ID RAY_ADMIN_USER EXTRA_PIP_PACKAGES EXTRA_APT_PACKAGES PIP_INDEX_URL TORCH_INDEX_URL APT_SOURCE SCALING_MODE WORKER_SCALE_SET_ID WORKER_VM_SIZE AUTOSCALER_MIN_WORKERS AUTOSCALER_MAX_WORKERS AUTOSCALER_IDLE_TIMEOUT_MINUTES AUTOSCALER_CLIENT_ID ARM_ENDPOINT AUTOSTOP_IDLE_MINUTES WORKER_AUTOSCALE_NAME
 [[ "$RAY_HEAD_IP" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
     fail "RAY_HEAD_IP must be an IPv4 address, got '$RAY_HEAD_IP'"
 [[ "$KEY_VAULT_URL" == https://* ]] || fail "KEY_VAULT_URL must be an https:// URL, got '$KEY_VAULT_URL'"
 [[ "$SCALING_MODE" =~ ^(cpu|ray)$ ]] || fail "SCALING_MODE must be cpu or ray, got '$SCALING_MODE'"
+[[ "$AUTOSTOP_IDLE_MINUTES" =~ ^[0-9]+$ ]] ||
+    fail "AUTOSTOP_IDLE_MINUTES must be a whole number (0: off), got '$AUTOSTOP_IDLE_MINUTES'"
 check_install_values
 
 install_or_skip
@@ -780,6 +782,10 @@ systemctl enable --now ray-xvfb.service
 systemctl enable --now "ray-$ROLE.service"
 if [ "$ROLE" = head ]; then
     systemctl enable --now ray-tensorboard.service
+    # Autostop watches from now on: its idle clock starts with it, at every boot.
+    if [ "$((10#$AUTOSTOP_IDLE_MINUTES))" -gt 0 ]; then
+        systemctl enable --now ray-autostop.service
+    fi
 else
     systemctl enable --now ray-scheduled-events.service
 fi

@@ -75,6 +75,11 @@ param scalingMode string = 'cpu'
 @maxValue(1440)
 param rayIdleTimeoutMinutes int = 5
 
+@description('Optional. Minutes the cluster may be idle (no Ray job pending or running, no SSH connection to the head) before the head scales the workers to zero and deallocates itself; 0 turns autostop off.')
+@minValue(0)
+@maxValue(10080)
+param autostopIdleMinutes int = 60
+
 @description('Optional. Fewest workers autoscale keeps, 0-100. With scalingMode "ray", 0 means the cluster scales to zero when idle. With "cpu", the scale set has no CPU metric at 0 instances, so autoscale then returns to workerDefaultCount: it stays at 0 only when workerDefaultCount is 0 too.')
 @minValue(0)
 @maxValue(100)
@@ -704,6 +709,9 @@ var deployValues = {
   AUTOSCALER_IDLE_TIMEOUT_MINUTES: string(rayIdleTimeoutMinutes)
   AUTOSCALER_CLIENT_ID: identity.outputs.autoscalerClientId
   ARM_ENDPOINT: environment().resourceManager
+  // The head's autostop agent (0 = off) and the autoscale setting it disables (scalingMode cpu).
+  AUTOSTOP_IDLE_MINUTES: string(autostopIdleMinutes)
+  WORKER_AUTOSCALE_NAME: scalingMode == 'cpu' ? '${namePrefix}-workers-autoscale' : ''
 }
 
 // The first boot installs packages (the subnet's NAT gateway and NSG must be in place) and reads

@@ -43,6 +43,9 @@ locals {
     AUTOSCALER_IDLE_TIMEOUT_MINUTES = tostring(var.ray_idle_timeout_minutes)
     AUTOSCALER_CLIENT_ID            = try(azurerm_user_assigned_identity.autoscaler[0].client_id, "")
     ARM_ENDPOINT                    = local.arm_endpoint
+    # The head's autostop agent (0 = off) and the autoscale setting it disables (mode cpu).
+    AUTOSTOP_IDLE_MINUTES = tostring(var.autostop_idle_minutes)
+    WORKER_AUTOSCALE_NAME = var.scaling_mode == "cpu" ? "${var.name_prefix}-workers-autoscale" : ""
   }
 
   # The autoscaler's Resource Manager endpoint, in the cloud the stack deploys to (Bicep:

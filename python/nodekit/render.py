@@ -58,7 +58,10 @@ SCHEDULED_EVENTS_PATH = "/usr/local/lib/ray-cluster/scheduled_events.py"
 HEALTH_PATH = "/usr/local/lib/ray-cluster/health.py"
 AUTOSCALER_PROVIDER_PATH = "/usr/local/lib/ray-cluster/azure_vmss_provider.py"
 """On the head: Ray's node provider for the workers' scale set (scaling_mode = "ray")."""
-NODE_MODULES = ("scheduled_events", "health", "azure_vmss_provider")
+AUTOSTOP_PATH = "/usr/local/lib/ray-cluster/autostop.py"
+"""On the head: the autostop agent (AUTOSTOP_IDLE_MINUTES > 0), next to the node provider whose
+Azure client it uses."""
+NODE_MODULES = ("scheduled_events", "health", "azure_vmss_provider", "autostop")
 """Modules of :mod:`nodekit.node` embedded in the documents, read from this package."""
 BOOTSTRAP_PATH = "/usr/local/sbin/ray-cluster-bootstrap"
 """The node bootstrap (cloud-init/templates/files/ray-cluster-bootstrap.sh.j2), one script for
@@ -363,6 +366,7 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         scheduled_events_path=SCHEDULED_EVENTS_PATH,
         health_path=HEALTH_PATH,
         autoscaler_provider_path=AUTOSCALER_PROVIDER_PATH,
+        autostop_path=AUTOSTOP_PATH,
         autoscaler_lock_path=AUTOSCALER_LOCK_PATH,
         ready_timeout_s=READY_TIMEOUT_S,
         token_timeout_s=TOKEN_TIMEOUT_S,

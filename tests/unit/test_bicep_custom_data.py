@@ -97,6 +97,10 @@ def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, st
         # The public cloud's (armeval deploys there): Bicep's environment().resourceManager,
         # Terraform's picked by the vault URI's suffix (stack_parity checks every cloud).
         "ARM_ENDPOINT": "https://management.azure.com/",
+        "AUTOSTOP_IDLE_MINUTES": str(parameters.get("autostopIdleMinutes", 60)),
+        "WORKER_AUTOSCALE_NAME": f"{parameters.get('namePrefix', 'ray')}-workers-autoscale"
+        if parameters.get("scalingMode", "cpu") == "cpu"
+        else "",
     }
 
 

@@ -59,6 +59,8 @@ MAX_VALUE_LENGTHS = {
     "AUTOSCALER_IDLE_TIMEOUT_MINUTES": 4,  # ray_idle_timeout_minutes: 1-1440
     "AUTOSCALER_CLIENT_ID": len("00000000-0000-0000-0000-000000000000"),  # a GUID or empty
     "ARM_ENDPOINT": 64,  # environment().resourceManager; Terraform: the same, by the vault's cloud
+    "AUTOSTOP_IDLE_MINUTES": 5,  # autostop_idle_minutes: 0-10080
+    "WORKER_AUTOSCALE_NAME": 16 + len("-workers-autoscale"),  # name_prefix validation
 }
 """The longest value each placeholder can receive from the stack's validated variables."""
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import subprocess
 import sys
@@ -229,14 +230,21 @@ class Azure:
     """The three writes, through the node provider's Azure client (azure-mgmt-compute's
     pipeline, the managed identity, the OS's CA store)."""
 
-    def __init__(self, scale_set_id: str, client_id: str, endpoint: str) -> None:
-        import azure_vmss_provider as vp
+    def __init__(self, scale_set: Any) -> None:
+        self.scale_set = scale_set
+        """An ``azure_vmss_provider.ScaleSet`` (its client, subscription, group, endpoint)."""
 
-        self.scale_set = vp.ScaleSet(
-            scale_set_id,
-            vp.managed_identity(client_id),
-            endpoint or vp.DEFAULT_ARM_ENDPOINT,
-            connection_verify=vp.system_ca_bundle(),
+    @classmethod
+    def on_head(cls, scale_set_id: str, client_id: str, endpoint: str) -> Azure:
+        # On the head this file lies next to azure_vmss_provider.py (not a package there).
+        vp = importlib.import_module("azure_vmss_provider")
+        return cls(
+            vp.ScaleSet(
+                scale_set_id,
+                vp.managed_identity(client_id),
+                endpoint or vp.DEFAULT_ARM_ENDPOINT,
+                connection_verify=vp.system_ca_bundle(),
+            )
         )
 
     def _send(self, method: str, path: str, api: str, body: Any = None) -> Any:
@@ -409,7 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     def stop() -> None:
         client_id = values.get("AUTOSCALER_CLIENT_ID") or values.get("IDENTITY_CLIENT_ID", "")
         vm_id = vm_resource_id(instance_metadata(args.imds))
-        cloud = Azure(values["WORKER_SCALE_SET_ID"], client_id, values.get("ARM_ENDPOINT", ""))
+        cloud = Azure.on_head(
+            values["WORKER_SCALE_SET_ID"], client_id, values.get("ARM_ENDPOINT", "")
+        )
         stop_cluster(
             values,
             vm_id,

@@ -38,7 +38,10 @@ SCALE_SET_ID = (
     f"/subscriptions/{SUB}/resourceGroups/{GROUP}"
     f"/providers/Microsoft.Compute/virtualMachineScaleSets/{SCALE_SET}"
 )
-HEAD_ID = f"/subscriptions/{SUB}/resourceGroups/{GROUP}/providers/Microsoft.Compute/virtualMachines/{HEAD}"
+HEAD_ID = (
+    f"/subscriptions/{SUB}/resourceGroups/{GROUP}"
+    f"/providers/Microsoft.Compute/virtualMachines/{HEAD}"
+)
 HEAD_IDENTITY = "aaaaaaaa-0000-4000-8000-000000000001"
 """The head's identity with the autostop role."""
 OTHER = "bbbbbbbb-0000-4000-8000-000000000002"

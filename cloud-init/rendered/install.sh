@@ -782,10 +782,9 @@ systemctl enable --now ray-xvfb.service
 systemctl enable --now "ray-$ROLE.service"
 if [ "$ROLE" = head ]; then
     systemctl enable --now ray-tensorboard.service
-    # Autostop watches from now on: its idle clock starts with it, at every boot.
-    if [ "$((10#$AUTOSTOP_IDLE_MINUTES))" -gt 0 ]; then
-        systemctl enable --now ray-autostop.service
-    fi
+    # Autostop watches from now on (its idle clock starts with it, at every boot); with
+    # AUTOSTOP_IDLE_MINUTES 0 it only records how long the cluster has been idle.
+    systemctl enable --now ray-autostop.service
 else
     systemctl enable --now ray-scheduled-events.service
 fi

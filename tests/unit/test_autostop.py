@@ -211,15 +211,24 @@ def test_idle_minutes_must_be_a_whole_number() -> None:
             autostop.idle_minutes_of({"AUTOSTOP_IDLE_MINUTES": bad})
 
 
-def test_main_with_zero_minutes_is_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_zero_minutes_records_idle_time_and_never_stops(tmp_path: Path) -> None:
+    agent, clock = _agent(tmp_path, [IDLE] * 3, lambda: pytest.fail("stopped"), minutes="0")
+    for _ in range(3):
+        clock.now += 3600
+        status = agent.once()
+    assert (status.decision, status.idle_seconds(clock.now)) == ("idle", 7200.0)
+    assert "autostop is off" in (tmp_path / "autostop.log").read_text()
+
+
+def test_main_refuses_unusable_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     values = tmp_path / "deploy.json"
-    values.write_text(json.dumps({"AUTOSTOP_IDLE_MINUTES": "0"}))
     args = ["--deploy-values", str(values), "--token", "t", "--jobs-url", "http://127.0.0.1:1"]
     args += ["--state", str(tmp_path / "s"), "--log", str(tmp_path / "l")]
-    assert autostop.main(args) == 0
-    assert "autostop is off" in capsys.readouterr().out
     values.write_text("{")
     assert autostop.main(args) == 2
+    values.write_text(json.dumps({"AUTOSTOP_IDLE_MINUTES": "soon"}))
+    assert autostop.main(args) == 2
+    assert "AUTOSTOP_IDLE_MINUTES must be a whole number" in capsys.readouterr().err
 
 
 # -- the stop's order ----------------------------------------------------------------------------

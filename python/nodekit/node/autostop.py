@@ -1,7 +1,6 @@
 """Autostop: the head stops an idle cluster (workers to zero, the head deallocated).
 
-Runs on the head as ``ray-autostop.service`` when the deploy-time value
-``AUTOSTOP_IDLE_MINUTES`` is above 0. Every ``--interval`` seconds it looks at
+Runs on the head as ``ray-autostop.service``. Every ``--interval`` seconds it looks at
 
 * Ray's jobs, through the Jobs API on the head's loopback (``GET /api/jobs/`` with the cluster
   token): a job PENDING or RUNNING keeps the cluster busy (the tasks and actors a job runs are
@@ -10,8 +9,10 @@ Runs on the head as ``ray-autostop.service`` when the deploy-time value
   22): an SSH session keeps the cluster busy, and so does every tunnel (``python -m driver
   dashboard``, ``submit`` following a job), since tunnels ride an SSH connection.
 
-A look that cannot read the jobs counts as busy (never stop on what was not seen). When nothing
-was busy for ``AUTOSTOP_IDLE_MINUTES`` in a row, the agent stops the cluster, with the head's
+A look that cannot read the jobs counts as busy (never stop on what was not seen). With
+``AUTOSTOP_IDLE_MINUTES`` 0 autostop is off: the agent only records how long the cluster has been
+idle (``python -m driver status`` shows it). When nothing was busy for ``AUTOSTOP_IDLE_MINUTES``
+in a row, the agent stops the cluster, with the head's
 managed identity (the autoscaler identity in scaling mode ``ray``, else the nodes' identity):
 
 1. scaling mode ``cpu``: disables the workers' Azure Monitor autoscale setting
@@ -151,6 +152,8 @@ class Status:
     ssh: list[str] = field(default_factory=list)
     started_at: float = 0.0
     """When this agent started (the head's boot, give or take)."""
+    sizes: dict[str, str] = field(default_factory=dict)
+    """``location``, ``head_vm_size``, ``worker_vm_size`` (the driver prices the running VMs)."""
 
     def idle_seconds(self, now: float) -> float:
         return 0.0 if self.idle_since is None else max(0.0, now - self.idle_since)
@@ -160,14 +163,15 @@ def decide(previous: Status | None, look: Look, now: float, idle_minutes: int) -
     """The next status: busy resets the idle clock; idle for ``idle_minutes`` in a row says
     ``stopping``. The clock starts with the agent (at boot), never from an earlier boot's file."""
     started = previous.started_at if previous else now
+    sizes = previous.sizes if previous else {}
     if look.busy:
         return Status(
-            idle_minutes, now, None, "busy", look.reason(), look.jobs, look.ssh, started
+            idle_minutes, now, None, "busy", look.reason(), look.jobs, look.ssh, started, sizes
         )
     since = previous.idle_since if previous and previous.idle_since is not None else now
-    if now - since >= idle_minutes * 60:
-        return Status(idle_minutes, now, since, "stopping", look.reason(), [], [], started)
-    return Status(idle_minutes, now, since, "idle", look.reason(), [], [], started)
+    if idle_minutes > 0 and now - since >= idle_minutes * 60:
+        return Status(idle_minutes, now, since, "stopping", look.reason(), [], [], started, sizes)
+    return Status(idle_minutes, now, since, "idle", look.reason(), [], [], started, sizes)
 
 
 # -- the head's own view ------------------------------------------------------------------------
@@ -333,8 +337,10 @@ class Agent:
         look: Callable[[], Look],
         stop: Callable[[], None],
         clock: Callable[[], float] = time.time,
+        sizes: dict[str, str] | None = None,
     ) -> None:
         self.idle_minutes = idle_minutes_of(values)
+        self.sizes = sizes or {}
         self.state = state
         self.log_file = log_file
         self._look = look
@@ -351,13 +357,16 @@ class Agent:
     def once(self) -> Status:
         previous = self.status
         status = decide(previous, self._look(), self._clock(), self.idle_minutes)
+        status.sizes = self.sizes
         if previous is None or (previous.decision, previous.reason) != (
             status.decision,
             status.reason,
         ):
             verdict = {
                 "busy": "not stopping",
-                "idle": f"idle; stops after {self.idle_minutes} idle minute(s)",
+                "idle": f"idle; stops after {self.idle_minutes} idle minute(s)"
+                if self.idle_minutes
+                else "idle; autostop is off (AUTOSTOP_IDLE_MINUTES 0)",
                 "stopping": f"idle for {status.idle_seconds(status.checked_at) / 60:.1f} "
                 "minute(s): stopping the cluster",
             }[status.decision]
@@ -402,9 +411,15 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, AutostopError) as e:
         print(f"autostop: {e}", file=sys.stderr)
         return 2
-    if minutes == 0:
-        print("autostop: AUTOSTOP_IDLE_MINUTES is 0: autostop is off", flush=True)
-        return 0
+    sizes = {"worker_vm_size": values.get("WORKER_VM_SIZE", "")}
+    try:
+        compute = instance_metadata(args.imds)
+        sizes |= {
+            "location": compute.get("location", ""),
+            "head_vm_size": compute.get("vmSize", ""),
+        }
+    except (OSError, ValueError, AutostopError) as e:
+        print(f"autostop: the metadata service did not say this VM's size: {e}", flush=True)
 
     def look() -> Look:
         result = Look(ssh=read_ssh())
@@ -429,8 +444,12 @@ def main(argv: list[str] | None = None) -> int:
             agent.log,
         )
 
-    agent = Agent(values, args.state, args.log, look, stop)
-    agent.log(f"started: stops the cluster after {minutes} idle minute(s)")
+    agent = Agent(values, args.state, args.log, look, stop, sizes=sizes)
+    agent.log(
+        f"started: stops the cluster after {minutes} idle minute(s)"
+        if minutes
+        else "started: autostop is off (AUTOSTOP_IDLE_MINUTES 0); recording idle time only"
+    )
     while True:
         status = agent.once()
         if status.decision == "stopped":

@@ -76,8 +76,6 @@ param scalingMode string = 'cpu'
 param rayIdleTimeoutMinutes int = 5
 
 @description('Optional. Minutes the cluster may be idle (no Ray job pending or running, no SSH connection to the head) before the head scales the workers to zero and deallocates itself; 0 turns autostop off.')
-@minValue(0)
-@maxValue(10080)
 param autostopIdleMinutes int = 60
 
 @description('Optional. Fewest workers autoscale keeps, 0-100. With scalingMode "ray", 0 means the cluster scales to zero when idle. With "cpu", the scale set has no CPU metric at 0 instances, so autoscale then returns to workerDefaultCount: it stays at 0 only when workerDefaultCount is 0 too.')

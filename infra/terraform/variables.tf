@@ -352,11 +352,6 @@ variable "autostop_idle_minutes" {
   type        = number
   default     = 60
   description = "(Optional) Minutes the cluster may be idle (no Ray job pending or running, no SSH connection to the head) before the head scales the workers to zero and deallocates itself; 0 turns autostop off."
-
-  validation {
-    condition     = var.autostop_idle_minutes >= 0 && var.autostop_idle_minutes <= 10080 && floor(var.autostop_idle_minutes) == var.autostop_idle_minutes
-    error_message = "autostop_idle_minutes must be a whole number from 0 (off) to 10080."
-  }
 }
 
 variable "worker_min_count" {

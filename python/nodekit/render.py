@@ -59,8 +59,8 @@ HEALTH_PATH = "/usr/local/lib/ray-cluster/health.py"
 AUTOSCALER_PROVIDER_PATH = "/usr/local/lib/ray-cluster/azure_vmss_provider.py"
 """On the head: Ray's node provider for the workers' scale set (scaling_mode = "ray")."""
 AUTOSTOP_PATH = "/usr/local/lib/ray-cluster/autostop.py"
-"""On the head: the autostop agent (AUTOSTOP_IDLE_MINUTES > 0), next to the node provider whose
-Azure client it uses."""
+"""On the head: the autostop agent (ray-autostop.service), next to the node provider whose Azure
+client it uses."""
 NODE_MODULES = ("scheduled_events", "health", "azure_vmss_provider", "autostop")
 """Modules of :mod:`nodekit.node` embedded in the documents, read from this package."""
 BOOTSTRAP_PATH = "/usr/local/sbin/ray-cluster-bootstrap"
@@ -282,6 +282,30 @@ def gzip_b64(text: str) -> str:
     return base64.b64encode(gzip.compress(text.encode(), 9, mtime=0)).decode()
 
 
+def without_docstrings(text: str) -> str:
+    """Python source without its docstrings (the lines they span, found by ``ast``; every
+    other line byte for byte): the head's custom data has no room for the autostop agent's
+    documentation, which stays in python/nodekit/node/ and README.md. A body that is only a
+    docstring keeps it."""
+    import ast
+
+    drop: set[int] = set()
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list) or len(body) < 2:
+            continue
+        for stmt in body:
+            if (
+                isinstance(stmt, ast.Expr)
+                and isinstance(stmt.value, ast.Constant)
+                and isinstance(stmt.value.value, str)
+                and stmt.end_lineno is not None
+            ):
+                drop.update(range(stmt.lineno, stmt.end_lineno + 1))
+    lines = text.splitlines(keepends=True)
+    return "".join(line for n, line in enumerate(lines, 1) if n not in drop)
+
+
 def document_files(text: str) -> dict[str, str]:
     """A rendered document's write_files as ``{path: content}``, decoded as cloud-init does
     (``b64``, ``gz+b64``); the placeholder's file, not yet filled, stays as it is."""
@@ -356,6 +380,7 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         comment_end_string="##}",
     )
     env.filters["gzip_b64"] = gzip_b64
+    env.filters["without_docstrings"] = without_docstrings
     common = dict(
         layout=layout,
         versions=pins.versions,

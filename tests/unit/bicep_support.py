@@ -99,6 +99,7 @@ PARAMETERS: dict[str, str | None] = {
     "encryption_at_host_enabled": "encryptionAtHostEnabled",
     "scaling_mode": "scalingMode",
     "ray_idle_timeout_minutes": "rayIdleTimeoutMinutes",
+    "autostop_idle_minutes": "autostopIdleMinutes",
     "worker_min_count": "workerMinCount",
     "worker_default_count": "workerDefaultCount",
     "worker_max_count": "workerMaxCount",

@@ -448,3 +448,44 @@ def _arm_url(azure: Azure, url: str) -> Any:
     from azure.core.rest import HttpRequest
 
     return azure.cloud().scale_set.client.send_request(HttpRequest("GET", url)).json()
+
+
+# -- what the head gets --------------------------------------------------------------------------
+def test_the_head_gets_the_agent_without_docstrings_and_nothing_else_changed() -> None:
+    import yaml
+
+    from nodekit import render
+    from support import REPO
+
+    source = (REPO / "python" / "nodekit" / "node" / "autostop.py").read_text()
+    head = (REPO / "cloud-init" / "rendered" / "head.yaml").read_text()
+    embedded = render.document_files(head)[render.AUTOSTOP_PATH]
+    assert embedded == render.without_docstrings(source)
+    assert not embedded.lstrip().startswith('"""')  # the module's docstring went
+    assert embedded.count('"""') < source.count('"""') // 4  # only lone bodies keep theirs
+    # Every embedded line is the source's, in order; what went were whole docstrings.
+    remaining = iter(source.splitlines())
+    assert all(line in remaining for line in embedded.splitlines())
+    assert _code(source) == _code(embedded)  # the same program
+    compile(embedded, "autostop.py", "exec")
+    # The service runs it with the deploy-time values, on the head only.
+    units = {f["path"] for f in yaml.safe_load(head)["write_files"]}
+    assert "/etc/systemd/system/ray-autostop.service" in units
+    worker = (REPO / "cloud-init" / "rendered" / "worker.yaml").read_text()
+    assert "ray-autostop" not in worker
+
+
+def _code(text: str) -> str:
+    """The program without docstrings, as ``ast`` sees it (no line numbers)."""
+    import ast
+
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and len(body) > 1:
+            node.body = [  # type: ignore[attr-defined]
+                b
+                for b in body
+                if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))
+            ]
+    return ast.dump(tree)

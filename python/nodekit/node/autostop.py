@@ -1,37 +1,12 @@
 """Autostop: the head stops an idle cluster (workers to zero, the head deallocated).
 
-Runs on the head as ``ray-autostop.service``. Every ``--interval`` seconds it looks at
-
-* Ray's jobs, through the Jobs API on the head's loopback (``GET /api/jobs/`` with the cluster
-  token): a job PENDING or RUNNING keeps the cluster busy (the tasks and actors a job runs are
-  its own: while they run, the job does);
-* established TCP connections to the head's sshd (``/proc/net/tcp`` and ``tcp6``, local port
-  22): an SSH session keeps the cluster busy, and so does every tunnel (``python -m driver
-  dashboard``, ``submit`` following a job), since tunnels ride an SSH connection.
-
-A look that cannot read the jobs counts as busy (never stop on what was not seen). With
-``AUTOSTOP_IDLE_MINUTES`` 0 autostop is off: the agent only records how long the cluster has been
-idle (``python -m driver status`` shows it). When nothing was busy for ``AUTOSTOP_IDLE_MINUTES``
-in a row, the agent stops the cluster, with the head's
-managed identity (the autoscaler identity in scaling mode ``ray``, else the nodes' identity):
-
-1. scaling mode ``cpu``: disables the workers' Azure Monitor autoscale setting
-   (``WORKER_AUTOSCALE_NAME``; ``PATCH properties.enabled=false``), so it cannot bring workers
-   back; scaling mode ``ray``: stops the head's Ray service first (its autoscaler would launch
-   workers again);
-2. sets the workers' scale set's capacity to 0 (``PATCH sku.capacity``, waited for);
-3. deallocates its own VM (``POST .../virtualMachines/{head}/deallocate``; the head learns its
-   resource id from the instance metadata service): compute billing stops, disks stay.
-
-If a step fails, the agent starts Ray again (mode ``ray``), logs the failure and begins a new
-idle period. ``python -m driver start`` (or ``submit`` on a stopped cluster) starts the head
-again and re-enables the autoscale setting.
-
-Every look's result goes to a state file (JSON, ``python -m driver status`` reads it) and each
-change of decision to the log (one line) and the journal.
-
-This file is embedded in the head's cloud-init by ``python -m nodekit render``, next to
-``azure_vmss_provider.py``, whose Azure client it uses; standard library otherwise.
+``ray-autostop.service`` on the head. Busy: a Ray job PENDING or RUNNING (the Jobs API on the
+loopback, with the token; unreadable counts as busy), or an established TCP connection to port
+22 (SSH sessions and tunnels). Idle for ``AUTOSTOP_IDLE_MINUTES`` in a row (0: never; only the
+idle time is recorded): mode cpu disables the workers' autoscale setting, mode ray stops the
+head's Ray (its autoscaler); then the scale set's capacity goes to 0 and the head's VM is
+deallocated, with the head's managed identity and azure_vmss_provider.py's client. README.md
+("Autostop") has the whole story; python/nodekit/node/autostop.py is the source.
 """
 
 from __future__ import annotations

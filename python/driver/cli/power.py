@@ -64,25 +64,19 @@ def cmd_start(args: argparse.Namespace) -> int:
 def start_if_stopped(args: argparse.Namespace) -> None:
     """Before ``submit``: a head that autostop deallocated is started first (one line says so).
     When the head VM or its power state cannot be known, nothing is said: the SSH connection
-    then tells whether the head answers."""
-    try:
-        vm = _head_vm(args)
-        if vm is None:
-            return
-        with _manager(args, vm) as arm:
-            state = power.power_state(arm, vm)
-            if state not in power.STOPPED:
-                return
-            say(f"The cluster is stopped (its head VM is {state}): starting it first")
-            power.start(arm, vm, say)
-    except DriverError as e:
-        if "starting the head" in str(e) or "did not start" in str(e) or "not running" in str(e):
-            raise
+    then tells whether the head answers. A start that fails is an error."""
+    down = stopped(args)
+    if down is None:
         return
+    vm, state = down
+    say(f"The cluster is stopped (its head VM is {state}): starting it first")
+    with _manager(args, vm) as arm:
+        power.start(arm, vm, say)
 
 
 def stopped(args: argparse.Namespace) -> tuple[power.HeadVm, str] | None:
-    """``(vm, power state)`` when the head VM is known not to run, else None."""
+    """``(vm, power state)`` when the head VM is known not to run; None when it runs or when
+    that cannot be known (no head VM id, no credential, Resource Manager unreachable)."""
     try:
         vm = _head_vm(args)
         if vm is None:

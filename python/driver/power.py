@@ -109,6 +109,8 @@ def from_outputs(outputs: Mapping[str, Any], where: str) -> HeadVm | None:
 def head_vm(spec: ClusterSpec, env: Mapping[str, str]) -> HeadVm | None:
     """The head VM of the cluster ``spec`` names: ``$RAYDRIVER_HEAD_VM_ID`` first, else the
     stack's outputs; None for local Ray or a head known by address only."""
+    if spec.is_local:
+        return None
     if env.get(HEAD_VM_ID_ENV, "").strip():
         return HeadVm(
             env[HEAD_VM_ID_ENV].strip(),

@@ -139,6 +139,15 @@ def test_ids_come_from_the_stacks_outputs_or_the_environment() -> None:
         power.HeadVm(VM_ID, "/not/an/autoscale/setting")
 
 
+def test_local_ray_has_no_head_vm_even_with_the_variable_set() -> None:
+    from driver.settings import ClusterSpec
+
+    env = {"RAYDRIVER_HEAD_VM_ID": VM_ID}
+    assert power.head_vm(ClusterSpec(), env) is None
+    found = power.head_vm(ClusterSpec(head="10.0.0.4", source="--head"), env)
+    assert found is not None and found.vm_id == VM_ID
+
+
 # -- the commands --------------------------------------------------------------------------------
 def test_start_starts_the_head_then_reaches_for_ssh(fake: FakeAzure, tmp_path: Path) -> None:
     r = driver(fake, tmp_path, "start", "--head", CLOSED, "--retries", "0", **ids())

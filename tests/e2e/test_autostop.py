@@ -202,8 +202,14 @@ def test_idle_cluster_stops_and_submit_starts_it_again(cluster: Cluster, tmp_pat
     assert cluster.instances() == []  # the workers went to zero first
     wait("the head's container down", lambda: not cluster.head_running(), 120)
     log = cluster.log()
-    assert "stopping the head's Ray" in log
-    assert "setting the workers' scale set's capacity to 0" in log
+    steps = [
+        "setting the workers' scale set's capacity to 0",
+        "stopping the head's Ray",
+        "setting the capacity to 0 again",
+        "deallocating this head",
+    ]
+    at = [log.find(step) for step in steps]
+    assert -1 not in at and at == sorted(at), log
     assert f"deallocating this head ({compute.head_vm_id(NAME)})" in log
 
     status = cluster.driver("status", *cluster.args, timeout=120)

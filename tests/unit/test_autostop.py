@@ -265,15 +265,25 @@ def test_mode_cpu_disables_autoscale_then_empties_the_scale_set_then_deallocates
     assert r.calls == [f"disable_autoscale {AUTOSCALE}", "scale_to_zero", f"deallocate {HEAD_ID}"]
 
 
-def test_mode_ray_stops_rays_autoscaler_first_and_restarts_it_when_a_step_fails() -> None:
+def test_mode_ray_empties_the_scale_set_stops_ray_and_empties_it_again() -> None:
     r = Recorder()
     values = {"SCALING_MODE": "ray", "WORKER_AUTOSCALE_NAME": ""}
     autostop.stop_cluster(values, HEAD_ID, r, r.stop_ray, r.start_ray, lambda _: None)
-    assert r.calls == ["stop_ray", "scale_to_zero", f"deallocate {HEAD_ID}"]
+    # Workers drain through the running head; then Ray's autoscaler stops, and whatever it
+    # launched meanwhile goes too, before the head does.
+    assert r.calls == ["scale_to_zero", "stop_ray", "scale_to_zero", f"deallocate {HEAD_ID}"]
+
+
+def test_mode_ray_starts_ray_again_when_a_later_step_fails() -> None:
+    values = {"SCALING_MODE": "ray", "WORKER_AUTOSCALE_NAME": ""}
     r = Recorder(fail_at="deallocate")
     with pytest.raises(RuntimeError, match="failed"):
         autostop.stop_cluster(values, HEAD_ID, r, r.stop_ray, r.start_ray, lambda _: None)
-    assert r.calls == ["stop_ray", "scale_to_zero", f"deallocate {HEAD_ID}", "start_ray"]
+    assert r.calls[-2:] == [f"deallocate {HEAD_ID}", "start_ray"]
+    r = Recorder(fail_at="scale_to_zero")  # Ray not stopped yet: nothing to start again
+    with pytest.raises(RuntimeError, match="failed"):
+        autostop.stop_cluster(values, HEAD_ID, r, r.stop_ray, r.start_ray, lambda _: None)
+    assert r.calls == ["scale_to_zero"]
 
 
 def test_vm_resource_id_from_the_metadata_service() -> None:

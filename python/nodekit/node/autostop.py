@@ -3,9 +3,10 @@
 ``ray-autostop.service`` on the head. Busy: a Ray job PENDING or RUNNING (the Jobs API on the
 loopback, with the token; unreadable counts as busy), or an established TCP connection to port
 22 (SSH sessions and tunnels). Idle for ``AUTOSTOP_IDLE_MINUTES`` in a row (0: never; only the
-idle time is recorded): mode cpu disables the workers' autoscale setting, mode ray stops the
-head's Ray (its autoscaler); then the scale set's capacity goes to 0 and the head's VM is
-deallocated, with the head's managed identity and azure_vmss_provider.py's client. README.md
+idle time is recorded): mode cpu disables the workers' autoscale setting; the scale set's
+capacity goes to 0 (mode ray: then the head's Ray, its autoscaler, stops and the capacity is set
+to 0 again); the head's VM is deallocated. With the head's managed identity and
+azure_vmss_provider.py's client. README.md
 ("Autostop") has the whole story; python/nodekit/node/autostop.py is the source.
 """
 
@@ -258,21 +259,26 @@ def stop_cluster(
     start_ray: Callable[[], None],
     log: Callable[[str], None],
 ) -> None:
-    """Workers to zero (autoscale off first in mode cpu, Ray's autoscaler stopped first in mode
-    ray), then the head deallocated. On a failure Ray runs again and the error is raised."""
+    """Workers to zero, then the head deallocated. Mode cpu: the autoscale setting goes off
+    first (it would bring workers back). Mode ray: the workers go while the head's Ray still
+    runs (their Terminate watchers drain through it and finish at once), then the head's Ray
+    stops (its autoscaler could launch workers again) and the capacity is set to 0 once more,
+    for any worker it launched meanwhile. On a failure Ray runs again and the error is raised."""
     mode = values.get("SCALING_MODE", "cpu")
     autoscale = values.get("WORKER_AUTOSCALE_NAME", "")
     stopped_ray = False
     try:
-        if mode == "ray":
-            log("stopping the head's Ray (its autoscaler would launch workers again)")
-            stop_ray()
-            stopped_ray = True
-        elif autoscale:
+        if mode != "ray" and autoscale:
             log(f"disabling the workers' autoscale setting {autoscale}")
             cloud.disable_autoscale(autoscale)
         log("setting the workers' scale set's capacity to 0")
         cloud.scale_to_zero()
+        if mode == "ray":
+            log("stopping the head's Ray (its autoscaler would launch workers again)")
+            stop_ray()
+            stopped_ray = True
+            log("setting the capacity to 0 again (a worker Ray launched meanwhile goes too)")
+            cloud.scale_to_zero()
         log(f"deallocating this head ({vm_id})")
         cloud.deallocate(vm_id)
     except Exception:

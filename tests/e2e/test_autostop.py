@@ -80,6 +80,8 @@ class Cluster:
     env: dict[str, str]
     """The driver's environment: the head VM's id, the fake ARM endpoint, its CA, the identity."""
     home: Path
+    holder: subprocess.Popen[bytes] | None = None
+    """An SSH session the fixture holds open until the first test's job runs."""
 
     @property
     def args(self) -> list[str]:
@@ -131,6 +133,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                  "--idle-timeout-minutes", "1", "--autostop-idle-minutes", str(AUTOSTOP_MINUTES),
                  timeout=3600)  # fmt: skip
     imds = None
+    holder: subprocess.Popen[bytes] | None = None
     try:
         assert up.returncode == 0, f"rehearse up failed:\n{up.stdout}\n{up.stderr[-4000:]}"
         r = Rehearsal(NAME)
@@ -156,8 +159,23 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         }
         home = tmp_path_factory.mktemp("driver-home")
         head = state.head
-        yield Cluster(r.dir, head.ip, state.admin_user, Path(state.ssh_key), head.root, env, home)
+        c = Cluster(r.dir, head.ip, state.admin_user, Path(state.ssh_key), head.root, env, home)
+        # Busy from now on until the first test has its job running: an SSH session (the
+        # idle minute may have begun while `up` finished, on a loaded machine).
+        holder = subprocess.Popen(
+            [sys.executable, "-m", "driver", "ssh", *c.args, "--", "sleep", "3600"],
+            cwd=REPO,
+            env={**os.environ, "RAYDRIVER_HOME": str(home), **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        c.holder = holder
+        wait("the holder's SSH session", lambda: "SSH connection from" in c.log(), 120)
+        assert "stopping the cluster" not in c.log(), c.log()
+        yield c
     finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
         if imds is not None:
             imds.stop()
         if os.environ.get("RAYDRIVER_KEEP_REHEARSAL") != "1":
@@ -172,10 +190,15 @@ def test_a_running_job_keeps_the_cluster_up(cluster: Cluster, tmp_path: Path) ->
     r = cluster.driver("submit", str(job), *cluster.args, "--submission-id", "hold-1",
                        "--no-wait", "--", str(WATCH_S + 30))  # fmt: skip
     assert r.returncode == 0, r.stderr
-    time.sleep(WATCH_S)  # no SSH connection meanwhile: only the job keeps it busy
+    assert cluster.holder is not None
+    cluster.holder.terminate()  # from now on only the job keeps it busy
+    cluster.holder.wait(60)
+    time.sleep(WATCH_S)
     assert cluster.head_running() and cluster.power() == "running"
     log = cluster.log()
-    assert "job hold-1 pending or running: not stopping" in log, log
+    # The agent's verdict with the job alone (no SSH connection in it), and nothing else since.
+    last = log.rstrip("\n").splitlines()[-1]
+    assert last.endswith("job hold-1 pending or running: not stopping"), log
     assert "stopping the cluster" not in log
     wait("the job's end", lambda: cluster.agent_state().get("decision") != "busy", 120)
 

@@ -829,6 +829,8 @@ read_values /etc/ray-cluster/deploy.json RAY_HEAD_IP KEY_VAULT_URL TOKEN_SECRET_
     fail "RAY_HEAD_IP must be an IPv4 address, got '$RAY_HEAD_IP'"
 [[ "$KEY_VAULT_URL" == https://* ]] || fail "KEY_VAULT_URL must be an https:// URL, got '$KEY_VAULT_URL'"
 [[ "$SCALING_MODE" =~ ^(cpu|ray)$ ]] || fail "SCALING_MODE must be cpu or ray, got '$SCALING_MODE'"
+[[ "$AUTOSTOP_IDLE_MINUTES" =~ ^[0-9]+$ ]] ||
+    fail "AUTOSTOP_IDLE_MINUTES must be a whole number (0: off), got '$AUTOSTOP_IDLE_MINUTES'"
 check_install_values
 detect_gpu
 
@@ -925,6 +927,9 @@ systemctl enable --now ray-xvfb.service
 systemctl enable --now "ray-$ROLE.service"
 if [ "$ROLE" = head ]; then
     systemctl enable --now ray-tensorboard.service
+    # Autostop watches from now on (its idle clock starts with it, at every boot); with
+    # AUTOSTOP_IDLE_MINUTES 0 it only records how long the cluster has been idle.
+    systemctl enable --now ray-autostop.service
 else
     systemctl enable --now ray-scheduled-events.service
 fi

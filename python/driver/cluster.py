@@ -54,6 +54,10 @@ class Cluster(Protocol):
         """Where a job writes its results, as a path on the node that runs the entrypoint."""
         ...
 
+    def autostop_state(self) -> dict[str, Any] | None:
+        """What the head's autostop agent last recorded (idle since, sizes), None without one."""
+        ...
+
     def download(
         self, submission_id: str, destination: Path, progress: ByteProgress | None = None
     ) -> DownloadReport:

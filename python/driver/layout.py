@@ -64,6 +64,11 @@ RAY_STOP_DRAIN_S = 5
 RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S, 30 by default). RLlib's env runners never finish, so the
 default would add 30 s to every stop; a worker told of its removal has already been drained by
 the scheduled-events watcher with the notice's own deadline."""
+AUTOSTOP_STATE = f"{STATE_DIR}/autostop.json"
+"""On the head: what the autostop agent last saw and decided (JSON: idle since when, the busy
+jobs and SSH connections, the decision); ``python -m driver status`` reads it."""
+AUTOSTOP_LOG = f"{STATE_DIR}/autostop.log"
+"""On the head: the autostop agent's decisions, one line each (also in its journal)."""
 RESULTS_DIR = f"{STATE_DIR}/results"
 """Jobs write results and checkpoints to RESULTS_DIR/<submission id> on the head."""
 IMDS_ENDPOINT = "http://169.254.169.254"

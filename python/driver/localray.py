@@ -389,6 +389,9 @@ class LocalCluster:
     def results_dir(self, submission_id: str) -> str:
         return str((self.results_root / submission_id).resolve())
 
+    def autostop_state(self) -> dict[str, Any] | None:
+        return None  # local Ray never stops itself
+
     def download(
         self, submission_id: str, destination: Path, progress: ByteProgress | None = None
     ) -> DownloadReport:

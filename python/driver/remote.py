@@ -281,6 +281,15 @@ class RemoteCluster:
             delay = min(delay * 2, 30.0)
 
     # -- the rest of the verbs -------------------------------------------------------------
+    def autostop_state(self) -> dict[str, Any] | None:
+        """The head's autostop state file (JSON), None where there is none or it is unusable."""
+        text = self.session.read_text(layout.AUTOSTOP_STATE)
+        try:
+            state = json.loads(text) if text else None
+        except ValueError:
+            return None
+        return state if isinstance(state, dict) else None
+
     def results_dir(self, submission_id: str) -> str:
         return str(PurePosixPath(layout.RESULTS_DIR) / submission_id)
 

@@ -176,6 +176,14 @@ def register_rehearse(verbs: Any) -> None:
     up.add_argument(
         "--idle-timeout-minutes", type=int, default=5, help="ray mode: idle_timeout_minutes (5)"
     )
+    up.add_argument(
+        "--autostop-idle-minutes",
+        type=int,
+        default=0,
+        help="the head's autostop: after N idle minutes the workers go to zero and the head is "
+        "deallocated (its container powers off; the fake Compute's start boots it again); "
+        "default 0, off",
+    )
     up.set_defaults(func=cmd_rehearse_up)
     hook = actions.add_parser(
         "scale-set",
@@ -186,6 +194,13 @@ def register_rehearse(verbs: Any) -> None:
     hook.add_argument("--instance-id", required=True)
     hook.add_argument("--ip", required=True)
     hook.set_defaults(func=cmd_rehearse_scale_set)
+    vm = actions.add_parser(
+        "vm",
+        help="What the fake Compute runs when the head's VM is deallocated or started (autostop).",
+    )
+    vm.add_argument("action", choices=("deallocate", "start"))
+    vm.add_argument("--name", default="rehearsal")
+    vm.set_defaults(func=cmd_rehearse_vm)
     add = actions.add_parser(
         "add-worker",
         help="Boot more workers into the running cluster (a scale-out, as autoscale does).",
@@ -246,6 +261,7 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
         max_workers=args.max_workers,
         idle_timeout_minutes=args.idle_timeout_minutes,
         image=args.image,
+        autostop_idle_minutes=args.autostop_idle_minutes,
     )
     head = state.head
     print(f"head: {state.admin_user}@{head.ip}")
@@ -285,6 +301,19 @@ def cmd_rehearse_scale_set(args: argparse.Namespace) -> int:
     else:
         r.scale_set_delete(args.instance_id)
         say(f"scale set: instance {args.instance_id} deleted")
+    return EXIT_OK
+
+
+def cmd_rehearse_vm(args: argparse.Namespace) -> int:
+    from nodekit.rehearsal.cluster import Rehearsal
+
+    r = Rehearsal(args.name)
+    if args.action == "deallocate":
+        r.vm_deallocate()
+        say("head VM: deallocated (its container is powered off)")
+    else:
+        r.vm_start()
+        say("head VM: started (its container boots)")
     return EXIT_OK
 
 

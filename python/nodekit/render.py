@@ -66,7 +66,10 @@ SCHEDULED_EVENTS_PATH = "/usr/local/lib/ray-cluster/scheduled_events.py"
 HEALTH_PATH = "/usr/local/lib/ray-cluster/health.py"
 AUTOSCALER_PROVIDER_PATH = "/usr/local/lib/ray-cluster/azure_vmss_provider.py"
 """On the head: Ray's node provider for the workers' scale set (scaling_mode = "ray")."""
-NODE_MODULES = ("scheduled_events", "health", "azure_vmss_provider")
+AUTOSTOP_PATH = "/usr/local/lib/ray-cluster/autostop.py"
+"""On the head: the autostop agent (ray-autostop.service), next to the node provider whose Azure
+client it uses."""
+NODE_MODULES = ("scheduled_events", "health", "azure_vmss_provider", "autostop")
 """Modules of :mod:`nodekit.node` embedded in the documents, read from this package."""
 BOOTSTRAP_PATH = "/usr/local/sbin/ray-cluster-bootstrap"
 """The node bootstrap (cloud-init/templates/files/ray-cluster-bootstrap.sh.j2), one script for
@@ -291,6 +294,54 @@ def gzip_b64(text: str) -> str:
     return base64.b64encode(gzip.compress(text.encode(), 9, mtime=0)).decode()
 
 
+def without_docstrings(text: str) -> str:
+    """Python source without its docstrings (the lines they span, found by ``ast``; every
+    other line byte for byte): the head's custom data has no room for the autostop agent's
+    documentation, which stays in python/nodekit/node/ and README.md. A body that is only a
+    docstring keeps it."""
+    import ast
+
+    drop: set[int] = set()
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list) or len(body) < 2:
+            continue
+        for stmt in body:
+            if (
+                isinstance(stmt, ast.Expr)
+                and isinstance(stmt.value, ast.Constant)
+                and isinstance(stmt.value.value, str)
+                and stmt.end_lineno is not None
+            ):
+                drop.update(range(stmt.lineno, stmt.end_lineno + 1))
+    lines = text.splitlines(keepends=True)
+    return "".join(line for n, line in enumerate(lines, 1) if n not in drop)
+
+
+def compact_python(text: str) -> str:
+    """Python source as the nodes get it: without its docstrings (``without_docstrings``) and
+    its comments (found by ``tokenize``; a line that held only a comment goes, a trailing one is
+    cut; a ``#!`` first line stays), every other line byte for byte. The custom data has no
+    room for the documentation, which stays in the sources and README.md."""
+    import io
+    import tokenize
+
+    text = without_docstrings(text)
+    comments = {
+        token.start[0]: token.start[1]
+        for token in tokenize.generate_tokens(io.StringIO(text).readline)
+        if token.type == tokenize.COMMENT
+    }
+    kept = []
+    for n, line in enumerate(text.splitlines(keepends=True), 1):
+        column = comments.get(n)
+        if column is None or (n == 1 and line.startswith("#!")):
+            kept.append(line)
+        elif line[:column].strip():
+            kept.append(line[:column].rstrip() + "\n")
+    return "".join(kept)
+
+
 def document_files(text: str) -> dict[str, str]:
     """A rendered document's write_files as ``{path: content}``, decoded as cloud-init does
     (``b64``, ``gz+b64``); the placeholder's file, not yet filled, stays as it is."""
@@ -375,6 +426,8 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         comment_end_string="##}",
     )
     env.filters["gzip_b64"] = gzip_b64
+    env.filters["without_docstrings"] = without_docstrings
+    env.filters["compact_python"] = compact_python
     common = dict(
         layout=layout,
         versions=pins.versions,
@@ -385,6 +438,7 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         scheduled_events_path=SCHEDULED_EVENTS_PATH,
         health_path=HEALTH_PATH,
         autoscaler_provider_path=AUTOSCALER_PROVIDER_PATH,
+        autostop_path=AUTOSTOP_PATH,
         autoscaler_lock_path=AUTOSCALER_LOCK_PATH,
         cuda_lock_path=CUDA_LOCK_PATH,
         ready_timeout_s=READY_TIMEOUT_S,

@@ -28,6 +28,20 @@ scale set — else ARM's 401 ``AuthenticationFailed`` / 403 ``AuthorizationFaile
   instance id: 400 ``InvalidParameter``, nothing deleted.
 * ``GET .../locations/L/operations/ID`` → ``{"name", "status": "InProgress"|"Succeeded",
   "startTime", "endTime"}``; ``GET`` of the ``Location`` URL → 202 while it runs, then 200.
+* Virtual machines in ``config.json``'s ``virtual_machines`` (the head; :func:`vm_config`):
+  ``GET .../virtualMachines/N`` → the ``VirtualMachine`` (``properties {vmId, hardwareProfile
+  {vmSize}, provisioningState}``; with ``$expand=instanceView`` also ``properties.instanceView``);
+  ``GET .../virtualMachines/N/instanceView`` → ``{"statuses": [{"code":
+  "ProvisioningState/succeeded"}, {"code": "PowerState/running"|"PowerState/deallocating"|
+  "PowerState/deallocated"|"PowerState/starting", "displayStatus": "VM running", ...}]}``;
+  ``POST .../virtualMachines/N/deallocate`` and ``.../start`` → 202 with ``Azure-AsyncOperation``,
+  ``Location`` and ``Retry-After``: the power state is ``deallocating`` (``starting``) until the
+  ``on_deallocate`` (``on_start``) hook returns, then ``deallocated`` (``running``). Deallocating
+  a deallocated VM, or starting a running one, succeeds at once, as Azure's does.
+* Autoscale settings in ``autoscale_settings`` (Microsoft.Insights, api-version 2022-10-01):
+  ``GET .../providers/Microsoft.Insights/autoscalesettings/N`` → ``{id, name, location,
+  properties {enabled, targetResourceUri, profiles}}``; ``PATCH`` with ``{"properties":
+  {"enabled": bool}}`` → 200 with the setting.
 
 State lives in a folder (:class:`StateFolder`): ``config.json`` (what the test sets),
 ``instances.json`` (what the fake made), ``requests.jsonl`` (what arrived). Hooks are callables
@@ -65,6 +79,23 @@ _VMSS = re.compile(
     r"/virtualmachinescalesets/(?P<name>[^/]+)(?P<tail>/virtualmachines|/networkinterfaces|/delete)?$",
     re.IGNORECASE,
 )
+_VM = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/microsoft\.compute"
+    r"/virtualmachines/(?P<name>[^/]+)(?P<tail>/instanceview|/deallocate|/start)?$",
+    re.IGNORECASE,
+)
+_AUTOSCALE = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/microsoft\.insights"
+    r"/autoscalesettings/(?P<name>[^/]+)$",
+    re.IGNORECASE,
+)
+POWER_DISPLAY = {
+    "running": "VM running",
+    "deallocating": "VM deallocating",
+    "deallocated": "VM deallocated",
+    "starting": "VM starting",
+    "stopped": "VM stopped",
+}
 _OPERATION = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/providers/microsoft\.compute/locations/(?P<loc>[^/]+)"
     r"/operations/(?P<id>[0-9a-f-]+)$",
@@ -92,16 +123,54 @@ def scale_set_config(
     }
 
 
-def compute_config(
-    token_key: bytes, audience: str, writers: list[str], scale_sets: list[dict[str, Any]]
+def vm_config(
+    subscription: str,
+    group: str,
+    name: str,
+    size: str = "Standard_D4s_v5",
+    location: str = "westeurope",
 ) -> dict[str, Any]:
-    """A ``config.json``: who may write (client ids with the role on the scale sets), the token
-    audience (the Resource Manager endpoint the client signs in for), the scale sets."""
+    """A virtual machine (the head) for ``compute_config``'s ``virtual_machines``."""
+    return {
+        "subscription": subscription,
+        "group": group,
+        "name": name,
+        "size": size,
+        "location": location,
+    }
+
+
+def autoscale_config(
+    subscription: str, group: str, name: str, target: str, enabled: bool = True
+) -> dict[str, Any]:
+    """An Azure Monitor autoscale setting for ``compute_config``'s ``autoscale_settings``."""
+    return {
+        "subscription": subscription,
+        "group": group,
+        "name": name,
+        "target": target,
+        "enabled": enabled,
+    }
+
+
+def compute_config(
+    token_key: bytes,
+    audience: str,
+    writers: list[str],
+    scale_sets: list[dict[str, Any]],
+    virtual_machines: list[dict[str, Any]] | None = None,
+    autoscale_settings: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A ``config.json``: who may write (client ids with the role on the scale sets, the VMs
+    and the autoscale settings), the token audience (the Resource Manager endpoint the client
+    signs in for), the scale sets, VMs and autoscale settings."""
     return {
         "token_key": token_key.hex(),
         "audience": audience,
         "writers": writers,
         "scale_sets": scale_sets,
+        "virtual_machines": virtual_machines or [],
+        "autoscale_settings": autoscale_settings or [],
     }
 
 
@@ -121,11 +190,15 @@ class FakeCompute(_Server):
         port: int = 0,
         on_create: Hook | None = None,
         on_delete: Hook | None = None,
+        on_deallocate: Hook | None = None,
+        on_start: Hook | None = None,
     ) -> None:
         folder = state if isinstance(state, StateFolder) else StateFolder(state)
         super().__init__(bind, port, folder, (cert, key))
         self.on_create = on_create
         self.on_delete = on_delete
+        self.on_deallocate = on_deallocate
+        self.on_start = on_start
         self._mutex = threading.RLock()
         self._operations: dict[str, dict[str, Any]] = {}
 
@@ -184,6 +257,10 @@ class FakeCompute(_Server):
             )
         if m := _OPERATION.match(path):
             return self._operation(m["id"], query.get("monitor") == "true")
+        if vm := _VM.match(path):
+            return self._vm_route(config, claims, method, path, query, vm)
+        if setting := _AUTOSCALE.match(path):
+            return self._autoscale_route(config, claims, method, path, body, setting)
         m = _VMSS.match(path)
         scale_set = None
         if m:
@@ -243,6 +320,199 @@ class FakeCompute(_Server):
             if tail == "/delete" and method == "POST":
                 return self._delete(scale_set, body)
         return _error(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+
+    # -- virtual machines (the head) and autoscale settings -------------------------------------
+    @staticmethod
+    def _find(items: list[dict[str, Any]], m: re.Match[str]) -> dict[str, Any] | None:
+        key = (m["sub"].lower(), m["rg"].lower(), m["name"].lower())
+        for item in items:
+            if (item["subscription"].lower(), item["group"].lower(), item["name"].lower()) == key:
+                return item
+        return None
+
+    @staticmethod
+    def _forbidden(claims: dict[str, Any], action: str, path: str) -> Reply:
+        return _error(
+            403,
+            "AuthorizationFailed",
+            f"The client with object id '{claims.get('oid')}' does not have authorization "
+            f"to perform action '{action}' over scope '{path}' or the scope is invalid.",
+        )
+
+    def power_state(self, name: str) -> str:
+        """A VM's power state: running (the default), deallocating, deallocated, starting."""
+        with self._mutex:
+            return str(self.state.read("power.json", {}).get(name.lower(), "running"))
+
+    def _set_power(self, name: str, power: str) -> None:
+        with self._mutex:
+            data = self.state.read("power.json", {})
+            data[name.lower()] = power
+            self.state.write("power.json", data)
+
+    def _vm_id(self, vm: dict[str, Any]) -> str:
+        return (
+            f"/subscriptions/{vm['subscription']}/resourceGroups/{vm['group']}"
+            f"/providers/Microsoft.Compute/virtualMachines/{vm['name']}"
+        )
+
+    def _instance_view(self, vm: dict[str, Any]) -> dict[str, Any]:
+        power = self.power_state(vm["name"])
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        return {
+            "computerName": vm["name"],
+            "statuses": [
+                {
+                    "code": "ProvisioningState/succeeded",
+                    "level": "Info",
+                    "displayStatus": "Provisioning succeeded",
+                    "time": now,
+                },
+                {
+                    "code": f"PowerState/{power}",
+                    "level": "Info",
+                    "displayStatus": POWER_DISPLAY.get(power, power),
+                },
+            ],
+        }
+
+    def _machine_doc(self, vm: dict[str, Any], expand: bool) -> dict[str, Any]:
+        vm_id = self._vm_id(vm)
+        props: dict[str, Any] = {
+            "vmId": str(uuid.uuid5(uuid.NAMESPACE_URL, vm_id)),
+            "hardwareProfile": {"vmSize": vm["size"]},
+            "provisioningState": "Succeeded",
+        }
+        if expand:
+            props["instanceView"] = self._instance_view(vm)
+        return {
+            "id": vm_id,
+            "name": vm["name"],
+            "type": "Microsoft.Compute/virtualMachines",
+            "location": vm["location"],
+            "properties": props,
+        }
+
+    def _vm_route(
+        self,
+        config: dict[str, Any],
+        claims: dict[str, Any],
+        method: str,
+        path: str,
+        query: dict[str, str],
+        m: re.Match[str],
+    ) -> Reply:
+        vm = self._find(config.get("virtual_machines", []), m)
+        if vm is None:
+            return _error(
+                404,
+                "ResourceNotFound",
+                f"The Resource 'Microsoft.Compute/virtualMachines/{m['name']}' under resource "
+                f"group '{m['rg']}' was not found.",
+            )
+        tail = (m["tail"] or "").lower()
+        if claims.get("appid") not in config.get("writers", []):
+            action = {"": "read", "/instanceview": "instanceView/read"}.get(
+                tail, f"{tail.lstrip('/')}/action"
+            )
+            return self._forbidden(claims, f"Microsoft.Compute/virtualMachines/{action}", path)
+        if method == "GET" and tail == "":
+            return 200, self._machine_doc(vm, query.get("$expand") == "instanceView"), {}
+        if method == "GET" and tail == "/instanceview":
+            return 200, self._instance_view(vm), {}
+        if method == "POST" and tail in ("/deallocate", "/start"):
+            return self._power(vm, tail.lstrip("/"))
+        return _error(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+
+    def _power(self, vm: dict[str, Any], action: str) -> Reply:
+        going, done, hook = (
+            ("deallocating", "deallocated", self.on_deallocate)
+            if action == "deallocate"
+            else ("starting", "running", self.on_start)
+        )
+        with self._mutex:
+            before = self.power_state(vm["name"])
+            if before not in (done, going):
+                self._set_power(vm["name"], going)
+                self._spawn(self._power_hook, vm, done, hook)
+        site = {
+            "subscription": vm["subscription"],
+            "location": vm["location"],
+        }
+        return 202, "", self._start_operation(site, lambda: self.power_state(vm["name"]) == done)
+
+    def _power_hook(self, vm: dict[str, Any], done: str, hook: Hook | None) -> None:
+        if hook is not None:
+            try:
+                hook({"name": vm["name"], "group": vm["group"], "power": done})
+            except Exception as e:
+                self.state.append("hooks.jsonl", {done: vm["name"], "error": str(e)})
+        self._set_power(vm["name"], done)
+
+    def autoscale_enabled(self, name: str) -> bool | None:
+        """The setting's ``enabled`` (None: no such setting)."""
+        config = self.state.read("config.json", {})
+        for s in config.get("autoscale_settings", []):
+            if s["name"].lower() == name.lower():
+                return bool(s["enabled"])
+        return None
+
+    def _autoscale_route(
+        self,
+        config: dict[str, Any],
+        claims: dict[str, Any],
+        method: str,
+        path: str,
+        body: bytes,
+        m: re.Match[str],
+    ) -> Reply:
+        setting = self._find(config.get("autoscale_settings", []), m)
+        if setting is None:
+            return _error(
+                404,
+                "ResourceNotFound",
+                f"The Resource 'Microsoft.Insights/autoscalesettings/{m['name']}' under "
+                f"resource group '{m['rg']}' was not found.",
+            )
+        if claims.get("appid") not in config.get("writers", []):
+            action = "read" if method == "GET" else "write"
+            return self._forbidden(claims, f"Microsoft.Insights/autoscaleSettings/{action}", path)
+        if method == "PATCH":
+            try:
+                enabled = json.loads(body)["properties"]["enabled"]
+            except (ValueError, KeyError, TypeError):
+                return _error(400, "InvalidRequestContent", "The request content was invalid.")
+            if not isinstance(enabled, bool):
+                return _error(400, "InvalidRequestContent", "properties.enabled must be a boolean.")
+            with self._mutex:
+                config = self.state.read("config.json", {})
+                found = self._find(config.get("autoscale_settings", []), m)
+                assert found is not None
+                found["enabled"] = enabled
+                self.state.write("config.json", config)
+                setting = found
+        elif method != "GET":
+            return _error(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+        setting_id = (
+            f"/subscriptions/{setting['subscription']}/resourceGroups/{setting['group']}"
+            f"/providers/Microsoft.Insights/autoscalesettings/{setting['name']}"
+        )
+        return (
+            200,
+            {
+                "id": setting_id,
+                "name": setting["name"],
+                "type": "Microsoft.Insights/autoscaleSettings",
+                "location": "westeurope",
+                "properties": {
+                    "name": setting["name"],
+                    "enabled": setting["enabled"],
+                    "targetResourceUri": setting["target"],
+                    "profiles": [],
+                },
+            },
+            {},
+        )
 
     # -- documents ---------------------------------------------------------------------------
     @staticmethod
@@ -473,6 +743,14 @@ def _command_hook(command: str) -> Hook:
     return hook
 
 
+def _vm_hook(command: str) -> Hook:
+    def hook(info: dict[str, Any]) -> None:
+        env = dict(os.environ, VM_NAME=info["name"])
+        subprocess.run(["/bin/sh", "-c", command], env=env, check=True, timeout=1800)
+
+    return hook
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--bind", required=True)
@@ -482,6 +760,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--key", type=Path, required=True)
     p.add_argument("--on-create", help="shell command run when an instance is created")
     p.add_argument("--on-delete", help="shell command run when an instance is deleted")
+    p.add_argument("--on-deallocate", help="shell command run when a VM is deallocated")
+    p.add_argument("--on-start", help="shell command run when a VM is started")
     args = p.parse_args(argv)
     server = FakeCompute(
         args.state,
@@ -491,6 +771,8 @@ def main(argv: list[str] | None = None) -> int:
         args.port,
         on_create=_command_hook(args.on_create) if args.on_create else None,
         on_delete=_command_hook(args.on_delete) if args.on_delete else None,
+        on_deallocate=_vm_hook(args.on_deallocate) if args.on_deallocate else None,
+        on_start=_vm_hook(args.on_start) if args.on_start else None,
     )
 
     def stop(*_: Any) -> None:

@@ -38,6 +38,14 @@ stands in for exactly the calls the driver makes, with the real wire format:
   Failed at Customizing with :attr:`FakeAzure.build_fails_with`; ``GET .../imageTemplates/
   {name}/runOutputs/{runOutputName}`` → ``properties.artifactId``, the new gallery image
   version's id (versions 1.0.1, 1.0.2, ... per template).
+* **A stopped cluster** (``python -m driver start``, api-versions 2024-11-01 and 2022-10-01):
+  the VMs of :attr:`FakeAzure.vms` (resource id → power state): ``GET {vm}/instanceView`` →
+  ``{"statuses": [{"code": "ProvisioningState/succeeded"}, {"code": "PowerState/STATE"}]}``;
+  ``POST {vm}/start`` → 202 with ``Azure-AsyncOperation`` (``.../providers/Microsoft.Compute/
+  locations/L/operations/ID``) and ``Retry-After``, the VM ``starting``; the operation's
+  document says ``InProgress`` for :attr:`FakeAzure.start_polls` polls, then ``Succeeded`` and
+  the VM is ``running``. ``PATCH {autoscale setting}`` with ``{"properties": {"enabled": B}}``
+  sets :attr:`FakeAzure.autoscale` (resource id → enabled) and answers the setting.
 
 Why HTTPS with a throwaway self-signed certificate: azure-core refuses to send a bearer token
 over plain http, so the real SDK only talks to an https endpoint. :meth:`FakeAzure.env` gives
@@ -83,6 +91,20 @@ _IMAGE_OPERATION_PATH = re.compile(
     re.IGNORECASE,
 )
 IMAGE_API_VERSION = "2024-02-01"
+_VM_PATH = re.compile(
+    r"^(?P<id>/subscriptions/[^/]+/resourcegroups/[^/]+/providers/microsoft\.compute"
+    r"/virtualmachines/[^/]+)(?P<tail>/instanceview|/start)$",
+    re.IGNORECASE,
+)
+_COMPUTE_OPERATION_PATH = re.compile(
+    r"^/subscriptions/[^/]+/providers/microsoft\.compute/locations/[^/]+/operations/(?P<id>[0-9a-f-]+)$",
+    re.IGNORECASE,
+)
+_AUTOSCALE_PATH = re.compile(
+    r"^/subscriptions/[^/]+/resourcegroups/[^/]+/providers/microsoft\.insights"
+    r"/autoscalesettings/[^/]+$",
+    re.IGNORECASE,
+)
 
 
 def self_signed_cert(folder: Path) -> tuple[Path, Path]:
@@ -151,6 +173,13 @@ class FakeAzure:
     """The Retry-After (seconds) the build's operation answers with."""
     runs: list[tuple[str, str, str]] = field(default_factory=list)
     """(subscription, resource group, name) of every build started (POST run)."""
+    vms: dict[str, str] = field(default_factory=dict)
+    """VM resource id (lower case) → power state (``deallocated``, ``running``, ...)."""
+    autoscale: dict[str, bool] = field(default_factory=dict)
+    """Autoscale setting resource id (lower case) → enabled."""
+    start_polls: int = 2
+    """How many polls a VM start's operation says InProgress."""
+    _starts: dict[str, list[Any]] = field(default_factory=dict)
     _builds: dict[str, dict[str, Any]] = field(default_factory=dict)
     _results: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
     _polls: dict[tuple[str, str, str], int] = field(default_factory=dict)
@@ -175,6 +204,9 @@ class FakeAzure:
                 fake._handle(self)
 
             def do_DELETE(self) -> None:
+                fake._handle(self)
+
+            def do_PATCH(self) -> None:
                 fake._handle(self)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -275,8 +307,19 @@ class FakeAzure:
             return
         length = int(h.headers.get("Content-Length") or 0)
         body = json.loads(h.rfile.read(length)) if length else None
-        if h.command in ("PUT", "POST"):
+        if h.command in ("PUT", "POST", "PATCH"):
             self.bodies.append((h.command, url.path, body))
+        vm = _VM_PATH.match(url.path)
+        if vm is not None:
+            self._vm(h, vm["id"].lower(), vm["tail"].lower())
+            return
+        compute_op = _COMPUTE_OPERATION_PATH.match(url.path)
+        if compute_op is not None:
+            self._start_operation(h, compute_op["id"])
+            return
+        if _AUTOSCALE_PATH.match(url.path):
+            self._autoscale(h, url.path, body)
+            return
         result = _RESULT_PATH.match(url.path)
         if result is not None:
             self._result(h, result["id"])
@@ -604,6 +647,60 @@ class FakeAzure:
                 error={"code": "Failed", "message": status["message"]},
             )
         self._send(h, 200, doc, {"Retry-After": self.build_retry_after})
+
+    # -- a stopped cluster ------------------------------------------------------------------
+    def _vm(self, h: BaseHTTPRequestHandler, vm_id: str, tail: str) -> None:
+        if vm_id not in self.vms:
+            self._send(h, 404, _error("ResourceNotFound", f"The Resource '{vm_id}' was not found."))
+            return
+        if h.command == "GET" and tail == "/instanceview":
+            statuses = [
+                {"code": "ProvisioningState/succeeded", "level": "Info"},
+                {"code": f"PowerState/{self.vms[vm_id]}", "level": "Info"},
+            ]
+            self._send(h, 200, {"statuses": statuses})
+            return
+        if h.command == "POST" and tail == "/start":
+            op = str(uuid.uuid4())
+            if self.vms[vm_id] != "running":
+                self.vms[vm_id] = "starting"
+            self._starts[op] = [vm_id, self.start_polls]
+            sub = vm_id.split("/")[2]
+            url = (
+                f"{self.endpoint}/subscriptions/{sub}/providers/Microsoft.Compute/locations/"
+                f"westeurope/operations/{op}?api-version=2024-11-01"
+            )
+            self._send(h, 202, None, {"Azure-AsyncOperation": url, "Retry-After": "0"})
+            return
+        self._send(h, 405, _error("MethodNotAllowed", f"{h.command} {tail}"))
+
+    def _start_operation(self, h: BaseHTTPRequestHandler, op: str) -> None:
+        entry = self._starts.get(op)
+        if entry is None:
+            self._send(h, 404, _error("NotFound", f"Operation {op} was not found."))
+            return
+        entry[1] -= 1
+        done = entry[1] < 0
+        if done:
+            self.vms[entry[0]] = "running"
+        status = "Succeeded" if done else "InProgress"
+        self._send(
+            h, 200, {"name": op, "status": status, "startTime": _now()}, {"Retry-After": "0"}
+        )
+
+    def _autoscale(self, h: BaseHTTPRequestHandler, path: str, body: Any) -> None:
+        key = path.lower()
+        if key not in self.autoscale:
+            self._send(h, 404, _error("ResourceNotFound", f"The Resource '{path}' was not found."))
+            return
+        if h.command == "PATCH":
+            enabled = ((body or {}).get("properties") or {}).get("enabled")
+            if not isinstance(enabled, bool):
+                self._send(h, 400, _error("InvalidRequestContent", "properties.enabled"))
+                return
+            self.autoscale[key] = enabled
+        doc = {"id": path, "properties": {"enabled": self.autoscale[key]}}
+        self._send(h, 200, doc)
 
     def _token(self, h: BaseHTTPRequestHandler, query: dict[str, str]) -> None:
         if h.headers.get("X-IDENTITY-HEADER") != self.identity_secret:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from driver import __version__
-from driver.cli import cluster, image, jobs, local, node, price, results
+from driver.cli import cluster, image, jobs, local, node, power, price, results
 from driver.cli.options import EPILOG, Parser
 from driver.cli.output import PROG, say
 from driver.errors import DriverError, run_main
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     verbs.required = True
     jobs.register(verbs)
     cluster.register(verbs)
+    power.register(verbs)
     price.register(verbs)
     image.register(verbs)
     local.register(verbs)

@@ -31,6 +31,7 @@ from driver.cli.output import (
     terminal_safe,
     write_out,
 )
+from driver.cli.power import idle_line, rate_line, report_stopped, start_if_stopped, stopped
 from driver.cluster import Cluster
 from driver.errors import (
     EXIT_INTERRUPTED,
@@ -262,6 +263,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     # Decide what goes before connecting: a refusal costs nothing.
     plans = [upload.plan(submission.working_dir, args.allow_sensitive)]
     plans += [upload.plan(m, args.allow_sensitive, "a py_modules folder") for m in spec.py_modules]
+    start_if_stopped(args)  # a cluster that autostop stopped starts first
     with open_cluster(args, start_local=True) as cluster:
         client = cluster.jobs()
         hint = cluster.cli_hint
@@ -323,13 +325,24 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cluster_status(args: argparse.Namespace) -> int:
+    if down := stopped(args):
+        return report_stopped(args, *down)
     with open_cluster(args) as cluster:
         status = cluster.jobs().cluster_status()
+        autostop = cluster.autostop_state()
+    workers = len([n for n in status.nodes if n["state"] == "ALIVE" and not n["head"]])
+    extra = [idle_line(autostop), rate_line(autostop, workers)] if autostop else []
     if args.json:
-        print(json.dumps(status.as_dict(), indent=2))
+        doc = status.as_dict()
+        if autostop:
+            doc["autostop"] = autostop
+            doc["idle"], doc["rate"] = extra
+        print(json.dumps(doc, indent=2))
         return EXIT_OK
     if status.text.strip() and status.autoscaler is not None:
         print(terminal_safe(status.text.rstrip()))
+        for line in extra:
+            print(line)
         return EXIT_OK
     # No autoscaler reports here (scaling_mode cpu, or local Ray): the nodes, from Ray's state.
     alive = [n for n in status.nodes if n["state"] == "ALIVE"]
@@ -340,6 +353,8 @@ def cluster_status(args: argparse.Namespace) -> int:
         print(f"  {n['ip']:<15}  {role:<6}  {n['state']:<5}  {cpus:g} CPU")
     if status.text.strip():
         print(terminal_safe(status.text.rstrip()))
+    for line in extra:
+        print(line)
     return EXIT_OK
 
 

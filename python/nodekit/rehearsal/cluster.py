@@ -117,6 +117,7 @@ class Rehearsal:
         max_workers: int = 4,
         idle_timeout_minutes: int = 5,
         image: bool = True,
+        autostop_idle_minutes: int = 0,
     ) -> State:
         """Build what is missing, boot head + ``workers`` and wait until Ray runs on all.
 
@@ -138,6 +139,10 @@ class Rehearsal:
             )
         if not 1 <= idle_timeout_minutes <= 1440:
             raise DriverError(f"--idle-timeout-minutes must be 1-1440, got {idle_timeout_minutes}")
+        if not 0 <= autostop_idle_minutes <= 10080:
+            raise DriverError(
+                f"--autostop-idle-minutes must be 0 (off) to 10080, got {autostop_idle_minutes}"
+            )
         if self.load() is not None or self.dir.exists():
             raise DriverError(
                 f"rehearsal cluster {self.name!r} exists already ({self.dir}): "
@@ -202,6 +207,7 @@ class Rehearsal:
             min_workers=min_workers,
             max_workers=max_workers,
             idle_timeout_minutes=idle_timeout_minutes,
+            autostop_idle_minutes=autostop_idle_minutes,
         )
         self._save(state)
         network.create_bridge(
@@ -213,7 +219,7 @@ class Rehearsal:
         packages.start_mirrors(ctx, proxpi)
         keyvault.start(ctx, (self.dir / "token").read_text())
         new = [self._plan_node(state, "head"), *[self._plan_node(state) for _ in range(workers)]]
-        if scaling_mode == "ray":
+        if scaling_mode == "ray" or autostop_idle_minutes > 0:
             compute.start(ctx, new[1:], network.worker_pool(self.subnet))
         if image:
             self._bake(state, progress)
@@ -308,8 +314,9 @@ class Rehearsal:
             "AUTOSCALER_IDLE_TIMEOUT_MINUTES": str(state.idle_timeout_minutes),
             "AUTOSCALER_CLIENT_ID": state.autoscaler_client_id,
             "ARM_ENDPOINT": compute.arm_endpoint(state),
-            # Autostop stays off in the rehearsal; there is no CPU autoscale setting either.
-            "AUTOSTOP_IDLE_MINUTES": "0",
+            # Off unless `rehearse up --autostop-idle-minutes N`: other clusters never stop.
+            "AUTOSTOP_IDLE_MINUTES": str(state.autostop_idle_minutes),
+            # The rehearsal has no Azure Monitor autoscale (scaling mode cpu has no scale set).
             "WORKER_AUTOSCALE_NAME": "",
         }
 
@@ -489,6 +496,37 @@ class Rehearsal:
         nodes.stop_node(node)
         network.detach_node(node)
         nodes.remove_folder(node)
+
+    # -- the head's fake VM (autostop) ------------------------------------------------------
+    def vm_deallocate(self) -> None:
+        """The head's VM deallocated (the fake Compute's hook): its container shuts down and
+        stays down; its disk, namespace and metadata service stay, as a VM's disk and NIC do."""
+        require_root_linux()
+        head = self.node("head")
+        if pid_alive(head.pid):
+            nodes.poweroff(head)
+
+    def vm_start(self) -> None:
+        """The head's VM started (the fake Compute's hook): its container boots again from the
+        same disk; returns once it runs (Azure's start ends with the VM running, not its Ray)."""
+        require_root_linux()
+        with self._state_lock():
+            state = self.load()
+            if state is None:
+                raise DriverError(f"no rehearsal cluster {self.name!r}")
+            head = state.head
+            if pid_alive(head.pid):
+                return
+            binds = []
+            if state.warm_node_cache:
+                binds.append(f"{self.base / 'node-cache'}:/var/cache/ray-cluster")
+            head.pid = nodes.start(head, binds)
+            self.store.record(state, f"pid:{head.pid}")
+        deadline = time.monotonic() + 120
+        while nodes.container_init(head) is None:
+            if time.monotonic() > deadline or not pid_alive(head.pid):
+                raise DriverError("the rehearsal's head did not boot again")
+            time.sleep(0.5)
 
     # -- power -----------------------------------------------------------------------------
     def node(self, name: str) -> Node:

@@ -79,6 +79,8 @@ class State:
     min_workers: int = 0
     max_workers: int = 4
     idle_timeout_minutes: int = 5
+    autostop_idle_minutes: int = 0
+    """The head's autostop (AUTOSTOP_IDLE_MINUTES): 0, off, unless ``up`` was told otherwise."""
     nodes: list[Node] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
     head_host_keys: list[list[str]] = field(default_factory=list)

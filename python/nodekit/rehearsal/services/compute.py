@@ -1,7 +1,10 @@
-"""Azure Compute for the workers' scale set (scaling mode ray), on the bridge over HTTPS with
-Key Vault's certificate (same address, a CA the nodes trust). Raising the scale set's capacity
-or deleting an instance runs ``nodekit rehearse scale-set create|delete`` here, which boots or
-removes a worker container (``Rehearsal.scale_set_create`` / ``scale_set_delete``)."""
+"""Azure Compute for the workers' scale set (scaling mode ray) and the head's VM (autostop), on
+the bridge over HTTPS with Key Vault's certificate (same address, a CA the nodes trust). Raising
+the scale set's capacity or deleting an instance runs ``nodekit rehearse scale-set
+create|delete`` here, which boots or removes a worker container (``Rehearsal.scale_set_create``
+/ ``scale_set_delete``); deallocating or starting the head's VM runs ``nodekit rehearse vm
+deallocate|start``, which powers its container off (its disk stays) or boots it again
+(``Rehearsal.vm_deallocate`` / ``vm_start``)."""
 
 from __future__ import annotations
 
@@ -42,6 +45,28 @@ def scale_set_id(cluster: str) -> str:
     )
 
 
+def resource_group(cluster: str) -> tuple[str, str]:
+    """(subscription, resource group) of the rehearsal's fake resources."""
+    sub, group, _ = parse_scale_set_id(scale_set_id(cluster))
+    return sub, group
+
+
+def head_vm_id(cluster: str) -> str:
+    """The head's fake VM resource id (what its metadata service says, what autostop
+    deallocates and the driver starts)."""
+    sub, group = resource_group(cluster)
+    return (
+        f"/subscriptions/{sub}/resourceGroups/{group}/providers/Microsoft.Compute"
+        f"/virtualMachines/rh-{cluster}-head"
+    )
+
+
+def writers(state: State) -> list[str]:
+    """Who may change the scale set and the head's VM: the head's autoscaler identity (scaling
+    mode ray), else the nodes' identity (the identity autostop uses in mode cpu)."""
+    return [state.autoscaler_client_id or state.identity_client_id]
+
+
 def arm_endpoint(state: State) -> str:
     return f"https://{state.host_ip}:{port(state, 'compute')}"
 
@@ -60,12 +85,13 @@ def start(ctx: Context, workers: list[Node], pool: list[str]) -> None:
     config = compute.compute_config(
         keyvault.token_key(ctx.azure_dir),
         arm_endpoint(state),
-        [state.autoscaler_client_id],
+        writers(state),
         [
             compute.scale_set_config(
                 sub, group, name, [ip for ip in pool if ip not in used], location="rehearsal"
             )
         ],
+        [compute.vm_config(sub, group, f"rh-{ctx.name}-head", location="rehearsal")],
     )
     (folder / "config.json").write_text(json.dumps(config))
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -77,6 +103,7 @@ def start(ctx: Context, workers: list[Node], pool: list[str]) -> None:
     hook = shlex.join(
         [sys.executable, "-m", "nodekit", "rehearse", "scale-set", "--name", ctx.name]
     )
+    vm_hook = shlex.join([sys.executable, "-m", "nodekit", "rehearse", "vm", "--name", ctx.name])
     cert, cert_key = keyvault.tls(ctx.azure_dir)
     compute_port = ctx.port("compute")
     ctx.spawn(
@@ -100,6 +127,10 @@ def start(ctx: Context, workers: list[Node], pool: list[str]) -> None:
             f'{hook} create --instance-id "$INSTANCE_ID" --ip "$PRIVATE_IP"',
             "--on-delete",
             f'{hook} delete --instance-id "$INSTANCE_ID" --ip "$PRIVATE_IP"',
+            "--on-deallocate",
+            f"{vm_hook} deallocate",
+            "--on-start",
+            f"{vm_hook} start",
         ],
         ctx.azure_dir / "compute.log",
     )

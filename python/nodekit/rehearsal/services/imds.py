@@ -41,6 +41,7 @@ def start(ctx: Context, node: Node) -> None:
             ),
         },
         "compute": {
+            **_placement(ctx.name, node),
             "name": compute.vm_name(ctx.name, node),
             "vmId": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{ctx.name}/{node.name}")),
             "vmScaleSetName": "" if node.role == "head" else compute.scale_set_name(ctx.name),
@@ -81,6 +82,15 @@ def start(ctx: Context, node: Node) -> None:
     (local / "rehearsal-azure.crt").write_text(ca)
     with open(node.root / "etc/ssl/certs/ca-certificates.crt", "a") as bundle:
         bundle.write(ca)
+
+
+def _placement(cluster: str, node: Node) -> dict[str, str]:
+    """Where Azure says the VM is: subscription, resource group, and the head's resource id."""
+    sub, group = compute.resource_group(cluster)
+    place = {"subscriptionId": sub, "resourceGroupName": group}
+    if node.role == "head":
+        place["resourceId"] = compute.head_vm_id(cluster)
+    return place
 
 
 def _state(node: Node) -> Any:

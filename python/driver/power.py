@@ -1,0 +1,204 @@
+"""A cluster that autostop stopped: its head's power state, and starting it again.
+
+The head's autostop agent (python/nodekit/node/autostop.py) scales the workers to zero, in
+scaling mode ``cpu`` disables the workers' autoscale setting, and deallocates the head. Starting
+again is the user's own doing, with the user's own Azure credential (azure-identity's
+DefaultAzureCredential, through :class:`driver.arm.ResourceManager`):
+
+1. ``POST {head VM id}/start``, then the operation it names (``Azure-AsyncOperation``) until it
+   ends, then the VM's instance view until ``PowerState/running``;
+2. in mode ``cpu``: ``PATCH {autoscale setting id}`` with ``properties.enabled = true`` (the
+   scale set comes back to the setting's minimum; in mode ``ray`` Ray's autoscaler adds workers
+   for the jobs that need them).
+
+Waiting for SSH and Ray's Jobs API is the connection's own business (:mod:`driver.remote`
+waits for a head that boots).
+
+Which VM: the stacks' outputs (Terraform ``head_vm_id`` / ``autoscale_setting_id``, Bicep
+``headVmId`` / ``autoscaleSettingId``), or ``$RAYDRIVER_HEAD_VM_ID`` /
+``$RAYDRIVER_WORKER_AUTOSCALE_ID`` for a head named by address (the rehearsal's, and any
+cluster whose outputs are not at hand). Without either, the driver cannot tell a stopped head
+from an unreachable one.
+
+Library code: nothing here prints; ``progress`` gets the lines to show.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from driver.errors import DriverError
+from driver.progress import Progress, silent
+from driver.settings import HEAD_VM_ID_ENV, WORKER_AUTOSCALE_ID_ENV, ClusterSpec
+
+COMPUTE_API = "2024-11-01"
+AUTOSCALE_API = "2022-10-01"
+"""api-version of Microsoft.Insights/autoscalesettings."""
+START_TIMEOUT_S = 900.0
+STOPPED = ("deallocated", "deallocating", "stopped", "stopping")
+"""Power states of a head that is not running (autostop deallocates; ``stopped`` is a VM shut
+down from inside, still billed, which ``start`` also brings back)."""
+HEAD_VM_OUTPUTS = ("head_vm_id", "headVmId")
+AUTOSCALE_OUTPUTS = ("autoscale_setting_id", "autoscaleSettingId")
+VM_ID_RE = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/[^/]+"
+    r"/providers/Microsoft\.Compute/virtualMachines/[^/]+$",
+    re.IGNORECASE,
+)
+AUTOSCALE_ID_RE = re.compile(
+    r"^/subscriptions/[^/]+/resourceGroups/[^/]+"
+    r"/providers/Microsoft\.Insights/autoscalesettings/[^/]+$",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class HeadVm:
+    """The ids ``start`` needs: the head's VM and (mode cpu) the workers' autoscale setting."""
+
+    vm_id: str
+    autoscale_id: str = ""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not VM_ID_RE.match(self.vm_id):
+            raise DriverError(
+                f"{self.source or 'the head VM id'}: expected /subscriptions/SUB/resourceGroups/"
+                f"RG/providers/Microsoft.Compute/virtualMachines/NAME, got {self.vm_id!r}"
+            )
+        if self.autoscale_id and not AUTOSCALE_ID_RE.match(self.autoscale_id):
+            raise DriverError(
+                f"{self.source or 'the autoscale setting id'}: expected /subscriptions/SUB/"
+                "resourceGroups/RG/providers/Microsoft.Insights/autoscalesettings/NAME, got "
+                f"{self.autoscale_id!r}"
+            )
+
+    @property
+    def subscription(self) -> str:
+        m = VM_ID_RE.match(self.vm_id)
+        assert m is not None
+        return m["sub"]
+
+    @property
+    def name(self) -> str:
+        return self.vm_id.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _output(outputs: Mapping[str, Any], names: tuple[str, ...]) -> str:
+    for name in names:
+        value = outputs.get(name)
+        if isinstance(value, dict):
+            value = value.get("value")
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def from_outputs(outputs: Mapping[str, Any], where: str) -> HeadVm | None:
+    """The ids in a stack's outputs (None: the stack has no head VM id output)."""
+    vm = _output(outputs, HEAD_VM_OUTPUTS)
+    if not vm:
+        return None
+    return HeadVm(vm, _output(outputs, AUTOSCALE_OUTPUTS), f"{HEAD_VM_OUTPUTS[0]} of {where}")
+
+
+def head_vm(spec: ClusterSpec, env: Mapping[str, str]) -> HeadVm | None:
+    """The head VM of the cluster ``spec`` names: ``$RAYDRIVER_HEAD_VM_ID`` first, else the
+    stack's outputs; None for local Ray or a head known by address only."""
+    if spec.is_local:
+        return None
+    if env.get(HEAD_VM_ID_ENV, "").strip():
+        return HeadVm(
+            env[HEAD_VM_ID_ENV].strip(),
+            env.get(WORKER_AUTOSCALE_ID_ENV, "").strip(),
+            f"${HEAD_VM_ID_ENV}",
+        )
+    if spec.terraform_dir:
+        from driver.discovery import terraform_outputs
+
+        return from_outputs(terraform_outputs(spec.terraform_dir), "the Terraform outputs")
+    if spec.resource_group and spec.deployment:
+        from driver.discovery import arm_deployment_outputs
+
+        _, outputs = arm_deployment_outputs(
+            spec.resource_group, spec.deployment, spec.subscription, spec.arm_endpoint
+        )
+        return from_outputs(outputs, f"ARM deployment {spec.deployment}")
+    return None
+
+
+class Arm(Protocol):
+    """What :class:`driver.arm.ResourceManager` offers (a fake in tests)."""
+
+    base: str
+
+    def request(
+        self, method: str, url: str, body: Any = None, ok: tuple[int, ...] = (200, 201, 202)
+    ) -> tuple[int, dict[str, str], Any]: ...
+
+
+def power_state(arm: Arm, vm: HeadVm) -> str:
+    """``running``, ``deallocated``, ``starting``, ... from the VM's instance view."""
+    _, _, view = arm.request("GET", f"{arm.base}{vm.vm_id}/instanceView?api-version={COMPUTE_API}")
+    for status in (view or {}).get("statuses", []):
+        code = str(status.get("code", ""))
+        if code.startswith("PowerState/"):
+            return code.split("/", 1)[1]
+    return "unknown"
+
+
+def _retry_after(headers: Mapping[str, str]) -> float:
+    try:
+        return min(max(float(headers.get("Retry-After", "5")), 0.5), 30.0)
+    except ValueError:
+        return 5.0
+
+
+def start(
+    arm: Arm,
+    vm: HeadVm,
+    progress: Progress = silent,
+    timeout: float = START_TIMEOUT_S,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Start the head VM and wait until it runs; then enable the autoscale setting (mode cpu)."""
+    deadline = clock() + timeout
+    progress(f"Starting the head VM {vm.name} (with your Azure credential)")
+    _, headers, _ = arm.request(
+        "POST", f"{arm.base}{vm.vm_id}/start?api-version={COMPUTE_API}", ok=(200, 202)
+    )
+    operation = headers.get("Azure-AsyncOperation") or headers.get("azure-asyncoperation")
+    while operation:
+        if clock() > deadline:
+            raise DriverError(f"the head VM {vm.name} did not start within {timeout:.0f} s")
+        sleep(_retry_after(headers))
+        _, headers, doc = arm.request("GET", operation, ok=(200,))
+        status = str((doc or {}).get("status", ""))
+        if status == "Succeeded":
+            break
+        if status in ("Failed", "Canceled"):
+            error = (doc or {}).get("error") or {}
+            raise DriverError(
+                f"starting the head VM {vm.name}: {status}: {error.get('code')}: "
+                f"{error.get('message')}"
+            )
+    while (state := power_state(arm, vm)) != "running":
+        if clock() > deadline:
+            raise DriverError(
+                f"the head VM {vm.name} is {state}, not running, after {timeout:.0f} s"
+            )
+        sleep(2.0)
+    progress(f"The head VM {vm.name} runs")
+    if vm.autoscale_id:
+        arm.request(
+            "PATCH",
+            f"{arm.base}{vm.autoscale_id}?api-version={AUTOSCALE_API}",
+            {"properties": {"enabled": True}},
+            ok=(200,),
+        )
+        progress("Enabled the workers' autoscale setting again (workers return to its minimum)")

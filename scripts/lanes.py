@@ -1,8 +1,8 @@
-"""The closing of scripts/test.sh's two lanes: the end-to-end lane's log, then one line per lane
+"""The closing of scripts/test.sh's lanes: the background lanes' logs, then one line per lane
 and one closing line for the whole suite (``suite: N passed, N failed, N skipped``) from each
 lane's JUnit XML. Exits 0 only when every lane's pytest did.
 
-    python scripts/lanes.py --log E2E_LOG NAME=RC:JUNIT_XML [NAME=RC:JUNIT_XML ...]
+    python scripts/lanes.py [--log LOG ...] NAME=RC:JUNIT_XML [NAME=RC:JUNIT_XML ...]
 """
 
 from __future__ import annotations
@@ -55,13 +55,15 @@ def parse_lane(spec: str) -> Lane:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--log", type=Path, help="a lane's log, printed first")
+    parser.add_argument(
+        "--log", type=Path, action="append", default=[], help="a lane's log, printed first"
+    )
     parser.add_argument("lanes", nargs="+", metavar="NAME=RC:JUNIT_XML")
     args = parser.parse_args(argv)
-    if args.log is not None:
-        print(f"\n== {args.log} (the end-to-end lane)", flush=True)
+    for log in args.log:
+        print(f"\n== {log}", flush=True)
         try:
-            sys.stdout.write(args.log.read_text(errors="replace"))
+            sys.stdout.write(log.read_text(errors="replace"))
         except OSError as e:
             print(f"(no log: {e.strerror})")
     lanes = [parse_lane(spec) for spec in args.lanes]

@@ -57,20 +57,30 @@ if [ $# -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 
-# The whole suite in two lanes side by side: the rehearsal's end-to-end tests (mostly waiting on
-# booting containers and Ray's timeouts) and every other test (mostly CPU). Each lane runs its
-# tests one at a time in collection order; scripts/lanes.py prints the end-to-end lane's log and
-# one closing line for both.
+# The whole suite in three lanes side by side, each running its tests one at a time in
+# collection order: the end-to-end tests on the session's rehearsal cluster, those that boot a
+# cluster of their own (scaling mode ray, autostop), and every other test. The end-to-end lanes
+# mostly wait (booting containers, Ray's and autostop's idle timeouts), the host lane mostly
+# computes. scripts/lanes.py prints the background lanes' logs and one closing line for all.
 LANES=.pytest_cache/lanes
+OWN_CLUSTERS=(tests/e2e/test_autoscale.py tests/e2e/test_autostop.py)
 rm -rf "$LANES" && mkdir -p "$LANES"
-log "pytest, two lanes: tests/e2e (log: $LANES/e2e.log) beside the rest"
-.venv/bin/python -m pytest tests/e2e --junitxml="$LANES/e2e.xml" >"$LANES/e2e.log" 2>&1 &
+log "pytest, three lanes: tests/e2e ($LANES/e2e.log), ${OWN_CLUSTERS[*]} ($LANES/clusters.log), the rest"
+.venv/bin/python -m pytest tests/e2e "${OWN_CLUSTERS[@]/#/--ignore=}" \
+    --junitxml="$LANES/e2e.xml" >"$LANES/e2e.log" 2>&1 &
 e2e=$!
-trap 'kill "$e2e" 2>/dev/null || true' EXIT
+.venv/bin/python -m pytest "${OWN_CLUSTERS[@]}" \
+    --junitxml="$LANES/clusters.xml" >"$LANES/clusters.log" 2>&1 &
+clusters=$!
+# Ctrl-C or a failed host lane never leaves the others running (SIGINT: their clusters go down).
+trap 'kill -INT "$e2e" "$clusters" 2>/dev/null || true' EXIT
 rc_host=0
 .venv/bin/python -m pytest --ignore=tests/e2e --junitxml="$LANES/host.xml" || rc_host=$?
 rc_e2e=0
 wait "$e2e" || rc_e2e=$?
+rc_clusters=0
+wait "$clusters" || rc_clusters=$?
 trap - EXIT
-exec .venv/bin/python scripts/lanes.py --log "$LANES/e2e.log" \
-    "host=$rc_host:$LANES/host.xml" "e2e=$rc_e2e:$LANES/e2e.xml"
+exec .venv/bin/python scripts/lanes.py --log "$LANES/e2e.log" --log "$LANES/clusters.log" \
+    "host=$rc_host:$LANES/host.xml" "e2e=$rc_e2e:$LANES/e2e.xml" \
+    "clusters=$rc_clusters:$LANES/clusters.xml"

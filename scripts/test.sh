@@ -66,11 +66,18 @@ LANES=.pytest_cache/lanes
 OWN_CLUSTERS=(tests/e2e/test_autoscale.py tests/e2e/test_autostop.py)
 rm -rf "$LANES" && mkdir -p "$LANES"
 log "pytest, three lanes: tests/e2e ($LANES/e2e.log), ${OWN_CLUSTERS[*]} ($LANES/clusters.log), the rest"
-.venv/bin/python -m pytest tests/e2e "${OWN_CLUSTERS[@]/#/--ignore=}" \
+# A background command of a script ignores SIGINT, and so would every process it starts
+# (Python keeps an ignored SIGINT: no KeyboardInterrupt); the e2e tests stop the driver with
+# Ctrl-C as a user does, so each lane gets SIGINT back before pytest starts. Only ever run in
+# the background (`lane ... &`): it replaces its shell with pytest, so $! is pytest itself.
+lane() {
+    trap - INT QUIT
+    exec .venv/bin/python -m pytest "$@"
+}
+lane tests/e2e "${OWN_CLUSTERS[@]/#/--ignore=}" \
     --junitxml="$LANES/e2e.xml" >"$LANES/e2e.log" 2>&1 &
 e2e=$!
-.venv/bin/python -m pytest "${OWN_CLUSTERS[@]}" \
-    --junitxml="$LANES/clusters.xml" >"$LANES/clusters.log" 2>&1 &
+lane "${OWN_CLUSTERS[@]}" --junitxml="$LANES/clusters.xml" >"$LANES/clusters.log" 2>&1 &
 clusters=$!
 # Ctrl-C or a failed host lane never leaves the others running (SIGINT: their clusters go down).
 trap 'kill -INT "$e2e" "$clusters" 2>/dev/null || true' EXIT

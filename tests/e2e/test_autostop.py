@@ -34,7 +34,7 @@ from support import REPO, run_driver
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
 
 NAME = os.environ.get("RAYDRIVER_AUTOSTOP_REHEARSAL", "") or "ast"
-SUBNET = os.environ.get("RAYDRIVER_AUTOSTOP_SUBNET", "") or "10.219.0.0/24"
+SUBNET = os.environ.get("RAYDRIVER_AUTOSTOP_SUBNET", "") or "10.223.0.0/24"
 AUTOSTOP_MINUTES = 1
 WATCH_S = AUTOSTOP_MINUTES * 60 + 30
 """Longer than the idle period plus two of the agent's looks (15 s apart)."""

@@ -2,9 +2,11 @@
 # The whole test suite, from a fresh clone: installs what the tests need, then runs pytest.
 #   - Debian packages from scripts/apt-packages.txt (through apt-get when run as root)
 #   - .venv with this package and its dev extra
-#   - .tools/checkov: checkov in its own environment (its pins conflict with Ray's)
+#   - .tools/checkov: checkov in its own environment (its pins conflict with Ray's), a link to
+#     ~/.cache/azure-ray-rl/checkov-<key>, built once per requirements file and Python
 #   - whatever scripts/setup.d/*.sh prepare (cached under .tools/ and .rehearsal/)
-# Extra arguments go to pytest, e.g. ./scripts/test.sh -m "not slow".
+# Without arguments: the suite in three lanes (see below). With arguments: one pytest run with
+# them, e.g. ./scripts/test.sh tests/unit -m "not slow".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -35,14 +37,21 @@ log "Python environment (.venv)"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
 
-log "checkov tool environment (.tools/checkov)"
-if ! cmp -s scripts/checkov-requirements.txt .tools/checkov/requirements.txt 2>/dev/null; then
-    rm -rf .tools/checkov
-    "$PYTHON" -m venv .tools/checkov
-    .tools/checkov/bin/python -m pip install -q --disable-pip-version-check \
+# Built once per machine and requirements file, outside the checkout (a fresh clone, as CI's,
+# reuses it), and linked as .tools/checkov.
+CHECKOV_KEY=$(cat scripts/checkov-requirements.txt <("$PYTHON" -VV) | sha256sum | cut -c1-16)
+CHECKOV_ENV="${XDG_CACHE_HOME:-$HOME/.cache}/azure-ray-rl/checkov-$CHECKOV_KEY"
+log "checkov tool environment (.tools/checkov -> $CHECKOV_ENV)"
+if [ ! -x "$CHECKOV_ENV/complete" ]; then
+    rm -rf "$CHECKOV_ENV"
+    "$PYTHON" -m venv "$CHECKOV_ENV"
+    "$CHECKOV_ENV/bin/python" -m pip install -q --disable-pip-version-check \
         -r scripts/checkov-requirements.txt
-    cp scripts/checkov-requirements.txt .tools/checkov/requirements.txt
+    install -m 0755 /dev/null "$CHECKOV_ENV/complete"
 fi
+mkdir -p .tools
+[ -L .tools/checkov ] || rm -rf .tools/checkov
+ln -sfn "$CHECKOV_ENV" .tools/checkov
 
 # Further set-up steps (one file per concern, e.g. tool downloads), in name order.
 for step in scripts/setup.d/*.sh; do
@@ -58,14 +67,16 @@ if [ $# -gt 0 ]; then
 fi
 
 # The whole suite in three lanes side by side, each running its tests one at a time in
-# collection order: the end-to-end tests on the session's rehearsal cluster, those that boot a
-# cluster of their own (scaling mode ray, autostop), and every other test. The end-to-end lanes
-# mostly wait (booting containers, Ray's and autostop's idle timeouts), the host lane mostly
-# computes. scripts/lanes.py prints the background lanes' logs and one closing line for all.
+# collection order: the end-to-end tests on the session's rehearsal cluster; the e2e tests that
+# boot clusters of their own (scaling mode ray, autostop), then the system tests and the wheel
+# test; and the unit tests. The end-to-end tests mostly wait (booting containers, Ray's and
+# autostop's idle timeouts), the unit tests mostly compute. scripts/lanes.py prints the
+# background lanes' logs and one closing line for all.
 LANES=.pytest_cache/lanes
 OWN_CLUSTERS=(tests/e2e/test_autoscale.py tests/e2e/test_autostop.py)
+SIDE=("${OWN_CLUSTERS[@]}" tests/system tests/unit/test_wheel.py)
 rm -rf "$LANES" && mkdir -p "$LANES"
-log "pytest, three lanes: tests/e2e ($LANES/e2e.log), ${OWN_CLUSTERS[*]} ($LANES/clusters.log), the rest"
+log "pytest, three lanes: tests/e2e ($LANES/e2e.log); ${SIDE[*]} ($LANES/side.log); the rest"
 # A background command of a script ignores SIGINT, and so would every process it starts
 # (Python keeps an ignored SIGINT: no KeyboardInterrupt); the e2e tests stop the driver with
 # Ctrl-C as a user does, so each lane gets SIGINT back before pytest starts. Only ever run in
@@ -77,17 +88,17 @@ lane() {
 lane tests/e2e "${OWN_CLUSTERS[@]/#/--ignore=}" \
     --junitxml="$LANES/e2e.xml" >"$LANES/e2e.log" 2>&1 &
 e2e=$!
-lane "${OWN_CLUSTERS[@]}" --junitxml="$LANES/clusters.xml" >"$LANES/clusters.log" 2>&1 &
-clusters=$!
+lane "${SIDE[@]}" --junitxml="$LANES/side.xml" >"$LANES/side.log" 2>&1 &
+side=$!
 # Ctrl-C or a failed host lane never leaves the others running (SIGINT: their clusters go down).
-trap 'kill -INT "$e2e" "$clusters" 2>/dev/null || true' EXIT
-rc_host=0
-.venv/bin/python -m pytest --ignore=tests/e2e --junitxml="$LANES/host.xml" || rc_host=$?
+trap 'kill -INT "$e2e" "$side" 2>/dev/null || true' EXIT
+rc_unit=0
+.venv/bin/python -m pytest --ignore=tests/e2e "${SIDE[@]/#/--ignore=}" \
+    --junitxml="$LANES/unit.xml" || rc_unit=$?
 rc_e2e=0
 wait "$e2e" || rc_e2e=$?
-rc_clusters=0
-wait "$clusters" || rc_clusters=$?
+rc_side=0
+wait "$side" || rc_side=$?
 trap - EXIT
-exec .venv/bin/python scripts/lanes.py --log "$LANES/e2e.log" --log "$LANES/clusters.log" \
-    "host=$rc_host:$LANES/host.xml" "e2e=$rc_e2e:$LANES/e2e.xml" \
-    "clusters=$rc_clusters:$LANES/clusters.xml"
+exec .venv/bin/python scripts/lanes.py --log "$LANES/e2e.log" --log "$LANES/side.log" \
+    "unit=$rc_unit:$LANES/unit.xml" "e2e=$rc_e2e:$LANES/e2e.xml" "side=$rc_side:$LANES/side.xml"

@@ -20,8 +20,8 @@ from driver.errors import DriverError
 from fakes.fake_arm import FakeAzure
 from fakes.retail_prices import FakeRetailPrices, vm_meters
 from support import error_lines, run_driver
+from test_arm_up_down import CREDENTIAL_ENV, SUB
 
-SUB = "00000000-1111-2222-3333-444444444444"
 GROUP = "rg-ray"
 VM_ID = (
     f"/subscriptions/{SUB}/resourceGroups/{GROUP}"
@@ -30,18 +30,6 @@ VM_ID = (
 AUTOSCALE_ID = (
     f"/subscriptions/{SUB}/resourceGroups/{GROUP}"
     "/providers/Microsoft.Insights/autoscalesettings/ray-workers-autoscale"
-)
-CREDENTIAL_ENV = (
-    "AZURE_CLIENT_ID",
-    "AZURE_TENANT_ID",
-    "AZURE_CLIENT_SECRET",
-    "AZURE_USERNAME",
-    "AZURE_PASSWORD",
-    "AZURE_FEDERATED_TOKEN_FILE",
-    "AZURE_CLIENT_CERTIFICATE_PATH",
-    "RAYDRIVER_HEAD_VM_ID",
-    "RAYDRIVER_WORKER_AUTOSCALE_ID",
-    "RAYDRIVER_HEAD",
 )
 CLOSED = "azureuser@127.0.0.1:1"
 """A head whose SSH port refuses at once: what follows the start fails fast, after it."""

@@ -265,3 +265,13 @@ def test_rate_line_prices_the_head_and_the_running_workers(
     assert rate_line({"sizes": {}}, workers=1) == (
         "Rate unknown: the head did not say its region and VM sizes"
     )
+
+
+def test_the_driver_and_the_heads_agent_speak_the_same_api_versions() -> None:
+    """The agent on the head stands alone (no driver import), so it keeps its own copies."""
+    from nodekit.node import autostop
+
+    assert (power.COMPUTE_API, power.AUTOSCALE_API) == (
+        autostop.COMPUTE_API,
+        autostop.AUTOSCALE_API,
+    )

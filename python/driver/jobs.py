@@ -140,6 +140,11 @@ class _ProgressReader:
         return chunk
 
 
+READ_RETRY_PAUSES_S = (1.0, 2.0, 4.0)
+"""Pauses before a read that met a server error is tried again (three more tries, 7 s)."""
+_SERVER_ERROR = re.compile(r"(status code|HTTP) 5\d\d\b")
+
+
 def _is_connection_error(e: BaseException) -> bool:
     """Whether ``e`` (or what caused it) says the connection broke, not what the server said."""
     import aiohttp
@@ -268,6 +273,21 @@ class JobsClient:
             ) from None
 
     # -- helpers ---------------------------------------------------------------------------
+    def _read(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """A read (it changes nothing on the cluster), tried again after a server error.
+
+        Ray's dashboard answers 500 ("Server got itself in trouble") when one of its own calls
+        to the GCS times out, which a head under load does now and then; a command following a
+        week-long job must not end on that. Writes (submit, stop) are never repeated."""
+        for pause in READ_RETRY_PAUSES_S:
+            try:
+                return self._call(what, fn, *args)
+            except DriverError as e:
+                if not _SERVER_ERROR.search(str(e)):
+                    raise
+                time.sleep(pause)
+        return self._call(what, fn, *args)
+
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
@@ -310,7 +330,7 @@ class JobsClient:
             uri = get_uri_for_directory(str(directory), include_gitignore=True, excludes=excludes)
         except ValueError as e:
             raise DriverError(f"cannot package {directory}: {one_line(e, 400)}") from None
-        if self._call("checking the package", self._client._package_exists, uri):
+        if self._read("checking the package", self._client._package_exists, uri):
             if progress:
                 progress(1, 1)
             return uri
@@ -362,7 +382,7 @@ class JobsClient:
         )
 
     def info(self, submission_id: str) -> JobInfo:
-        return _info(self._call(f"job {submission_id}", self._client.get_job_info, submission_id))
+        return _info(self._read(f"job {submission_id}", self._client.get_job_info, submission_id))
 
     def find(self, submission_id: str) -> JobInfo | None:
         """The job's info, or None when the cluster has no job with this submission id."""
@@ -373,7 +393,7 @@ class JobsClient:
 
     def env_var(self, submission_id: str, name: str) -> str | None:
         """An environment variable the job was submitted with (its runtime_env), or None."""
-        details = self._call(f"job {submission_id}", self._client.get_job_info, submission_id)
+        details = self._read(f"job {submission_id}", self._client.get_job_info, submission_id)
         env_vars = (getattr(details, "runtime_env", None) or {}).get("env_vars") or {}
         value = env_vars.get(name)
         return str(value) if value is not None else None
@@ -389,7 +409,7 @@ class JobsClient:
                 )
             return r.json()
 
-        return self._call(what, get)
+        return self._read(what, get)
 
     def cluster_status(self) -> ClusterStatus:
         """The cluster as Ray's autoscaler sees it (``ray status``), and its nodes."""
@@ -415,7 +435,7 @@ class JobsClient:
         )
 
     def list(self) -> list[JobInfo]:
-        jobs = [_info(d) for d in self._call("listing jobs", self._client.list_jobs)]
+        jobs = [_info(d) for d in self._read("listing jobs", self._client.list_jobs)]
         # Drivers that called ray.init() themselves have no submission id: not submitted jobs.
         jobs = [j for j in jobs if j.submission_id]
         return sorted(jobs, key=lambda j: j.start_time or 0)
@@ -426,7 +446,7 @@ class JobsClient:
         )
 
     def logs(self, submission_id: str) -> str:
-        return self._call(f"logs of job {submission_id}", self._client.get_job_logs, submission_id)
+        return self._read(f"logs of job {submission_id}", self._client.get_job_logs, submission_id)
 
     def follow(
         self, submission_id: str, stream: LogStream, poll: float = 5.0, grace: float = 5.0

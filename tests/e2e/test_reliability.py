@@ -343,14 +343,16 @@ def test_after_a_head_reboot_workers_rejoin_and_submit_resume_carries_on(
         home=home, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
+    # Workers' raylets wait 60 s for the head's GCS, then exit and systemd starts them again:
+    # they come back either way. The bound is a failure detector for a loaded machine (two
+    # cores, three lanes), not a speed target: 90 s was once not enough there.
     _until(
         lambda: workers <= _alive_workers(rehearsal),
-        max(1.0, 90 - (time.monotonic() - rebooted)),
+        max(1.0, 300 - (time.monotonic() - rebooted)),
         f"the workers {sorted(workers)} alive in the rebooted head's Ray",
         every=2,
     )
-    rejoined = time.monotonic() - rebooted
-    assert rejoined <= 90, rejoined
+    print(f"workers rejoined {time.monotonic() - rebooted:.0f} s after the head's reboot")
 
     # What survived is the checkpoint on the head's disk: resume from it.
     state = _checkpoint_state(cluster, first)

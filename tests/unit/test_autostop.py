@@ -242,8 +242,8 @@ class Recorder:
         if call.split(" ")[0] == self.fail_at:
             raise RuntimeError(f"{call} failed")
 
-    def disable_autoscale(self, name: str) -> None:
-        self._note(f"disable_autoscale {name}")
+    def set_autoscale(self, name: str, enabled: bool) -> None:
+        self._note(f"{'enable' if enabled else 'disable'}_autoscale {name}")
 
     def scale_to_zero(self) -> None:
         self._note("scale_to_zero")
@@ -284,6 +284,20 @@ def test_mode_ray_starts_ray_again_when_a_later_step_fails() -> None:
     with pytest.raises(RuntimeError, match="failed"):
         autostop.stop_cluster(values, HEAD_ID, r, r.stop_ray, r.start_ray, lambda _: None)
     assert r.calls == ["scale_to_zero"]
+
+
+def test_mode_cpu_turns_autoscale_on_again_when_a_later_step_fails() -> None:
+    """A head left running with its workers' autoscale off would never scale again: whatever
+    step fails after the setting went off, it goes on again."""
+    values = {"SCALING_MODE": "cpu", "WORKER_AUTOSCALE_NAME": AUTOSCALE}
+    for step in ("scale_to_zero", "deallocate", "disable_autoscale"):
+        r = Recorder(fail_at=step)
+        logged: list[str] = []
+        with pytest.raises(RuntimeError, match="failed"):
+            autostop.stop_cluster(values, HEAD_ID, r, r.stop_ray, r.start_ray, logged.append)
+        assert r.calls[-1] == f"enable_autoscale {AUTOSCALE}", (step, r.calls)
+        assert "start_ray" not in r.calls
+        assert any(line.startswith("stopping failed (RuntimeError: ") for line in logged), logged
 
 
 def test_vm_resource_id_from_the_metadata_service() -> None:
@@ -386,7 +400,7 @@ def test_an_identity_without_the_role_is_refused_and_nothing_changes(azure: Azur
     with pytest.raises(HttpResponseError, match="virtualMachines/deallocate/action"):
         cloud.deallocate(HEAD_ID)
     with pytest.raises(HttpResponseError, match="autoscaleSettings/write"):
-        cloud.disable_autoscale(AUTOSCALE)
+        cloud.set_autoscale(AUTOSCALE, False)
     assert azure.compute.power_state(HEAD) == "running"
     assert azure.compute.autoscale_enabled(AUTOSCALE) is True
 

@@ -65,3 +65,72 @@ def test_a_dashboard_traceback_becomes_its_last_line() -> None:
     assert server_error("Request failed with status code 400: bad\n  runtime_env") == (
         "Request failed with status code 400: bad runtime_env"
     )
+
+
+class _Overloaded:
+    """A Jobs API whose dashboard answers 500 the first ``failures`` times it is asked, the way
+    Ray's does when its own GCS call times out on a loaded head."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls: list[str] = []
+
+    def _fail_or(self, name: str, value: Any) -> Any:
+        self.calls.append(name)
+        if len([c for c in self.calls if c == name]) <= self.failures:
+            raise RuntimeError(
+                "Request failed with status code 500: 500 Internal Server Error\n\n"
+                "Server got itself in trouble."
+            )
+        return value
+
+    def get_job_info(self, submission_id: str) -> Any:
+        from ray.job_submission import JobDetails, JobStatus, JobType
+
+        return self._fail_or(
+            "info",
+            JobDetails(
+                type=JobType.SUBMISSION,
+                submission_id=submission_id,
+                entrypoint="python train.py",
+                status=JobStatus.RUNNING,
+            ),
+        )
+
+    def submit_job(self, **kwargs: Any) -> Any:
+        return self._fail_or("submit", "j-1")
+
+
+def _client(cluster: Any) -> JobsClient:
+    client = JobsClient.__new__(JobsClient)
+    client.where = "the head 10.0.0.4"
+    client._client = cluster  # type: ignore[assignment]
+    return client
+
+
+def test_a_read_that_meets_a_server_error_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    import driver.jobs
+
+    pauses: list[float] = []
+    monkeypatch.setattr(driver.jobs.time, "sleep", pauses.append)
+    cluster = _Overloaded(failures=2)
+    assert _client(cluster).info("j-1").status == "RUNNING"
+    assert cluster.calls == ["info", "info", "info"]
+    assert pauses == [1.0, 2.0]
+
+
+def test_a_server_error_that_stays_ends_in_its_line_and_a_write_is_never_repeated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import driver.jobs
+    from driver.errors import DriverError
+
+    monkeypatch.setattr(driver.jobs.time, "sleep", lambda s: None)
+    cluster = _Overloaded(failures=99)
+    with pytest.raises(DriverError, match="job j-1: the Jobs API of the head 10.0.0.4 answered: "
+                       "Request failed with status code 500"):  # fmt: skip
+        _client(cluster).info("j-1")
+    assert cluster.calls == ["info"] * (1 + len(driver.jobs.READ_RETRY_PAUSES_S))
+    with pytest.raises(DriverError, match="submitting the job: .* status code 500"):
+        _client(cluster).submit("python train.py", {}, "j-1")
+    assert cluster.calls.count("submit") == 1

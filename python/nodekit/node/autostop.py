@@ -201,7 +201,7 @@ def vm_resource_id(compute: dict[str, Any]) -> str:
 
 # -- stopping -------------------------------------------------------------------------------------
 class Cloud(Protocol):
-    def disable_autoscale(self, name: str) -> None: ...
+    def set_autoscale(self, name: str, enabled: bool) -> None: ...
     def scale_to_zero(self) -> None: ...
     def deallocate(self, vm_id: str) -> None: ...
 
@@ -235,13 +235,13 @@ class Azure:
         response.raise_for_status()
         return response
 
-    def disable_autoscale(self, name: str) -> None:
+    def set_autoscale(self, name: str, enabled: bool) -> None:
         s = self.scale_set
         path = (
             f"/subscriptions/{s.subscription}/resourceGroups/{s.group}"
             f"/providers/Microsoft.Insights/autoscalesettings/{name}"
         )
-        self._send("PATCH", path, AUTOSCALE_API, {"properties": {"enabled": False}})
+        self._send("PATCH", path, AUTOSCALE_API, {"properties": {"enabled": enabled}})
 
     def scale_to_zero(self) -> None:
         self.scale_set.set_capacity(0)
@@ -263,14 +263,16 @@ def stop_cluster(
     first (it would bring workers back). Mode ray: the workers go while the head's Ray still
     runs (their Terminate watchers drain through it and finish at once), then the head's Ray
     stops (its autoscaler could launch workers again) and the capacity is set to 0 once more,
-    for any worker it launched meanwhile. On a failure Ray runs again and the error is raised."""
+    for any worker it launched meanwhile. On a failure the cluster is left as it was, running:
+    Ray starts again, the autoscale setting is on again, and the error is raised."""
     mode = values.get("SCALING_MODE", "cpu")
     autoscale = values.get("WORKER_AUTOSCALE_NAME", "")
-    stopped_ray = False
+    stopped_ray = disabled = False
     try:
         if mode != "ray" and autoscale:
             log(f"disabling the workers' autoscale setting {autoscale}")
-            cloud.disable_autoscale(autoscale)
+            disabled = True  # a PATCH that failed may still have taken effect
+            cloud.set_autoscale(autoscale, False)
         log("setting the workers' scale set's capacity to 0")
         cloud.scale_to_zero()
         if mode == "ray":
@@ -281,9 +283,13 @@ def stop_cluster(
             cloud.scale_to_zero()
         log(f"deallocating this head ({vm_id})")
         cloud.deallocate(vm_id)
-    except Exception:
+    except Exception as e:
+        log(f"stopping failed ({type(e).__name__}: {e}); leaving the cluster running")
         if stopped_ray:
             start_ray()
+        if disabled:
+            log(f"enabling the workers' autoscale setting {autoscale} again")
+            cloud.set_autoscale(autoscale, True)
         raise
 
 

@@ -154,10 +154,10 @@ output id string = subnet.id
             "the decorator @description on a resource",
         ),
         (
-            "resource r 'Microsoft.Network/virtualNetworks@2024-07-01' = [for i in range(0, 2): {\n"
-            "  name: 'v${i}'\n}]\n",
+            "resource r 'Microsoft.Network/virtualNetworks@2024-07-01' = {\n  name: 'v'\n"
+            "  properties: {\n    subnets: [for i in range(0, 2): { name: 's${i}' }]\n  }\n}\n",
             1,
-            "a resource declared as a for",
+            "a for expression",
         ),
         (
             "resource r 'Microsoft.Network/virtualNetworks@2024-07-01' existing = {\n"

@@ -550,7 +550,7 @@ class Compiler:
         self.line: int | None = None
         """The line of the statement being compiled, for refusals that have no line of their own."""
         self.symbols: dict[str, Symbol] = {}
-        self._var_deps: dict[str, list[str]] = {}
+        self._var_deps: dict[str, list[tuple[str, Any]]] = {}
         self._var_runtime: dict[str, bool] = {}
         self.loop: dict[str, str] = {}
         """A for-expression's variable -> its ARM expression (the item at copyIndex)."""

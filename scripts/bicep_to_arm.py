@@ -8,8 +8,10 @@ with the real one and fails when the two differ).
     .venv/bin/python scripts/bicep_to_arm.py FILE.bicep  # compile another file to stdout
 
 What it covers, as ``bicep build`` emits it for a languageVersion 1.0 template: params with their
-decorators, variables (a variable that reads a module's outputs is inlined where it is used, as
-ARM variables cannot), resources (``parent``, ``scope``, implicit and explicit ``dependsOn``),
+decorators, variables (a variable that reads a module's outputs or a resource's runtime
+properties, or calls ``reference()``/``list*()``, is inlined where it is used, as ARM variables
+cannot), resources (``parent``, ``scope``, implicit and explicit ``dependsOn``; a scoped
+one's id as ``extensionResourceId()``),
 modules as nested ``Microsoft.Resources/deployments`` with ``expressionEvaluationOptions.scope:
 inner``, conditions (``= if (expr) {...}``) as ``condition``, outputs, string interpolation as
 ``format()``, operators as ARM functions, lambdas as
@@ -162,7 +164,7 @@ def _string(text: str, i: int, line: int) -> tuple[list[Any], int, int]:
             raise BicepError("an unterminated string", line)
         c = text[i]
         if c == "'":
-            parts.append("".join(buf))
+            parts.append(_utf16("".join(buf), line))
             return parts, i + 1, line
         if c == "\n":
             raise BicepError("newline in a string", line)
@@ -179,7 +181,7 @@ def _string(text: str, i: int, line: int) -> tuple[list[Any], int, int]:
             i += 2
             continue
         if text.startswith("${", i):
-            parts.append("".join(buf))
+            parts.append(_utf16("".join(buf), line))
             buf = []
             depth, j = 1, i + 2
             while depth:
@@ -194,6 +196,17 @@ def _string(text: str, i: int, line: int) -> tuple[list[Any], int, int]:
             continue
         buf.append(c)
         i += 1
+
+
+def _utf16(text: str, line: int) -> str:
+    """A string whose escapes wrote a surrogate pair (``'\\u{D801}\\u{DC37}'``) holds the one
+    character the pair encodes, as in Bicep's UTF-16 strings."""
+    if not any("\ud800" <= c <= "\udfff" for c in text):
+        return text
+    try:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeDecodeError:
+        raise BicepError("a lone surrogate escape in a string", line) from None
 
 
 # -- syntax tree -------------------------------------------------------------------------------
@@ -518,6 +531,8 @@ _ARM_FUNCTIONS = frozenset(
 """Functions ``bicep build`` writes into the template as they are called (ARM's own, same name
 and arguments). Bicep-only functions (``any``, ``loadJsonContent``, ...) are compiled away by
 Bicep and refused here, except loadTextContent."""
+_RUNTIME_FUNCTIONS = re.compile(r"reference|list[A-Z]\w*|to(Logical|Physical)Zones?")
+"""Functions Bicep flags RequiresInlining: a variable that calls one is inlined where used."""
 _DECORATOR_KEYS = {"minValue": "minValue", "maxValue": "maxValue", "minLength": "minLength",
                    "maxLength": "maxLength", "allowed": "allowedValues"}  # fmt: skip
 
@@ -558,7 +573,9 @@ class Compiler:
         """The collection whose loop variables ``loop`` holds, while it is compiled."""
         with self.located():
             try:
-                text = path.read_text()
+                # newlines as the file has them (a multi-line string keeps its CRLFs, as in
+                # bicep build); a byte order mark is no part of the text
+                text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
             except (OSError, UnicodeDecodeError) as error:
                 raise BicepError(
                     f"a file that cannot be read ({error.strerror or error})", 1
@@ -682,13 +699,17 @@ class Compiler:
         return self._var_runtime[name]
 
     def _is_runtime(self, e: Any, seen: set[str]) -> bool:
-        """Does the expression read a module's outputs or a resource's runtime properties?"""
+        """Does the expression read a module's outputs or a resource's runtime properties, or
+        call a function Bicep inlines a variable for (``reference()``, ``list*()``, the zone
+        mappings)?"""
         found = False
 
         def visit(node: Any, lambdas: frozenset[str]) -> None:
             nonlocal found
             if not isinstance(node, tuple):
                 return
+            if node[0] == "call" and _RUNTIME_FUNCTIONS.fullmatch(node[1]):
+                found = True
             subject = node[1] if node[0] == "prop" else None
             if subject and subject[0] == "index" and subject[1][0] == "ident":
                 subject = subject[1]  # mods[i].outputs.x

@@ -485,3 +485,32 @@ def test_a_literal_is_escaped_only_where_arm_would_read_an_expression(tmp_path: 
         "var a = '[1, 2]'\nvar b = '''\n[\n  1\n]\n'''\noutput o array = [a, b]\n",
     )
     assert doc["variables"] == {"a": "[[1, 2]", "b": "[\n  1\n]\n"}
+
+
+def test_a_variable_calling_a_runtime_function_is_inlined(tmp_path: Path) -> None:
+    doc = compile_text(
+        tmp_path,
+        "resource sa 'Microsoft.Storage/storageAccounts@2023-05-01' = {\n  name: 'sa'\n}\n"
+        "var key = listKeys(sa.id, '2023-05-01').keys[0].value\n"
+        "var state = reference(sa.id, '2023-05-01').provisioningState\n"
+        "output key string = key\noutput state string = state\n",
+    )
+    assert "variables" not in doc
+    sa = "resourceId('Microsoft.Storage/storageAccounts', 'sa')"
+    assert doc["outputs"]["key"]["value"] == f"[listKeys({sa}, '2023-05-01').keys[0].value]"
+    assert doc["outputs"]["state"]["value"] == (
+        f"[reference({sa}, '2023-05-01').provisioningState]"
+    )
+
+
+def test_crlf_multiline_strings_a_byte_order_mark_and_surrogate_escapes(tmp_path: Path) -> None:
+    source = tmp_path / "main.bicep"
+    source.write_bytes(
+        b"\xef\xbb\xbfvar text = '''\r\na\r\nb\r\n'''\r\nvar pair = '\\u{D801}\\u{DC37}'\r\n"
+        b"output o array = [text, pair]\r\n"
+    )
+    doc = Compiler(source).template()
+    assert doc["variables"] == {"text": "a\r\nb\r\n", "pair": "\U00010437"}
+    source.write_bytes(b"var lone = '\\u{D801}'\n")
+    with pytest.raises(BicepError, match="a lone surrogate escape"):
+        Compiler(source).template()

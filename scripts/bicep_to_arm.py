@@ -537,6 +537,17 @@ _DECORATOR_KEYS = {"minValue": "minValue", "maxValue": "maxValue", "minLength": 
                    "maxLength": "maxLength", "allowed": "allowedValues"}  # fmt: skip
 
 
+def _names(e: Any) -> set[str]:
+    """Every identifier an expression mentions."""
+    if isinstance(e, list):
+        return set().union(*(_names(x) for x in e)) if e else set()
+    if not isinstance(e, tuple) or not e:
+        return set()
+    if e[0] == "ident":
+        return {e[1]}
+    return set().union(*(_names(x) for x in e[1:]))
+
+
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -772,6 +783,11 @@ class Compiler:
             if node[0] == "index" and node[1][0] == "ident" and node[1][1] not in lambdas:
                 target = self.symbols.get(node[1][1])
                 if target and target.looped:
+                    if _names(node[2]) & lambdas:  # its dependsOn cannot name that item
+                        raise BicepError(
+                            f"the collection {node[1][1]} named by index inside a lambda or"
+                            " for-expression"
+                        )
                     add((node[1][1], node[2]))
                     visit(node[2], lambdas)
                     return
@@ -787,6 +803,13 @@ class Compiler:
                 return
             if node[0] == "lambda":
                 visit(node[2], lambdas | set(node[1]))
+                return
+            if node[0] == "for":  # its variables are local, as a lambda's
+                _, item, position, iterable, body, condition = node
+                visit(iterable, lambdas)
+                local = lambdas | {item} | ({position} if position else set())
+                visit(body, local)
+                visit(condition, local)
                 return
             if node[0] == "object":
                 for k, v in node[1]:

@@ -367,6 +367,10 @@ resource whole 'Microsoft.Network/networkSecurityGroups@2024-07-01' = {{
   tags: {{ first: vnets[0].id }}
   dependsOn: [vnets]
 }}
+resource second 'Microsoft.Network/networkSecurityGroups@2024-07-01' = [for (n, i) in names: {{
+  name: 'second-${{n}}'
+  dependsOn: [paired[i]]
+}}]
 module pool 'workers.bicep' = [for n in names: {{
   name: n
   params: {{ name: vnets[1].name }}
@@ -375,7 +379,11 @@ module pool 'workers.bicep' = [for n in names: {{
 """,
         **{"workers.bicep": WORKERS},
     )
-    _, paired, whole, pool = doc["resources"]
+    _, paired, whole, second, pool = doc["resources"]
+    assert second["dependsOn"] == [
+        "[resourceId('Microsoft.Network/networkSecurityGroups', "
+        "format('nsg-{0}', parameters('names')[copyIndex()]))]"
+    ]
     assert paired["dependsOn"] == [
         f"[resourceId('{VNET}', parameters('names')[copyIndex()])]",
     ]
@@ -435,6 +443,13 @@ def test_a_variable_for_expression_names_its_copy_index(tmp_path: Path) -> None:
         (
             "param names array\nvar v = [for n in names: if (n != 'x') n]\noutput o array = v\n",
             "a condition in a for-expression",
+        ),
+        (  # a dependsOn cannot name the item a lambda's (or for-expression's) variable picks
+            "param names array\n"
+            f"resource vnets '{VNET}@2024-07-01' = [for n in names: {{\n  name: n\n}}]\n"
+            "resource r 'Microsoft.Network/networkSecurityGroups@2024-07-01' = {\n"
+            "  name: 'r'\n  tags: { ids: map(range(0, 2), i => vnets[i].id) }\n}\n",
+            "the collection vnets named by index inside a lambda or for-expression",
         ),
         (
             f"@batchSize(2)\nresource vnet '{VNET}@2024-07-01' = {{\n  name: 'v'\n}}\n",

@@ -912,7 +912,14 @@ class Compiler:
     def load_text(self, args: list[Any]) -> str:
         if len(args) != 1 or args[0][0] != "str" or len(args[0][1]) != 1:
             raise BicepError("loadTextContent() without exactly one literal path")
-        return (self.path.parent / args[0][1][0]).read_text()
+        try:
+            text = (self.path.parent / args[0][1][0]).read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            why = error.strerror if isinstance(error, OSError) else error.reason
+            raise BicepError(f"loadTextContent() of a file that cannot be read ({why})") from None
+        if "\r" in text:  # bicep build's newlines for it are not proven here
+            raise BicepError("loadTextContent() of a file with carriage returns")
+        return text
 
     @contextmanager
     def bound(self, stmt: dict[str, Any], index: str) -> Iterator[str]:

@@ -529,3 +529,17 @@ def test_crlf_multiline_strings_a_byte_order_mark_and_surrogate_escapes(tmp_path
     source.write_bytes(b"var lone = '\\u{D801}'\n")
     with pytest.raises(BicepError, match="a lone surrogate escape"):
         Compiler(source).template()
+
+
+def test_load_text_content_of_a_missing_or_crlf_file_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    text = "var t = loadTextContent('t.txt')\noutput o string = t\n"
+    assert refusal(tmp_path, text)[1:] == (
+        1,
+        "loadTextContent() of a file that cannot be read (No such file or directory)",
+    )
+    (tmp_path / "t.txt").write_bytes(b"a\r\nb\r\n")
+    assert refusal(tmp_path, text)[2] == "loadTextContent() of a file with carriage returns"
+    (tmp_path / "t.txt").write_bytes(b"a\nb\n")
+    assert compile_text(tmp_path, text)["variables"] == {"t": "a\nb\n"}

@@ -692,6 +692,11 @@ class Compiler:
             explicit = self._prop(body, "dependsOn")
             if explicit is not None and explicit[0] != "array":
                 raise BicepError("a dependsOn that is not an array literal")
+            params = self._prop(body, "params") if kind == "module" else None
+            if params is not None and (
+                params[0] != "object" or not all(isinstance(k, str) for k, _ in params[1])
+            ):
+                raise BicepError("module params that are not an object literal with plain keys")
 
     # helpers
     @staticmethod

@@ -166,6 +166,11 @@ output id string = subnet.id
             "existing resources",
         ),
         ("param a string\nvar b = a =~ 'x'\noutput c bool = b\n", 2, "the =~ operator"),
+        (
+            "module m 'm.bicep' = {\n  name: 'm'\n  params: 'x'\n}\n",
+            1,
+            "module params that are not an object literal",
+        ),
         ("var s = 'never closed\n", 1, "newline in a string"),
         ("var s = '''never closed\n", 1, "an unterminated string"),
     ],

@@ -7,27 +7,27 @@ with the real one and fails when the two differ).
     .venv/bin/python scripts/bicep_to_arm.py --check   # exit 1 if one is stale
     .venv/bin/python scripts/bicep_to_arm.py FILE.bicep  # compile another file to stdout
 
-What it covers, as ``bicep build`` emits it for a languageVersion 1.0 template: params with their
-decorators, variables (a variable that reads a module's outputs or a resource's runtime
+What it covers, as ``bicep build`` emits it for a languageVersion 1.0 template: params with
+their decorators, variables (a variable that reads a module's outputs or a resource's runtime
 properties, or calls ``reference()``/``list*()``, is inlined where it is used, as ARM variables
-cannot), resources (``parent``, ``scope``, implicit and explicit ``dependsOn``; a scoped
-one's id as ``extensionResourceId()``),
-modules as nested ``Microsoft.Resources/deployments`` with ``expressionEvaluationOptions.scope:
-inner``, conditions (``= if (expr) {...}``) as ``condition``, outputs, string interpolation as
-``format()``, operators as ARM functions, lambdas as
-``lambda()``/``lambdaVariables()``, ``loadTextContent()`` inlined at compile time, and loops:
-resource and module collections (``[for x in arr: {...}]``, ``[for (x, i) in arr: ...]``,
-``[for i in range(a, n): ...]``, ``[for x in arr: if (cond) {...}]``, ``@batchSize(n)``) as
-ARM ``copy`` loops (``{name, count: length(arr)[, mode: serial, batchSize]}``, the item
+cannot), resources (``parent``, ``scope``, implicit and explicit ``dependsOn``; a scoped one's
+id as ``extensionResourceId()``), modules as nested ``Microsoft.Resources/deployments`` with
+``expressionEvaluationOptions.scope: inner``, conditions (``= if (expr) {...}``) as
+``condition``, outputs, string interpolation as ``format()``, operators as ARM functions,
+lambdas as ``lambda()``/``lambdaVariables()``, ``loadTextContent()`` inlined at compile time,
+and loops: resource and module collections (``[for x in arr: {...}]``, ``[for (x, i) in arr:
+...]``, ``[for i in range(a, n): ...]``, ``[for x in arr: if (cond) {...}]``, ``@batchSize(n)``)
+as ARM ``copy`` loops (``{name, count: length(arr)[, mode: serial, batchSize]}``, the item
 ``arr[copyIndex()]``, the index ``copyIndex()``), a collection named by index
 (``mods[i].outputs.x``, ``res[i].id``, ``res[i].name``, ``res[i].properties.x``) as that item's
-name, id or reference, in ``dependsOn`` a whole collection as its loop's name and an indexed
-one as the item's resourceId; a variable's or output's for-expression as a variable or output
-``copy``. Anything else is an error, not a guess: one line, ``file:line: construct not
-supported: what`` (exit 2), for every construct it does not compile exactly as ``bicep build``
-does (``existing``, property loops and other nested for-expressions, a collection named by index
-twice in one dependsOn, ``targetScope`` other than resourceGroup, module ``scope``, a scope that
-is an extension resource, decorators on resources other than ``@batchSize`` on a loop,
+name, id or reference, in ``dependsOn`` a whole collection as its loop's name and an indexed one
+as the item's resourceId, once per indexed reference as bicep build lists them; a variable's or
+output's for-expression as a variable or output ``copy``. Anything else is an error, not a
+guess: one line, ``file:line: construct not supported: what`` (exit 2), for every construct it
+does not compile exactly as ``bicep build`` does (``existing``, property loops and other nested
+for-expressions, a collection named by different indices in one statement or by a lambda's or
+for-expression's variable, ``targetScope`` other than resourceGroup, module ``scope``, a scope
+that is an extension resource, decorators on resources other than ``@batchSize`` on a loop,
 Bicep-only functions such as ``any()``, types, imports, ...). tests/unit/test_bicep_compiler.py
 holds it to the real compiler's output for the public files in tests/fixtures/bicep-corpus/.
 Checkov's skips are not carried into the template (``bicep build`` drops comments): the ARM
@@ -771,11 +771,16 @@ class Compiler:
     def _dependencies(self, e: Any, lambdas: frozenset[str] = frozenset()) -> list[tuple[str, Any]]:
         """Resource and module symbols an expression refers to, through variables too: (name,
         None), or (name, index expression) for each indexed reference to a collection
-        (``mods[i].outputs.x``), every occurrence, as bicep build lists each in dependsOn."""
+        (``mods[i].outputs.x``). bicep build keeps one dependency per symbol, but one per
+        indexed reference in the source (its syntax node, so a variable's counts once however
+        often the variable is used): so do these, by the identity of the index's node."""
         found: list[tuple[str, Any]] = []
+        seen: set[tuple[str, int]] = set()
 
         def add(ref: tuple[str, Any]) -> None:
-            if ref[1] is not None or ref not in found:
+            key = (ref[0], id(ref[1]) if ref[1] is not None else 0)
+            if key not in seen:
+                seen.add(key)
                 found.append(ref)
 
         def visit(node: Any, lambdas: frozenset[str]) -> None:
@@ -1192,10 +1197,11 @@ class Compiler:
                 out.append(f"[{self.resource_id(name)}]")
             elif None in indices:  # the whole collection
                 out.append(name)
-            elif len(indices) > 1:
-                raise BicepError(f"the collection {name} named by index more than once")
-            else:
-                out.append(f"[{self.resource_id(name, self.expr(indices[0]))}]")
+            else:  # one entry per indexed reference, alike or refused (their order is not fixed)
+                items = [f"[{self.resource_id(name, self.expr(i))}]" for i in indices]
+                if len(set(items)) > 1:
+                    raise BicepError(f"the collection {name} named by different indices")
+                out += items
         return out
 
     def collection(self, stmt: dict[str, Any], emit: Any) -> dict[str, Any]:

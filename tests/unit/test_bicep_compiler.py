@@ -420,12 +420,12 @@ def test_a_variable_for_expression_names_its_copy_index(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "what"),
     [
-        (  # bicep build lists each indexed reference: an order not proven here
+        (  # bicep build lists each indexed reference, in an order of a hash set's
             "param names array\n"
             f"resource vnets '{VNET}@2024-07-01' = [for n in names: {{\n  name: n\n}}]\n"
             "resource r 'Microsoft.Network/networkSecurityGroups@2024-07-01' = {\n"
             "  name: 'r'\n  tags: { a: vnets[0].id, b: vnets[1].id }\n}\n",
-            "the collection vnets named by index more than once",
+            "the collection vnets named by different indices",
         ),
         (
             "param names array\n"
@@ -548,3 +548,31 @@ def test_load_text_content_of_a_missing_or_crlf_file_is_refused_in_one_line(
     assert refusal(tmp_path, text)[2] == "loadTextContent() of a file with carriage returns"
     (tmp_path / "t.txt").write_bytes(b"a\nb\n")
     assert compile_text(tmp_path, text)["variables"] == {"t": "a\nb\n"}
+
+
+def test_each_indexed_reference_is_one_depends_on_entry_as_bicep_build_lists_them(
+    tmp_path: Path,
+) -> None:
+    """Bicep keeps a dependency per indexed reference in the source (Loops_LF's
+    indexedResourceCollectionDependency has two alike), a variable's once."""
+    doc = compile_text(
+        tmp_path,
+        f"""param names array
+resource vnets '{VNET}@2024-07-01' = [for n in names: {{
+  name: n
+}}]
+var first = vnets[0].id
+resource twice 'Microsoft.Network/networkSecurityGroups@2024-07-01' = {{
+  name: 'twice'
+  tags: {{ a: vnets[0].id, b: vnets[0].id }}
+}}
+resource viaVariable 'Microsoft.Network/networkSecurityGroups@2024-07-01' = {{
+  name: 'via'
+  tags: {{ a: first, b: first }}
+}}
+""",
+    )
+    entry = f"[resourceId('{VNET}', parameters('names')[0])]"
+    _, twice, via = doc["resources"]
+    assert twice["dependsOn"] == [entry, entry]
+    assert via["dependsOn"] == [entry]

@@ -7,16 +7,27 @@ with the real one and fails when the two differ).
     .venv/bin/python scripts/bicep_to_arm.py --check   # exit 1 if one is stale
     .venv/bin/python scripts/bicep_to_arm.py FILE.bicep  # compile another file to stdout
 
-What it covers, as ``bicep build`` emits it for a languageVersion 1.0 template: params with their
-decorators, variables (a variable that reads a module's outputs is inlined where it is used, as
-ARM variables cannot), resources (``parent``, ``scope``, implicit and explicit ``dependsOn``),
-modules as nested ``Microsoft.Resources/deployments`` with ``expressionEvaluationOptions.scope:
-inner``, conditions (``= if (expr) {...}``) as ``condition``, outputs, string interpolation as
-``format()``, operators as ARM functions, lambdas as
-``lambda()``/``lambdaVariables()``, ``loadTextContent()`` inlined at compile time. Anything else
-is an error, not a guess: one line, ``file:line: construct not supported: what`` (exit 2), for
-every construct it does not compile exactly as ``bicep build`` does (``existing``, loops over
-resources, ``targetScope`` other than resourceGroup, module ``scope``, decorators on resources,
+What it covers, as ``bicep build`` emits it for a languageVersion 1.0 template: params with
+their decorators, variables (a variable that reads a module's outputs or a resource's runtime
+properties, or calls ``reference()``/``list*()``, is inlined where it is used, as ARM variables
+cannot), resources (``parent``, ``scope``, implicit and explicit ``dependsOn``; a scoped one's
+id as ``extensionResourceId()``), modules as nested ``Microsoft.Resources/deployments`` with
+``expressionEvaluationOptions.scope: inner``, conditions (``= if (expr) {...}``) as
+``condition``, outputs, string interpolation as ``format()``, operators as ARM functions,
+lambdas as ``lambda()``/``lambdaVariables()``, ``loadTextContent()`` inlined at compile time,
+and loops: resource and module collections (``[for x in arr: {...}]``, ``[for (x, i) in arr:
+...]``, ``[for i in range(a, n): ...]``, ``[for x in arr: if (cond) {...}]``, ``@batchSize(n)``)
+as ARM ``copy`` loops (``{name, count: length(arr)[, mode: serial, batchSize]}``, the item
+``arr[copyIndex()]``, the index ``copyIndex()``), a collection named by index
+(``mods[i].outputs.x``, ``res[i].id``, ``res[i].name``, ``res[i].properties.x``) as that item's
+name, id or reference, in ``dependsOn`` a whole collection as its loop's name and an indexed one
+as the item's resourceId, once per indexed reference as bicep build lists them; a variable's or
+output's for-expression as a variable or output ``copy``. Anything else is an error, not a
+guess: one line, ``file:line: construct not supported: what`` (exit 2), for every construct it
+does not compile exactly as ``bicep build`` does (``existing``, property loops and other nested
+for-expressions, a collection named by different indices in one statement or by a lambda's or
+for-expression's variable, ``targetScope`` other than resourceGroup, module ``scope``, a scope
+that is an extension resource, decorators on resources other than ``@batchSize`` on a loop,
 Bicep-only functions such as ``any()``, types, imports, ...). tests/unit/test_bicep_compiler.py
 holds it to the real compiler's output for the public files in tests/fixtures/bicep-corpus/.
 Checkov's skips are not carried into the template (``bicep build`` drops comments): the ARM
@@ -153,7 +164,7 @@ def _string(text: str, i: int, line: int) -> tuple[list[Any], int, int]:
             raise BicepError("an unterminated string", line)
         c = text[i]
         if c == "'":
-            parts.append("".join(buf))
+            parts.append(_utf16("".join(buf), line))
             return parts, i + 1, line
         if c == "\n":
             raise BicepError("newline in a string", line)
@@ -170,7 +181,7 @@ def _string(text: str, i: int, line: int) -> tuple[list[Any], int, int]:
             i += 2
             continue
         if text.startswith("${", i):
-            parts.append("".join(buf))
+            parts.append(_utf16("".join(buf), line))
             buf = []
             depth, j = 1, i + 2
             while depth:
@@ -185,6 +196,17 @@ def _string(text: str, i: int, line: int) -> tuple[list[Any], int, int]:
             continue
         buf.append(c)
         i += 1
+
+
+def _utf16(text: str, line: int) -> str:
+    """A string whose escapes wrote a surrogate pair (``'\\u{D801}\\u{DC37}'``) holds the one
+    character the pair encodes, as in Bicep's UTF-16 strings."""
+    if not any("\ud800" <= c <= "\udfff" for c in text):
+        return text
+    try:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeDecodeError:
+        raise BicepError("a lone surrogate escape in a string", line) from None
 
 
 # -- syntax tree -------------------------------------------------------------------------------
@@ -232,6 +254,9 @@ class Parser:
             if self.is_op("@"):
                 self.next()
                 name = self.expect("ident").value
+                if name == "sys" and self.is_op("."):  # @sys.batchSize(...): the same decorator
+                    self.next()
+                    name = self.expect("ident").value
                 self.expect("op", "(")
                 args = self.arguments()
                 decorators.append((name, args))
@@ -272,6 +297,12 @@ class Parser:
                     stmt["condition"] = self.expression()
                     self.expect("op", ")")
                 stmt["value"] = self.expression()
+                if stmt["value"][0] == "for" and "condition" not in stmt:
+                    # a collection: the loop apart, its body as a single declaration's
+                    stmt["loop"] = stmt["value"]
+                    stmt["value"] = stmt["loop"][4]
+                    if stmt["loop"][5] is not None:
+                        stmt["condition"] = stmt["loop"][5]
             else:
                 raise BicepError(f"the statement {keyword!r}", tok.line)
             stmt["end"] = self.peek().line
@@ -394,18 +425,7 @@ class Parser:
             self.next()
             self.skip_nl()
             if self.peek().kind == "ident" and self.peek().value == "for":
-                self.next()
-                name = self.expect("ident").value
-                keyword = self.expect("ident")
-                if keyword.value != "in":
-                    raise BicepError("expected in", keyword.line)
-                iterable = self.expression()
-                self.expect("op", ":")
-                self.skip_nl()
-                body = self.expression()
-                self.skip_nl()
-                self.expect("op", "]")
-                return ("for", name, iterable, body)
+                return self.for_loop()
             items = []
             self.skip_nl()
             while not self.is_op("]"):
@@ -437,6 +457,38 @@ class Parser:
             self.next()
             return ("object", props)
         raise BicepError(f"{tok.value!r} in an expression", tok.line)
+
+    def for_loop(self) -> Any:
+        """``[for x in arr: body]``, ``[for (x, i) in arr: ...]``, ``[for x in arr: if (c)
+        body]`` from just after its ``[``: ("for", item, index or None, iterable, body,
+        condition or None)."""
+        self.next()  # for
+        index: str | None = None
+        if self.is_op("("):
+            self.next()
+            item = self.expect("ident").value
+            self.expect("op", ",")
+            index = self.expect("ident").value
+            self.expect("op", ")")
+        else:
+            item = self.expect("ident").value
+        keyword = self.expect("ident")
+        if keyword.value != "in":
+            raise BicepError("expected in", keyword.line)
+        iterable = self.expression()
+        self.expect("op", ":")
+        self.skip_nl()
+        condition = None
+        if self.peek().kind == "ident" and self.peek().value == "if":
+            self.next()
+            self.expect("op", "(")
+            condition = self.expression()
+            self.expect("op", ")")
+            self.skip_nl()
+        body = self.expression()
+        self.skip_nl()
+        self.expect("op", "]")
+        return ("for", item, index, iterable, body, condition)
 
     def whole(self) -> Any:
         self.skip_nl()
@@ -479,8 +531,21 @@ _ARM_FUNCTIONS = frozenset(
 """Functions ``bicep build`` writes into the template as they are called (ARM's own, same name
 and arguments). Bicep-only functions (``any``, ``loadJsonContent``, ...) are compiled away by
 Bicep and refused here, except loadTextContent."""
+_RUNTIME_FUNCTIONS = re.compile(r"reference|list[A-Z]\w*|to(Logical|Physical)Zones?")
+"""Functions Bicep flags RequiresInlining: a variable that calls one is inlined where used."""
 _DECORATOR_KEYS = {"minValue": "minValue", "maxValue": "maxValue", "minLength": "minLength",
                    "maxLength": "maxLength", "allowed": "allowedValues"}  # fmt: skip
+
+
+def _names(e: Any) -> set[str]:
+    """Every identifier an expression mentions."""
+    if isinstance(e, list):
+        return set().union(*(_names(x) for x in e)) if e else set()
+    if not isinstance(e, tuple) or not e:
+        return set()
+    if e[0] == "ident":
+        return {e[1]}
+    return set().union(*(_names(x) for x in e[1:]))
 
 
 def _quote(text: str) -> str:
@@ -496,6 +561,11 @@ class Symbol:
     api_version: str = ""
     deps: set[str] = field(default_factory=set)
 
+    @property
+    def looped(self) -> bool:
+        """A resource or module collection (``= [for ...]``): ARM's copy loop."""
+        return "loop" in self.stmt
+
 
 class Compiler:
     def __init__(self, path: Path, deployments_api: str = DEPLOYMENTS_API) -> None:
@@ -506,13 +576,17 @@ class Compiler:
         self.line: int | None = None
         """The line of the statement being compiled, for refusals that have no line of their own."""
         self.symbols: dict[str, Symbol] = {}
-        self._var_deps: dict[str, list[str]] = {}
+        self._var_deps: dict[str, list[tuple[str, Any]]] = {}
         self._var_runtime: dict[str, bool] = {}
         self.loop: dict[str, str] = {}
         """A for-expression's variable -> its ARM expression (the item at copyIndex)."""
+        self.current: str | None = None
+        """The collection whose loop variables ``loop`` holds, while it is compiled."""
         with self.located():
             try:
-                text = path.read_text()
+                # newlines as the file has them (a multi-line string keeps its CRLFs, as in
+                # bicep build); a byte order mark is no part of the text
+                text = path.read_bytes().decode("utf-8").removeprefix("\ufeff")
             except (OSError, UnicodeDecodeError) as error:
                 raise BicepError(
                     f"a file that cannot be read ({error.strerror or error})", 1
@@ -538,10 +612,23 @@ class Compiler:
                     parent = self._prop(symbol.stmt["value"], "parent")
                     if parent is not None:
                         target = self._symbol_ref(parent, "resource", "parent")
+                        if target.looped:
+                            raise BicepError("a parent that is a resource collection (a loop)")
                         if "/" not in symbol.resource_type:
                             symbol.resource_type = target.resource_type + "/" + symbol.resource_type
                         elif symbol.resource_type.rsplit("/", 1)[0] != target.resource_type:
                             raise BicepError("a child type that is not its parent's type")
+            for stmt in self.stmts:
+                self.line = stmt["line"]
+                loop = stmt.get("loop", stmt.get("value"))
+                if loop is not None and loop[0] == "for":
+                    for local in loop[1:3]:
+                        # a loop variable hides a parameter of its name, as in Bicep; one
+                        # named like a variable, resource or module is not compiled here
+                        if local in self.symbols and self.symbols[local].kind != "param":
+                            raise BicepError(f"the loop variable {local} named as a symbol")
+                    if self._dependencies(loop[3]):
+                        raise BicepError("a loop over an array that reads a resource or module")
             for symbol in self.symbols.values():
                 if symbol.kind == "var":
                     symbol.runtime = self._is_runtime(symbol.stmt["value"], set())
@@ -578,6 +665,11 @@ class Compiler:
             if value != ("str", ["resourceGroup"]):
                 raise BicepError("targetScope other than 'resourceGroup' (another template schema)")
         decorators = [name for name, _ in stmt["decorators"]]
+        if kind in ("resource", "module") and decorators == ["batchSize"] and "loop" in stmt:
+            args = stmt["decorators"][0][1]
+            if len(args) != 1 or args[0][0] != "int":
+                raise BicepError("@batchSize without one integer literal")
+            decorators = []
         if kind in ("var", "resource", "module", "metadata", "targetScope") and decorators:
             raise BicepError(f"the decorator @{decorators[0]} on a {kind}")
         if kind in ("param", "output") and stmt["type"] not in _PARAM_TYPES:
@@ -600,6 +692,11 @@ class Compiler:
             explicit = self._prop(body, "dependsOn")
             if explicit is not None and explicit[0] != "array":
                 raise BicepError("a dependsOn that is not an array literal")
+            params = self._prop(body, "params") if kind == "module" else None
+            if params is not None and (
+                params[0] != "object" or not all(isinstance(k, str) for k, _ in params[1])
+            ):
+                raise BicepError("module params that are not an object literal with plain keys")
 
     # helpers
     @staticmethod
@@ -618,15 +715,22 @@ class Compiler:
         return self._var_runtime[name]
 
     def _is_runtime(self, e: Any, seen: set[str]) -> bool:
-        """Does the expression read a module's outputs or a resource's runtime properties?"""
+        """Does the expression read a module's outputs or a resource's runtime properties, or
+        call a function Bicep inlines a variable for (``reference()``, ``list*()``, the zone
+        mappings)?"""
         found = False
 
         def visit(node: Any, lambdas: frozenset[str]) -> None:
             nonlocal found
             if not isinstance(node, tuple):
                 return
-            if node[0] == "prop" and node[1][0] == "ident":
-                target = self.symbols.get(node[1][1])
+            if node[0] == "call" and _RUNTIME_FUNCTIONS.fullmatch(node[1]):
+                found = True
+            subject = node[1] if node[0] == "prop" else None
+            if subject and subject[0] == "index" and subject[1][0] == "ident":
+                subject = subject[1]  # mods[i].outputs.x
+            if subject and subject[0] == "ident":
+                target = self.symbols.get(subject[1])
                 if (
                     target
                     and target.kind in ("module", "resource")
@@ -664,13 +768,20 @@ class Compiler:
         visit(e, frozenset())
         return found
 
-    def _dependencies(self, e: Any, lambdas: frozenset[str] = frozenset()) -> list[str]:
-        """Resource and module symbols an expression refers to, through variables too."""
-        found: list[str] = []
+    def _dependencies(self, e: Any, lambdas: frozenset[str] = frozenset()) -> list[tuple[str, Any]]:
+        """Resource and module symbols an expression refers to, through variables too: (name,
+        None), or (name, index expression) for each indexed reference to a collection
+        (``mods[i].outputs.x``). bicep build keeps one dependency per symbol, but one per
+        indexed reference in the source (its syntax node, so a variable's counts once however
+        often the variable is used): so do these, by the identity of the index's node."""
+        found: list[tuple[str, Any]] = []
+        seen: set[tuple[str, int]] = set()
 
-        def add(name: str) -> None:
-            if name not in found:
-                found.append(name)
+        def add(ref: tuple[str, Any]) -> None:
+            key = (ref[0], id(ref[1]) if ref[1] is not None else 0)
+            if key not in seen:
+                seen.add(key)
+                found.append(ref)
 
         def visit(node: Any, lambdas: frozenset[str]) -> None:
             if isinstance(node, list):
@@ -679,10 +790,21 @@ class Compiler:
                 return
             if not isinstance(node, tuple):
                 return
+            if node[0] == "index" and node[1][0] == "ident" and node[1][1] not in lambdas:
+                target = self.symbols.get(node[1][1])
+                if target and target.looped:
+                    if _names(node[2]) & lambdas:  # its dependsOn cannot name that item
+                        raise BicepError(
+                            f"the collection {node[1][1]} named by index inside a lambda or"
+                            " for-expression"
+                        )
+                    add((node[1][1], node[2]))
+                    visit(node[2], lambdas)
+                    return
             if node[0] == "ident" and node[1] not in lambdas:
                 target = self.symbols.get(node[1])
                 if target and target.kind in ("resource", "module"):
-                    add(node[1])
+                    add((node[1], None))
                 elif target and target.kind == "var":
                     if node[1] not in self._var_deps:  # once per variable: they chain deeply
                         self._var_deps[node[1]] = self._dependencies(target.stmt["value"])
@@ -691,6 +813,13 @@ class Compiler:
                 return
             if node[0] == "lambda":
                 visit(node[2], lambdas | set(node[1]))
+                return
+            if node[0] == "for":  # its variables are local, as a lambda's
+                _, item, position, iterable, body, condition = node
+                visit(iterable, lambdas)
+                local = lambdas | {item} | ({position} if position else set())
+                visit(body, local)
+                visit(condition, local)
                 return
             if node[0] == "object":
                 for k, v in node[1]:
@@ -793,14 +922,53 @@ class Compiler:
     def load_text(self, args: list[Any]) -> str:
         if len(args) != 1 or args[0][0] != "str" or len(args[0][1]) != 1:
             raise BicepError("loadTextContent() without exactly one literal path")
-        return (self.path.parent / args[0][1][0]).read_text()
+        try:
+            text = (self.path.parent / args[0][1][0]).read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            why = error.strerror if isinstance(error, OSError) else error.reason
+            raise BicepError(f"loadTextContent() of a file that cannot be read ({why})") from None
+        if "\r" in text:  # bicep build's newlines for it are not proven here
+            raise BicepError("loadTextContent() of a file with carriage returns")
+        return text
 
-    def resource_id(self, name: str) -> str:
+    @contextmanager
+    def bound(self, stmt: dict[str, Any], index: str) -> Iterator[str]:
+        """Compile inside the collection ``stmt`` at ``index`` (an ARM expression): its item is
+        ``array[index]``, its index ``index``; yields the array. ``copyIndex()`` while it is
+        emitted; the index of a reference (``mods[i]``) when another statement names one."""
+        _, item, position, iterable, _, _ = stmt["loop"]
+        saved = self.loop, self.current
+        self.loop, self.current = {}, None  # the array: the file's symbols, no loop's
+        try:
+            source = self.expr(iterable)
+            self.loop = {item: f"{source}[{index}]"}
+            if position is not None:
+                self.loop[position] = index
+            self.current = stmt["name"]
+            yield source
+        finally:
+            self.loop, self.current = saved
+
+    @contextmanager
+    def at(self, name: str, index: str | None) -> Iterator[None]:
+        """Compile a symbol's name: a collection's at ``index``, or at copyIndex() while the
+        collection itself is emitted."""
+        symbol = self.symbols[name]
+        if not symbol.looped or (index is None and self.current == name):
+            yield
+            return
+        if index is None:
+            raise BicepError(f"the {symbol.kind} collection {name} without an index")
+        with self.bound(symbol.stmt, index):
+            yield
+
+    def resource_id(self, name: str, index: str | None = None) -> str:
         symbol = self.symbols[name]
         if symbol.kind == "module":
-            mod_name = self.expr(self._prop(symbol.stmt["value"], "name"))
+            with self.at(name, index):
+                mod_name = self.expr(self._prop(symbol.stmt["value"], "name"))
             return f"resourceId('Microsoft.Resources/deployments', {mod_name})"
-        parts = self.name_parts(name)
+        parts = self.name_parts(name, index)
         segments = symbol.resource_type.count("/")
         if len(parts) == 1 and segments > 1:
             # A child named 'parent/child' without `parent:`: one resourceId argument per
@@ -808,13 +976,19 @@ class Compiler:
             parts = [f"split({parts[0]}, '/')[{i}]" for i in range(segments)]
         elif len(parts) != segments:
             raise BicepError(f"a {symbol.resource_type} whose name has {len(parts)} parts")
+        scope = self._prop(symbol.stmt["value"], "scope")
+        if scope is not None:  # an extension resource: its id hangs off its scope's
+            self._symbol_ref(scope, "resource", "scope")
+            args = [self.resource_id(scope[1]), _quote(symbol.resource_type), *parts]
+            return f"extensionResourceId({', '.join(args)})"
         return f"resourceId({', '.join([_quote(symbol.resource_type), *parts])})"
 
-    def name_parts(self, name: str) -> list[str]:
+    def name_parts(self, name: str, index: str | None = None) -> list[str]:
         symbol = self.symbols[name]
         body = symbol.stmt["value"]
         parent = self._prop(body, "parent")
-        own = self.expr(self._prop(body, "name"))
+        with self.at(name, index):
+            own = self.expr(self._prop(body, "name"))
         return [*(self.name_parts(parent[1]) if parent else []), own]
 
     def full_name(self, name: str) -> str:
@@ -826,26 +1000,38 @@ class Compiler:
 
     def prop(self, e: Any, lambdas: frozenset[str]) -> str:
         # symbol.id / symbol.name / symbol.properties.x / module.outputs.x
+        # collection[i].id / .name / .properties.x / .outputs.x: the same at index i
         chain: list[str] = []
         node = e
         while node[0] == "prop":
             chain.insert(0, node[2])
             node = node[1]
+        index: str | None = None
+        if node[0] == "index" and node[1][0] == "ident" and node[1][1] not in lambdas:
+            target = self.symbols.get(node[1][1])
+            if target is not None and target.looped:
+                index = self.expr(node[2], lambdas)
+                node = node[1]
         if node[0] == "ident" and node[1] not in lambdas and node[1] in self.symbols:
             symbol = self.symbols[node[1]]
+            if symbol.looped and index is None:
+                raise BicepError(f"the {symbol.kind} collection {node[1]} without an index")
+            shown = node[1] + ("[...]" if index is not None else "")
             if symbol.kind == "resource":
                 if chain == ["id"]:
-                    return self.resource_id(node[1])
+                    return self.resource_id(node[1], index)
                 if chain == ["name"]:  # a child's own name, as Bicep gives it
-                    return self.name_parts(node[1])[-1]
+                    return self.name_parts(node[1], index)[-1]
                 if chain[0] == "properties":
-                    ref = f"reference({self.resource_id(node[1])}, {_quote(symbol.api_version)})"
+                    rid = self.resource_id(node[1], index)
+                    ref = f"reference({rid}, {_quote(symbol.api_version)})"
                     return ref + "".join(f".{c}" for c in chain[1:])
-                raise BicepError(f"the resource access {node[1]}.{'.'.join(chain)}")
+                raise BicepError(f"the resource access {shown}.{'.'.join(chain)}")
             if symbol.kind == "module":
                 if chain[0] != "outputs" or len(chain) < 2:
-                    raise BicepError(f"the module access {node[1]}.{'.'.join(chain)}")
-                ref = f"reference({self.resource_id(node[1])}, {_quote(self.deployments_api)})"
+                    raise BicepError(f"the module access {shown}.{'.'.join(chain)}")
+                rid = self.resource_id(node[1], index)
+                ref = f"reference({rid}, {_quote(self.deployments_api)})"
                 return f"{ref}.outputs.{chain[1]}.value" + "".join(f".{c}" for c in chain[2:])
         return f"{self.expr(e[1], lambdas)}.{e[2]}"
 
@@ -854,7 +1040,8 @@ class Compiler:
         kind = e[0]
         if kind == "str" and len(e[1]) == 1:
             text = e[1][0]
-            return "[" + text if text.startswith("[") else text
+            # ARM reads a string in [ ] as an expression: only such a literal is escaped
+            return "[" + text if text.startswith("[") and text.endswith("]") else text
         if kind == "int":
             return e[1]
         if kind == "bool":
@@ -929,22 +1116,35 @@ class Compiler:
             elif kind == "module":  # after every resource, as bicep build writes them
                 modules.append(self.module(stmt))
             elif kind == "output":
-                output: dict[str, Any] = {
-                    "type": _PARAM_TYPES[stmt["type"]],
-                    "value": self.value(stmt["value"]),
-                }
+                output: dict[str, Any] = {"type": _PARAM_TYPES[stmt["type"]]}
+                if stmt["value"][0] == "for":  # an output copy loop: copyIndex() unnamed
+                    source, body = self.for_expression(stmt["value"], "copyIndex()")
+                    output["copy"] = {"count": f"[length({source})]", "input": body}
+                else:
+                    output["value"] = self.value(stmt["value"])
                 output.update(self.decorations(stmt, output_only=True))
                 outputs[stmt["name"]] = output
 
     def copy(self, name: str, loop: Any) -> dict[str, Any]:
         """A variable made by a for-expression: ARM's variable copy loop."""
-        _, item, iterable, body = loop
+        source, body = self.for_expression(loop, f"copyIndex({_quote(name)})")
+        return {"name": name, "count": f"[length({source})]", "input": body}
+
+    def for_expression(self, loop: Any, index: str) -> tuple[str, Any]:
+        """A variable's or output's for-expression: its array and its body with the item as
+        ``array[index]`` and the index as ``index`` (ARM's copyIndex, named for a variable)."""
+        _, item, position, iterable, body, condition = loop
+        if condition is not None:
+            raise BicepError("a condition in a for-expression (a filter)")
         source = self.expr(iterable)
-        self.loop[item] = f"{source}[copyIndex({_quote(name)})]"
+        saved = self.loop
+        self.loop = {**saved, item: f"{source}[{index}]"}
+        if position is not None:
+            self.loop[position] = index
         try:
-            return {"name": name, "count": f"[length({source})]", "input": self.value(body)}
+            return source, self.value(body)
         finally:
-            del self.loop[item]
+            self.loop = saved
 
     def decorations(self, stmt: dict[str, Any], output_only: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -973,19 +1173,57 @@ class Compiler:
 
     def depends_on(self, stmt: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
         """The resources and modules a statement's ``keys`` refer to (its name included), and
-        its explicit dependsOn, ordered by symbol name as bicep build lists them."""
+        its explicit dependsOn, ordered by symbol name as bicep build lists them. A collection
+        named whole is its copy loop's name; one named by index (``mods[i]``) is that item's
+        resourceId, unless the whole collection is named too."""
         body = stmt["value"]
         if "condition" in stmt and self._dependencies(stmt["condition"]):
             raise BicepError(f"a {stmt['kind']} condition that reads a resource or module")
-        names = self._dependencies(("object", [(k, v) for k, v in body[1] if k in keys]))
+        refs = self._dependencies(("object", [(k, v) for k, v in body[1] if k in keys]))
         explicit = self._prop(body, "dependsOn")
         for item in explicit[1] if explicit is not None else []:
-            self._symbol_ref(item, "resource|module", "dependsOn")
-            names.append(item[1])
-        unique = sorted(set(names) - {stmt["name"]}, key=lambda n: (n.lower(), n))
-        return [f"[{self.resource_id(n)}]" for n in unique]
+            if item[0] == "index":
+                target = self._symbol_ref(item[1], "resource|module", "dependsOn")
+                if not target.looped:
+                    raise BicepError("dependsOn: an index into something other than a loop")
+                refs.append((item[1][1], item[2]))
+            else:
+                self._symbol_ref(item, "resource|module", "dependsOn")
+                refs.append((item[1], None))
+        out: list[str] = []
+        for name in sorted({n for n, _ in refs} - {stmt["name"]}, key=lambda n: (n.lower(), n)):
+            indices = [i for n, i in refs if n == name]
+            if not self.symbols[name].looped:
+                out.append(f"[{self.resource_id(name)}]")
+            elif None in indices:  # the whole collection
+                out.append(name)
+            else:  # one entry per indexed reference, alike or refused (their order is not fixed)
+                items = [f"[{self.resource_id(name, self.expr(i))}]" for i in indices]
+                if len(set(items)) > 1:
+                    raise BicepError(f"the collection {name} named by different indices")
+                out += items
+        return out
+
+    def collection(self, stmt: dict[str, Any], emit: Any) -> dict[str, Any]:
+        """A resource or module, with ARM's copy loop first if it is a collection: emitted at
+        copyIndex(), ``@batchSize(n)`` as a serial copy of n at a time."""
+        if "loop" not in stmt:
+            return dict(emit(stmt))
+        with self.bound(stmt, "copyIndex()") as source:
+            out = emit(stmt)
+        copy: dict[str, Any] = {"name": stmt["name"], "count": f"[length({source})]"}
+        for name, args in stmt["decorators"]:
+            if name == "batchSize":
+                copy.update(mode="serial", batchSize=args[0][1])
+        return {"copy": copy, **out}
 
     def resource(self, stmt: dict[str, Any]) -> dict[str, Any]:
+        return self.collection(stmt, self._resource)
+
+    def module(self, stmt: dict[str, Any]) -> dict[str, Any]:
+        return self.collection(stmt, self._module)
+
+    def _resource(self, stmt: dict[str, Any]) -> dict[str, Any]:
         symbol = self.symbols[stmt["name"]]
         body = stmt["value"]
         res: dict[str, Any] = {"type": symbol.resource_type, "apiVersion": symbol.api_version}
@@ -994,6 +1232,8 @@ class Compiler:
         scope = self._prop(body, "scope")
         if scope is not None:
             target = self._symbol_ref(scope, "resource", "scope")
+            if self._prop(target.stmt["value"], "scope") is not None:
+                raise BicepError("scope: an extension resource (one with a scope of its own)")
             res["scope"] = (
                 f"[format({_quote(target.resource_type + '/{0}')}, {self.full_name(scope[1])})]"
             )
@@ -1013,7 +1253,7 @@ class Compiler:
             res["dependsOn"] = deps
         return res
 
-    def module(self, stmt: dict[str, Any]) -> dict[str, Any]:
+    def _module(self, stmt: dict[str, Any]) -> dict[str, Any]:
         body = stmt["value"]
         inner = Compiler(self.path.parent / stmt["target"], self.deployments_api).template()
         inner["metadata"]["_generator"] = dict(GENERATOR)

@@ -154,10 +154,10 @@ output id string = subnet.id
             "the decorator @description on a resource",
         ),
         (
-            "resource r 'Microsoft.Network/virtualNetworks@2024-07-01' = [for i in range(0, 2): {\n"
-            "  name: 'v${i}'\n}]\n",
+            "resource r 'Microsoft.Network/virtualNetworks@2024-07-01' = {\n  name: 'v'\n"
+            "  properties: {\n    subnets: [for i in range(0, 2): { name: 's${i}' }]\n  }\n}\n",
             1,
-            "a resource declared as a for",
+            "a for expression",
         ),
         (
             "resource r 'Microsoft.Network/virtualNetworks@2024-07-01' existing = {\n"
@@ -166,6 +166,11 @@ output id string = subnet.id
             "existing resources",
         ),
         ("param a string\nvar b = a =~ 'x'\noutput c bool = b\n", 2, "the =~ operator"),
+        (
+            "module m 'm.bicep' = {\n  name: 'm'\n  params: 'x'\n}\n",
+            1,
+            "module params that are not an object literal",
+        ),
         ("var s = 'never closed\n", 1, "newline in a string"),
         ("var s = '''never closed\n", 1, "an unterminated string"),
     ],
@@ -209,3 +214,365 @@ def test_the_committed_template_is_what_the_compiler_writes() -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- loops: each form against the shape bicep build writes (languageVersion 1.0) --------------
+# The shapes are those of the corpus files with loops (bicep/201/vm-copy-managed-disks,
+# key-vault-secret-create, 301/log-analytics-with-datasources-solutions, 000/20-array-loop)
+# and of Bicep's own loop baselines (Azure/bicep src/Bicep.Core.Samples/Files/baselines/
+# Loops_LF and LoopsIndexed_LF at the corpus commit: module collections, @batchSize, filtered
+# loops, indexed references and collection dependencies).
+WORKERS = "param name string\nparam count int\noutput vmss string = '${name}-vmss'\n"
+VNET = "Microsoft.Network/virtualNetworks"
+
+
+def test_a_resource_loop_over_an_array_is_a_copy_loop_with_the_item_at_copy_index(
+    tmp_path: Path,
+) -> None:
+    doc = compile_text(
+        tmp_path,
+        f"""param names array
+resource vnets '{VNET}@2024-07-01' = [for n in names: {{
+  name: n
+  location: 'westeurope'
+}}]
+""",
+    )
+    assert doc["resources"] == [
+        {
+            "copy": {"name": "vnets", "count": "[length(parameters('names'))]"},
+            "type": VNET,
+            "apiVersion": "2024-07-01",
+            "name": "[parameters('names')[copyIndex()]]",
+            "location": "westeurope",
+        }
+    ]
+
+
+def test_the_index_of_a_loop_is_copy_index(tmp_path: Path) -> None:
+    doc = compile_text(
+        tmp_path,
+        f"param names array\nresource vnets '{VNET}@2024-07-01' = [for (n, i) in names: {{\n"
+        "  name: '${n}-${i}'\n}]\n",
+    )
+    assert doc["resources"][0]["name"] == (
+        "[format('{0}-{1}', parameters('names')[copyIndex()], copyIndex())]"
+    )
+
+
+def test_a_range_loop_counts_the_range_and_its_item_is_the_range_at_copy_index(
+    tmp_path: Path,
+) -> None:
+    doc = compile_text(
+        tmp_path,
+        f"param count int\nresource vnets '{VNET}@2024-07-01' = [for i in range(0, count): {{\n"
+        "  name: 'vnet${i + 1}'\n}]\n",
+    )
+    res = doc["resources"][0]
+    assert res["copy"] == {"name": "vnets", "count": "[length(range(0, parameters('count')))]"}
+    assert res["name"] == "[format('vnet{0}', add(range(0, parameters('count'))[copyIndex()], 1))]"
+
+
+def test_a_filtered_loop_has_a_condition_and_batch_size_makes_it_serial(tmp_path: Path) -> None:
+    doc = compile_text(
+        tmp_path,
+        f"""param accounts array
+@batchSize(2)
+resource zones '{VNET}@2024-07-01' = [for (a, i) in accounts: if (a.enabled) {{
+  name: 'zone-${{a.name}}-${{i}}'
+}}]
+@sys.batchSize(1)
+module pool 'workers.bicep' = [for i in range(0, 6): if (i % 2 == 0) {{
+  name: 'pool${{i}}'
+}}]
+""",
+        **{"workers.bicep": WORKERS},
+    )
+    zones, pool = doc["resources"]
+    assert zones["copy"] == {
+        "name": "zones",
+        "count": "[length(parameters('accounts'))]",
+        "mode": "serial",
+        "batchSize": 2,
+    }
+    assert zones["condition"] == "[parameters('accounts')[copyIndex()].enabled]"
+    assert zones["name"] == (
+        "[format('zone-{0}-{1}', parameters('accounts')[copyIndex()].name, copyIndex())]"
+    )
+    assert pool["copy"] == {
+        "name": "pool",
+        "count": "[length(range(0, 6))]",
+        "mode": "serial",
+        "batchSize": 1,
+    }
+    assert pool["condition"] == "[equals(mod(range(0, 6)[copyIndex()], 2), 0)]"
+
+
+def test_a_module_loop_passes_its_item_to_the_module_and_is_named_by_index(
+    tmp_path: Path,
+) -> None:
+    doc = compile_text(
+        tmp_path,
+        """param pools array
+module pool 'workers.bicep' = [for p in pools: {
+  name: 'pool-${p.name}'
+  params: {
+    name: p.name
+    count: p.count
+  }
+}]
+output first string = pool[0].outputs.vmss
+output all array = [for (p, i) in pools: pool[i].outputs.vmss]
+""",
+        **{"workers.bicep": WORKERS},
+    )
+    (pool,) = doc["resources"]
+    assert pool["copy"] == {"name": "pool", "count": "[length(parameters('pools'))]"}
+    assert pool["name"] == "[format('pool-{0}', parameters('pools')[copyIndex()].name)]"
+    assert pool["properties"]["parameters"] == {
+        "name": {"value": "[parameters('pools')[copyIndex()].name]"},
+        "count": {"value": "[parameters('pools')[copyIndex()].count]"},
+    }
+    assert pool["properties"]["template"]["outputs"]["vmss"]["type"] == "string"
+
+    def deployment(index: str) -> str:
+        name = f"format('pool-{{0}}', parameters('pools')[{index}].name)"
+        return (
+            f"reference(resourceId('Microsoft.Resources/deployments', {name}), '{DEPLOYMENTS_API}')"
+        )
+
+    assert doc["outputs"]["first"] == {
+        "type": "string",
+        "value": f"[{deployment('0')}.outputs.vmss.value]",
+    }
+    assert doc["outputs"]["all"] == {
+        "type": "array",
+        "copy": {
+            "count": "[length(parameters('pools'))]",
+            "input": f"[{deployment('copyIndex()')}.outputs.vmss.value]",
+        },
+    }
+
+
+def test_a_collection_in_depends_on_is_its_loop_name_and_one_item_is_its_resource_id(
+    tmp_path: Path,
+) -> None:
+    doc = compile_text(
+        tmp_path,
+        f"""param names array
+resource vnets '{VNET}@2024-07-01' = [for n in names: {{
+  name: n
+}}]
+resource paired 'Microsoft.Network/networkSecurityGroups@2024-07-01' = [for (n, i) in names: {{
+  name: 'nsg-${{n}}'
+  tags: {{ vnet: vnets[i].id }}
+}}]
+resource whole 'Microsoft.Network/networkSecurityGroups@2024-07-01' = {{
+  name: 'whole'
+  tags: {{ first: vnets[0].id }}
+  dependsOn: [vnets]
+}}
+resource second 'Microsoft.Network/networkSecurityGroups@2024-07-01' = [for (n, i) in names: {{
+  name: 'second-${{n}}'
+  dependsOn: [paired[i]]
+}}]
+module pool 'workers.bicep' = [for n in names: {{
+  name: n
+  params: {{ name: vnets[1].name }}
+  dependsOn: [paired]
+}}]
+""",
+        **{"workers.bicep": WORKERS},
+    )
+    _, paired, whole, second, pool = doc["resources"]
+    assert second["dependsOn"] == [
+        "[resourceId('Microsoft.Network/networkSecurityGroups', "
+        "format('nsg-{0}', parameters('names')[copyIndex()]))]"
+    ]
+    assert paired["dependsOn"] == [
+        f"[resourceId('{VNET}', parameters('names')[copyIndex()])]",
+    ]
+    assert paired["tags"]["vnet"] == paired["dependsOn"][0]
+    # named whole and by index: the whole collection only
+    assert whole["dependsOn"] == ["vnets"]
+    assert whole["tags"]["first"] == f"[resourceId('{VNET}', parameters('names')[0])]"
+    assert pool["dependsOn"] == ["paired", f"[resourceId('{VNET}', parameters('names')[1])]"]
+    assert pool["properties"]["parameters"]["name"] == {"value": "[parameters('names')[1]]"}
+
+
+def test_a_variable_for_expression_names_its_copy_index(tmp_path: Path) -> None:
+    doc = compile_text(
+        tmp_path,
+        "param names array\nvar v = [for (n, i) in names: { n: n, i: i }]\noutput o array = v\n",
+    )
+    assert doc["variables"]["copy"] == [
+        {
+            "name": "v",
+            "count": "[length(parameters('names'))]",
+            "input": {
+                "n": "[parameters('names')[copyIndex('v')]]",
+                "i": "[copyIndex('v')]",
+            },
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        (  # bicep build lists each indexed reference, in an order of a hash set's
+            "param names array\n"
+            f"resource vnets '{VNET}@2024-07-01' = [for n in names: {{\n  name: n\n}}]\n"
+            "resource r 'Microsoft.Network/networkSecurityGroups@2024-07-01' = {\n"
+            "  name: 'r'\n  tags: { a: vnets[0].id, b: vnets[1].id }\n}\n",
+            "the collection vnets named by different indices",
+        ),
+        (
+            "param names array\n"
+            f"resource vnets '{VNET}@2024-07-01' = [for n in names: {{\n  name: n\n}}]\n"
+            "output o string = vnets.id\n",
+            "the resource collection vnets without an index",
+        ),
+        (
+            "param names array\n"
+            f"resource vnets '{VNET}@2024-07-01' = [for n in names: {{\n  name: n\n}}]\n"
+            f"resource subnets '{VNET}/subnets@2024-07-01' = {{\n"
+            "  parent: vnets\n  name: 's'\n}\n",
+            "a parent that is a resource collection",
+        ),
+        (
+            "var names = ['a']\n"
+            f"resource vnets '{VNET}@2024-07-01' = [for names in ['b']: {{\n  name: names\n}}]\n",
+            "the loop variable names named as a symbol",
+        ),
+        (
+            "param names array\nvar v = [for n in names: if (n != 'x') n]\noutput o array = v\n",
+            "a condition in a for-expression",
+        ),
+        (  # a dependsOn cannot name the item a lambda's (or for-expression's) variable picks
+            "param names array\n"
+            f"resource vnets '{VNET}@2024-07-01' = [for n in names: {{\n  name: n\n}}]\n"
+            "resource r 'Microsoft.Network/networkSecurityGroups@2024-07-01' = {\n"
+            "  name: 'r'\n  tags: { ids: map(range(0, 2), i => vnets[i].id) }\n}\n",
+            "the collection vnets named by index inside a lambda or for-expression",
+        ),
+        (
+            f"@batchSize(2)\nresource vnet '{VNET}@2024-07-01' = {{\n  name: 'v'\n}}\n",
+            "the decorator @batchSize on a resource",
+        ),
+        (
+            "param n int\n"
+            f"@batchSize(n)\nresource vnets '{VNET}@2024-07-01' = [for i in range(0, 2): {{\n"
+            "  name: 'v${i}'\n}]\n",
+            "@batchSize without one integer literal",
+        ),
+        (
+            "module m 'workers.bicep' = {\n  name: 'm'\n}\n"
+            f"resource vnets '{VNET}@2024-07-01' = [for n in m.outputs.names: {{\n"
+            "  name: n\n}]\n",
+            "a loop over an array that reads a resource or module",
+        ),
+    ],
+)
+def test_loops_it_cannot_compile_exactly_are_refused(tmp_path: Path, text: str, what: str) -> None:
+    _, _, found = refusal(tmp_path, text, **{"workers.bicep": WORKERS})
+    assert found.startswith(what), found
+
+
+def test_a_scope_on_an_extension_resource_is_refused_and_its_id_hangs_off_its_scope(
+    tmp_path: Path,
+) -> None:
+    lock = (
+        f"resource vnet '{VNET}@2024-07-01' = {{\n  name: 'v'\n}}\n"
+        "resource lock 'Microsoft.Authorization/locks@2020-05-01' = {\n"
+        "  name: 'l'\n  scope: vnet\n  properties: { level: 'CanNotDelete' }\n}\n"
+    )
+    doc = compile_text(tmp_path, lock + "output id string = lock.id\n")
+    assert doc["outputs"]["id"]["value"] == (
+        f"[extensionResourceId(resourceId('{VNET}', 'v'), 'Microsoft.Authorization/locks', 'l')]"
+    )
+    _, _, what = refusal(
+        tmp_path,
+        lock + "resource lock2 'Microsoft.Authorization/locks@2020-05-01' = {\n"
+        "  name: 'l2'\n  scope: lock\n}\n",
+    )
+    assert what.startswith("scope: an extension resource"), what
+
+
+def test_a_literal_is_escaped_only_where_arm_would_read_an_expression(tmp_path: Path) -> None:
+    doc = compile_text(
+        tmp_path,
+        "var a = '[1, 2]'\nvar b = '''\n[\n  1\n]\n'''\noutput o array = [a, b]\n",
+    )
+    assert doc["variables"] == {"a": "[[1, 2]", "b": "[\n  1\n]\n"}
+
+
+def test_a_variable_calling_a_runtime_function_is_inlined(tmp_path: Path) -> None:
+    doc = compile_text(
+        tmp_path,
+        "resource sa 'Microsoft.Storage/storageAccounts@2023-05-01' = {\n  name: 'sa'\n}\n"
+        "var key = listKeys(sa.id, '2023-05-01').keys[0].value\n"
+        "var state = reference(sa.id, '2023-05-01').provisioningState\n"
+        "output key string = key\noutput state string = state\n",
+    )
+    assert "variables" not in doc
+    sa = "resourceId('Microsoft.Storage/storageAccounts', 'sa')"
+    assert doc["outputs"]["key"]["value"] == f"[listKeys({sa}, '2023-05-01').keys[0].value]"
+    assert doc["outputs"]["state"]["value"] == (
+        f"[reference({sa}, '2023-05-01').provisioningState]"
+    )
+
+
+def test_crlf_multiline_strings_a_byte_order_mark_and_surrogate_escapes(tmp_path: Path) -> None:
+    source = tmp_path / "main.bicep"
+    source.write_bytes(
+        b"\xef\xbb\xbfvar text = '''\r\na\r\nb\r\n'''\r\nvar pair = '\\u{D801}\\u{DC37}'\r\n"
+        b"output o array = [text, pair]\r\n"
+    )
+    doc = Compiler(source).template()
+    assert doc["variables"] == {"text": "a\r\nb\r\n", "pair": "\U00010437"}
+    source.write_bytes(b"var lone = '\\u{D801}'\n")
+    with pytest.raises(BicepError, match="a lone surrogate escape"):
+        Compiler(source).template()
+
+
+def test_load_text_content_of_a_missing_or_crlf_file_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    text = "var t = loadTextContent('t.txt')\noutput o string = t\n"
+    assert refusal(tmp_path, text)[1:] == (
+        1,
+        "loadTextContent() of a file that cannot be read (No such file or directory)",
+    )
+    (tmp_path / "t.txt").write_bytes(b"a\r\nb\r\n")
+    assert refusal(tmp_path, text)[2] == "loadTextContent() of a file with carriage returns"
+    (tmp_path / "t.txt").write_bytes(b"a\nb\n")
+    assert compile_text(tmp_path, text)["variables"] == {"t": "a\nb\n"}
+
+
+def test_each_indexed_reference_is_one_depends_on_entry_as_bicep_build_lists_them(
+    tmp_path: Path,
+) -> None:
+    """Bicep keeps a dependency per indexed reference in the source (Loops_LF's
+    indexedResourceCollectionDependency has two alike), a variable's once."""
+    doc = compile_text(
+        tmp_path,
+        f"""param names array
+resource vnets '{VNET}@2024-07-01' = [for n in names: {{
+  name: n
+}}]
+var first = vnets[0].id
+resource twice 'Microsoft.Network/networkSecurityGroups@2024-07-01' = {{
+  name: 'twice'
+  tags: {{ a: vnets[0].id, b: vnets[0].id }}
+}}
+resource viaVariable 'Microsoft.Network/networkSecurityGroups@2024-07-01' = {{
+  name: 'via'
+  tags: {{ a: first, b: first }}
+}}
+""",
+    )
+    entry = f"[resourceId('{VNET}', parameters('names')[0])]"
+    _, twice, via = doc["resources"]
+    assert twice["dependsOn"] == [entry, entry]
+    assert via["dependsOn"] == [entry]

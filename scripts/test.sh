@@ -5,7 +5,7 @@
 #   - .tools/checkov: checkov in its own environment (its pins conflict with Ray's), a link to
 #     ~/.cache/azure-ray-rl/checkov-<key>, built once per requirements file and Python
 #   - whatever scripts/setup.d/*.sh prepare (cached under .tools/ and .rehearsal/)
-# Without arguments: the suite in three lanes (see below). With arguments: one pytest run with
+# Without arguments: the suite in four lanes (see below). With arguments: one pytest run with
 # them, e.g. ./scripts/test.sh tests/unit -m "not slow".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,17 +66,24 @@ if [ $# -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 
-# The whole suite in three lanes side by side, each running its tests one at a time in
-# collection order: the end-to-end tests on the session's rehearsal cluster; the e2e tests that
-# boot clusters of their own (scaling mode ray, autostop), then the system tests and the wheel
-# test; and the unit tests. The end-to-end tests mostly wait (booting containers, Ray's and
-# autostop's idle timeouts), the unit tests mostly compute. scripts/lanes.py prints the
-# background lanes' logs and one closing line for all.
+# The whole suite in four lanes side by side, each running its tests one at a time in
+# collection order:
+#   e2e:       the end-to-end tests on the session's rehearsal cluster;
+#   autoscale: the autoscale e2e tests (a cluster of their own, scaling mode ray), then the
+#              system tests and the wheel test;
+#   autostop:  the autostop e2e tests (a cluster of their own; mostly waiting for idle
+#              periods), then the unit tests that train on a local Ray head of their own;
+#   unit:      the other unit tests, with their output here.
+# The lanes take about equally long on 2 cores: the end-to-end tests mostly wait (booting
+# containers, Ray's and autostop's idle timeouts), the unit tests mostly compute.
+# scripts/lanes.py prints the background lanes' logs and one closing line for all.
 LANES=.pytest_cache/lanes
+AUTOSCALE=(tests/e2e/test_autoscale.py tests/system tests/unit/test_wheel.py)
+AUTOSTOP=(tests/e2e/test_autostop.py tests/unit/test_examples.py tests/unit/test_local_jobs.py
+    tests/unit/test_driver_local_fallback.py tests/unit/test_local_heads.py)
 OWN_CLUSTERS=(tests/e2e/test_autoscale.py tests/e2e/test_autostop.py)
-SIDE=("${OWN_CLUSTERS[@]}" tests/system tests/unit/test_wheel.py)
 rm -rf "$LANES" && mkdir -p "$LANES"
-log "pytest, three lanes: tests/e2e ($LANES/e2e.log); ${SIDE[*]} ($LANES/side.log); the rest"
+log "pytest, four lanes: e2e, autoscale and autostop (logs in $LANES/), unit (here)"
 # A background command of a script ignores SIGINT, and so would every process it starts
 # (Python keeps an ignored SIGINT: no KeyboardInterrupt); the e2e tests stop the driver with
 # Ctrl-C as a user does, so each lane gets SIGINT back before pytest starts. Only ever run in
@@ -88,17 +95,23 @@ lane() {
 lane tests/e2e "${OWN_CLUSTERS[@]/#/--ignore=}" \
     --junitxml="$LANES/e2e.xml" >"$LANES/e2e.log" 2>&1 &
 e2e=$!
-lane "${SIDE[@]}" --junitxml="$LANES/side.xml" >"$LANES/side.log" 2>&1 &
-side=$!
+lane "${AUTOSCALE[@]}" --junitxml="$LANES/autoscale.xml" >"$LANES/autoscale.log" 2>&1 &
+autoscale=$!
+lane "${AUTOSTOP[@]}" --junitxml="$LANES/autostop.xml" >"$LANES/autostop.log" 2>&1 &
+autostop=$!
 # Ctrl-C or a failed host lane never leaves the others running (SIGINT: their clusters go down).
-trap 'kill -INT "$e2e" "$side" 2>/dev/null || true' EXIT
+trap 'kill -INT "$e2e" "$autoscale" "$autostop" 2>/dev/null || true' EXIT
 rc_unit=0
-.venv/bin/python -m pytest --ignore=tests/e2e "${SIDE[@]/#/--ignore=}" \
-    --junitxml="$LANES/unit.xml" || rc_unit=$?
+.venv/bin/python -m pytest --ignore=tests/e2e "${AUTOSCALE[@]/#/--ignore=}" \
+    "${AUTOSTOP[@]/#/--ignore=}" --junitxml="$LANES/unit.xml" || rc_unit=$?
 rc_e2e=0
 wait "$e2e" || rc_e2e=$?
-rc_side=0
-wait "$side" || rc_side=$?
+rc_autoscale=0
+wait "$autoscale" || rc_autoscale=$?
+rc_autostop=0
+wait "$autostop" || rc_autostop=$?
 trap - EXIT
-exec .venv/bin/python scripts/lanes.py --log "$LANES/e2e.log" --log "$LANES/side.log" \
-    "unit=$rc_unit:$LANES/unit.xml" "e2e=$rc_e2e:$LANES/e2e.xml" "side=$rc_side:$LANES/side.xml"
+exec .venv/bin/python scripts/lanes.py \
+    --log "$LANES/e2e.log" --log "$LANES/autoscale.log" --log "$LANES/autostop.log" \
+    "unit=$rc_unit:$LANES/unit.xml" "e2e=$rc_e2e:$LANES/e2e.xml" \
+    "autoscale=$rc_autoscale:$LANES/autoscale.xml" "autostop=$rc_autostop:$LANES/autostop.xml"

@@ -1,4 +1,4 @@
-"""scripts/lanes.py: the closing of scripts/test.sh's two lanes (one line per lane, one closing
+"""scripts/lanes.py: the closing of scripts/test.sh's lanes (one line per lane, one closing
 line for the suite, exit status 0 only when every lane passed)."""
 
 from __future__ import annotations

@@ -142,6 +142,10 @@ class _ProgressReader:
 
 READ_RETRY_PAUSES_S = (1.0, 2.0, 4.0)
 """Pauses before a read that met a server error is tried again (three more tries, 7 s)."""
+SUBMIT_RETRY_PAUSES_S = (2.0, 4.0, 8.0, 15.0, 15.0, 15.0)
+"""Pauses before a submit that found no job agent is tried again (about a minute in all)."""
+NO_AGENT = "No available agent to submit job"
+"""Ray's dashboard's answer when the head's job agent has not registered (job_head.py)."""
 _SERVER_ERROR = re.compile(r"(status code|HTTP) 5\d\d\b")
 
 
@@ -372,14 +376,30 @@ class JobsClient:
         submission_id: str | None = None,
         metadata: dict[str, str] | None = None,
     ) -> str:
-        return self._call(
-            "submitting the job",
-            self._client.submit_job,
-            entrypoint=entrypoint,
-            runtime_env=runtime_env,
-            submission_id=submission_id,
-            metadata=metadata,
-        )
+        """Submit, and submit again while Ray's dashboard says no agent is there to take it yet
+        (a head whose agent is still starting, or slow on a loaded machine: Ray waits 10 s for
+        it, then answers 500 "No available agent to submit job, please try again later"; the
+        job was not created). Should an earlier try have created it after all, the next one
+        finds ``submission_id`` taken: that is this job (callers check the id is free first)."""
+        pauses = list(SUBMIT_RETRY_PAUSES_S)
+        retried = False
+        while True:
+            try:
+                return self._call(
+                    "submitting the job",
+                    self._client.submit_job,
+                    entrypoint=entrypoint,
+                    runtime_env=runtime_env,
+                    submission_id=submission_id,
+                    metadata=metadata,
+                )
+            except DriverError as e:
+                if retried and submission_id and "already exists" in str(e):
+                    return submission_id
+                if NO_AGENT not in str(e) or not pauses:
+                    raise
+                retried = True
+                time.sleep(pauses.pop(0))
 
     def info(self, submission_id: str) -> JobInfo:
         return _info(self._read(f"job {submission_id}", self._client.get_job_info, submission_id))

@@ -5,6 +5,7 @@ so the shared Ray head is never disturbed."""
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import socket
@@ -14,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -324,22 +326,58 @@ def in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def _ctrl_c_after(seconds: float) -> threading.Timer:
-    timer = threading.Timer(seconds, signal.raise_signal, args=(signal.SIGINT,))
-    timer.start()
-    return timer
+class _Watched(io.TextIOBase):
+    """sys.stderr as captured, telling ``seen`` once ``text`` was written to it."""
+
+    def __init__(self, stream: Any, text: str) -> None:
+        self.stream, self.text, self.seen = stream, text, threading.Event()
+        self.written = ""
+
+    def write(self, s: str) -> int:
+        self.written += s
+        if self.text in self.written:
+            self.seen.set()
+        return int(self.stream.write(s))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _ctrl_c_once_said(
+    text: str, monkeypatch: pytest.MonkeyPatch, limit: float = 120
+) -> tuple[threading.Thread, _Watched]:
+    """Ctrl-C once the driver has said ``text`` (on a loaded machine a fixed delay may come
+    before it got there), or after ``limit`` s."""
+    watched = _Watched(sys.stderr, text)
+    monkeypatch.setattr(sys, "stderr", watched)
+
+    def press() -> None:
+        watched.seen.wait(limit)
+        time.sleep(0.5)  # into the wait that follows the line
+        signal.raise_signal(signal.SIGINT)
+
+    thread = threading.Thread(target=press, daemon=True)
+    thread.start()
+    return thread, watched
 
 
 def test_ctrl_c_while_connecting(
-    make_head_host: Callable[[], HeadHost], in_process: Path, capsys: pytest.CaptureFixture[str]
+    make_head_host: Callable[[], HeadHost],
+    in_process: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     head = make_head_host()
     before = leftovers_snapshot()
-    timer = _ctrl_c_after(2.0)
+    presser, watched = _ctrl_c_once_said("retry 1 of 9", monkeypatch)
     code = main(
         ["list", "--head", f"root@{head.ip}:2299", "-i", str(head.user_key), "--retries", "9"]
     )
-    timer.join()
+    presser.join()
+    monkeypatch.setattr(sys, "stderr", watched.stream)
     err = capsys.readouterr().err
     assert code == 130, err
     assert "retry 1 of 9" in err and err.rstrip().endswith("interrupted")
@@ -348,16 +386,22 @@ def test_ctrl_c_while_connecting(
 
 
 def test_ctrl_c_while_waiting_for_the_head(
-    make_head_host: Callable[[], HeadHost], in_process: Path, capsys: pytest.CaptureFixture[str]
+    make_head_host: Callable[[], HeadHost],
+    in_process: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     head = make_head_host()
     (in_process / "known_hosts").parent.mkdir(parents=True, exist_ok=True)
     (in_process / "known_hosts").write_text(head.sshd.known_hosts_line if head.sshd else "")
     peers_before = head.ssh_peers()
     before = leftovers_snapshot()
-    timer = _ctrl_c_after(3.0)
-    code = main(["submit", *head.cli_args, "--ready-timeout", "60", SCRIPT])
-    timer.join()
+    presser, watched = _ctrl_c_once_said(
+        "waiting for the head to finish bootstrapping", monkeypatch
+    )
+    code = main(["submit", *head.cli_args, "--ready-timeout", "300", SCRIPT])
+    presser.join()
+    monkeypatch.setattr(sys, "stderr", watched.stream)
     err = capsys.readouterr().err
     assert code == 130, err
     assert "waiting for the head to finish bootstrapping" in err

@@ -136,3 +136,72 @@ def test_a_server_error_that_stays_ends_in_its_line_and_a_write_is_never_repeate
     with pytest.raises(DriverError, match=r"submitting the job: .* status code 500"):
         _client(cluster).submit("python train.py", {}, "j-1")
     assert cluster.calls.count("submit") == 1
+
+
+class _AgentStarting:
+    """Ray's dashboard while the head's job agent has not registered: a submit is answered 500
+    "No available agent" (the job not created) ``missing`` times; ``created_anyway`` makes the
+    first such try create the job all the same, so the next one finds its id taken."""
+
+    def __init__(self, missing: int, created_anyway: bool = False) -> None:
+        self.missing = missing
+        self.created_anyway = created_anyway
+        self.jobs: list[str] = []
+        self.tries = 0
+
+    def submit_job(self, submission_id: str, **kwargs: Any) -> str:
+        self.tries += 1
+        if submission_id in self.jobs:
+            raise RuntimeError(
+                "Request failed with status code 500: Traceback (most recent call last):\n"
+                f"ValueError: Job with submission_id {submission_id} already exists. "
+                "Please use a different one.\n"
+            )
+        if self.tries <= self.missing:
+            if self.created_anyway and self.tries == 1:
+                self.jobs.append(submission_id)
+            raise RuntimeError(
+                "Request failed with status code 500: No available agent to submit job, please "
+                "try again later.."
+            )
+        self.jobs.append(submission_id)
+        return submission_id
+
+
+def test_a_submit_that_finds_no_job_agent_yet_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import driver.jobs
+
+    pauses: list[float] = []
+    monkeypatch.setattr(driver.jobs.time, "sleep", pauses.append)
+    ray = _AgentStarting(missing=2)
+    assert _client(ray).submit("python train.py", {}, "j-1") == "j-1"
+    assert (ray.tries, ray.jobs, pauses) == (3, ["j-1"], [2.0, 4.0])
+
+    # A try that created the job after all: the next one finds the id taken, and that is it.
+    pauses.clear()
+    ray = _AgentStarting(missing=1, created_anyway=True)
+    assert _client(ray).submit("python train.py", {}, "j-2") == "j-2"
+    assert (ray.tries, ray.jobs, pauses) == (2, ["j-2"], [2.0])
+
+
+def test_a_taken_id_or_an_agent_that_never_comes_ends_in_its_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import driver.jobs
+    from driver.errors import DriverError
+
+    pauses: list[float] = []
+    monkeypatch.setattr(driver.jobs.time, "sleep", pauses.append)
+    ray = _AgentStarting(missing=0)
+    ray.jobs.append("j-1")  # taken before this submit: never mistaken for this one
+    with pytest.raises(DriverError, match="j-1 already exists"):
+        _client(ray).submit("python train.py", {}, "j-1")
+    assert (ray.tries, pauses) == (1, [])
+
+    ray = _AgentStarting(missing=99)
+    with pytest.raises(DriverError, match="No available agent to submit job"):
+        _client(ray).submit("python train.py", {}, "j-3")
+    assert pauses == list(driver.jobs.SUBMIT_RETRY_PAUSES_S)
+    assert ray.tries == 1 + len(driver.jobs.SUBMIT_RETRY_PAUSES_S) and ray.jobs == []

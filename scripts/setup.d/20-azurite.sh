@@ -10,15 +10,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-KEY=$(cat scripts/azurite/package-lock.json <(node --version 2>/dev/null) | sha256sum | cut -c1-16)
-DIR="${XDG_CACHE_HOME:-$HOME/.cache}/azure-ray-rl/azurite-$KEY"
-LINK=.tools/azurite
 for tool in node npm; do
     command -v "$tool" >/dev/null || {
         echo "Azurite needs $tool on PATH (node 20 or later with npm), and there is none" >&2
         exit 1
     }
 done
+KEY=$(cat scripts/azurite/package.json scripts/azurite/package-lock.json <(node --version) |
+    sha256sum | cut -c1-16)
+DIR="${XDG_CACHE_HOME:-$HOME/.cache}/azure-ray-rl/azurite-$KEY"
+LINK=.tools/azurite
 
 if [ ! -e "$DIR/complete" ]; then
     rm -rf "$DIR"

@@ -34,7 +34,7 @@ from fakes.azure_node import (
     tls_certificate,
 )
 from nodekit import render
-from nodekit.rehearsal.services import Context, azurite, keyvault
+from nodekit.rehearsal.services import Context, azurite, imds, keyvault
 from nodekit.rehearsal.state import State, StateFile
 
 CLIENT_ID = "7d1e3c52-0c5e-4b8e-9a34-2f6f0e1d9c11"
@@ -85,16 +85,16 @@ def blob(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Blob]:
         ssh_key="",
     )
     store = StateFile(cluster / "state.json")
-    imds = FakeImds(base / "imds")
+    metadata = FakeImds(base / "imds")
     (base / "imds" / "config.json").write_text(
         json.dumps(imds_config(token_key, "vm-0", {CLIENT_ID: "principal-0"}))
     )
-    imds.start()
+    metadata.start()
     try:
         url = azurite.start(Context("blobtest", cluster, base, state, store))
-        yield Blob(url, ca, imds, token_key, azurite.data_dir(azure))
+        yield Blob(url, ca, metadata, token_key, azurite.data_dir(azure))
     finally:
-        imds.stop()
+        metadata.stop()
         for item in state.created:  # what ``down`` would stop: Azurite
             if item.startswith("pid:"):
                 with contextlib.suppress(ProcessLookupError):
@@ -244,16 +244,21 @@ print(json.dumps({"files": sorted((i.path, i.size) for i in found if i.is_file),
 
 
 def _pyarrow_node(
-    blob: Blob, client_id: str, prefix: str, what: str = "write"
+    blob: Blob,
+    client_id: str,
+    prefix: str,
+    what: str = "write",
+    trust: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """pyarrow's AzureFileSystem in a process of its own, as on a node: the managed identity
     ``client_id`` (Azure's C++ SDK asks the metadata service at
     AZURE_POD_IDENTITY_AUTHORITY_HOST instead of 169.254.169.254: loopback here), the
-    rehearsal's CA as the trusted CA (SSL_CERT_FILE, read by the OpenSSL in pyarrow's wheel)."""
+    rehearsal's CA as the trusted CA (``trust``, else SSL_CERT_FILE: the OpenSSL in pyarrow's
+    wheel reads them)."""
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "SSL_CERT_DIR")},
         "AZURE_POD_IDENTITY_AUTHORITY_HOST": blob.imds.url,
-        "SSL_CERT_FILE": str(blob.ca),
+        **(trust if trust is not None else {"SSL_CERT_FILE": str(blob.ca)}),
     }
     return subprocess.run(
         [
@@ -297,6 +302,34 @@ def test_pyarrow_azure_filesystem_writes_lists_and_reads_with_the_managed_identi
         "resource": STORAGE_RESOURCE.rstrip("/"),
         "client_id": CLIENT_ID,
     } in asked
+
+
+def test_a_rehearsal_node_trusts_the_ca_where_pyarrow_looks(blob: Blob, tmp_path: Path) -> None:
+    """A node's /etc/ssl/certs as ``imds.trust_ca`` leaves it: pyarrow's own OpenSSL finds the
+    CA by its subject hash there (the bundle alone, which Python's ssl and curl read, is not
+    enough for it)."""
+    certs = tmp_path / "etc/ssl/certs"
+    certs.mkdir(parents=True)
+    (certs / "ca-certificates.crt").write_text("")
+    bundle_only = _pyarrow_node(
+        blob,
+        CLIENT_ID,
+        "untrusted",
+        trust={"SSL_CERT_DIR": str(certs), "SSL_CERT_FILE": str(certs / "nothing.pem")},
+    )
+    assert bundle_only.returncode == 1
+    assert "SSL peer certificate" in bundle_only.stderr, bundle_only.stderr[-2000:]
+    imds.trust_ca(tmp_path, blob.ca)
+    imds.trust_ca(tmp_path, blob.ca)  # again, as at a node's next boot: one link
+    assert (certs / "ca-certificates.crt").read_text().count("BEGIN CERTIFICATE") == 2
+    assert len([p for p in certs.iterdir() if p.name.endswith(".0")]) == 1
+    trusted = _pyarrow_node(
+        blob,
+        CLIENT_ID,
+        "trusted",
+        trust={"SSL_CERT_DIR": str(certs), "SSL_CERT_FILE": str(certs / "nothing.pem")},
+    )
+    assert trusted.returncode == 0, trusted.stderr[-2000:]
 
 
 def test_pyarrow_aborts_the_process_when_the_identity_gets_no_token(blob: Blob) -> None:

@@ -27,10 +27,17 @@ vault: 403 ``{"error": {"code": "Forbidden", "message": ..., "innererror": {"cod
 ``BadParameter``.
 
 Tokens are HMAC-signed by a key both fakes read from their state folders, so the vault accepts
-exactly what the IMDS issued. Each server keeps its state in a folder a test (or the rehearsal
-cluster) reads and writes: ``config.json``, ``events.json``, ``faults.json`` (make a path, or
-``"POST /path"``, answer with a status, a non-JSON body or a delay), and
-``requests.jsonl``/``acks.jsonl`` (what arrived).
+exactly what the IMDS issued. Their claims are those of Entra ID's v1 access tokens (``aud`` is
+the resource asked for, ``iss`` ``https://sts.windows.net/<tenant>/``, ``iat``/``nbf``/``exp``),
+which is what Azurite, the rehearsal's Blob storage, checks with ``--oauth basic`` for a token
+asked for :data:`STORAGE_RESOURCE` (with or without the trailing slash): the issuer's prefix,
+the audience (``https://storage.azure.com[/]``), ``nbf <= now <= exp``, and ``iat`` present (it
+checks no signature; Azurite's src/blob/authentication/BlobTokenAuthenticator.ts).
+
+Each server keeps its state in a folder a test (or the rehearsal cluster) reads and writes:
+``config.json``, ``events.json``, ``faults.json`` (make a path, or ``"POST /path"``, answer
+with a status, a non-JSON body or a delay), and ``requests.jsonl``/``acks.jsonl`` (what
+arrived).
 
 Run one as a process (the rehearsal cluster starts an IMDS inside each node's network namespace
 and one Key Vault on its bridge)::
@@ -62,6 +69,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 VAULT_RESOURCE = "https://vault.azure.net"
+STORAGE_RESOURCE = "https://storage.azure.com/"
+"""Blob storage's resource, as azure-identity asks for it (``https://storage.azure.com``, from
+the scope ``https://storage.azure.com/.default``) or as written here; either is a token Azurite
+accepts."""
+TENANT = "fake-tenant"
 TOKEN_LIFETIME_S = 24 * 3600
 
 
@@ -74,9 +86,17 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def issue_token(key: bytes, client_id: str, principal_id: str, resource: str) -> str:
-    """A JWT-shaped token (header.claims.signature), HMAC-SHA256 signed with ``key``."""
-    now = int(time.time())
+def issue_token(
+    key: bytes,
+    client_id: str,
+    principal_id: str,
+    resource: str,
+    issued_at: float | None = None,
+    lifetime_s: int = TOKEN_LIFETIME_S,
+) -> str:
+    """A JWT-shaped token (header.claims.signature), HMAC-SHA256 signed with ``key``, valid
+    from ``issued_at`` (now) for ``lifetime_s``."""
+    now = int(time.time() if issued_at is None else issued_at)
     header = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
     claims = _b64(
         json.dumps(
@@ -84,10 +104,13 @@ def issue_token(key: bytes, client_id: str, principal_id: str, resource: str) ->
                 "aud": resource,
                 "appid": client_id,
                 "oid": principal_id,
+                "sub": principal_id,
+                "tid": TENANT,
                 "iat": now,
                 "nbf": now,
-                "exp": now + TOKEN_LIFETIME_S,
-                "iss": "https://sts.windows.net/fake-tenant/",
+                "exp": now + lifetime_s,
+                "iss": f"https://sts.windows.net/{TENANT}/",
+                "ver": "1.0",
             }
         ).encode()
     )
@@ -451,7 +474,7 @@ class FakeKeyVault(_Server):
         auth = headers.get("Authorization", "")
         if not auth.startswith("Bearer "):
             challenge = (
-                'Bearer authorization="https://login.microsoftonline.com/fake-tenant", '
+                f'Bearer authorization="https://login.microsoftonline.com/{TENANT}", '
                 f'resource="{VAULT_RESOURCE}"'
             )
             return (

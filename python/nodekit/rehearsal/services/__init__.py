@@ -11,10 +11,12 @@ log, launcher) there needs no teardown of its own.
 - :mod:`.keyvault`: Key Vault, holding the cluster token, with the TLS and token key the other
   Azure stand-ins share;
 - :mod:`.imds`: each node's instance metadata service, inside its network namespace;
-- :mod:`.compute`: Azure Compute for the workers' scale set (scaling mode ray).
+- :mod:`.compute`: Azure Compute for the workers' scale set (scaling mode ray);
+- :mod:`.azurite`: Blob storage, played by Azurite, Azure's own emulator, over HTTPS with OAuth
+  (not started by ``up`` yet).
 
-Played by the repository's test fakes (:mod:`.fakes`). Adding a stand-in (Blob storage by
-Azurite is next): a module here with ``start(ctx)`` and the URL the nodes use, its port offset
+Played by the repository's test fakes (:mod:`.fakes`), Blob storage by Azurite. Adding a
+stand-in: a module here with ``start(ctx)`` and the URL the nodes use, its port offset
 in :data:`PORT_OFFSETS`, a call in ``Rehearsal.up`` and a line in ``Rehearsal.deploy_values``
 (:mod:`nodekit.rehearsal.cluster`) when the nodes get its address as a deploy-time value.
 """
@@ -37,9 +39,10 @@ PORT_OFFSETS = {
     "apt": 2,  # apt-cacher-ng
     "pypi": 3,  # proxpi
     "compute": 4,  # scaling mode ray
+    "azurite": 5,  # Blob storage
 }
 """Each stand-in's port on the bridge: the cluster's ``--http-port`` + its offset. The next
-stand-in takes the next free offset (Azurite: 5)."""
+stand-in takes the next free offset."""
 
 
 @dataclass
@@ -68,9 +71,10 @@ class Context:
         """The Azure stand-ins' files (config, TLS, logs)."""
         return self.dir / "azure"
 
-    def spawn(self, cmd: list[str], log: Path) -> int:
-        """Start ``cmd`` in its own session, output to ``log``, and record it; its pid."""
-        pid = spawn(cmd, log).pid
+    def spawn(self, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> int:
+        """Start ``cmd`` in its own session (in ``env``, else this process's environment),
+        output to ``log``, and record it; its pid."""
+        pid = spawn(cmd, log, env).pid
         self.store.record(self.state, f"pid:{pid}")
         return pid
 

@@ -4,6 +4,7 @@ namespace: its identity's tokens, its compute metadata and its scheduled events.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import urllib.parse
 import uuid
@@ -11,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from driver import layout
+from driver.errors import DriverError
 from nodekit.rehearsal import network
 from nodekit.rehearsal.services import Context, compute, fakes, keyvault, wait_for_port
 from nodekit.rehearsal.state import Node
+from nodekit.rehearsal.system import run
 
 
 def folder(node: Node) -> Path:
@@ -76,12 +79,38 @@ def start(ctx: Context, node: Node) -> None:
         f"the metadata service of {node.name}",
         netns=node.netns,
     )
-    ca = Path(shared["ca"]).read_text()
-    local = node.root / "usr/local/share/ca-certificates"
+    trust_ca(node.root, Path(shared["ca"]))
+
+
+CA_NAME = "rehearsal-azure"
+
+
+def trust_ca(root: Path, ca: Path) -> None:
+    """Make the system at ``root`` trust the CA ``ca`` as Debian's update-ca-certificates
+    would: the certificate in /usr/local/share/ca-certificates, added to the bundle
+    /etc/ssl/certs/ca-certificates.crt (Python's ssl, requests, curl read it) and linked in
+    /etc/ssl/certs as ``NAME.pem`` and by its subject hash (``HASH.0``, where OpenSSL looks a
+    CA up by default: pyarrow's Azure file system, whose wheel brings its own OpenSSL, reads
+    only that)."""
+    pem = ca.read_text()
+    local = root / "usr/local/share/ca-certificates"
     local.mkdir(parents=True, exist_ok=True)
-    (local / "rehearsal-azure.crt").write_text(ca)
-    with open(node.root / "etc/ssl/certs/ca-certificates.crt", "a") as bundle:
-        bundle.write(ca)
+    (local / f"{CA_NAME}.crt").write_text(pem)
+    certs = root / "etc/ssl/certs"
+    with open(certs / "ca-certificates.crt", "a") as bundle:
+        bundle.write(pem)
+    link = certs / f"{CA_NAME}.pem"
+    if not link.is_symlink():
+        link.symlink_to(f"../../../usr/local/share/ca-certificates/{CA_NAME}.crt")
+    subject_hash = run(["openssl", "x509", "-noout", "-subject_hash", "-in", str(ca)]).stdout
+    for n in range(10):
+        hashed = certs / f"{subject_hash.strip()}.{n}"
+        if hashed.is_symlink() and os.readlink(hashed) == link.name:
+            return
+        if not hashed.is_symlink() and not hashed.exists():
+            hashed.symlink_to(link.name)
+            return
+    raise DriverError(f"no free subject-hash link for {ca} in {certs}")
 
 
 def _placement(cluster: str, node: Node) -> dict[str, str]:

@@ -1,0 +1,153 @@
+"""The cluster's Blob storage on the bridge: Azurite, Azure's own storage emulator (npm package
+``azurite``, installed by scripts/setup.d/20-azurite.sh into ``.tools/azurite``).
+
+It serves what a storage account with Entra ID only serves a VM:
+
+- HTTPS, with the bridge address's certificate that Key Vault's stand-in made
+  (:func:`keyvault.tls`), signed by the CA the nodes trust;
+- ``--oauth basic``: a request needs a bearer token whose issuer, audience
+  (``https://storage.azure.com``) and lifetime Azurite checks, and the nodes get theirs from
+  their metadata service as on Azure (it checks no signature; one without a token, with an
+  expired one or one for another resource is refused with 403);
+- one storage account, :data:`ACCOUNT` (``AZURITE_ACCOUNTS``), with the container
+  :data:`CONTAINER`, made as the deployment makes it on Azure. The account's key is made here
+  and given to nobody: on Azure shared-key access is off, and the nodes use tokens only.
+
+Its URL is the account's, in Azurite's path style (``https://HOST:PORT/ACCOUNT``, not
+``https://ACCOUNT.blob.core.windows.net``): a client is given the account name and the
+authority ``HOST:PORT`` (pyarrow's ``AzureFileSystem(account, blob_storage_authority=...,
+dfs_storage_authority=...)``, azure-storage-blob's ``BlobServiceClient(url)``). Its data stays
+in the cluster folder (``azure/blob``).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from driver.errors import DriverError
+from nodekit import render
+from nodekit.rehearsal.services import Context, fakes, keyvault, port, wait_for_port
+from nodekit.rehearsal.state import State
+
+ACCOUNT = "rehearsalresults"
+"""The storage account's name (3 to 24 lower-case letters and digits, as on Azure)."""
+CONTAINER = "results"
+API_VERSION = "2021-08-06"
+"""The Blob API version of the requests made here (Azurite 3.35 knows it)."""
+BINARY = ".tools/azurite/node_modules/.bin/azurite-blob"
+"""Azurite's Blob service alone (no Queue, no Table), in the repository."""
+SETUP = "scripts/setup.d/20-azurite.sh"
+
+
+def binary() -> Path:
+    """Azurite's Blob service (installed by :data:`SETUP`)."""
+    found = render.repo_root() / BINARY
+    if not os.access(found, os.X_OK):
+        raise DriverError(
+            f"the rehearsal's Blob storage is Azurite, and {found} is missing: run {SETUP}"
+        )
+    return found
+
+
+def url(state: State) -> str:
+    """The storage account's URL the nodes use."""
+    return account_url(state.host_ip, port(state, "azurite"))
+
+
+def account_url(host: str, blob_port: int) -> str:
+    return f"https://{host}:{blob_port}/{ACCOUNT}"
+
+
+def data_dir(azure_dir: Path) -> Path:
+    """The blobs and Azurite's metadata (in the cluster's Azure folder)."""
+    return azure_dir / "blob"
+
+
+def command(host: str, blob_port: int, cert: Path, key: Path, data: Path) -> list[str]:
+    """Azurite's Blob service on host:port over HTTPS with OAuth, its data in ``data``."""
+    return [
+        str(binary()),
+        "--blobHost",
+        host,
+        "--blobPort",
+        str(blob_port),
+        "--cert",
+        str(cert),
+        "--key",
+        str(key),
+        "--oauth",
+        "basic",
+        "--location",
+        str(data),
+        # The Azure SDKs send newer API versions than an emulator release knows (pyarrow 26's
+        # C++ SDK: 2026-10-06); Azurite refuses them unless told not to check.
+        "--skipApiVersionCheck",
+        # Azurite reports usage to Microsoft unless told not to (and the bridge has no way out).
+        "--disableTelemetry",
+        "--silent",
+    ]
+
+
+def environment(account_key: str) -> dict[str, str]:
+    """Azurite's environment: its one account (``AZURITE_ACCOUNTS``, name:key)."""
+    return {**os.environ, "AZURITE_ACCOUNTS": f"{ACCOUNT}:{account_key}"}
+
+
+def new_account_key() -> str:
+    return base64.b64encode(secrets.token_bytes(64)).decode()
+
+
+def start(ctx: Context) -> str:
+    """Blob storage on the bridge with its container (after :func:`keyvault.start`, whose
+    certificate it serves and whose token key signs the deployment's token); the account's
+    URL."""
+    azure = ctx.azure_dir
+    shared = keyvault.shared(azure)
+    cert, key = keyvault.tls(azure)
+    data = data_dir(azure)
+    data.mkdir(parents=True, exist_ok=True)
+    blob_port = ctx.port("azurite")
+    ctx.spawn(
+        command(ctx.host, blob_port, cert, key, data),
+        azure / "azurite.log",
+        environment(new_account_key()),
+    )
+    wait_for_port(ctx.host, blob_port, "the rehearsal's Blob storage (Azurite)")
+    account = account_url(ctx.host, blob_port)
+    token = fakes.node_fake().issue_token(
+        bytes.fromhex(shared["token_key"]),
+        "rehearsal-deployment",
+        f"principal-{ctx.name}-deployment",
+        fakes.node_fake().STORAGE_RESOURCE,
+    )
+    create_container(account, CONTAINER, token, Path(shared["ca"]))
+    return account
+
+
+def create_container(account: str, name: str, token: str, ca: Path) -> None:
+    """The container ``name`` in the account at ``account`` (one already there is kept)."""
+    request = urllib.request.Request(
+        f"{account}/{name}?restype=container",
+        method="PUT",
+        headers={"Authorization": f"Bearer {token}", "x-ms-version": API_VERSION},
+    )
+    try:
+        with urllib.request.urlopen(
+            request, context=ssl.create_default_context(cafile=str(ca)), timeout=15
+        ):
+            return
+    except urllib.error.HTTPError as e:
+        if e.code == 409:  # ContainerAlreadyExists
+            return
+        raise DriverError(
+            f"Azurite refused to create the container {name} at {account}: {e.code} "
+            f"{e.headers.get('x-ms-error-code') or e.reason}"
+        ) from None
+    except OSError as e:
+        raise DriverError(f"Azurite at {account} did not answer: {e}") from None

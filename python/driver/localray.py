@@ -49,6 +49,10 @@ from driver.results import DownloadReport
 from driver.settings import RESULTS_ENV
 
 START_TIMEOUT_S = 90.0
+STARTED_LINE = "Ray runtime started."
+"""What ``ray start`` prints once its node has registered (ray/scripts/scripts.py)."""
+NODE_TIMED_OUT = "timed out during startup"
+"""Ray's words when its node did not register within its 30 s (ray/_private/node.py)."""
 NO_PORT = 65536
 """Beyond the last TCP port: what a listener Ray must not start is told to bind to."""
 
@@ -195,12 +199,29 @@ class LocalRay:
         timeout: float = START_TIMEOUT_S,
         progress: Progress | None = None,
     ) -> tuple[LocalHead, bool]:
-        """Return ``(head, started)``: the running head, starting one if there is none."""
+        """Return ``(head, started)``: the running head, starting one if there is none.
+
+        Ray's own ``ray start`` gives its node 30 s to register (hard-coded in Ray's node.py):
+        on a loaded machine it can miss that and exit with "The current node timed out during
+        startup"; then it is started once more, within ``timeout`` in all."""
         head = self.running()
         if head is not None:
             return head, False
         private_tmp()
         self._token()
+        deadline = time.monotonic() + timeout
+        try:
+            return self._start_once(num_cpus, deadline, timeout, progress), True
+        except DriverError as e:
+            if NODE_TIMED_OUT not in str(e) or time.monotonic() > deadline - 35:
+                raise
+            if progress:
+                progress("local Ray's node missed Ray's 30 s to register (a busy machine?); again")
+            return self._start_once(num_cpus, deadline, timeout, progress), True
+
+    def _start_once(
+        self, num_cpus: int | None, deadline: float, timeout: float, progress: Progress | None
+    ) -> LocalHead:
         ray_bin = Path(sys.executable).with_name("ray")
         if not ray_bin.exists():
             found = shutil.which("ray")
@@ -266,7 +287,6 @@ class LocalRay:
             log_file=str(self.log_file),
             prefix=self.prefix,
         )
-        deadline = time.monotonic() + timeout
         try:
             if progress:
                 progress(f"starting local Ray (log: {self.log_file})")
@@ -276,7 +296,9 @@ class LocalRay:
                         f"local Ray did not start: 'ray start' exited with code {proc.returncode}"
                         f" ({self._last_log_line()})"
                     )
-                if _dashboard_up(head.dashboard_port, timeout=1.0):
+                # The dashboard answers before the node has registered (and `ray start` may
+                # still give up on it): ready once `ray start` said so too.
+                if self._said_started() and _dashboard_up(head.dashboard_port, timeout=1.0):
                     break
                 if time.monotonic() > deadline:
                     raise DriverError(
@@ -290,7 +312,13 @@ class LocalRay:
                 proc.wait(timeout=5)
             raise
         self.state_file.write_text(json.dumps(asdict(head), indent=2))
-        return head, True
+        return head
+
+    def _said_started(self) -> bool:
+        try:
+            return STARTED_LINE in self.log_file.read_text(errors="replace")
+        except OSError:
+            return False
 
     def _last_log_line(self) -> str:
         try:

@@ -1,0 +1,79 @@
+"""LocalRay.start against a stand-in ``ray`` executable that behaves as Ray 2.60's ``ray start``
+does on a loaded machine: its dashboard answers before the node has registered, and the node
+may miss the 30 s Ray gives it ("The current node timed out during startup")."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from driver.errors import DriverError
+from driver.localray import LocalRay
+
+FAKE_RAY = textwrap.dedent(
+    """\
+    #!{python}
+    # ray start --head --block ... as Ray prints it: the dashboard first, then the node's verdict.
+    import http.server, sys, threading, time
+    from pathlib import Path
+    tries = Path({tries!r})
+    n = int(tries.read_text()) + 1 if tries.exists() else 1
+    tries.write_text(str(n))
+    port = int(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--dashboard-port=")))
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"success")
+        def log_message(self, *a): pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    time.sleep(1.5)  # the dashboard answers; the node has not registered yet
+    if n <= {failures}:
+        print("Exception: The current node timed out during startup. This could happen "
+              "because some of the raylet failed to startup or the GCS has become overloaded.",
+              flush=True)
+        sys.exit(1)
+    print("SUCC scripts.py:1085 -- Ray runtime started.", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def _local_ray(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: int) -> LocalRay:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ray = bin_dir / "ray"
+    ray.write_text(
+        FAKE_RAY.format(python=sys.executable, tries=str(tmp_path / "tries"), failures=failures)
+    )
+    ray.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    return LocalRay(tmp_path / "home")
+
+
+def test_a_node_that_misses_rays_30_s_is_started_again_and_ready_only_once_ray_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = _local_ray(tmp_path, monkeypatch, failures=1)
+    said: list[str] = []
+    try:
+        head, started = local.start(timeout=60, progress=said.append)
+        assert started and (tmp_path / "tries").read_text() == "2"
+        assert any("missed Ray's 30 s to register" in line for line in said), said
+        assert "Ray runtime started." in Path(head.log_file).read_text()
+    finally:
+        local.stop()
+
+
+def test_a_node_that_misses_it_twice_ends_in_rays_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local = _local_ray(tmp_path, monkeypatch, failures=2)
+    with pytest.raises(DriverError) as failed:
+        local.start(timeout=60)
+    assert str(failed.value).startswith("local Ray did not start: 'ray start' exited with code 1")
+    assert "timed out during startup" in str(failed.value)
+    assert (tmp_path / "tries").read_text() == "2"
+    assert local.running() is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 
 from driver.cli import main
 from headhost import HeadHost, assert_nothing_left, driver_env, leftovers_snapshot
-from support import FIXTURES, error_lines, run_driver
+from support import FIXTURES, REPO, error_lines, run_driver
 
 SCRIPT = str(FIXTURES / "jobs" / "succeed.py")
 
@@ -45,6 +46,43 @@ def one_error(r: subprocess.CompletedProcess[str], code: int = 2) -> str:
     assert len(errors) == 1, r.stderr
     assert error_lines(r.stderr)[-1] == errors[0], r.stderr
     return errors[0]
+
+
+def _drive_then_ready(
+    home: Path, head: HeadHost, *argv: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run the driver; write the head's ready marker once the driver printed that it waits."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "driver", *argv],
+        cwd=REPO,
+        env={**os.environ, **driver_env(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for ln in proc.stderr:
+            lines.append(ln)
+            if "waiting for the head to finish bootstrapping" in ln:
+                head.write_ready()
+
+    out: list[str] = []
+    readers = [
+        threading.Thread(target=read_stderr, daemon=True),
+        threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True),  # type: ignore[union-attr]
+    ]
+    for t in readers:
+        t.start()
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        proc.kill()
+    for t in readers:
+        t.join(10)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(out), "".join(lines))
 
 
 # -- reaching the head -------------------------------------------------------------------------
@@ -284,13 +322,9 @@ def test_jobs_api_not_answering(make_head_host: Callable[[], HeadHost], tmp_path
     head = make_head_host()  # ready and with a token, but no Ray behind 127.0.0.1:8265
     home = _home(tmp_path, head)
 
-    def ready_later() -> None:
-        time.sleep(3)
-        head.write_ready()
-
-    # The head becomes ready while the driver waits: it goes on, then finds no Jobs API.
-    threading.Thread(target=ready_later, daemon=True).start()
-    r = drive(home, "status", "x", *head.cli_args, "--ready-timeout", "60")
+    # The head becomes ready while the driver waits (once it has said so, not after a fixed
+    # sleep that a loaded machine outruns): it goes on, then finds no Jobs API.
+    r = _drive_then_ready(home, head, "status", "x", *head.cli_args, "--ready-timeout", "60")
     line = one_error(r)
     assert "waiting for the head to finish bootstrapping" in r.stderr
     assert line.startswith("error: the Ray Jobs API is not answering on the head (127.0.0.1:8265")

@@ -34,7 +34,22 @@ TERRAFORM_ONLY_RULES = ("The Key Vault's firewall would admit no address",)
 
 
 def to_bicep(variables: dict[str, Any]) -> dict[str, Any]:
-    return {camel(k): v for k, v in variables.items() if k not in TERRAFORM_ONLY}
+    """Terraform's variables as Bicep's parameters: names in camelCase; worker_pools, a map of
+    pools by name, as workerPools, an array of pools each with its name."""
+    found = {camel(k): v for k, v in variables.items() if k not in TERRAFORM_ONLY}
+    if "workerPools" in found:
+        found["workerPools"] = [
+            {"name": name, **{camel(k): v for k, v in pool.items()}}
+            for name, pool in found["workerPools"].items()
+        ]
+    return found
+
+
+# The attributes of a worker pool, which the messages name too (vm_size -> vmSize).
+POOL_FIELDS = {
+    "vm_size", "min_count", "default_count", "max_count", "spot_enabled", "eviction_policy",
+    "max_price", "ray_resources", "ray_labels",
+}  # fmt: skip
 
 
 def bicep_message(terraform_message: str) -> str:
@@ -43,7 +58,8 @@ def bicep_message(terraform_message: str) -> str:
     # Variable names, and a name cut short at the end of a fragment ("worker_default").
     def replace(m: re.Match[str]) -> str:
         word = m.group(0)
-        if any(v == word or (v.startswith(word) and m.end() == len(m.string)) for v in VARIABLES):
+        names = VARIABLES | POOL_FIELDS
+        if any(v == word or (v.startswith(word) and m.end() == len(m.string)) for v in names):
             return camel(word)
         return word
 
@@ -114,14 +130,19 @@ def test_good_value_deploys_every_resource(variables: dict[str, Any]) -> None:
     # mode) and the autoscale setting (cpu mode).
     ray = variables.get("scaling_mode") == "ray"
     autostop = variables.get("autostop_idle_minutes", 60) > 0
+    pools = len(variables.get("worker_pools") or {"workers": {}})
     assert ("Microsoft.Insights/autoscalesettings" in types) is not ray
+    scale_sets = [
+        r for r in d.resources if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"
+    ]
+    assert len(scale_sets) == pools
     assignments = [r for r in d.resources if r["type"] == "Microsoft.Authorization/roleAssignments"]
     on_scale_set = [r for r in assignments if "virtualMachineScaleSets" in str(r.get("scope"))]
-    assert len(on_scale_set) == (1 if ray or autostop else 0)
+    assert len(on_scale_set) == (pools if ray or autostop else 0)
     on_head = [r for r in assignments if "virtualMachines/" in str(r.get("scope"))]
     assert len(on_head) == int(autostop)
     on_autoscale = [r for r in assignments if "autoscalesettings" in str(r.get("scope"))]
-    assert len(on_autoscale) == int(autostop and not ray)
+    assert len(on_autoscale) == (pools if autostop and not ray else 0)
     roles = [r for r in d.resources if r["type"] == "Microsoft.Authorization/roleDefinitions"]
     assert len(roles) == int(autostop)
     identities = [r for r in d.resources if r["type"].endswith("userAssignedIdentities")]
@@ -129,9 +150,11 @@ def test_good_value_deploys_every_resource(variables: dict[str, Any]) -> None:
     # 17 resources in cpu mode without autostop; ray mode takes the autoscale setting away and
     # adds an identity and its role assignment; autostop adds its role, the head's assignment,
     # and the scale set's and autoscale setting's in cpu mode (the identity too, in cpu mode).
-    expected = 17 + (1 if ray else 0)
+    # Each further pool (cpu mode) adds its scale set and autoscale setting, and with autostop
+    # their two assignments.
+    expected = 17 + (1 if ray else 0) + (pools - 1) * 2
     if autostop:
-        expected += 2 + (0 if ray else 3)
+        expected += 2 + (0 if ray else 1 + 2 * pools)
     assert len(d.resources) == expected
 
 

@@ -113,10 +113,9 @@ def test_custom_data_fits_azure_limit(filled: dict[str, Path], name: str) -> Non
     # fifth; GPU nodes (the CUDA lock, the driver's install and the GPU checks) took ~6,800
     # characters of it even with every file compressed, and the head's autostop agent more;
     # the head's Python modules and the node check go without docstrings and comments
-    # (render.compact_python), and the head still takes 9/10 (with the longest accepted values
-    # it is ~900 characters under Azure's limit). What comes next must make room (e.g. one
-    # compressed bundle of every file, or the bootstrap without its comments) rather than
-    # raise this again.
+    # (render.compact_python), and the bootstrap without its comment lines
+    # (render.compact_shell, which made room for worker pools' values and code). What comes
+    # next must make room (e.g. one compressed bundle of every file) rather than raise this.
     assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT * 0.90
 
 

@@ -29,6 +29,7 @@ OUTPUT_CONTRACT = {
     "autoscale_setting_id",
     "resource_group_name",
     "driver_command",
+    "worker_pools",
 }
 # Terraform's own: Bicep deploys into a resource group given to `az deployment group create`, and
 # writes the token secret through Azure Resource Manager (control plane), so it needs neither a
@@ -229,8 +230,11 @@ def test_health_probe_targets_the_endpoint_layout_names() -> None:
     assert probe["requestPath"] == f'"{layout.HEALTH_PATH}"'
     assert 5 <= probe["intervalInSeconds"] <= 60 and 1 <= probe["numberOfProbes"] <= 24
     assert render.TOKEN_TIMEOUT_S + render.READY_TIMEOUT_S < probe["gracePeriod"] <= 14400
+    # Every pool's scale set gets it (modules/worker_pool, called from workers.tf).
     workers = (STACK / "workers.tf").read_text()
-    assert "settings                   = jsonencode(local.worker_health_probe)" in workers
+    assert "health_probe = local.worker_health_probe" in workers
+    pool = (STACK / "modules" / "worker_pool" / "main.tf").read_text()
+    assert "settings                   = jsonencode(var.health_probe)" in pool
 
 
 def test_no_network_rule_opens_the_health_port() -> None:

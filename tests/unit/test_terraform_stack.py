@@ -180,6 +180,18 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
             for rtype, instances in block.items():
                 resources |= {f"{rtype.strip(chr(34))}.{n.strip(chr(34))}" for n in instances}
     known_vars, known_outputs = set(variables()), set(outputs())
+    module_outputs: dict[str, set[str]] = {}
+    for path in STACK.glob("*.tf"):
+        for block in hcl2.load(path.open()).get("module", []):
+            for name, call in block.items():
+                source = STACK / call["source"].strip('"')
+                module_outputs[name.strip('"')] = {
+                    k.strip('"')
+                    for p in source.glob("*.tf")
+                    for b in hcl2.load(p.open()).get("output", [])
+                    for k in b
+                }
+    assert set(module_outputs) == {"worker_pool"}
     files = sorted((STACK / "tests").glob("*.tftest.hcl"))
     assert len(files) >= 2
     runs = 0
@@ -205,6 +217,9 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
                     assert target.removeprefix("var.") in known_vars or target in resources
         used = set(re.findall(r"\b((?:azurerm|random|terraform|time)_\w+\.\w+)", text))
         assert used <= resources, f"{path.name}: {used - resources}"
+        # A child module's values are its outputs: module.NAME["KEY"].OUTPUT, declared there.
+        for name, output in re.findall(r"\bmodule\.(\w+)\[[^\]]+\]\.(\w+)", text):
+            assert output in module_outputs.get(name, set()), f"{path.name}: module.{name}.{output}"
         assert set(re.findall(r"\boutput\.(\w+)", text)) <= known_outputs
     assert runs >= 20
 

@@ -261,3 +261,97 @@ def test_the_checks_module_receives_every_rule() -> None:
     assert given == [f"[variables('check').{name}]" for name in doc["variables"]["check"]]
     inner = checks["properties"]["template"]["parameters"]["results"]
     assert inner["type"] == "array" and inner["allowedValues"] == ["ok"]
+
+
+# -- worker pools: the same pools from both stacks ---------------------------------------------
+TWO_POOLS = {
+    "autostop_idle_minutes": 30,
+    "worker_pools": {
+        "cpu": {
+            "vm_size": "Standard_F8s_v2",
+            "spot_enabled": True,
+            "eviction_policy": "Deallocate",
+            "max_price": 0.25,
+            "max_count": 20,
+            "ray_resources": {"simulator": 2},
+        },
+        "gpu": {
+            "vm_size": "Standard_NC4as_T4_v3",
+            "min_count": 0,
+            "default_count": 0,
+            "max_count": 2,
+            "ray_labels": {"accelerator": "t4"},
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def terraform_inputs(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """variables.tf and checks.tf alone, initialised (no provider), for terraform console."""
+    import shutil
+    import subprocess
+
+    from test_terraform_validations import _env
+
+    work = tmp_path_factory.mktemp("tf-pools")
+    for name in ("variables.tf", "checks.tf"):
+        shutil.copy(STACK / name, work / name)
+    init = subprocess.run(
+        ["terraform", "init", "-input=false", "-no-color"],
+        cwd=work, env=_env(work), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert init.returncode == 0, init.stderr
+    return work
+
+
+def test_two_pools_are_the_same_scale_sets_in_both_stacks(terraform_inputs: Any) -> None:
+    """Terraform's pools (local.worker_pool_settings, by the real terraform) and the scale sets,
+    autoscale settings and custom data Bicep deploys (armeval) for the same Spot CPU + GPU
+    pools: names, host name prefixes, sizes, counts, Spot settings, each pool's own values."""
+    import base64
+
+    import yaml
+
+    from nodekit import render
+    from test_terraform_validations import console
+
+    tf = console(terraform_inputs, TWO_POOLS, "local.worker_pool_settings")
+    d = deploy_template(to_bicep({**REQUIRED, **TWO_POOLS}))
+    assert not d.refused and check_results(d) == []
+    scale_sets = {
+        r["name"]: r
+        for r in d.resources
+        if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"
+    }
+    autoscale = {
+        r["name"]: r for r in d.resources if r["type"] == "Microsoft.Insights/autoscalesettings"
+    }
+    assert set(scale_sets) == {p["scale_set_name"] for p in tf.values()}
+    assert set(autoscale) == {p["autoscale_name"] for p in tf.values()}
+    for name, pool in tf.items():
+        vmss = scale_sets[pool["scale_set_name"]]
+        profile = vmss["properties"]["virtualMachineProfile"]
+        assert vmss["sku"]["name"] == pool["vm_size"]
+        assert vmss["sku"]["capacity"] == pool["default_count"]
+        assert profile["osProfile"]["computerNamePrefix"] == pool["computer_name_prefix"]
+        assert profile["priority"] == ("Spot" if pool["spot_enabled"] else "Regular")
+        if pool["spot_enabled"]:
+            assert profile["evictionPolicy"] == pool["eviction_policy"]
+            assert profile["billingProfile"] == {"maxPrice": pool["max_price"]}
+            assert profile["scheduledEventsProfile"] is None
+        capacity = autoscale[pool["autoscale_name"]]["properties"]["profiles"][0]["capacity"]
+        assert capacity == {
+            "minimum": str(pool["min_count"]),
+            "default": str(pool["default_count"]),
+            "maximum": str(pool["max_count"]),
+        }
+        [module] = [n for n, p in d.module_parameters.items() if p.get("name") == vmss["name"]]
+        document = base64.b64decode(d.module_parameters[module]["customData"]).decode()
+        [entry] = [
+            e for e in yaml.safe_load(document)["write_files"] if e["path"].endswith("deploy.json")
+        ]
+        values = render.decode_deploy_values(entry["content"])
+        assert {k: values[k] for k in pool["deploy_values"]} == pool["deploy_values"], name
+        assert values["WORKER_SCALE_SETS"] == "ray-cpu ray-gpu"
+        assert values["WORKER_AUTOSCALE_NAME"] == "ray-cpu-autoscale ray-gpu-autoscale"

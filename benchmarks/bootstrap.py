@@ -61,8 +61,9 @@ BOOTSTRAP = "/usr/local/sbin/ray-cluster-bootstrap"
 ANCHOR_REQUIREMENTS = f"{layout.CONFIG_DIR}/anchor-requirements.txt"
 ANCHOR_CONSTRAINTS = f"{layout.CONFIG_DIR}/anchor-constraints.txt"
 KEY_PACKAGES = ("ray", "torch", "gymnasium", "pillow", "numpy")
+# The install marker's writing (the install phase's last step: only a complete install carries it).
+INSTALL_END = '    "$VENV/bin/python" - "$INSTALL_MARKER" '
 # Our venv phase installs uv with pip: the anchor has no uv.
-INSTALL_END = "    # The marker last: only a complete install carries it.\n"
 UV_INSTALL_RE = re.compile(r'retry "\$VENV/bin/pip" install [^\n]*\\\n[^\n]*"uv==[^"]+"\n')
 ANCHOR_INSTALL = f"""    phase install_ray
     # The anchors' method (benchmarks/bootstrap.py): one pip install at boot of the nodes'

@@ -410,7 +410,9 @@ def check_files(paths: list[Path], schema: dict[str, Any]) -> Report:
 
 
 def check_dir(directory: Path, schema: dict[str, Any]) -> Report:
-    return check_files(sorted(Path(directory).glob("*.tf")), schema)
+    """The stack's .tf files and those of its local child modules (modules/*/)."""
+    root = Path(directory)
+    return check_files(sorted(root.glob("*.tf")) + sorted(root.glob("modules/*/*.tf")), schema)
 
 
 # --------------------------------------------------------------------------------------------

@@ -87,6 +87,19 @@ def tables() -> str:
     for name, spec in sorted(providers.items()):
         lines.append(f"| {_name('provider', name)} | {_escape(_unquote(spec['version']))} |")
 
+    modules = sorted(_blocks("module"))
+    if modules:
+        lines += [
+            "",
+            "## Modules",
+            "",
+            "| Name | Source | Version |",
+            "|------|--------|---------|",
+        ]
+        for name, spec in modules:
+            source = _unquote(spec["source"])
+            lines.append(f"| {_name('module', name)} | {source} | n/a |")
+
     lines += ["", "## Resources", "", "| Name | Type |", "|------|------|"]
     entries = []
     for section, kind in (("resource", "resource"), ("data", "data source")):

@@ -14,7 +14,11 @@ functions reference, learn.microsoft.com/azure/azure-resource-manager/templates/
 - ``string()`` of an object or array is its compact JSON; ``div``/``mod`` truncate toward zero
   (.NET); integers are 64-bit;
 - ``lambda()``/``lambdaVariables()`` as filter() uses them, variable copy loops (``copyIndex``)
-  of at most 800 iterations.
+  of at most 800 iterations, resource and module copy loops (each item a resource of its own,
+  ``copyIndex()`` its index; a ``dependsOn`` naming the loop waits for every item) and output
+  copy loops;
+- numbers: integers, and fractions where a value holds one (a Spot price, ``json('0.25')``), which
+  comparisons take as they are.
 
 Only the functions the template uses are here; an unknown one is an error, so adding a function
 to the template means adding it here, deliberately. What cannot be known offline is a stand-in,
@@ -432,7 +436,8 @@ def _lambda(scope: Scope, args: list[Any]) -> Lambda:
 
 
 def _copy_index(scope: Scope, args: list[Any]) -> int:
-    name = _str(scope.eval(args[0]))
+    # copyIndex() without a name: the resource's (or output's) own loop.
+    name = _str(scope.eval(args[0])) if args else ""
     if name not in scope.copy_index:
         raise ArmError(f"copyIndex({name!r}) outside its copy loop")
     return scope.copy_index[name]
@@ -625,11 +630,35 @@ def _base64(_: Scope, s: Any) -> str:
     return base64.b64encode(_str(s).encode()).decode()
 
 
+def _number(v: Any) -> int | float:
+    if isinstance(v, float):
+        return v
+    return _int(v)
+
+
+def _union(_: Scope, *items: Any) -> Any:
+    """Objects: every key, later ones over earlier ones (in first-seen order); arrays: every
+    item once, in order."""
+    if all(isinstance(i, dict) for i in items):
+        merged: dict[str, Any] = {}
+        for item in items:
+            for k, v in item.items():
+                same = [m for m in merged if m.lower() == k.lower()]
+                merged[same[0] if same else k] = v
+        return merged
+    if all(isinstance(i, list) for i in items):
+        found: list[Any] = []
+        for item in items:
+            found += [x for x in item if not any(_equal(x, f) for f in found)]
+        return found
+    raise ArmError("union() of values that are not all objects or all arrays")
+
+
 def _compare(op: Callable[[Any, Any], bool]) -> Callable[[Scope, Any, Any], bool]:
     def compare(_: Scope, a: Any, b: Any) -> bool:
         if isinstance(a, str) and isinstance(b, str):
             return op(a, b)
-        return op(_int(a), _int(b))
+        return op(_number(a), _number(b))
 
     return compare
 
@@ -655,6 +684,9 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "mod": lambda s, a, b: _mod(_int(a), _int(b)),
     "length": _length,
     "min": lambda s, *a: min(_int(x) for x in a),
+    "max": lambda s, *a: max(_int(x) for x in a),
+    "union": _union,
+    "json": lambda s, a: json.loads(_str(a)),
     "empty": _empty,
     "contains": _contains,
     "take": _take,
@@ -780,25 +812,13 @@ def deploy(
     if unknown:
         result.refused.append(f"{_name}: unknown parameters {sorted(unknown)}")
         return result
-    values: dict[str, Any] = {}
-    bootstrap = Scope(template, {}, context)
-    for name, spec in declared.items():
-        if name in given:
-            values[name] = given[name]
-        elif "defaultValue" in spec:
-            bootstrap.parameters = values
-            values[name] = bootstrap.value(spec["defaultValue"])
-        else:
-            result.refused.append(f"{_name}: the template parameter '{name}' has no value")
-            continue
-        problem = check_parameter(name, spec, values[name])
-        if problem:
-            result.refused.append(problem)
+    values, bootstrap = _parameter_values(template, given, context, _name, result.refused)
     if result.refused and stop_when_refused:
         return result
     deployments: dict[str, Any] = {}
     scope = Scope(template, values, context, deployments)
-    for resource in _in_dependency_order(scope, template.get("resources", [])):
+    for resource, index in _in_dependency_order(scope, _instances(scope, template)):
+        _at(scope, index)
         if "condition" in resource and not scope.value(resource["condition"]):
             continue
         name = scope.value(resource["name"])
@@ -818,7 +838,8 @@ def deploy(
         body = {k: scope.value(v) for k, v in resource.items() if k not in ("dependsOn",)}
         body["_deployment"] = _name
         result.resources.append(body)
-    outputs = {k: scope.value(v["value"]) for k, v in template.get("outputs", {}).items()}
+    _at(scope, None)
+    outputs = {k: _output(scope, v) for k, v in template.get("outputs", {}).items()}
     result.functions |= scope.calls | bootstrap.calls
     if _name == "main":
         result.outputs = outputs
@@ -826,10 +847,100 @@ def deploy(
     return Deployment(outputs=outputs)
 
 
-def _in_dependency_order(scope: Scope, resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Resources sorted so that each comes after what its dependsOn names (by resource id)."""
+def _parameter_values(
+    template: Mapping[str, Any],
+    given: Mapping[str, Any],
+    context: Context,
+    name: str,
+    refused: list[str],
+) -> tuple[dict[str, Any], Scope]:
+    """Every parameter's value (given, else its default); problems appended to ``refused``."""
+    values: dict[str, Any] = {}
+    bootstrap = Scope(template, {}, context)
+    for param, spec in template.get("parameters", {}).items():
+        if param in given:
+            values[param] = given[param]
+        elif "defaultValue" in spec:
+            bootstrap.parameters = values
+            values[param] = bootstrap.value(spec["defaultValue"])
+        else:
+            refused.append(f"{name}: the template parameter '{param}' has no value")
+            continue
+        problem = check_parameter(param, spec, values[param])
+        if problem:
+            refused.append(problem)
+    return values, bootstrap
+
+
+def top_level_resources(
+    template: Mapping[str, Any], given: Mapping[str, Any], context: Context | None = None
+) -> list[tuple[str, str]]:
+    """(type, name) of each resource the template itself deploys, in template order: copy loops
+    one item per index, resources whose condition is false left out, nested deployments as
+    themselves (what a deployment's operations and a what-if list). Raises ArmError where the
+    parameters are refused."""
+    context = context or Context()
+    refused: list[str] = []
+    values, _ = _parameter_values(template, given, context, "main", refused)
+    if refused:
+        raise ArmError(refused[0])
+    scope = Scope(template, values, context)
+    found = []
+    for resource, index in _instances(scope, template):
+        _at(scope, index)
+        if "condition" in resource and not scope.value(resource["condition"]):
+            continue
+        found.append((str(resource["type"]), str(scope.value(resource["name"]))))
+    _at(scope, None)
+    return found
+
+
+def _at(scope: Scope, index: int | None) -> None:
+    """copyIndex() of the resource or output loop being evaluated (None: outside one)."""
+    if index is None:
+        scope.copy_index.pop("", None)
+    else:
+        scope.copy_index[""] = index
+
+
+def _instances(
+    scope: Scope, template: Mapping[str, Any]
+) -> list[tuple[dict[str, Any], int | None]]:
+    """Every resource, a copy loop as one item per index (at most 800, Resource Manager's
+    limit)."""
+    found: list[tuple[dict[str, Any], int | None]] = []
+    for resource in template.get("resources", []):
+        if "copy" not in resource:
+            found.append((resource, None))
+            continue
+        count = _int(scope.value(resource["copy"]["count"]))
+        if not 0 <= count <= 800:
+            raise ArmError(
+                f"copy loop {resource['copy']['name']!r}: count {count} is not within 0-800"
+            )
+        found += [(resource, i) for i in range(count)]
+    return found
+
+
+def _output(scope: Scope, spec: Mapping[str, Any]) -> Any:
+    if "copy" not in spec:
+        return scope.value(spec["value"])
+    items = []
+    for i in range(_int(scope.value(spec["copy"]["count"]))):
+        _at(scope, i)
+        items.append(scope.value(spec["copy"]["input"]))
+    _at(scope, None)
+    return items
+
+
+def _in_dependency_order(
+    scope: Scope, resources: list[tuple[dict[str, Any], int | None]]
+) -> list[tuple[dict[str, Any], int | None]]:
+    """Resources sorted so that each comes after what its dependsOn names (by resource id, or a
+    copy loop by its name)."""
     ids = []
-    for r in resources:
+    for r, index in resources:
+        _at(scope, index)
         names = r["name"]
         value = scope.value(names)
         parts = value.split("/")
@@ -843,9 +954,13 @@ def _in_dependency_order(scope: Scope, resources: list[dict[str, Any]]) -> list[
         if state.get(i) == "visiting":
             raise ArmError(f"circular dependsOn at {ids[i]}")
         state[i] = "visiting"
-        for dep in resources[i].get("dependsOn", []):
+        resource, index = resources[i]
+        for dep in resource.get("dependsOn", []):
+            _at(scope, index)
             target = scope.value(dep)
-            matches = [j for j, rid in enumerate(ids) if rid.lower() == _str(target).lower()]
+            matches = [j for j, rid in enumerate(ids) if rid.lower() == _str(target).lower()] or [
+                j for j, (r, _) in enumerate(resources) if r.get("copy", {}).get("name") == target
+            ]
             if not matches:
                 raise ArmError(f"{ids[i]} depends on {target}, which the template does not declare")
             for j in matches:

@@ -512,21 +512,6 @@ chmod 0644 "$ROOT"/etc/ray-cluster/requirements-cuda.lock
 mkdir -p "$ROOT"/usr/local/sbin
 cat >"$ROOT"/usr/local/sbin/ray-cluster-bootstrap <<'RAY_CLUSTER_FILE_END'
 #!/bin/bash
-# ray-cluster-bootstrap head|worker -- turn a VM into a Ray node. cloud-init runs it once
-# (runcmd). Two phases:
-#   INSTALL            OS packages and the Python environment (each download retried with
-#                      back-off: a package index hiccup is not a failed node), ending with the
-#                      install marker /var/lib/ray-cluster/installed.json. Skipped when the image already
-#                      holds an install with the expected digest (a baked node image).
-#   CONFIGURE+START    deploy-time values, account, token, package index, Ray's services; ends by
-#                      writing the readiness marker /var/lib/ray-cluster/ready (JSON) once this node's
-#                      Ray is registered, or /var/lib/ray-cluster/failed with a one-line reason; the
-#                      driver waits on those.
-# ray-cluster-bootstrap install [VALUES.json] -- the INSTALL phase only (baking an image; no
-# systemd needed), with the install values read from VALUES.json (default
-# /etc/ray-cluster/deploy.json), a JSON object of strings: PIP_INDEX_URL, TORCH_INDEX_URL, APT_SOURCE, EXTRA_PIP_PACKAGES, EXTRA_APT_PACKAGES.
-# One script for every role: the head's and the workers' documents and the image customizer
-# (cloud-init/rendered/install.sh) carry it byte for byte.
 set -Eeuo pipefail
 MODE="${1:-}"
 case "$MODE" in
@@ -549,7 +534,6 @@ log() { echo "ray-cluster-bootstrap[$ROLE]: $*" >&2; }
 fail() {
     log "FAILED: $*"
     mkdir -p "$STATE"
-    # The first failure is the cause: a subshell's report is not overwritten by its parent's.
     [ -s "$FAILED" ] || printf '%s\n' "$*" >"$FAILED"
     exit 1
 }
@@ -559,8 +543,6 @@ on_error() {
 }
 trap on_error ERR
 phase() { PHASES[$1]=$(date +%s.%N); STEP="$1"; log "$1"; }
-# retry CMD...: up to RETRIES attempts, back-off 5, 10, 20, 40... s (transient outages of a
-# package index or mirror); the last failure stands.
 RETRIES=${RAY_BOOTSTRAP_RETRIES:-5}
 retry() {
     local attempt delay=5
@@ -573,9 +555,6 @@ retry() {
     done
 }
 
-# read_values FILE NAME...: the deploy-time values (one JSON object of strings, which
-# Terraform/Bicep wrote); each NAME must be there. Each becomes a shell variable, quoted by
-# Python's shlex.
 read_values() {
     local values
     values=$(python3 - "$@" <<'PY'
@@ -599,35 +578,18 @@ PY
     eval "$values"
 }
 
-# The render-time digest of the install phase's code and inputs (nodekit.render).
-INSTALL_INPUTS_DIGEST=02cbaf83a4f27781ba8519018e7cf2711cad778dd34d71f8c2a3dc8bab6cce44
+INSTALL_INPUTS_DIGEST=6f8482d3b410a5a3b00bd5d0bce3b98cce2016795fa6363a0b1e049116725a3b
 # ---- The INSTALL phase ------------------------------------------------------------------------
-# Everything that does not depend on one cluster's deploy-time values, the same on the head and
-# every worker: OS packages, the NVIDIA driver where the hardware has a GPU, the virtual
-# environment, uv, torch (CPU or CUDA build, from the hardware), the locked environment, the
-# user's extra packages, the autoscaler's lock. Its install digest is the render-time digest of
-# this code and of the files it reads (INSTALL_INPUTS_DIGEST, written by `python -m nodekit
-# render`) with the install values that change what gets installed and the GPU kind; an image
-# whose install marker holds the same digest skips this phase at boot. Needs no running systemd
-# (an image is baked in a container or a builder VM): no systemctl, no services.
 INSTALL_MARKER=/var/lib/ray-cluster/installed.json
 INSTALL_VALUE_NAMES=(PIP_INDEX_URL TORCH_INDEX_URL APT_SOURCE EXTRA_PIP_PACKAGES EXTRA_APT_PACKAGES)
-# Where the hardware and the OS are read from (/sys, /etc/os-release, /proc): "" on a node, a
-# fake tree in tests (node_check.py honours the same variable).
 PROBE_ROOT=${RAY_NODE_PROBE_ROOT:-}
 NVIDIA_DRIVER=580-server
 
-# install_digest: the digest an install with these values carries on this hardware
-# (nodekit.render.install_digest computes the same).
 install_digest() {
     printf '%s\n' "$INSTALL_INPUTS_DIGEST" "$EXTRA_PIP_PACKAGES" "$EXTRA_APT_PACKAGES" \
         "$TORCH_INDEX_URL" "$NODE_GPU" | sha256sum | cut -d' ' -f1
 }
 
-# detect_gpu: NVIDIA GPUs on the PCI bus (vendor 0x10de, class VGA 0x0300 or 3D controller
-# 0x0302; not their audio functions, not NVSwitches), read from sysfs before any package or
-# driver is installed. Sets NODE_GPU (nvidia|none) and NODE_GPU_COUNT: the same image and
-# documents serve every VM size.
 detect_gpu() {
     local dev vendor class
     NODE_GPU_COUNT=0
@@ -643,12 +605,6 @@ detect_gpu() {
     log "hardware: $NODE_GPU_COUNT NVIDIA GPU(s) on the PCI bus"
 }
 
-# gpu_driver_packages: the NVIDIA driver for this OS and kernel as Debian packages (GPU_APT), or
-# the node fails with the reason. Ubuntu: Canonical's driver without DKMS and the kernel modules
-# it builds and signs for each kernel, which load under Secure Boot (Trusted Launch); the
-# flavour's package follows kernel updates. Debian 12 has no such packages: its nvidia-driver
-# (non-free, 535) is older than the CUDA of the CUDA lock needs (13: 580 or newer) and is built
-# by DKMS on the node, unsigned, so Secure Boot refuses to load it.
 gpu_driver_packages() {
     local os kernel
     os=$(sed -n 's/^ID=//p' "$PROBE_ROOT/etc/os-release" | tr -d '"')
@@ -661,8 +617,6 @@ gpu_driver_packages() {
     )
 }
 
-# check_install_values: the extras as arrays, each Debian package name checked (apt-get takes
-# options from its arguments).
 check_install_values() {
     local p
     read -ra EXTRA_PIP <<<"$EXTRA_PIP_PACKAGES"
@@ -673,9 +627,6 @@ check_install_values() {
     done
 }
 
-# install_or_skip: the INSTALL phase, unless the image holds this very install (same code,
-# inputs and install values: the marker's digest is the expected one). Sets INSTALL_KIND
-# (image|fresh) and EXPECTED_DIGEST.
 install_or_skip() {
     local have
     EXPECTED_DIGEST=$(install_digest)
@@ -707,27 +658,22 @@ install_phase() {
     fi
     mapfile -t OS_PACKAGES < <(grep -v '^\s*$' /etc/ray-cluster/os-packages.txt)
     export DEBIAN_FRONTEND=noninteractive
-    # The image's own apt timers may hold the dpkg lock at first boot: wait for it, not fail.
     APT=(apt-get -q -o DPkg::Lock::Timeout=600 -o Acquire::Retries=3)
     retry "${APT[@]}" update
     retry "${APT[@]}" install -y "${OS_PACKAGES[@]}" "${EXTRA_APT[@]}"
     if [ "$NODE_GPU" = nvidia ]; then
         phase gpu_driver
         gpu_driver_packages
-        # With their recommends: what the driver needs besides (firmware) is not left out.
         retry "${APT[@]}" install -y "${GPU_APT[@]}"
     fi
 
     phase venv
-    # The lock holds files for these Pythons only: another one (a newer image) fails here, with
-    # the reason, instead of half-way through the install.
     PYTHON_VERSION=$(python3 -c 'import platform; print(platform.python_version())')
     LOCK_PYTHONS=" 3.10 3.11 3.12 "
     case "$LOCK_PYTHONS" in
     *" ${PYTHON_VERSION%.*} "*) log "Python $PYTHON_VERSION" ;;
     *) fail "this image's Python $PYTHON_VERSION is not one the node lock holds files for (3.10, 3.11, 3.12): use os_image ubuntu-22.04, debian-12 or ubuntu-24.04" ;;
     esac
-    # A fresh environment, as on a new VM: nothing of an older image's install stays.
     rm -rf "$VENV"
     python3 -m venv "$VENV"
     local pip_host=""
@@ -738,8 +684,6 @@ install_phase() {
     phase install_torch
     export UV_CACHE_DIR=/var/cache/ray-cluster/uv UV_NO_PROGRESS=1 UV_HTTP_TIMEOUT=300
     if [ "$NODE_GPU" = nvidia ]; then
-        # The CUDA build: PyPI's torch wheel for Linux and its nvidia-* libraries, the files
-        # pinned by hash in the CUDA lock (from the cluster's package index, not TORCH_INDEX_URL).
         retry "$VENV/bin/uv" pip install --python "$VENV/bin/python" --index-url "$PIP_INDEX_URL" \
             --require-hashes --no-deps -r /etc/ray-cluster/requirements-cuda.lock
     else
@@ -748,7 +692,6 @@ install_phase() {
     fi
 
     phase install_ray
-    # Exactly the locked files (any other hash is refused), then the user's extra packages.
     retry "$VENV/bin/uv" pip install --python "$VENV/bin/python" --index-url "$PIP_INDEX_URL" \
         --require-hashes -r /etc/ray-cluster/requirements.lock
     if [ "${#EXTRA_PIP[@]}" -gt 0 ]; then
@@ -757,12 +700,9 @@ install_phase() {
     fi
 
     phase install_autoscaler
-    # The Azure SDK for Ray's autoscaler (scaling mode "ray", the head): on every node, so that
-    # one image serves the head and the workers of either mode (a few small packages).
     retry "$VENV/bin/uv" pip install --python "$VENV/bin/python" --index-url "$PIP_INDEX_URL" \
         --require-hashes --no-deps -r /etc/ray-cluster/autoscaler-requirements.lock
 
-    # The marker last: only a complete install carries it.
     "$VENV/bin/python" - "$INSTALL_MARKER" "$(install_digest)" "$INSTALL_INPUTS_DIGEST" \
         "$started" "$EXTRA_PIP_PACKAGES" "$EXTRA_APT_PACKAGES" "$TORCH_INDEX_URL" "$NODE_GPU" <<'PY'
 import importlib.metadata as m, json, os, platform, sys, time
@@ -787,9 +727,6 @@ PY
 }
 # ---- end of the INSTALL phase -----------------------------------------------------------------
 
-# gpu_up: on a node with NVIDIA GPUs (detect_gpu), the driver loaded and every GPU usable from the
-# node's torch, checked by node_check.py (modprobe, nvidia-smi, a CUDA kernel per GPU), or the
-# node fails with the reason: it never joins as a CPU node. Sets RAY_NUM_GPUS (empty: no GPU).
 gpu_up() {
     local out
     RAY_NUM_GPUS=""
@@ -814,9 +751,6 @@ if [ "$MODE" = install ]; then
 fi
 
 if [ "$ROLE" = worker ]; then
-    # The health endpoint answers from now on: Initializing while this runs, Unhealthy once it
-    # gave up (the FAILED marker), so the scale set's automatic repair replaces a worker that
-    # failed.
     id -u ray-health >/dev/null 2>&1 ||
         useradd --system --user-group --no-create-home --home-dir /nonexistent \
             --shell /usr/sbin/nologin ray-health
@@ -824,13 +758,19 @@ if [ "$ROLE" = worker ]; then
     systemctl enable --now ray-health.service || log "the health endpoint did not start; the scale set will see this worker as Unknown"
 fi
 
-read_values /etc/ray-cluster/deploy.json RAY_HEAD_IP KEY_VAULT_URL TOKEN_SECRET_NAME IDENTITY_CLIENT_ID RAY_ADMIN_USER EXTRA_PIP_PACKAGES EXTRA_APT_PACKAGES PIP_INDEX_URL TORCH_INDEX_URL APT_SOURCE SCALING_MODE WORKER_SCALE_SET_ID WORKER_VM_SIZE AUTOSCALER_MIN_WORKERS AUTOSCALER_MAX_WORKERS AUTOSCALER_IDLE_TIMEOUT_MINUTES AUTOSCALER_CLIENT_ID ARM_ENDPOINT AUTOSTOP_IDLE_MINUTES WORKER_AUTOSCALE_NAME
+read_values /etc/ray-cluster/deploy.json RAY_HEAD_IP KEY_VAULT_URL TOKEN_SECRET_NAME IDENTITY_CLIENT_ID RAY_ADMIN_USER EXTRA_PIP_PACKAGES EXTRA_APT_PACKAGES PIP_INDEX_URL TORCH_INDEX_URL APT_SOURCE SCALING_MODE WORKER_SCALE_SET_ID WORKER_VM_SIZE AUTOSCALER_MIN_WORKERS AUTOSCALER_MAX_WORKERS AUTOSCALER_IDLE_TIMEOUT_MINUTES AUTOSCALER_CLIENT_ID ARM_ENDPOINT AUTOSTOP_IDLE_MINUTES WORKER_AUTOSCALE_NAME WORKER_SCALE_SETS WORKER_POOL RAY_RESOURCES RAY_LABELS
 [[ "$RAY_HEAD_IP" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
     fail "RAY_HEAD_IP must be an IPv4 address, got '$RAY_HEAD_IP'"
 [[ "$KEY_VAULT_URL" == https://* ]] || fail "KEY_VAULT_URL must be an https:// URL, got '$KEY_VAULT_URL'"
 [[ "$SCALING_MODE" =~ ^(cpu|ray)$ ]] || fail "SCALING_MODE must be cpu or ray, got '$SCALING_MODE'"
 [[ "$AUTOSTOP_IDLE_MINUTES" =~ ^[0-9]+$ ]] ||
     fail "AUTOSTOP_IDLE_MINUTES must be a whole number (0: off), got '$AUTOSTOP_IDLE_MINUTES'"
+RAY_WORKER_RESOURCES="" RAY_WORKER_LABELS=""
+if [ "$ROLE" = worker ]; then
+    RAY_WORKER_RESOURCES=$(python3 -c 'import json,sys; print(json.dumps({"simulator": int(sys.argv[1]), **json.loads(sys.argv[2] or "{}")}, separators=(",", ":")))' "$(nproc)" "$RAY_RESOURCES") ||
+        fail "RAY_RESOURCES must be a JSON object of resource names to numbers, got '$RAY_RESOURCES'"
+    RAY_WORKER_LABELS="pool=$WORKER_POOL${RAY_LABELS:+,$RAY_LABELS}"
+fi
 check_install_values
 detect_gpu
 
@@ -855,12 +795,9 @@ if [ -n "$RAY_ADMIN_USER" ]; then
     fi
 fi
 install -d -m 0750 -o root -g "$RAY_USER" /etc/ray-cluster
-# Results are written by jobs (user ray) and read by the admin user (group ray): setgid folder.
 install -d -m 2750 -o "$RAY_USER" -g "$RAY_USER" /var/lib/ray-cluster/results
 
 phase token
-# The Ray token comes from the cluster's Key Vault, read with this VM's managed identity; custom
-# data holds only where to find it. Retried while the identity's role propagates.
 install -m 0640 -o root -g "$RAY_USER" /dev/null "$TOKEN.new"
 python3 /usr/local/lib/ray-cluster/node_check.py token --vault "$KEY_VAULT_URL" --secret "$TOKEN_SECRET_NAME" \
     --client-id "$IDENTITY_CLIENT_ID" --out "$TOKEN.new" --timeout 1200 \
@@ -876,11 +813,10 @@ RAY_AUTH_MODE=token
 RAY_AUTH_TOKEN_PATH=$TOKEN
 RAY_USAGE_STATS_ENABLED=0
 RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=5
-# Nodes from images of different ages may differ in Python's patch level (3.10.12 and 3.10.13):
-# Ray lets them join each other when the minor version matches.
 RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor
-# The GPUs this node offers to Ray (empty: none), checked at every start of Ray.
 RAY_NUM_GPUS=${RAY_NUM_GPUS:-}
+RAY_WORKER_RESOURCES='$RAY_WORKER_RESOURCES'
+RAY_WORKER_LABELS=$RAY_WORKER_LABELS
 DISPLAY=:99
 PATH=$VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ENV
@@ -888,8 +824,6 @@ chmod 0644 /etc/ray-cluster/node.env
 node_ip_error=$(/usr/local/sbin/ray-cluster-node-ip 2>&1 >/dev/null) || fail "$node_ip_error"
 
 phase index
-# Every pip on this node uses the cluster's package index, also the one Ray runs for a job's
-# runtime_env `pip` (`submit --pip`): pip and uv read these files, not the bootstrap's flags.
 PIP_HOST=""
 case "$PIP_INDEX_URL" in http://*) PIP_HOST=$(echo "$PIP_INDEX_URL" | sed -E 's#^http://([^/:]+).*#\1#') ;; esac
 {
@@ -902,14 +836,11 @@ install -d -m 0755 /etc/uv
     echo "index-url = \"$PIP_INDEX_URL\""
     [ -z "$PIP_HOST" ] || echo "allow-insecure-host = [\"$PIP_HOST\"]"
 } >/etc/uv/uv.toml
-# It may hold credentials: only root and group ray (the services and jobs) read them.
 chgrp "$RAY_USER" /etc/pip.conf /etc/uv/uv.toml
 chmod 0640 /etc/pip.conf /etc/uv/uv.toml
 
 if [ "$ROLE" = head ] && [ "$SCALING_MODE" = ray ]; then
     phase autoscaler
-    # Ray's autoscaler drives the workers' scale set: the Azure SDK (installed above), the node
-    # provider next to Ray, and the autoscaler's configuration from the deploy-time values.
     SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     install -m 0644 /usr/local/lib/ray-cluster/azure_vmss_provider.py "$SITE/azure_vmss_provider.py"
     config_error=$("$VENV/bin/python" /usr/local/lib/ray-cluster/azure_vmss_provider.py config \
@@ -920,15 +851,11 @@ fi
 
 phase start_ray
 systemctl daemon-reload
-# At every later boot: the readiness marker is written again once Ray is back (this time the
-# bootstrap writes it itself, below).
 systemctl enable ray-node-ready.service
 systemctl enable --now ray-xvfb.service
 systemctl enable --now "ray-$ROLE.service"
 if [ "$ROLE" = head ]; then
     systemctl enable --now ray-tensorboard.service
-    # Autostop watches from now on (its idle clock starts with it, at every boot); with
-    # AUTOSTOP_IDLE_MINUTES 0 it only records how long the cluster has been idle.
     systemctl enable --now ray-autostop.service
 else
     systemctl enable --now ray-scheduled-events.service
@@ -940,7 +867,6 @@ set -a
 source /etc/ray-cluster/node.env
 set +a
 timings=$(for k in "${!PHASES[@]}"; do printf '%s=%s\n' "$k" "${PHASES[$k]}"; done)
-# node_check.py writes $READY itself (or $FAILED with the reason) and exits non-zero on failure.
 STEP="wait_ray" "$VENV/bin/python" /usr/local/lib/ray-cluster/node_check.py ready --role "$ROLE" \
     --timeout 1800 --marker "$READY" --failed "$FAILED" --timings "$timings" \
     --install "$INSTALL_KIND" --install-digest "$EXPECTED_DIGEST" ||

@@ -57,7 +57,7 @@ param nodeImageId string = ''
 @description('Optional. VM size of the head (the learner runs there), e.g. "Standard_D4s_v5" or a GPU size such as "Standard_NC4as_T4_v3".')
 param headVmSize string = 'Standard_D4s_v5'
 
-@description('Optional. VM size of each worker in the scale set, e.g. "Standard_D4s_v5" or "Standard_F8s_v2".')
+@description('Optional. VM size of each worker in the scale set, e.g. "Standard_D4s_v5" or "Standard_F8s_v2" (48 characters at most); with workerPools, the size of a pool that names none.')
 param workerVmSize string = 'Standard_D4s_v5'
 
 @description('Optional. Encrypt temp disks and caches at the host on every VM. Needs the EncryptionAtHost feature on the subscription (az feature register --namespace Microsoft.Compute --name EncryptionAtHost), hence off by default.')
@@ -137,6 +137,9 @@ param workerAutomaticRepairGracePeriodMinutes int = 30
   'Reimage'
 ])
 param workerAutomaticRepairAction string = 'Replace'
+
+@description('Optional. Worker pools, one scale set each (at most 4), e.g. [{ name: \'cpu\', vmSize: \'Standard_F8s_v2\', spotEnabled: true, maxCount: 20 }, { name: \'gpu\', vmSize: \'Standard_NC4as_T4_v3\', minCount: 0, defaultCount: 0, maxCount: 2, rayLabels: { accelerator: \'t4\' } }]. Per pool: name (1-10 lower-case letters, digits or \'-\'), vmSize, minCount, defaultCount, maxCount, spotEnabled (what a pool leaves out is the worker* parameter\'s), evictionPolicy ("Delete" or "Deallocate") and maxPrice (US dollars per hour, or -1: the on-demand price) for Spot pools, rayResources (custom Ray resources its workers offer, e.g. { simulator: 2 }; default: one simulator slot per CPU) and rayLabels (Ray node labels besides pool = name). CPUs and GPUs come from each node\'s own detection. The pool\'s scale set is namePrefix-name. Empty (the default): one pool "workers" made of the worker* parameters, the cluster as before pools. scalingMode "ray" takes one pool for now.')
+param workerPools array = []
 
 @description('Optional. Days from writing the cluster token to the expiration date recorded on its Key Vault secret, 1-3650. The date is informational (Key Vault still returns an expired secret, so nodes keep booting): it marks the token due for rotation, and satisfies policies that require one.')
 @minValue(1)
@@ -479,6 +482,56 @@ var systemUsernames = [
 ]
 
 // Characters a value handed to the nodes may not hold (RE2's \s, a quote, a backslash).
+// The worker pools: workerPools, each pool's settings with what it leaves out taken from the
+// worker* parameters; none given = one pool "workers" made of the worker* parameters alone (the
+// single scale set of clusters made before pools, same names). The first one is the head's. A
+// pool's scale set is namePrefix-name, its autoscale setting namePrefix-name-autoscale, its VMs'
+// host names start with namePrefix-name- (the pool "workers" keeps namePrefix-w). A pool's Ray
+// labels become key=value pairs by taking its JSON apart (keys and values hold none of {}":,).
+var defaultWorkerPools = [
+  {
+    name: 'workers'
+  }
+]
+var workerPoolInputs = empty(workerPools) ? defaultWorkerPools : workerPools
+var pools = [for p in workerPoolInputs: {
+  name: contains(p, 'name') ? string(p.name) : ''
+  scaleSetName: '${namePrefix}-${contains(p, 'name') ? string(p.name) : ''}'
+  autoscaleName: '${namePrefix}-${contains(p, 'name') ? string(p.name) : ''}-autoscale'
+  computerNamePrefix: (contains(p, 'name') ? string(p.name) : '') == 'workers' ? '${namePrefix}-w' : '${namePrefix}-${contains(p, 'name') ? string(p.name) : ''}-'
+  vmSize: contains(p, 'vmSize') ? p.vmSize : workerVmSize
+  minCount: contains(p, 'minCount') ? p.minCount : workerMinCount
+  defaultCount: contains(p, 'defaultCount') ? p.defaultCount : workerDefaultCount
+  maxCount: contains(p, 'maxCount') ? p.maxCount : workerMaxCount
+  spotEnabled: contains(p, 'spotEnabled') ? p.spotEnabled : workerSpotEnabled
+  evictionPolicy: contains(p, 'evictionPolicy') ? p.evictionPolicy : 'Delete'
+  maxPrice: contains(p, 'maxPrice') ? p.maxPrice : -1
+  rayResources: contains(p, 'rayResources') ? string(p.rayResources) : '{}'
+  rayLabels: contains(p, 'rayLabels') ? replace(replace(replace(replace(string(p.rayLabels), '{', ''), '}', ''), '"', ''), ':', '=') : ''
+}]
+var poolScaleSetNames = [for p in pools: p.scaleSetName]
+var poolAutoscaleNames = [for p in pools: p.autoscaleName]
+var poolNames = [for p in pools: p.name]
+var poolCounts = [for p in pools: '${p.name}: ${p.minCount} <= ${p.defaultCount} <= ${p.maxCount}']
+// The characters of a pool's Ray resources' or labels' JSON: names, numbers, and the JSON itself.
+var poolJsonCharacters = '${lowerCase}${upperCase}${digits}_.-{}":,'
+var poolVmSizes = [for p in pools: string(p.vmSize)]
+var poolResources = [for p in pools: p.rayResources]
+var poolLabelsJson = [for p in workerPoolInputs: contains(p, 'rayLabels') ? string(p.rayLabels) : '{}']
+// Each character of the pools' names, sizes, resources and labels (each list joined): allowed?
+var poolNamesText = join(poolNames, '')
+var poolNameChars = [for i in range(0, min(length(poolNamesText), 800)): contains('${lowerCase}${digits}-', substring(poolNamesText, i, 1))]
+var poolVmSizesText = toLower(join(poolVmSizes, ''))
+var poolVmSizeChars = [for i in range(0, min(length(poolVmSizesText), 800)): contains('${lowerCase}${digits}_-', substring(poolVmSizesText, i, 1))]
+var poolResourcesText = join(poolResources, '')
+var poolResourcesChars = [for i in range(0, min(length(poolResourcesText), 800)): contains(poolJsonCharacters, substring(poolResourcesText, i, 1))]
+var poolLabelsText = join(poolLabelsJson, '')
+var poolLabelsChars = [for i in range(0, min(length(poolLabelsText), 800)): contains(poolJsonCharacters, substring(poolLabelsText, i, 1))]
+// Every pool's max count, added up (at most 4 pools: a longer list is refused by its own rule).
+var poolMaxCountTotal = (length(pools) > 0 ? pools[0].maxCount : 0) + (length(pools) > 1 ? pools[1].maxCount : 0) + (length(pools) > 2 ? pools[2].maxCount : 0) + (length(pools) > 3 ? pools[3].maxCount : 0)
+// scalingMode cpu: every pool's CPU autoscale setting.
+var autoscalePools = scalingMode == 'cpu' ? pools : []
+
 var unsafeCharacters = [
   ' '
   '\t'
@@ -512,17 +565,32 @@ var check = {
   // Same network address once the subnet is cut to the VNet's prefix length, and not larger.
   subnetInsideVnet: !(vnet.canonical && subnet.canonical) || subnet.prefix >= vnet.prefix && subnet.address / powersOfTwo[32 - vnet.prefix] == vnet.address / powersOfTwo[32 - vnet.prefix] ? 'ok' : 'subnetAddressPrefix (${subnetAddressPrefix}) must lie inside vnetAddressSpace (${vnetAddressSpace}), e.g. "10.42.1.0/24" in "10.42.0.0/16".'
   // Azure keeps 5 addresses of every subnet; the head and the Key Vault's private endpoint take two more.
-  subnetRoom: !subnet.canonical || powersOfTwo[32 - subnet.prefix] - 7 >= workerMaxCount ? 'ok' : 'subnetAddressPrefix (${subnetAddressPrefix}) has room for ${powersOfTwo[32 - subnet.prefix] - 7} workers, fewer than workerMaxCount (${workerMaxCount}): use a larger subnet.'
+  subnetRoom: !subnet.canonical || powersOfTwo[32 - subnet.prefix] - 7 >= poolMaxCountTotal ? 'ok' : 'subnetAddressPrefix (${subnetAddressPrefix}) has room for ${powersOfTwo[32 - subnet.prefix] - 7} workers, fewer than the worker pools\' max counts together (${poolMaxCountTotal}): use a larger subnet.'
   adminUsername: length(adminUsername) >= 1 && length(adminUsername) <= 32 && contains('${lowerCase}_', take(adminUsername, 1)) && !contains(adminUsernameChars, false) ? 'ok' : 'adminUsername must be 1-32 lower-case letters, digits, \'_\' or \'-\', starting with a letter or \'_\', e.g. "azureuser".'
   adminUsernameNotReserved: !contains(azureReservedUsernames, adminUsername) ? 'ok' : 'adminUsername must not be a name Azure reserves (admin, administrator, root, user, test, guest, ...): choose e.g. "azureuser".'
   adminUsernameNotSystem: !(take(adminUsername, 8) == 'systemd-' || take(adminUsername, 1) == '_' || contains(systemUsernames, adminUsername)) ? 'ok' : 'adminUsername must not be ray (the Ray service user: jobs run as ray, and the admin may sudo) nor an account or group the images already have (root, daemon, bin, sys, nobody, www-data, sudo, sshd, syslog, messagebus, ubuntu, debian, systemd-*, _*, ...): choose e.g. "azureuser".'
   headVmSize: length(headVmSize) > 9 && length(headVmSize) <= 800 && take(toLower(headVmSize), 9) == 'standard_' && !contains(headVmSizeChars, false) ? 'ok' : 'headVmSize must be an Azure VM size such as "Standard_D4s_v5".'
   nodeImageId: empty(nodeImageId) || nodeImageIdValid ? 'ok' : 'nodeImageId must be a gallery image version\'s resource ID, /subscriptions/SUB/resourceGroups/RG/providers/Microsoft.Compute/galleries/GALLERY/images/DEFINITION/versions/MAJOR.MINOR.PATCH (what `python -m driver image build` prints), or left out.'
-  workerVmSize: length(workerVmSize) > 9 && length(workerVmSize) <= 800 && take(toLower(workerVmSize), 9) == 'standard_' && !contains(workerVmSizeChars, false) ? 'ok' : 'workerVmSize must be an Azure VM size such as "Standard_D4s_v5".'
+  workerVmSize: length(workerVmSize) > 9 && length(workerVmSize) <= 48 && take(toLower(workerVmSize), 9) == 'standard_' && !contains(workerVmSizeChars, false) ? 'ok' : 'workerVmSize must be an Azure VM size such as "Standard_D4s_v5".'
   // 0, or 10 to 10080: under 10 minutes a cluster would stop between a job and the next submit,
   // or while a head that just started is still booting.
   autostopIdleMinutes: autostopIdleMinutes == 0 || autostopIdleMinutes >= 10 ? 'ok' : 'autostopIdleMinutes must be 0 (autostop off) or a whole number of minutes from 10 to 10080 (a week), e.g. 60.'
   workerCounts: workerMinCount <= workerDefaultCount && workerDefaultCount <= workerMaxCount ? 'ok' : 'worker counts must satisfy workerMinCount <= workerDefaultCount <= workerMaxCount (got ${workerMinCount} <= ${workerDefaultCount} <= ${workerMaxCount}).'
+  workerPoolCounts: empty(filter(pools, p => !(p.minCount <= p.defaultCount && p.defaultCount <= p.maxCount))) ? 'ok' : 'workerPools: every pool\'s counts must satisfy minCount <= defaultCount <= maxCount (got ${join(poolCounts, ', ')}; a count a pool leaves out is the worker* parameter\'s).'
+  // Ray's autoscaler knows one node type so far (python/nodekit/node/azure_vmss_provider.py).
+  workerPoolsRayMode: scalingMode != 'ray' || length(pools) == 1 ? 'ok' : 'scalingMode = "ray" takes one worker pool for now (got ${length(pools)}: ${join(poolNames, ', ')}): use scalingMode = "cpu" with several pools, or one pool.'
+  workerPoolNames: length(workerPools) <= 4 && empty(filter(poolNames, n => length(n) < 1 || length(n) > 10 || !contains(lowerCase, take(n, 1)) || contains('${n}.', '-.') || length(filter(poolNames, m => m == n)) > 1)) && !contains(poolNameChars, false) ? 'ok' : 'workerPools: at most 4 pools with distinct names, each 1-10 lower-case letters, digits or \'-\', starting with a letter and not ending in \'-\', e.g. cpu or gpu.'
+  workerPoolVmSizes: empty(filter(poolVmSizes, v => length(v) <= 9 || length(v) > 48 || take(toLower(v), 9) != 'standard_')) && !contains(poolVmSizeChars, false) ? 'ok' : 'workerPools: every vmSize must be an Azure VM size such as "Standard_D4s_v5".'
+  workerPoolCountRanges: empty(filter(workerPools, p => (contains(p, 'minCount') ? p.minCount < 0 || p.minCount > 100 : false) || (contains(p, 'defaultCount') ? p.defaultCount < 0 || p.defaultCount > 100 : false) || (contains(p, 'maxCount') ? p.maxCount < 1 || p.maxCount > 100 : false))) ? 'ok' : 'workerPools: minCount and defaultCount must be whole numbers from 0 to 100, maxCount from 1 to 100.'
+  workerPoolSpot: empty(filter(workerPools, p => (contains(p, 'evictionPolicy') ? !contains([
+    'Delete'
+    'Deallocate'
+  ], p.evictionPolicy) : false) || (contains(p, 'maxPrice') ? !(p.maxPrice == -1 || p.maxPrice > 0 && p.maxPrice <= 1000) : false))) ? 'ok' : 'workerPools: evictionPolicy must be "Delete" or "Deallocate", maxPrice -1 (the on-demand price) or a price in US dollars per hour above 0 (at most 1000).'
+  workerPoolSpotOnly: empty(filter(pools, p => !p.spotEnabled && (p.evictionPolicy != 'Delete' || p.maxPrice != -1))) && empty(filter(workerPools, p => !(contains(p, 'spotEnabled') ? p.spotEnabled : workerSpotEnabled) && (contains(p, 'evictionPolicy') || contains(p, 'maxPrice')))) ? 'ok' : 'workerPools: evictionPolicy and maxPrice apply to Spot pools only: set spotEnabled = true in the pool (or workerSpotEnabled = true), or leave them out.'
+  // Ray refuses CPU, GPU and memory as custom resources (ray start --num-cpus/--num-gpus set
+  // them: each node detects its own). Read from the JSON: an object of names to numbers.
+  workerPoolRayResources: empty(filter(poolResources, r => length(r) > 64 || take(r, 1) != '{' || length(split(r, '{')) != 2 || contains(r, ':"') || length(split(r, '"')) - 1 != 2 * (length(split(r, ':')) - 1) || length(split(r, ',')) != (contains(r, ':') ? length(split(r, ':')) - 1 : 1) || contains(r, ':-') || contains(r, '"CPU":') || contains(r, '"GPU":') || contains(r, '"memory":') || contains(r, '"object_store_memory":'))) && !contains(poolResourcesChars, false) ? 'ok' : 'workerPools: rayResources must map Ray resource names (letters, digits, \'_\', \'.\', \'-\'; not CPU, GPU, memory or object_store_memory: each node detects those) to numbers >= 0, 64 characters of JSON at most.'
+  workerPoolRayLabels: empty(filter(poolLabelsJson, l => take(l, 1) != '{' || length(split(l, '{')) != 2 || contains(l, '"pool":') || contains(l, '":""') || length(split(l, '"')) - 1 != 4 * (length(split(l, ':')) - 1) || length(split(l, ',')) != (contains(l, ':') ? length(split(l, ':')) - 1 : 1))) && empty(filter(pools, p => length(p.rayLabels) > 64)) && !contains(poolLabelsChars, false) ? 'ok' : 'workerPools: rayLabels must map label names to values, each 1-63 letters, digits, \'_\', \'.\' or \'-\' starting and ending with a letter or digit, not the name pool (every node has pool = its pool\'s name), 64 characters in all at most.'
   cpuThresholds: scaleInCpuPercent < scaleOutCpuPercent ? 'ok' : 'scaleInCpuPercent (${scaleInCpuPercent}) must be below scaleOutCpuPercent (${scaleOutCpuPercent}), or autoscale flaps.'
   extraPipPackages: empty(filter(extraPipPackages, p => empty(p) || !empty(filter(unsafeCharacters, u => contains(p, u))))) ? 'ok' : 'extraPipPackages: each entry must be one requirement without spaces, single quotes or backslashes, e.g. "minigrid==3.0.0".'
   // The node hands the list to pip as requirements: an option (-e, -r FILE, --index-url=...)
@@ -580,9 +648,9 @@ var imageReference = empty(nodeImageId) ? osImages[osImage] : nodeImageReference
 // the prefix, so a redeployment keeps it and another cluster differs.
 var keyVaultName = '${namePrefix}-kv-${take(uniqueString(resourceGroup().id, namePrefix), 23 - length(namePrefix) - 4)}'
 var tokenSecretName = 'ray-cluster-token'
-// The workers' CPU autoscale setting (scalingMode cpu; '' without one), named before it exists:
-// the head's autostop turns it off.
-var workerAutoscaleName = scalingMode == 'cpu' ? '${namePrefix}-workers-autoscale' : ''
+// Every pool's CPU autoscale setting (scalingMode cpu; '' without) and scale set, named before
+// they exist: the head's autostop turns them off and empties them.
+var workerAutoscaleNames = scalingMode == 'cpu' ? join(poolAutoscaleNames, ' ') : ''
 var headCloudInit = loadTextContent('../../cloud-init/rendered/head.yaml')
 var workerCloudInit = loadTextContent('../../cloud-init/rendered/worker.yaml')
 
@@ -634,6 +702,15 @@ module checks 'modules/checks.bicep' = {
       check.workerVmSize
       check.autostopIdleMinutes
       check.workerCounts
+      check.workerPoolCounts
+      check.workerPoolsRayMode
+      check.workerPoolNames
+      check.workerPoolVmSizes
+      check.workerPoolCountRanges
+      check.workerPoolSpot
+      check.workerPoolSpotOnly
+      check.workerPoolRayResources
+      check.workerPoolRayLabels
       check.cpuThresholds
       check.extraPipPackages
       check.extraPipPackagesNoOptions
@@ -710,16 +787,22 @@ var deployValues = {
   APT_SOURCE: aptSource
   // Ray autoscaler on the head (scalingMode ray; the head ignores them otherwise).
   SCALING_MODE: scalingMode
-  WORKER_SCALE_SET_ID: '${resourceGroup().id}/providers/Microsoft.Compute/virtualMachineScaleSets/${namePrefix}-workers'
-  WORKER_VM_SIZE: workerVmSize
-  AUTOSCALER_MIN_WORKERS: string(workerMinCount)
-  AUTOSCALER_MAX_WORKERS: string(workerMaxCount)
+  WORKER_SCALE_SET_ID: '${resourceGroup().id}/providers/Microsoft.Compute/virtualMachineScaleSets/${pools[0].scaleSetName}'
+  WORKER_VM_SIZE: pools[0].vmSize
+  AUTOSCALER_MIN_WORKERS: string(pools[0].minCount)
+  AUTOSCALER_MAX_WORKERS: string(pools[0].maxCount)
   AUTOSCALER_IDLE_TIMEOUT_MINUTES: string(rayIdleTimeoutMinutes)
   AUTOSCALER_CLIENT_ID: identity.outputs.autoscalerClientId
   ARM_ENDPOINT: environment().resourceManager
-  // Autostop on the head (0: off), and the autoscale setting it turns off (scalingMode cpu).
+  // Autostop on the head (0: off), the autoscale settings it turns off (scalingMode cpu) and
+  // the scale sets it empties.
   AUTOSTOP_IDLE_MINUTES: string(autostopIdleMinutes)
-  WORKER_AUTOSCALE_NAME: workerAutoscaleName
+  WORKER_AUTOSCALE_NAME: workerAutoscaleNames
+  WORKER_SCALE_SETS: join(poolScaleSetNames, ' ')
+  // The first pool's own values; each pool's workers get theirs (the workers module below).
+  WORKER_POOL: pools[0].name
+  RAY_RESOURCES: pools[0].rayResources
+  RAY_LABELS: pools[0].rayLabels
 }
 
 // The first boot installs packages (the subnet's NAT gateway and NSG must be in place) and reads
@@ -750,22 +833,26 @@ module head 'modules/head.bicep' = {
   ]
 }
 
-// Workers install packages at first boot (NAT gateway) and join the head at its private IP.
-module workers 'modules/workers.bicep' = {
-  name: '${namePrefix}-workers'
+// One scale set per worker pool. Workers install packages at first boot (NAT gateway) and join
+// the head at its private IP. (The pool "workers" keeps the deployment names of before pools.)
+module workers 'modules/workers.bicep' = [for pool in pools: {
+  name: pool.name == 'workers' ? '${namePrefix}-workers' : '${namePrefix}-pool-${pool.name}'
   params: {
     location: location
-    namePrefix: namePrefix
     tags: tags
+    name: pool.scaleSetName
+    computerNamePrefix: pool.computerNamePrefix
     subnetId: network.outputs.subnetId
-    vmSize: workerVmSize
-    instanceCount: workerDefaultCount
+    vmSize: pool.vmSize
+    instanceCount: pool.defaultCount
     adminUsername: adminUsername
     adminSshPublicKey: sshKey
     imageReference: imageReference
     encryptionAtHost: encryptionAtHostEnabled
     identityId: identity.outputs.id
-    spotEnabled: workerSpotEnabled
+    spotEnabled: pool.spotEnabled
+    evictionPolicy: pool.evictionPolicy
+    maxPrice: string(pool.maxPrice)
     terminationNoticeMinutes: workerTerminationNoticeMinutes
     automaticRepairEnabled: workerAutomaticRepairEnabled
     automaticRepairGracePeriodMinutes: workerAutomaticRepairGracePeriodMinutes
@@ -777,25 +864,30 @@ module workers 'modules/workers.bicep' = {
     // already, which includes autostop's actions there: no second assignment.
     autostopRoleDefinitionId: scalingMode == 'ray' ? '' : identity.outputs.autostopRoleDefinitionId
     autostopPrincipalId: identity.outputs.autoscalerPrincipalId
-    customData: base64(replace(workerCloudInit, '@@DEPLOY_VALUES@@', base64(string(deployValues))))
+    // The pool's own values (WORKER_POOL, RAY_RESOURCES, RAY_LABELS) over the cluster's.
+    customData: base64(replace(workerCloudInit, '@@DEPLOY_VALUES@@', base64(string(union(deployValues, {
+      WORKER_POOL: pool.name
+      RAY_RESOURCES: pool.rayResources
+      RAY_LABELS: pool.rayLabels
+    })))))
   }
   dependsOn: [
     keyVault
     head
   ]
-}
+}]
 
-// scalingMode cpu: Azure Monitor rules on average CPU.
-module autoscale 'modules/autoscale.bicep' = if (scalingMode == 'cpu') {
-  name: '${namePrefix}-autoscale'
+// scalingMode cpu: Azure Monitor rules on average CPU, one setting per pool.
+module autoscale 'modules/autoscale.bicep' = [for (pool, i) in autoscalePools: {
+  name: pool.name == 'workers' ? '${namePrefix}-autoscale' : '${namePrefix}-pool-${pool.name}-autoscale'
   params: {
     location: location
-    namePrefix: namePrefix
     tags: tags
-    scaleSetId: workers.outputs.id
-    minCount: workerMinCount
-    defaultCount: workerDefaultCount
-    maxCount: workerMaxCount
+    name: pool.autoscaleName
+    scaleSetId: workers[i].outputs.id
+    minCount: pool.minCount
+    defaultCount: pool.defaultCount
+    maxCount: pool.maxCount
     scaleOutCpuPercent: scaleOutCpuPercent
     scaleInCpuPercent: scaleInCpuPercent
     scaleOutCooldownMinutes: scaleOutCooldownMinutes
@@ -803,12 +895,12 @@ module autoscale 'modules/autoscale.bicep' = if (scalingMode == 'cpu') {
     autostopRoleDefinitionId: identity.outputs.autostopRoleDefinitionId
     autostopPrincipalId: identity.outputs.autoscalerPrincipalId
   }
-}
+}]
 
 // -----------------------------------------------------------------------------------------------
 // Outputs. The names are a contract: `python -m driver --resource-group RG --deployment NAME`
 // reads headPublicIp and adminUsername (headVmId, scaleSetId and autoscaleSettingId to start a
-// stopped cluster); they are the Terraform stack's outputs in camelCase.
+// stopped cluster; workerPools for every pool's); they are the Terraform stack's outputs in camelCase.
 // -----------------------------------------------------------------------------------------------
 
 @description('Public IP address of the head (SSH only, from allowedSshCidrs).')
@@ -823,14 +915,22 @@ output adminUsername string = adminUsername
 @description('SSH to the head.')
 output sshCommand string = 'ssh ${adminUsername}@${head.outputs.publicIp}'
 
-@description('Resource ID of the workers\' scale set, for az vmss commands (--ids).')
-output scaleSetId string = workers.outputs.id
+@description('Resource ID of the first worker pool\'s scale set (the only one without workerPools), for az vmss commands (--ids); every pool\'s: workerPools.')
+output scaleSetId string = workers[0].outputs.id
+
+@description('Every worker pool, in order: its name, its scale set\'s id and name, and its CPU autoscale setting\'s id ("" with scalingMode "ray").')
+output workerPools array = [for (p, i) in pools: {
+  name: p.name
+  scaleSetId: workers[i].outputs.id
+  scaleSetName: p.scaleSetName
+  autoscaleSettingId: scalingMode == 'cpu' ? autoscale[i].outputs.id : ''
+}]
 
 @description('Resource ID of the head VM: `python -m driver start` starts it again after autostop deallocated it.')
 output headVmId string = head.outputs.id
 
-@description('Resource ID of the workers\' CPU autoscale setting (scalingMode "cpu"), which autostop turns off and `python -m driver start` on again; "" with scalingMode "ray".')
-output autoscaleSettingId string = scalingMode == 'cpu' ? autoscale.outputs.id : ''
+@description('Resource ID of the first worker pool\'s CPU autoscale setting (scalingMode "cpu"), which autostop turns off and `python -m driver start` on again; "" with scalingMode "ray". Every pool\'s: workerPools.')
+output autoscaleSettingId string = scalingMode == 'cpu' ? autoscale[0].outputs.id : ''
 
 @description('Resource group that holds the cluster.')
 output resourceGroupName string = resourceGroup().name

@@ -26,6 +26,34 @@ locals {
   ascii_codes   = merge({ "-" = 45 }, { for i in range(10) : tostring(i) => 48 + i }, { for i in range(26) : substr("abcdefghijklmnopqrstuvwxyz", i, 1) => 97 + i })
 }
 
+# The worker pools (workers.tf): worker_pools, each pool's settings with what it leaves out
+# taken from the worker_* variables; no pool given = one pool "workers" made of the worker_*
+# variables alone (the single scale set of clusters made before pools, same names). Ordered by
+# name (the first one is the head's: locals.tf). A pool's scale set is NAME_PREFIX-POOL, its
+# autoscale setting NAME_PREFIX-POOL-autoscale; its VMs' host names start with NAME_PREFIX-POOL-
+# (the pool "workers" keeps NAME_PREFIX-w, which no other pool's prefix can match).
+locals {
+  worker_pool_names = length(var.worker_pools) > 0 ? keys(var.worker_pools) : ["workers"]
+  worker_pool_settings = { for name in local.worker_pool_names : name => {
+    scale_set_name       = "${var.name_prefix}-${name}"
+    autoscale_name       = "${var.name_prefix}-${name}-autoscale"
+    computer_name_prefix = name == "workers" ? "${var.name_prefix}-w" : "${var.name_prefix}-${name}-"
+    vm_size              = coalesce(try(var.worker_pools[name].vm_size, null), var.worker_vm_size)
+    min_count            = coalesce(try(var.worker_pools[name].min_count, null), var.worker_min_count)
+    default_count        = coalesce(try(var.worker_pools[name].default_count, null), var.worker_default_count)
+    max_count            = coalesce(try(var.worker_pools[name].max_count, null), var.worker_max_count)
+    spot_enabled         = coalesce(try(var.worker_pools[name].spot_enabled, null), var.worker_spot_enabled)
+    eviction_policy      = coalesce(try(var.worker_pools[name].eviction_policy, null), "Delete")
+    max_price            = coalesce(try(var.worker_pools[name].max_price, null), -1)
+    # The pool's own deploy-time values (cloud-init/placeholders.yaml).
+    deploy_values = {
+      WORKER_POOL   = name
+      RAY_RESOURCES = jsonencode(try(var.worker_pools[name].ray_resources, {}))
+      RAY_LABELS    = join(",", [for k, v in try(var.worker_pools[name].ray_labels, {}) : "${k}=${v}"])
+    }
+  } }
+}
+
 # The Key Vault's firewall (keyvault.tf): key_vault_allowed_cidrs, or else the entries of
 # allowed_ssh_cidrs that are public (a private one is someone on a connected network, whom Key
 # Vault's IP rules cannot name). A single address goes without "/32", as Key Vault keeps it.
@@ -46,6 +74,17 @@ resource "terraform_data" "input_checks" {
     }
 
     precondition {
+      condition     = alltrue([for pool in local.worker_pool_settings : pool.min_count <= pool.default_count && pool.default_count <= pool.max_count])
+      error_message = "worker_pools: every pool's counts must satisfy min_count <= default_count <= max_count (got ${join(", ", [for name, pool in local.worker_pool_settings : "${name}: ${pool.min_count} <= ${pool.default_count} <= ${pool.max_count}"])}; a count a pool leaves out is the worker_* variable's)."
+    }
+
+    precondition {
+      # Ray's autoscaler knows one node type so far (python/nodekit/node/azure_vmss_provider.py).
+      condition     = var.scaling_mode != "ray" || length(local.worker_pool_settings) == 1
+      error_message = "scaling_mode = \"ray\" takes one worker pool for now (got ${length(local.worker_pool_settings)}: ${join(", ", keys(local.worker_pool_settings))}): use scaling_mode = \"cpu\" with several pools, or one pool."
+    }
+
+    precondition {
       condition     = var.scale_in_cpu_percent < var.scale_out_cpu_percent
       error_message = "scale_in_cpu_percent (${var.scale_in_cpu_percent}) must be below scale_out_cpu_percent (${var.scale_out_cpu_percent}), or autoscale flaps."
     }
@@ -59,8 +98,8 @@ resource "terraform_data" "input_checks" {
     precondition {
       # Azure keeps 5 addresses of every subnet; the head and the Key Vault's private endpoint
       # take two more.
-      condition     = pow(2, 32 - tonumber(split("/", var.subnet_address_prefix)[1])) - 7 >= var.worker_max_count
-      error_message = "subnet_address_prefix (${var.subnet_address_prefix}) has room for ${pow(2, 32 - tonumber(split("/", var.subnet_address_prefix)[1])) - 7} workers, fewer than worker_max_count (${var.worker_max_count}): use a larger subnet."
+      condition     = pow(2, 32 - tonumber(split("/", var.subnet_address_prefix)[1])) - 7 >= sum([for pool in local.worker_pool_settings : pool.max_count])
+      error_message = "subnet_address_prefix (${var.subnet_address_prefix}) has room for ${pow(2, 32 - tonumber(split("/", var.subnet_address_prefix)[1])) - 7} workers, fewer than the worker pools' max counts together (${sum([for pool in local.worker_pool_settings : pool.max_count])}): use a larger subnet."
     }
 
     precondition {

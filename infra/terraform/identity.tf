@@ -24,13 +24,8 @@ resource "azurerm_user_assigned_identity" "autoscaler" {
   tags                = var.tags
 }
 
-resource "azurerm_role_assignment" "autoscaler_scale_set" {
-  count                = var.scaling_mode == "ray" ? 1 : 0
-  scope                = azurerm_linux_virtual_machine_scale_set.workers.id
-  role_definition_name = "Virtual Machine Contributor"
-  principal_id         = azurerm_user_assigned_identity.autoscaler[0].principal_id
-  principal_type       = "ServicePrincipal"
-}
+# scaling_mode = "ray": the head's identity gets Virtual Machine Contributor on the workers'
+# scale set (modules/worker_pool: autoscaler_scale_set; one pool in that mode, checks.tf).
 
 # ---------------------------------------------------------------------------------------------
 # Autostop (autostop_idle_minutes > 0): when the cluster has been idle that long, the head sets
@@ -85,22 +80,6 @@ resource "azurerm_role_assignment" "autostop_head" {
   principal_type     = "ServicePrincipal"
 }
 
-# In scaling_mode = "ray" the same identity holds Virtual Machine Contributor on the scale set
-# already (above), which includes these actions: no second assignment there.
-resource "azurerm_role_assignment" "autostop_scale_set" {
-  count              = local.autostop_enabled && var.scaling_mode != "ray" ? 1 : 0
-  name               = uuidv5(local.arm_guid_namespace, join("-", [local.worker_scale_set_id, local.autostop_role_definition_id]))
-  scope              = azurerm_linux_virtual_machine_scale_set.workers.id
-  role_definition_id = azurerm_role_definition.autostop[0].role_definition_resource_id
-  principal_id       = azurerm_user_assigned_identity.autoscaler[0].principal_id
-  principal_type     = "ServicePrincipal"
-}
-
-resource "azurerm_role_assignment" "autostop_autoscale" {
-  count              = local.autostop_enabled && var.scaling_mode == "cpu" ? 1 : 0
-  name               = uuidv5(local.arm_guid_namespace, join("-", ["${local.resource_group_id}/providers/Microsoft.Insights/autoscalesettings/${local.worker_autoscale_name}", local.autostop_role_definition_id]))
-  scope              = azurerm_monitor_autoscale_setting.workers[0].id
-  role_definition_id = azurerm_role_definition.autostop[0].role_definition_resource_id
-  principal_id       = azurerm_user_assigned_identity.autoscaler[0].principal_id
-  principal_type     = "ServicePrincipal"
-}
+# Its assignments on every worker pool's scale set and autoscale setting are the pool's
+# (modules/worker_pool: autostop_scale_set, autostop_autoscale), named in workers.tf from
+# the same arguments as Bicep's guid() calls.

@@ -1,14 +1,21 @@
 locals {
   resource_group_name = var.create_resource_group ? azurerm_resource_group.this[0].name : data.azurerm_resource_group.existing[0].name
 
-  # The workers' scale set, named before it exists: its id goes into the head's custom data (the
-  # autoscaler's target), and the scale set itself depends on the head.
-  worker_scale_set_name = "${var.name_prefix}-workers"
-  worker_scale_set_id   = "/subscriptions/${data.azurerm_client_config.current.subscription_id}/resourceGroups/${local.resource_group_name}/providers/Microsoft.Compute/virtualMachineScaleSets/${local.worker_scale_set_name}"
+  # The worker pools (checks.tf: local.worker_pool_settings) with their scale sets' ids.
+  worker_pools = { for name, pool in local.worker_pool_settings : name => merge(pool, {
+    scale_set_id = "/subscriptions/${data.azurerm_client_config.current.subscription_id}/resourceGroups/${local.resource_group_name}/providers/Microsoft.Compute/virtualMachineScaleSets/${pool.scale_set_name}"
+  }) }
 
-  # The workers' autoscale setting (scaling_mode = "cpu"; "" without one), named before it exists
-  # for the same reason: the head's autostop turns it off.
-  worker_autoscale_name = var.scaling_mode == "cpu" ? "${var.name_prefix}-workers-autoscale" : ""
+  # The first worker pool (local.worker_pools, in the order of their names; the
+  # default pool is "workers"): its scale set's id goes into the head's custom data (Ray's
+  # autoscaler's target in scaling_mode = "ray", which allows one pool), named before it exists
+  # (the scale sets depend on the head), and so do every pool's scale set and autoscale setting
+  # (scaling_mode = "cpu"), which the head's autostop turns off and empties.
+  first_pool_name        = keys(local.worker_pools)[0]
+  first_pool             = local.worker_pools[local.first_pool_name]
+  worker_scale_set_id    = local.first_pool.scale_set_id
+  worker_scale_set_names = concat([local.first_pool.scale_set_name], [for name, pool in local.worker_pools : pool.scale_set_name if name != local.first_pool_name])
+  worker_autoscale_names = var.scaling_mode == "cpu" ? concat([local.first_pool.autoscale_name], [for name, pool in local.worker_pools : pool.autoscale_name if name != local.first_pool_name]) : []
 
   # The head's own identity (identity.tf): Ray's autoscaler (scaling_mode = "ray") and autostop
   # (autostop_idle_minutes > 0) act with it.
@@ -47,15 +54,21 @@ locals {
     # Ray's autoscaler on the head (scaling_mode = "ray"; the head ignores them otherwise).
     SCALING_MODE                    = var.scaling_mode
     WORKER_SCALE_SET_ID             = local.worker_scale_set_id
-    WORKER_VM_SIZE                  = var.worker_vm_size
-    AUTOSCALER_MIN_WORKERS          = tostring(var.worker_min_count)
-    AUTOSCALER_MAX_WORKERS          = tostring(var.worker_max_count)
+    WORKER_VM_SIZE                  = local.first_pool.vm_size
+    AUTOSCALER_MIN_WORKERS          = tostring(local.first_pool.min_count)
+    AUTOSCALER_MAX_WORKERS          = tostring(local.first_pool.max_count)
     AUTOSCALER_IDLE_TIMEOUT_MINUTES = tostring(var.ray_idle_timeout_minutes)
     AUTOSCALER_CLIENT_ID            = try(azurerm_user_assigned_identity.autoscaler[0].client_id, "")
     ARM_ENDPOINT                    = local.arm_endpoint
-    # Autostop on the head (0: off), and the autoscale setting it turns off (scaling_mode = "cpu").
+    # Autostop on the head (0: off), the autoscale settings it turns off (scaling_mode = "cpu")
+    # and the scale sets it empties.
     AUTOSTOP_IDLE_MINUTES = tostring(var.autostop_idle_minutes)
-    WORKER_AUTOSCALE_NAME = local.worker_autoscale_name
+    WORKER_AUTOSCALE_NAME = join(" ", local.worker_autoscale_names)
+    WORKER_SCALE_SETS     = join(" ", local.worker_scale_set_names)
+    # The first pool's own values; each pool's workers get theirs (pool_custom_data).
+    WORKER_POOL   = local.first_pool_name
+    RAY_RESOURCES = local.first_pool.deploy_values.RAY_RESOURCES
+    RAY_LABELS    = local.first_pool.deploy_values.RAY_LABELS
   }
 
   # The autoscaler's Resource Manager endpoint, in the cloud the stack deploys to (Bicep:
@@ -79,6 +92,9 @@ locals {
   cloud_init_dir = "${path.module}/../../cloud-init/rendered"
   cloud_init     = { for role in ["head", "worker"] : role => file("${local.cloud_init_dir}/${role}.yaml") }
   custom_data    = { for role, text in local.cloud_init : role => replace(text, "@@DEPLOY_VALUES@@", base64encode(jsonencode(local.deploy_values))) }
+  # Each worker pool's document: the same values with the pool's own over them (WORKER_POOL,
+  # RAY_RESOURCES, RAY_LABELS).
+  pool_custom_data = { for name, pool in local.worker_pools : name => replace(local.cloud_init["worker"], "@@DEPLOY_VALUES@@", base64encode(jsonencode(merge(local.deploy_values, pool.deploy_values)))) }
 
   # The Application Health extension's settings (rich health states): it probes each worker's
   # health endpoint (python/nodekit/node/health.py) from inside the VM, at http://localhost:PORT/

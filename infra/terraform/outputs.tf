@@ -1,5 +1,6 @@
 # Outputs. The names are a contract: `python -m driver --terraform-dir` reads head_public_ip and
-# admin_username (head_vm_id, scale_set_id and autoscale_setting_id to start a stopped cluster),
+# admin_username (head_vm_id, scale_set_id and autoscale_setting_id to start a stopped cluster;
+# worker_pools for every pool's),
 # and the Bicep stack has the same outputs in camelCase (headPublicIp, ...).
 
 output "head_public_ip" {
@@ -23,8 +24,17 @@ output "ssh_command" {
 }
 
 output "scale_set_id" {
-  description = "Resource ID of the workers' scale set, for az vmss commands (--ids)."
-  value       = azurerm_linux_virtual_machine_scale_set.workers.id
+  description = "Resource ID of the first worker pool's scale set (the only one without worker_pools), for az vmss commands (--ids); every pool's: worker_pools."
+  value       = module.worker_pool[local.first_pool_name].scale_set_id
+}
+
+output "worker_pools" {
+  description = "Every worker pool by name: its scale set's id and name, and its CPU autoscale setting's id (\"\" with scaling_mode = \"ray\")."
+  value = { for name, pool in module.worker_pool : name => {
+    scale_set_id         = pool.scale_set_id
+    scale_set_name       = pool.scale_set_name
+    autoscale_setting_id = pool.autoscale_setting_id
+  } }
 }
 
 output "head_vm_id" {
@@ -33,8 +43,8 @@ output "head_vm_id" {
 }
 
 output "autoscale_setting_id" {
-  description = "Resource ID of the workers' CPU autoscale setting (scaling_mode = \"cpu\"), which autostop turns off and `python -m driver start` on again; \"\" with scaling_mode = \"ray\"."
-  value       = try(azurerm_monitor_autoscale_setting.workers[0].id, "")
+  description = "Resource ID of the first worker pool's CPU autoscale setting (scaling_mode = \"cpu\"), which autostop turns off and `python -m driver start` on again; \"\" with scaling_mode = \"ray\". Every pool's: worker_pools."
+  value       = module.worker_pool[local.first_pool_name].autoscale_setting_id
 }
 
 output "resource_group_name" {

@@ -308,10 +308,10 @@ variable "head_vm_size" {
 variable "worker_vm_size" {
   type        = string
   default     = "Standard_D4s_v5"
-  description = "(Optional) VM size of each worker in the scale set, e.g. \"Standard_D4s_v5\" or \"Standard_F8s_v2\"."
+  description = "(Optional) VM size of each worker in the scale set, e.g. \"Standard_D4s_v5\" or \"Standard_F8s_v2\" (48 characters at most); with worker_pools, the size of a pool that names none."
 
   validation {
-    condition     = can(regex("(?i)^standard_[a-z0-9_-]+$", var.worker_vm_size)) && length(var.worker_vm_size) <= 800
+    condition     = can(regex("(?i)^standard_[a-z0-9_-]+$", var.worker_vm_size)) && length(var.worker_vm_size) <= 48
     error_message = "worker_vm_size must be an Azure VM size such as \"Standard_D4s_v5\"."
   }
 }
@@ -480,6 +480,66 @@ variable "worker_automatic_repair_action" {
   validation {
     condition     = contains(["Replace", "Reimage"], var.worker_automatic_repair_action)
     error_message = "worker_automatic_repair_action must be Replace or Reimage (Restart keeps a failed bootstrap's marker, and the worker would stay Unhealthy)."
+  }
+}
+
+variable "worker_pools" {
+  type = map(object({
+    vm_size         = optional(string)
+    min_count       = optional(number)
+    default_count   = optional(number)
+    max_count       = optional(number)
+    spot_enabled    = optional(bool)
+    eviction_policy = optional(string)
+    max_price       = optional(number)
+    ray_resources   = optional(map(number), {})
+    ray_labels      = optional(map(string), {})
+  }))
+  default     = {}
+  nullable    = false
+  description = "(Optional) Worker pools, one scale set each, by name (1-10 lower-case letters, digits or '-'; at most 4 pools), e.g. { cpu = { vm_size = \"Standard_F8s_v2\", spot_enabled = true, max_count = 20 }, gpu = { vm_size = \"Standard_NC4as_T4_v3\", min_count = 0, default_count = 0, max_count = 2, ray_labels = { accelerator = \"t4\" } } }. Per pool: vm_size, min_count, default_count, max_count, spot_enabled (what a pool leaves out is the worker_* variable's), eviction_policy (\"Delete\" or \"Deallocate\") and max_price (US dollars per hour, or -1: the on-demand price) for Spot pools, ray_resources (custom Ray resources its workers offer, e.g. { simulator = 2 }; default: one simulator slot per CPU) and ray_labels (Ray node labels besides pool = NAME). CPUs and GPUs come from each node's own detection. The pool's scale set is NAME_PREFIX-POOL. {} (the default): one pool \"workers\" made of the worker_* variables, the cluster as before pools. scaling_mode = \"ray\" takes one pool for now."
+
+  validation {
+    condition     = length(var.worker_pools) <= 4 && alltrue([for name in keys(var.worker_pools) : can(regex("^[a-z]([a-z0-9-]{0,8}[a-z0-9])?$", name))])
+    error_message = "worker_pools: at most 4 pools with distinct names, each 1-10 lower-case letters, digits or '-', starting with a letter and not ending in '-', e.g. cpu or gpu."
+  }
+
+  validation {
+    condition     = alltrue([for p in values(var.worker_pools) : p.vm_size == null || (can(regex("(?i)^standard_[a-z0-9_-]+$", coalesce(p.vm_size, "-"))) && length(coalesce(p.vm_size, "-")) <= 48)])
+    error_message = "worker_pools: every vm_size must be an Azure VM size such as \"Standard_D4s_v5\"."
+  }
+
+  validation {
+    condition = alltrue(flatten([for p in values(var.worker_pools) : [
+      for c in [p.min_count, p.default_count] : c == null || try(c >= 0 && c <= 100 && floor(c) == c, false)
+    ]])) && alltrue([for p in values(var.worker_pools) : p.max_count == null || try(p.max_count >= 1 && p.max_count <= 100 && floor(p.max_count) == p.max_count, false)])
+    error_message = "worker_pools: min_count and default_count must be whole numbers from 0 to 100, max_count from 1 to 100."
+  }
+
+  validation {
+    condition     = alltrue([for p in values(var.worker_pools) : (p.eviction_policy == null || contains(["Delete", "Deallocate"], coalesce(p.eviction_policy, "-"))) && (p.max_price == null || try(p.max_price == -1 || (p.max_price > 0 && p.max_price <= 1000), false))])
+    error_message = "worker_pools: eviction_policy must be \"Delete\" or \"Deallocate\", max_price -1 (the on-demand price) or a price in US dollars per hour above 0 (at most 1000)."
+  }
+
+  validation {
+    condition     = alltrue([for name, p in var.worker_pools : p.eviction_policy == null && p.max_price == null || coalesce(p.spot_enabled, var.worker_spot_enabled)])
+    error_message = "worker_pools: eviction_policy and max_price apply to Spot pools only: set spot_enabled = true in the pool (or worker_spot_enabled = true), or leave them out."
+  }
+
+  # Ray refuses CPU, GPU and memory as custom resources (ray start --num-cpus/--num-gpus set
+  # them: each node detects its own); the rest follows Ray's resource and label syntax.
+  validation {
+    condition = alltrue([for p in values(var.worker_pools) : alltrue([
+      for k, v in p.ray_resources : can(regex("^[A-Za-z_][A-Za-z0-9_.-]*$", k)) && !contains(["CPU", "GPU", "memory", "object_store_memory"], k) && v >= 0
+    ]) && length(jsonencode(p.ray_resources)) <= 64])
+    error_message = "worker_pools: ray_resources must map Ray resource names (letters, digits, '_', '.', '-'; not CPU, GPU, memory or object_store_memory: each node detects those) to numbers >= 0, 64 characters of JSON at most."
+  }
+
+  validation {
+    condition = alltrue([for p in values(var.worker_pools) : alltrue([
+      for k, v in p.ray_labels : can(regex("^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$", k)) && can(regex("^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$", v)) && k != "pool"
+    ]) && length(join(",", [for k, v in p.ray_labels : "${k}=${v}"])) <= 64])
+    error_message = "worker_pools: ray_labels must map label names to values, each 1-63 letters, digits, '_', '.' or '-' starting and ending with a letter or digit, not the name pool (every node has pool = its pool's name), 64 characters in all at most."
   }
 }
 

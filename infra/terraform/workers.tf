@@ -1,118 +1,59 @@
-# The workers: a Uniform scale set without public IPs (outbound through the NAT gateway) whose
-# instances join the head's Ray cluster from their cloud-init. Autoscale (autoscale.tf) or, with
-# scaling_mode = "ray", Ray's autoscaler on the head owns the instance count after creation.
+# The workers: one pool per entry of worker_pools (checks.tf: local.worker_pools; no entry = one
+# pool "workers" made of the worker_* variables, today's single scale set), each a scale set
+# with what belongs to it (modules/worker_pool): its custom data (the pool's deploy-time
+# values), Spot or regular, the termination notice, the health extension and automatic repair,
+# the CPU autoscale setting (scaling_mode = "cpu") and the head's roles on them.
 
-resource "azurerm_linux_virtual_machine_scale_set" "workers" {
-  #checkov:skip=CKV_AZURE_97:Off by default because encryption at host needs the EncryptionAtHost feature registered on the subscription; set encryption_at_host_enabled = true where it is.
-  name                 = local.worker_scale_set_name
-  computer_name_prefix = "${var.name_prefix}-w"
+module "worker_pool" {
+  source   = "./modules/worker_pool"
+  for_each = local.worker_pools
+
+  name                 = each.value.scale_set_name
+  computer_name_prefix = each.value.computer_name_prefix
   location             = var.location
   resource_group_name  = local.resource_group_name
-  sku                  = var.worker_vm_size
-  instances            = var.worker_default_count
   tags                 = var.tags
 
-  admin_username                  = var.admin_username
-  disable_password_authentication = true
-  admin_ssh_key {
-    username   = var.admin_username
-    public_key = trimspace(var.admin_ssh_public_key)
+  vm_size       = each.value.vm_size
+  min_count     = each.value.min_count
+  default_count = each.value.default_count
+  max_count     = each.value.max_count
+  spot = {
+    enabled         = each.value.spot_enabled
+    eviction_policy = each.value.eviction_policy
+    max_price       = each.value.max_price
   }
-
-  # A baked node image (node_image_id, image.tf) or the os_image's marketplace image.
-  source_image_id = var.node_image_id
-  dynamic "source_image_reference" {
-    for_each = var.node_image_id == null ? [local.os_image] : []
-    content {
-      publisher = source_image_reference.value.publisher
-      offer     = source_image_reference.value.offer
-      sku       = source_image_reference.value.sku
-      version   = "latest"
-    }
+  termination_notice_minutes = var.worker_termination_notice_minutes
+  automatic_repair = {
+    enabled              = var.worker_automatic_repair_enabled
+    grace_period_minutes = var.worker_automatic_repair_grace_period_minutes
+    action               = var.worker_automatic_repair_action
   }
+  health_probe = local.worker_health_probe
 
-  os_disk {
-    caching              = "ReadWrite"
-    storage_account_type = "StandardSSD_LRS"
+  admin_username             = var.admin_username
+  admin_ssh_public_key       = trimspace(var.admin_ssh_public_key)
+  source_image_id            = var.node_image_id
+  source_image_reference     = local.os_image
+  subnet_id                  = azurerm_subnet.this.id
+  identity_id                = azurerm_user_assigned_identity.this.id
+  encryption_at_host_enabled = var.encryption_at_host_enabled
+  custom_data                = local.pool_custom_data[each.key]
+
+  scaling_mode = var.scaling_mode
+  cpu_autoscale = {
+    name                       = each.value.autoscale_name
+    scale_out_cpu_percent      = var.scale_out_cpu_percent
+    scale_in_cpu_percent       = var.scale_in_cpu_percent
+    scale_out_cooldown_minutes = var.scale_out_cooldown_minutes
+    scale_in_cooldown_minutes  = var.scale_in_cooldown_minutes
   }
-
-  network_interface {
-    name    = "primary"
-    primary = true
-
-    ip_configuration {
-      name      = "primary"
-      primary   = true
-      subnet_id = azurerm_subnet.this.id
-    }
-  }
-
-  identity {
-    type         = "UserAssigned"
-    identity_ids = [azurerm_user_assigned_identity.this.id]
-  }
-
-  # Instances keep the custom data they booted with until they are reimaged or replaced.
-  custom_data = base64encode(local.custom_data["worker"])
-  # Extensions are an administrator's way to run code as root in a VM (Custom Script): off on
-  # the head (checkov CKV_AZURE_50). The workers need one, the Application Health extension
-  # below, and whoever may change the scale set could run code in its VMs through custom data
-  # and a reimage anyway.
-  extension_operations_enabled = true
-  encryption_at_host_enabled   = var.encryption_at_host_enabled
-
-  # Each worker's health, read from its own endpoint (locals.tf: worker_health_probe), for the
-  # repair policy below and the portal's Health state column.
-  extension {
-    name                       = "HealthExtension"
-    publisher                  = "Microsoft.ManagedServices"
-    type                       = "ApplicationHealthLinux"
-    type_handler_version       = "2.0"
-    auto_upgrade_minor_version = true
-    settings                   = jsonencode(local.worker_health_probe)
-  }
-
-  # A worker whose bootstrap failed for good (or whose Ray did not come back) says Unhealthy:
-  # the scale set replaces it and keeps its count. Not self-deletion through the managed
-  # identity: every job on a node can get the identity's token from the metadata service, so
-  # that right would let any job delete workers. Azure suspends repairs by itself when new
-  # instances keep failing (a broken package index must not churn VMs).
-  automatic_instance_repair {
-    enabled      = var.worker_automatic_repair_enabled
-    grace_period = "PT${var.worker_automatic_repair_grace_period_minutes}M"
-    action       = var.worker_automatic_repair_action
-  }
-
-  # Overprovisioned extra VMs would run cloud-init and join Ray before Azure deletes them.
-  overprovision = false
-  upgrade_mode  = "Manual"
-
-  # Scale-in removes the newest worker first: the last one added is the one least likely to hold
-  # long-running actors.
-  scale_in {
-    rule                   = "NewestVM"
-    force_deletion_enabled = false
-  }
-
-  # Regular workers get a Terminate scheduled event worker_termination_notice_minutes before
-  # deletion, time to drain. Spot VMs cannot have it (they get Preempt, ~30 s).
-  dynamic "termination_notification" {
-    for_each = var.worker_spot_enabled ? [] : [var.worker_termination_notice_minutes]
-    content {
-      enabled = true
-      timeout = "PT${termination_notification.value}M"
-    }
-  }
-
-  priority        = var.worker_spot_enabled ? "Spot" : "Regular"
-  eviction_policy = var.worker_spot_enabled ? "Delete" : null
-  max_bid_price   = var.worker_spot_enabled ? -1 : null
-
-  boot_diagnostics {}
-
-  lifecycle {
-    # Autoscale changes the count; a later apply must not put it back.
-    ignore_changes = [instances]
+  head_principal_id = try(azurerm_user_assigned_identity.autoscaler[0].principal_id, null)
+  autostop = {
+    enabled                   = local.autostop_enabled
+    role_definition_id        = try(azurerm_role_definition.autostop[0].role_definition_resource_id, "")
+    scale_set_assignment_name = uuidv5(local.arm_guid_namespace, join("-", [each.value.scale_set_id, local.autostop_role_definition_id]))
+    autoscale_assignment_name = uuidv5(local.arm_guid_namespace, join("-", ["${local.resource_group_id}/providers/Microsoft.Insights/autoscalesettings/${each.value.autoscale_name}", local.autostop_role_definition_id]))
   }
 
   # Workers install packages at first boot (NAT gateway) and join the head at its private IP.
@@ -125,4 +66,32 @@ resource "azurerm_linux_virtual_machine_scale_set" "workers" {
     azurerm_private_dns_zone_virtual_network_link.key_vault,
     azurerm_linux_virtual_machine.head,
   ]
+}
+
+# Before worker pools, the single scale set, its autoscale setting and the head's roles on them
+# were resources of this root module: an existing cluster's state moves into the pool
+# "workers" (the default pool, same names), so nothing is replaced.
+moved {
+  from = azurerm_linux_virtual_machine_scale_set.workers
+  to   = module.worker_pool["workers"].azurerm_linux_virtual_machine_scale_set.this
+}
+
+moved {
+  from = azurerm_monitor_autoscale_setting.workers
+  to   = module.worker_pool["workers"].azurerm_monitor_autoscale_setting.this
+}
+
+moved {
+  from = azurerm_role_assignment.autoscaler_scale_set
+  to   = module.worker_pool["workers"].azurerm_role_assignment.autoscaler_scale_set
+}
+
+moved {
+  from = azurerm_role_assignment.autostop_scale_set
+  to   = module.worker_pool["workers"].azurerm_role_assignment.autostop_scale_set
+}
+
+moved {
+  from = azurerm_role_assignment.autostop_autoscale
+  to   = module.worker_pool["workers"].azurerm_role_assignment.autostop_autoscale
 }

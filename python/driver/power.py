@@ -7,15 +7,16 @@ DefaultAzureCredential, through :class:`driver.arm.ResourceManager`):
 
 1. ``POST {head VM id}/start``, then the operation it names (``Azure-AsyncOperation``) until it
    ends, then the VM's instance view until ``PowerState/running``;
-2. in mode ``cpu``: ``PATCH {autoscale setting id}`` with ``properties.enabled = true`` (the
-   scale set comes back to the setting's minimum; in mode ``ray`` Ray's autoscaler adds workers
-   for the jobs that need them).
+2. in mode ``cpu``: ``PATCH {autoscale setting id}`` with ``properties.enabled = true``, for
+   every worker pool's setting (each scale set comes back to its setting's minimum; in mode
+   ``ray`` Ray's autoscaler adds workers for the jobs that need them).
 
 Waiting for SSH and Ray's Jobs API is the connection's own business (:mod:`driver.remote`
 waits for a head that boots).
 
 Which VM: the stacks' outputs (Terraform ``head_vm_id`` / ``autoscale_setting_id``, Bicep
-``headVmId`` / ``autoscaleSettingId``), or ``$RAYDRIVER_HEAD_VM_ID`` /
+``headVmId`` / ``autoscaleSettingId``; the other pools' settings from ``worker_pools`` /
+``workerPools``), or ``$RAYDRIVER_HEAD_VM_ID`` /
 ``$RAYDRIVER_WORKER_AUTOSCALE_ID`` for a head named by address (the rehearsal's, and any
 cluster whose outputs are not at hand). Without either, the driver cannot tell a stopped head
 from an unreachable one.
@@ -44,6 +45,9 @@ STOPPED = ("deallocated", "deallocating", "stopped", "stopping")
 down from inside, still billed, which ``start`` also brings back)."""
 HEAD_VM_OUTPUTS = ("head_vm_id", "headVmId")
 AUTOSCALE_OUTPUTS = ("autoscale_setting_id", "autoscaleSettingId")
+POOLS_OUTPUTS = ("worker_pools", "workerPools")
+"""Every worker pool: Terraform a map by name of ``{autoscale_setting_id, ...}``, Bicep an array
+of ``{autoscaleSettingId, ...}``."""
 VM_ID_RE = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/[^/]+"
     r"/providers/Microsoft\.Compute/virtualMachines/[^/]+$",
@@ -63,6 +67,8 @@ class HeadVm:
     vm_id: str
     autoscale_id: str = ""
     source: str = ""
+    more_autoscale_ids: tuple[str, ...] = ()
+    """The other worker pools' autoscale settings (mode cpu), enabled after the first."""
 
     def __post_init__(self) -> None:
         if not VM_ID_RE.match(self.vm_id):
@@ -70,12 +76,13 @@ class HeadVm:
                 f"{self.source or 'the head VM id'}: expected /subscriptions/SUB/resourceGroups/"
                 f"RG/providers/Microsoft.Compute/virtualMachines/NAME, got {self.vm_id!r}"
             )
-        if self.autoscale_id and not AUTOSCALE_ID_RE.match(self.autoscale_id):
-            raise DriverError(
-                f"{self.source or 'the autoscale setting id'}: expected /subscriptions/SUB/"
-                "resourceGroups/RG/providers/Microsoft.Insights/autoscalesettings/NAME, got "
-                f"{self.autoscale_id!r}"
-            )
+        for autoscale_id in (self.autoscale_id, *self.more_autoscale_ids):
+            if autoscale_id and not AUTOSCALE_ID_RE.match(autoscale_id):
+                raise DriverError(
+                    f"{self.source or 'the autoscale setting id'}: expected /subscriptions/SUB/"
+                    "resourceGroups/RG/providers/Microsoft.Insights/autoscalesettings/NAME, got "
+                    f"{autoscale_id!r}"
+                )
 
     @property
     def subscription(self) -> str:
@@ -98,12 +105,33 @@ def _output(outputs: Mapping[str, Any], names: tuple[str, ...]) -> str:
     return ""
 
 
+def _pool_autoscale_ids(outputs: Mapping[str, Any], first: str) -> tuple[str, ...]:
+    """The worker pools' autoscale setting ids but ``first``, in the outputs' order."""
+    for name in POOLS_OUTPUTS:
+        value = outputs.get(name)
+        if isinstance(value, dict) and "value" in value:
+            value = value["value"]  # as `terraform output -json` and ARM give an output
+        pools = list(value.values()) if isinstance(value, dict) else value
+        if not isinstance(pools, list):
+            continue
+        found = [
+            str(pool.get("autoscale_setting_id") or pool.get("autoscaleSettingId") or "")
+            for pool in pools
+            if isinstance(pool, dict)
+        ]
+        return tuple(i for i in found if i and i.lower() != first.lower())
+    return ()
+
+
 def from_outputs(outputs: Mapping[str, Any], where: str) -> HeadVm | None:
     """The ids in a stack's outputs (None: the stack has no head VM id output)."""
     vm = _output(outputs, HEAD_VM_OUTPUTS)
     if not vm:
         return None
-    return HeadVm(vm, _output(outputs, AUTOSCALE_OUTPUTS), f"{HEAD_VM_OUTPUTS[0]} of {where}")
+    first = _output(outputs, AUTOSCALE_OUTPUTS)
+    return HeadVm(
+        vm, first, f"{HEAD_VM_OUTPUTS[0]} of {where}", _pool_autoscale_ids(outputs, first)
+    )
 
 
 def head_vm(spec: ClusterSpec, env: Mapping[str, str]) -> HeadVm | None:
@@ -202,3 +230,12 @@ def start(
             ok=(200,),
         )
         progress("Enabled the workers' autoscale setting again (workers return to its minimum)")
+    for autoscale_id in vm.more_autoscale_ids:
+        arm.request(
+            "PATCH",
+            f"{arm.base}{autoscale_id}?api-version={AUTOSCALE_API}",
+            {"properties": {"enabled": True}},
+            ok=(200,),
+        )
+        name = autoscale_id.rstrip("/").rsplit("/", 1)[-1]
+        progress(f"Enabled the worker pool's autoscale setting {name} again")

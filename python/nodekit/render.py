@@ -318,6 +318,23 @@ def without_docstrings(text: str) -> str:
     return "".join(line for n, line in enumerate(lines, 1) if n not in drop)
 
 
+def compact_shell(text: str) -> str:
+    """A shell script as the nodes get it: without its comment lines (a line whose first
+    non-blank character is ``#``; not the ``#!`` first line, not shellcheck's directives, not
+    the ``# ----`` section lines; its here-documents hold Python and node.env, whose comment
+    lines go as well), every other line byte for byte. The custom data has no room for the
+    comments, which stay in the templates."""
+    kept = []
+    for n, line in enumerate(text.splitlines(keepends=True), 1):
+        stripped = line.lstrip()
+        if stripped.startswith("#") and not (
+            (n == 1 and line.startswith("#!")) or stripped.startswith(("# shellcheck", "# ----"))
+        ):
+            continue
+        kept.append(line)
+    return "".join(kept)
+
+
 def compact_python(text: str) -> str:
     """Python source as the nodes get it: without its docstrings (``without_docstrings``) and
     its comments (found by ``tokenize``; a line that held only a comment goes, a trailing one is
@@ -449,7 +466,7 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         **config,
     )
     # The install phase: no role in sight (StrictUndefined refuses one), one text for all.
-    install_code = env.get_template("files/bootstrap-install.sh.j2").render(**common)
+    install_code = compact_shell(env.get_template("files/bootstrap-install.sh.j2").render(**common))
     files = [
         _install_file(layout.OS_PACKAGES, "0644", "".join(f"{p}\n" for p in config["os_packages"])),
         _install_file(
@@ -460,8 +477,10 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         _install_file(CUDA_LOCK_PATH, "0644", read_lock(CUDA_LOCK_FILE), gzip=True),
     ]
     inputs_digest = install_inputs_digest(install_code, files, pins)
-    bootstrap = env.get_template("files/ray-cluster-bootstrap.sh.j2").render(
-        install_code=install_code.rstrip("\n"), install_inputs_digest=inputs_digest, **common
+    bootstrap = compact_shell(
+        env.get_template("files/ray-cluster-bootstrap.sh.j2").render(
+            install_code=install_code.rstrip("\n"), install_inputs_digest=inputs_digest, **common
+        )
     )
     files.append(_install_file(BOOTSTRAP_PATH, "0755", bootstrap, gzip=True))
     out: dict[str, str] = {}

@@ -226,9 +226,9 @@ def test_idle_cluster_stops_and_submit_starts_it_again(cluster: Cluster, tmp_pat
     wait("the head's container down", lambda: not cluster.head_running(), 120)
     log = cluster.log()
     steps = [
-        "setting the workers' scale set's capacity to 0",
+        "setting the capacity of the workers' scale set ",
         "stopping the head's Ray",
-        "setting the capacity to 0 again",
+        "setting the capacities to 0 again",
         "deallocating this head",
     ]
     at = [log.find(step) for step in steps]

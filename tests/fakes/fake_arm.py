@@ -70,6 +70,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import armeval
+
 _DEPLOYMENT_PATH = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)"
     r"/providers/microsoft\.resources/deployments/(?P<name>[^/]+)(?P<tail>/whatIf|/operations)?$",
@@ -432,19 +434,9 @@ class FakeAzure:
 
     @staticmethod
     def _resources(template: dict[str, Any], values: dict[str, Any]) -> list[tuple[str, str]]:
-        """(type, name) of the template's top-level resources, names with namePrefix filled."""
-        prefix = values.get(
-            "namePrefix", template["parameters"].get("namePrefix", {}).get("defaultValue", "ray")
-        )
-        out = []
-        for r in template.get("resources", []):
-            name = re.sub(
-                r"^\[format\('\{0\}(.*)', parameters\('namePrefix'\)\)\]$",
-                lambda m: f"{prefix}{m[1]}",
-                r["name"],
-            )
-            out.append((r["type"], name))
-        return out
+        """(type, name) of the template's own resources as Resource Manager expands them: copy
+        loops item by item, conditions applied, names evaluated (tests/armeval.py)."""
+        return armeval.top_level_resources(template, values)
 
     def _refuse(self, template: dict[str, Any], values: dict[str, Any]) -> str | None:
         missing = [
@@ -453,6 +445,10 @@ class FakeAzure:
         ]  # fmt: skip
         if missing:
             return f"The value for the template parameter '{missing[0]}' is not provided."
+        try:
+            armeval.top_level_resources(template, values)
+        except armeval.ArmError as e:
+            return str(e)
         return None
 
     def _what_if(self, h: BaseHTTPRequestHandler, sub: str, rg: str, name: str, body: Any) -> None:

@@ -53,6 +53,10 @@ DIFFERENT = {
     "scale_in_cpu_percent": "Same as scale_out_cpu_percent.",
     "node_image_id": "Terraform's null is Bicep's empty string (an ARM parameter cannot default "
     "to null): both boot the os image's marketplace image.",
+    "worker_pools": "Terraform's map of pools by name (snake_case attributes) is Bicep's array of "
+    "pools, each with its name (camelCase attributes): ARM has no map type, and module loops run "
+    "over arrays. Empty in both is one pool, workers, made of the worker_* inputs; the first pool "
+    "(Terraform: by name in alphabetical order; Bicep: the array's first) is the head's.",
 }
 # What the stacks decide besides their parameters (tests/unit/stack_parity.py reads each fact
 # from both stacks) and differ in: the fact and why. Every other fact is equal.
@@ -75,6 +79,7 @@ OUTPUTS = {
     "autoscale_setting_id": "autoscaleSettingId",
     "resource_group_name": "resourceGroupName",
     "driver_command": "driverCommand",
+    "worker_pools": "workerPools",
 }
 
 
@@ -114,6 +119,7 @@ PARAMETERS: dict[str, str | None] = {
     "worker_automatic_repair_enabled": "workerAutomaticRepairEnabled",
     "worker_automatic_repair_grace_period_minutes": "workerAutomaticRepairGracePeriodMinutes",
     "worker_automatic_repair_action": "workerAutomaticRepairAction",
+    "worker_pools": "workerPools",
     "key_vault_allowed_cidrs": None,
     "cluster_token_version": None,
     # checkov:skip=CKV_SECRET_6:A parameter's name next to the word token, no secret.

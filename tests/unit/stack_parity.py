@@ -97,10 +97,11 @@ AUTOSTOP_CASES = {
     "cpu no autostop": ("cpu", 0),
 }
 # The resources the head's rights and the start outputs name, by Terraform address and by ARM type.
+# (The scale set and autoscale setting: the default pool's, in modules/worker_pool.)
 TARGETS = {
     "azurerm_linux_virtual_machine.head": "head VM",
-    "azurerm_linux_virtual_machine_scale_set.workers": "scale set",
-    "azurerm_monitor_autoscale_setting.workers": "autoscale setting",
+    "azurerm_linux_virtual_machine_scale_set.this": "scale set",
+    "azurerm_monitor_autoscale_setting.this": "autoscale setting",
 }
 ARM_TARGETS = {
     "Microsoft.Compute/virtualMachines": "head VM",
@@ -142,14 +143,85 @@ def _parse(text: str) -> dict[str, Any]:
 
 
 def terraform_blocks(stack: Path, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
-    """(type, name, body) of every ``kind`` block (resource, ephemeral) in the stack's .tf files."""
+    """(type, name, body) of every ``kind`` block (resource, ephemeral) in the stack's .tf files,
+    and in those of each local child module it calls (modules/*), as the root would write them:
+    the module's ``var.X`` replaced by the call's argument (module_body())."""
     found = []
     for path in sorted(stack.glob("*.tf")):
         for block in _parse(path.read_text()).get(kind, []):
             for rtype, instances in block.items():
                 for name, body in instances.items():
                     found.append((_unquote(rtype), _unquote(name), body))
+    for directory, arguments in module_calls(stack).values():
+        for path in sorted(directory.glob("*.tf")):
+            for block in _parse(path.read_text()).get(kind, []):
+                for rtype, instances in block.items():
+                    for name, body in instances.items():
+                        found.append(
+                            (_unquote(rtype), _unquote(name), module_body(body, arguments))
+                        )
     return found
+
+
+def module_calls(stack: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """name -> (directory, arguments) of each module block with a local source."""
+    found = {}
+    for path in sorted(stack.glob("*.tf")):
+        for block in _parse(path.read_text()).get("module", []):
+            for name, body in block.items():
+                source = _unquote(str(body.get("source", "")))
+                if source.startswith("./"):
+                    found[_unquote(name)] = (stack / source, body)
+    return found
+
+
+def _argument_text(value: Any) -> str:
+    """A module argument as an expression: a bare reference as it is, anything else in ()."""
+    text = _hcl(value)
+    inner = text[1:-1] if text.startswith("(") and text.endswith(")") else text
+    return inner if re.fullmatch(r"[\w.\[\]\"]+", inner) else f"({inner})"
+
+
+def module_body(body: Any, arguments: dict[str, Any]) -> Any:
+    """A child module's block with each ``var.X`` (``var.X.Y``: the argument's attribute Y when
+    the argument is an object) replaced by the module call's argument."""
+    if isinstance(body, dict):
+        return {k: module_body(v, arguments) for k, v in body.items()}
+    if isinstance(body, list):
+        return [module_body(v, arguments) for v in body]
+    if not isinstance(body, str):
+        return body
+
+    def replace(m: re.Match[str]) -> str:
+        value: Any = arguments
+        parts = m[1].split(".")
+        for used, part in enumerate(parts):
+            if not isinstance(value, dict) or part not in value:
+                rest = ".".join(parts[used:])
+                return f"{_argument_text(value)}.{rest}" if used else m[0]
+            value = value[part]
+        return _argument_text(value)
+
+    return re.sub(r"(?<![\w.])var\.([A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*)", replace, body)
+
+
+def module_output(stack: Path, text: str) -> str:
+    """``module.NAME[KEY].OUTPUT`` in a root expression replaced by that output's expression
+    in the module (its ``var.X`` replaced as module_body() does)."""
+    calls = module_calls(stack)
+
+    def replace(m: re.Match[str]) -> str:
+        directory, arguments = calls[m[1]]
+        for path in sorted(directory.glob("*.tf")):
+            for block in _parse(path.read_text()).get("output", []):
+                for name, spec in block.items():
+                    if _unquote(name) == m[2]:
+                        value = module_body(spec["value"], arguments)
+                        inner = _single_interpolation(value) if isinstance(value, str) else None
+                        return inner if inner is not None else str(value)
+        return m[0]
+
+    return re.sub(r"module\.(\w+)(?:\[[^\]]*\])?\.(\w+)", replace, text)
 
 
 def terraform_locals(stack: Path) -> dict[str, Any]:
@@ -374,6 +446,8 @@ def terraform_autostop_facts(stack: Path, keys: list[str], answers: list[Any]) -
             if name not in START_OUTPUTS:
                 continue
             value = _unquote(spec["value"]) if isinstance(spec["value"], str) else spec["value"]
+            if isinstance(value, str) and "module." in value:
+                value = module_output(stack, value)
             target = _target(str(value))
             if target is None:
                 found[name] = f"not a target: {value}"

@@ -245,8 +245,8 @@ class Recorder:
     def set_autoscale(self, name: str, enabled: bool) -> None:
         self._note(f"{'enable' if enabled else 'disable'}_autoscale {name}")
 
-    def scale_to_zero(self) -> None:
-        self._note("scale_to_zero")
+    def scale_to_zero(self, name: str) -> None:
+        self._note(f"scale_to_zero {name}")
 
     def deallocate(self, vm_id: str) -> None:
         self._note(f"deallocate {vm_id}")
@@ -260,22 +260,91 @@ class Recorder:
 
 def test_mode_cpu_disables_autoscale_then_empties_the_scale_set_then_deallocates() -> None:
     r = Recorder()
-    values = {"SCALING_MODE": "cpu", "WORKER_AUTOSCALE_NAME": AUTOSCALE}
+    values = {
+        "SCALING_MODE": "cpu",
+        "WORKER_AUTOSCALE_NAME": AUTOSCALE,
+        "WORKER_SCALE_SETS": SCALE_SET,
+    }
     autostop.stop_cluster(values, HEAD_ID, r, r.stop_ray, r.start_ray, lambda _: None)
-    assert r.calls == [f"disable_autoscale {AUTOSCALE}", "scale_to_zero", f"deallocate {HEAD_ID}"]
+    assert r.calls == [
+        f"disable_autoscale {AUTOSCALE}",
+        f"scale_to_zero {SCALE_SET}",
+        f"deallocate {HEAD_ID}",
+    ]
+
+
+def test_mode_cpu_with_pools_turns_every_pools_autoscale_off_and_every_pool_to_zero() -> None:
+    r = Recorder()
+    values = {
+        "SCALING_MODE": "cpu",
+        "WORKER_AUTOSCALE_NAME": f"{AUTOSCALE} ray-gpu-autoscale",
+        "WORKER_SCALE_SETS": f"{SCALE_SET} ray-gpu",
+        "WORKER_SCALE_SET_ID": SCALE_SET_ID,
+    }
+    autostop.stop_cluster(values, HEAD_ID, r, r.stop_ray, r.start_ray, lambda _: None)
+    assert r.calls == [
+        f"disable_autoscale {AUTOSCALE}",
+        "disable_autoscale ray-gpu-autoscale",
+        f"scale_to_zero {SCALE_SET}",
+        "scale_to_zero ray-gpu",
+        f"deallocate {HEAD_ID}",
+    ]
+
+
+def test_mode_cpu_with_pools_turns_every_autoscale_it_turned_off_on_again() -> None:
+    """The second pool's scale set refuses: both settings go on again, and the one whose
+    enabling fails does not keep the other off."""
+    values = {
+        "SCALING_MODE": "cpu",
+        "WORKER_AUTOSCALE_NAME": f"{AUTOSCALE} ray-gpu-autoscale",
+        "WORKER_SCALE_SETS": f"{SCALE_SET} ray-gpu",
+    }
+    r = Recorder(fail_at="scale_to_zero")
+    logged: list[str] = []
+    with pytest.raises(RuntimeError, match="scale_to_zero ray-workers failed"):
+        autostop.stop_cluster(values, HEAD_ID, r, r.stop_ray, r.start_ray, logged.append)
+    assert r.calls[-2:] == [f"enable_autoscale {AUTOSCALE}", "enable_autoscale ray-gpu-autoscale"]
+
+    class RefusesOne(Recorder):
+        def set_autoscale(self, name: str, enabled: bool) -> None:
+            super().set_autoscale(name, enabled)
+            if enabled and name == AUTOSCALE:
+                raise RuntimeError("enable refused")
+
+    r = RefusesOne(fail_at="deallocate")
+    with pytest.raises(RuntimeError, match="deallocate"):
+        autostop.stop_cluster(values, HEAD_ID, r, r.stop_ray, r.start_ray, logged.append)
+    assert r.calls[-1] == "enable_autoscale ray-gpu-autoscale"
+    assert f"enabling {AUTOSCALE} failed (enable refused)" in logged
+
+
+def test_scale_sets_come_from_the_pools() -> None:
+    values = {"WORKER_SCALE_SETS": "a b", "WORKER_SCALE_SET_ID": SCALE_SET_ID}
+    assert autostop.scale_set_names(values) == ["a", "b"]
+    with pytest.raises(autostop.AutostopError, match="WORKER_SCALE_SETS names no scale set"):
+        autostop.scale_set_names({"WORKER_SCALE_SETS": " ", "WORKER_SCALE_SET_ID": SCALE_SET_ID})
 
 
 def test_mode_ray_empties_the_scale_set_stops_ray_and_empties_it_again() -> None:
     r = Recorder()
-    values = {"SCALING_MODE": "ray", "WORKER_AUTOSCALE_NAME": ""}
+    values = {
+        "SCALING_MODE": "ray",
+        "WORKER_AUTOSCALE_NAME": "",
+        "WORKER_SCALE_SETS": SCALE_SET,
+    }
     autostop.stop_cluster(values, HEAD_ID, r, r.stop_ray, r.start_ray, lambda _: None)
     # Workers drain through the running head; then Ray's autoscaler stops, and whatever it
     # launched meanwhile goes too, before the head does.
-    assert r.calls == ["scale_to_zero", "stop_ray", "scale_to_zero", f"deallocate {HEAD_ID}"]
+    assert r.calls == [
+        f"scale_to_zero {SCALE_SET}",
+        "stop_ray",
+        f"scale_to_zero {SCALE_SET}",
+        f"deallocate {HEAD_ID}",
+    ]
 
 
 def test_mode_ray_starts_ray_again_when_a_later_step_fails() -> None:
-    values = {"SCALING_MODE": "ray", "WORKER_AUTOSCALE_NAME": ""}
+    values = {"SCALING_MODE": "ray", "WORKER_AUTOSCALE_NAME": "", "WORKER_SCALE_SETS": SCALE_SET}
     r = Recorder(fail_at="deallocate")
     with pytest.raises(RuntimeError, match="failed"):
         autostop.stop_cluster(values, HEAD_ID, r, r.stop_ray, r.start_ray, lambda _: None)
@@ -283,13 +352,17 @@ def test_mode_ray_starts_ray_again_when_a_later_step_fails() -> None:
     r = Recorder(fail_at="scale_to_zero")  # Ray not stopped yet: nothing to start again
     with pytest.raises(RuntimeError, match="failed"):
         autostop.stop_cluster(values, HEAD_ID, r, r.stop_ray, r.start_ray, lambda _: None)
-    assert r.calls == ["scale_to_zero"]
+    assert r.calls == [f"scale_to_zero {SCALE_SET}"]
 
 
 def test_mode_cpu_turns_autoscale_on_again_when_a_later_step_fails() -> None:
     """A head left running with its workers' autoscale off would never scale again: whatever
     step fails after the setting went off, it goes on again."""
-    values = {"SCALING_MODE": "cpu", "WORKER_AUTOSCALE_NAME": AUTOSCALE}
+    values = {
+        "SCALING_MODE": "cpu",
+        "WORKER_AUTOSCALE_NAME": AUTOSCALE,
+        "WORKER_SCALE_SETS": SCALE_SET,
+    }
     for step in ("scale_to_zero", "deallocate", "disable_autoscale"):
         r = Recorder(fail_at=step)
         logged: list[str] = []
@@ -374,7 +447,11 @@ def test_the_stop_through_azure_leaves_no_worker_no_autoscale_and_the_head_deall
     vm_id = autostop.vm_resource_id(autostop.instance_metadata(azure.imds.url))
     assert vm_id == HEAD_ID
     logged: list[str] = []
-    values = {"SCALING_MODE": "cpu", "WORKER_AUTOSCALE_NAME": AUTOSCALE}
+    values = {
+        "SCALING_MODE": "cpu",
+        "WORKER_AUTOSCALE_NAME": AUTOSCALE,
+        "WORKER_SCALE_SETS": SCALE_SET,
+    }
     autostop.stop_cluster(values, vm_id, cloud, lambda: None, lambda: None, logged.append)
     assert azure.compute.autoscale_enabled(AUTOSCALE) is False
     assert azure.compute.capacity(SCALE_SET) == 0

@@ -70,12 +70,32 @@ CASES: list[dict[str, Any]] = [
         "autostopIdleMinutes": 10080,
     },
     {"autostopIdleMinutes": 0, "namePrefix": "rlx"},
+    # Two pools: the CPU workers (the head's, the first) with resources, and a Spot GPU pool.
+    {
+        "workerPools": [
+            {"name": "workers", "vmSize": "Standard_F8s_v2", "rayResources": {"simulator": 2}},
+            {
+                "name": "gpu",
+                "vmSize": "Standard_NC4as_T4_v3",
+                "minCount": 0,
+                "defaultCount": 0,
+                "maxCount": 2,
+                "spotEnabled": True,
+                "rayLabels": {"accelerator": "t4"},
+            },
+        ],
+    },
 ]
 
 
 def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, str]:
-    """The deploy-time values infra/terraform/locals.tf computes for the same inputs."""
+    """The deploy-time values infra/terraform/locals.tf computes for the same inputs (the
+    first pool's: the head's, and the workers' of the pool "workers" when it is the first)."""
     subnet = ipaddress.ip_network(parameters.get("subnetAddressPrefix", "10.42.1.0/24"))
+    prefix = parameters.get("namePrefix", "ray")
+    pools = parameters.get("workerPools") or [{"name": "workers"}]
+    first = pools[0]
+    cpu = parameters.get("scalingMode", "cpu") == "cpu"
     return {
         "RAY_HEAD_IP": str(subnet[4]),  # cidrhost(subnet, 4)
         "KEY_VAULT_URL": vault_uri,
@@ -89,10 +109,10 @@ def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, st
         "APT_SOURCE": parameters.get("aptSource", ""),
         "SCALING_MODE": parameters.get("scalingMode", "cpu"),
         "WORKER_SCALE_SET_ID": f"{Context().resource_group_id()}/providers/Microsoft.Compute"
-        f"/virtualMachineScaleSets/{parameters.get('namePrefix', 'ray')}-workers",
-        "WORKER_VM_SIZE": parameters.get("workerVmSize", "Standard_D4s_v5"),
-        "AUTOSCALER_MIN_WORKERS": str(parameters.get("workerMinCount", 0)),
-        "AUTOSCALER_MAX_WORKERS": str(parameters.get("workerMaxCount", 4)),
+        f"/virtualMachineScaleSets/{prefix}-{first['name']}",
+        "WORKER_VM_SIZE": first.get("vmSize", parameters.get("workerVmSize", "Standard_D4s_v5")),
+        "AUTOSCALER_MIN_WORKERS": str(first.get("minCount", parameters.get("workerMinCount", 0))),
+        "AUTOSCALER_MAX_WORKERS": str(first.get("maxCount", parameters.get("workerMaxCount", 4))),
         "AUTOSCALER_IDLE_TIMEOUT_MINUTES": str(parameters.get("rayIdleTimeoutMinutes", 5)),
         # The head's own identity (the same mocked client id) in ray mode or with autostop.
         "AUTOSCALER_CLIENT_ID": CLIENT_ID
@@ -102,9 +122,13 @@ def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, st
         # Terraform's picked by the vault URI's suffix (stack_parity checks every cloud).
         "ARM_ENDPOINT": "https://management.azure.com/",
         "AUTOSTOP_IDLE_MINUTES": str(parameters.get("autostopIdleMinutes", 60)),
-        "WORKER_AUTOSCALE_NAME": f"{parameters.get('namePrefix', 'ray')}-workers-autoscale"
-        if parameters.get("scalingMode", "cpu") == "cpu"
+        "WORKER_AUTOSCALE_NAME": " ".join(f"{prefix}-{p['name']}-autoscale" for p in pools)
+        if cpu
         else "",
+        "WORKER_SCALE_SETS": " ".join(f"{prefix}-{p['name']}" for p in pools),
+        "WORKER_POOL": first["name"],
+        "RAY_RESOURCES": json.dumps(first.get("rayResources", {}), separators=(",", ":")),
+        "RAY_LABELS": ",".join(f"{k}={v}" for k, v in first.get("rayLabels", {}).items()),
     }
 
 
@@ -174,9 +198,11 @@ def test_the_documents_are_loaded_from_the_committed_files_and_filled_with_one_r
             f"var {role}CloudInit = loadTextContent('../../cloud-init/rendered/{role}.yaml')"
             in text
         )
+        # The head's: the cluster's values; each pool's workers': theirs over them.
+        own = "union(deployValues, {" if role == "worker" else "deployValues"
         assert (
             f"customData: base64(replace({role}CloudInit, '{render.PLACEHOLDER}', "
-            "base64(string(deployValues))))" in text
+            f"base64(string({own}" in text
         )
     # ... and the compiled template carries the documents as they are committed.
     variables = template()["variables"]

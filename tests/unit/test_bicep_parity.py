@@ -107,16 +107,18 @@ def bicep_resources() -> dict[str, list[tuple[str, str]]]:
 
 
 def arm_resources(doc: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
-    """Each nested deployment's resources, keyed by the module name the deployment's name
-    carries ('{0}-network' -> network; the checks module is '{0}-input-checks')."""
-    # A conditional module (`= if (...) {...}`) keeps its body one level down.
-    configs = {k: m["config"].get("config", m["config"]) for k, m in pycep(MAIN)["modules"].items()}
-    modules = {c["name"]: k for k, c in configs.items()}
+    """Each nested deployment's resources, keyed by the module it was compiled from: the one
+    whose file's `metadata name` its template carries (a module loop's deployment name is an
+    expression of the item, not the module's)."""
+    by_metadata = {}
+    for name, module in pycep(MAIN)["modules"].items():
+        text = (MODULES.parent / module["detail"]["path"]).read_text()
+        [title] = re.findall(r"^metadata name = '(.*)'$", text, re.M)
+        by_metadata[title] = name
     found = {}
     for dep in doc["resources"]:
         assert dep["type"] == "Microsoft.Resources/deployments", dep["type"]
-        suffix = dep["name"].split("{0}", 1)[1].split("'", 1)[0]
-        [module] = [k for n, k in modules.items() if n == "${namePrefix}" + suffix]
+        module = by_metadata[dep["properties"]["template"]["metadata"]["name"]]
         found[module] = sorted(
             (r["type"], r["apiVersion"]) for r in dep["properties"]["template"]["resources"]
         )
@@ -326,14 +328,14 @@ TOKEN_48 = 'ephemeral "random_password" "cluster_token" {\n  length  = 48\n  spe
          lambda t: t.replace('    "Microsoft.Insights/autoscaleSettings/write",\n', ""),
          {"autostop_role cpu autostop", "autostop_role ray autostop"}),
         # Autostop's own assignment on the scale set in ray mode too.
-        ("identity.tf",
-         lambda t: t.replace('local.autostop_enabled && var.scaling_mode != "ray" ? 1 : 0',
-                             "local.autostop_enabled ? 1 : 0"),
+        ("modules/worker_pool/main.tf",
+         lambda t: t.replace('var.autostop.enabled && var.scaling_mode != "ray" ? 1 : 0',
+                             "var.autostop.enabled ? 1 : 0"),
          {"head_rights ray autostop"}),
         # The autoscale setting's id as null (not "") in ray mode.
-        ("outputs.tf",
-         lambda t: t.replace('try(azurerm_monitor_autoscale_setting.workers[0].id, "")',
-                             "one(azurerm_monitor_autoscale_setting.workers[*].id)"),
+        ("modules/worker_pool/outputs.tf",
+         lambda t: t.replace('try(azurerm_monitor_autoscale_setting.this[0].id, "")',
+                             "one(azurerm_monitor_autoscale_setting.this[*].id)"),
          {"start_outputs ray autostop"}),
         # The token of 48 letters and digits.
         ("keyvault.tf",

@@ -53,8 +53,18 @@ def test_ui_outputs_are_template_parameters_and_include_every_required_one() -> 
 def test_each_ui_limit_and_default_is_the_template_s() -> None:
     params = template()["parameters"]
     sliders = {n: e for n, e in elements().items() if e["type"] == "Microsoft.Common.Slider"}
-    assert set(sliders) == {"workerMinCount", "workerDefaultCount", "workerMaxCount"}
-    for name, e in sliders.items():
+    gpu = {"gpuMinCount", "gpuDefaultCount", "gpuMaxCount"}
+    assert set(sliders) == {"workerMinCount", "workerDefaultCount", "workerMaxCount"} | gpu
+    # The GPU pool's counts take what a pool's counts take (the workerPools rules: 0-100, the
+    # most 1-100), and start in order.
+    assert [(sliders[n]["min"], sliders[n]["max"]) for n in sorted(gpu)] == [
+        (0, 100),
+        (1, 100),
+        (0, 100),
+    ]
+    assert sliders["gpuMinCount"]["defaultValue"] <= sliders["gpuDefaultCount"]["defaultValue"]
+    assert sliders["gpuDefaultCount"]["defaultValue"] <= sliders["gpuMaxCount"]["defaultValue"]
+    for name, e in {n: e for n, e in sliders.items() if n not in gpu}.items():
         p = params[name]
         assert (e["min"], e["max"], e["defaultValue"]) == (
             p["minValue"], p["maxValue"], p["defaultValue"]
@@ -219,3 +229,66 @@ def test_the_autostop_field_takes_exactly_what_the_template_takes() -> None:
         }
     )
     assert any("autostopIdleMinutes must be 0" in r for r in d.refused), d.refused
+
+
+# -- the GPU pool: the form's workerPools output, evaluated as the portal would ------------------
+def ui_value(expression: str, steps: dict[str, dict[str, Any]]) -> Any:
+    """A createUiDefinition output expression with the steps' values: the functions the form
+    uses (if, parse, concat, string, equals, steps)."""
+    from armeval import parse_expression
+
+    def ev(node: Any) -> Any:
+        if node[0] == "lit":
+            return node[1]
+        if node[0] == "prop":
+            return ev(node[1])[node[2]]
+        assert node[0] == "call", node
+        name, args = node[1].lower(), node[2]
+        if name == "if":
+            return ev(args[1]) if ev(args[0]) else ev(args[2])
+        values = [ev(a) for a in args]
+        if name == "steps":
+            return steps[values[0]]
+        if name == "parse":
+            return json.loads(values[0])
+        if name == "concat":
+            return "".join(values)
+        if name == "string":
+            return str(values[0])
+        if name == "equals":
+            return values[0] == values[1]
+        raise AssertionError(f"{name}() is not a function the form's outputs use")
+
+    return ev(parse_expression(expression))
+
+
+GPU_STEP = {"gpuPoolEnabled": True, "gpuVmSize": "Standard_NC4as_T4_v3", "gpuMinCount": 0,
+            "gpuDefaultCount": 1, "gpuMaxCount": 2, "gpuSpotEnabled": True}  # fmt: skip
+
+
+def test_the_gpu_pool_field_adds_a_pool_next_to_the_cpu_workers_and_it_deploys() -> None:
+    expression = ui()["parameters"]["outputs"]["workerPools"]
+    assert ui_value(expression, {"gpuPool": {**GPU_STEP, "gpuPoolEnabled": False}}) == []
+    pools = ui_value(expression, {"gpuPool": GPU_STEP})
+    assert pools == [
+        {"name": "workers"},
+        {"name": "gpu", "vmSize": "Standard_NC4as_T4_v3", "minCount": 0, "defaultCount": 1,
+         "maxCount": 2, "spotEnabled": True, "rayLabels": {"accelerator": "gpu"}},
+    ]  # fmt: skip
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "workerPools": pools})  # fmt: skip
+    assert not d.refused and check_results(d) == []
+    scale_sets = {
+        r["name"]: r
+        for r in d.resources
+        if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"
+    }
+    assert set(scale_sets) == {"ray-workers", "ray-gpu"}
+    gpu = scale_sets["ray-gpu"]
+    assert gpu["sku"]["name"] == "Standard_NC4as_T4_v3" and gpu["sku"]["capacity"] == 1
+    assert gpu["properties"]["virtualMachineProfile"]["priority"] == "Spot"
+    # In scaling mode ray the template refuses the second pool, and the form says so.
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "workerPools": pools, "scalingMode": "ray"})  # fmt: skip
+    assert any('scalingMode = "ray" takes one worker pool' in r for r in check_results(d))
+    assert "steps('workers').scalingMode, 'ray'" in elements()["gpuPoolInRayMode"]["visible"]

@@ -98,12 +98,19 @@ def resource_args(r: dict[str, Any]) -> list[str]:
     return [f"'{part}'" for part in name.split("/")]
 
 
+def _item(args: list[str]) -> tuple[str, ...]:
+    """A resource's name arguments with the item of a copy loop as any item: a loop declares
+    its name with copyIndex(), a reference names one item (by index, or with another loop's
+    copyIndex() over the same array)."""
+    return tuple(re.sub(r"\[(copyIndex\(\)|\d+)\]", "[*]", a) for a in args)
+
+
 def problems(doc: dict[str, Any]) -> list[str]:
     out = []
     all_resources = []
     for _, tpl, _ in scopes(doc):
         all_resources += tpl["resources"]
-    ids = {(r["type"].lower(), tuple(resource_args(r))) for r in all_resources}
+    ids = {(r["type"].lower(), _item(resource_args(r))) for r in all_resources}
     for r in all_resources:  # subnets declared inline in their virtual network
         for subnet in r.get("properties", {}).get("subnets", []):
             name = subnet["name"]
@@ -120,14 +127,14 @@ def problems(doc: dict[str, Any]) -> list[str]:
                 if fn == "variables" and args[0].strip("'") not in variables:
                     out.append(f"{name}: {text[:80]}: no variable {args[0]}")
                 if fn == "resourceId":
-                    key = (args[0].strip("'").lower(), tuple(args[1:]))
+                    key = (args[0].strip("'").lower(), _item(args[1:]))
                     if key not in ids:
                         out.append(f"{name}: resourceId{key} declared nowhere")
-        local = {(r["type"].lower(), tuple(resource_args(r))) for r in tpl["resources"]}
+        local = {(r["type"].lower(), _item(resource_args(r))) for r in tpl["resources"]}
         for r in tpl["resources"]:
             for dep in r.get("dependsOn", []):
                 args = args_of(dep, dep.index("resourceId(") + len("resourceId"))
-                if (args[0].strip("'").lower(), tuple(args[1:])) not in local:
+                if (args[0].strip("'").lower(), _item(args[1:])) not in local:
                     out.append(f"{name}: {r['name']} dependsOn {dep}, not in its template")
     return out
 
@@ -149,7 +156,10 @@ def test_the_template_has_the_deployment_template_shape() -> None:
     for r in doc["resources"]:
         assert {"type", "apiVersion", "name"} <= set(r), r.get("name")
     for name, o in doc["outputs"].items():
-        assert {"type", "value"} <= set(o), name
+        # A value, or an output copy loop (count and input) as bicep build writes a for-loop.
+        assert {"type", "value"} <= set(o) or ({"type", "copy"} <= set(o) and "value" not in o), (
+            name
+        )
 
 
 def test_every_reference_resolves() -> None:

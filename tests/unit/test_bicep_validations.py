@@ -34,7 +34,22 @@ TERRAFORM_ONLY_RULES = ("The Key Vault's firewall would admit no address",)
 
 
 def to_bicep(variables: dict[str, Any]) -> dict[str, Any]:
-    return {camel(k): v for k, v in variables.items() if k not in TERRAFORM_ONLY}
+    """Terraform's variables as Bicep's parameters: names in camelCase; worker_pools, a map of
+    pools by name, as workerPools, an array of pools each with its name."""
+    found = {camel(k): v for k, v in variables.items() if k not in TERRAFORM_ONLY}
+    if "workerPools" in found:
+        found["workerPools"] = [
+            {"name": name, **{camel(k): v for k, v in pool.items()}}
+            for name, pool in found["workerPools"].items()
+        ]
+    return found
+
+
+# The attributes of a worker pool, which the messages name too (vm_size -> vmSize).
+POOL_FIELDS = {
+    "vm_size", "min_count", "default_count", "max_count", "spot_enabled", "eviction_policy",
+    "max_price", "ray_resources", "ray_labels",
+}  # fmt: skip
 
 
 def bicep_message(terraform_message: str) -> str:
@@ -43,7 +58,8 @@ def bicep_message(terraform_message: str) -> str:
     # Variable names, and a name cut short at the end of a fragment ("worker_default").
     def replace(m: re.Match[str]) -> str:
         word = m.group(0)
-        if any(v == word or (v.startswith(word) and m.end() == len(m.string)) for v in VARIABLES):
+        names = VARIABLES | POOL_FIELDS
+        if any(v == word or (v.startswith(word) and m.end() == len(m.string)) for v in names):
             return camel(word)
         return word
 
@@ -114,14 +130,19 @@ def test_good_value_deploys_every_resource(variables: dict[str, Any]) -> None:
     # mode) and the autoscale setting (cpu mode).
     ray = variables.get("scaling_mode") == "ray"
     autostop = variables.get("autostop_idle_minutes", 60) > 0
+    pools = len(variables.get("worker_pools") or {"workers": {}})
     assert ("Microsoft.Insights/autoscalesettings" in types) is not ray
+    scale_sets = [
+        r for r in d.resources if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"
+    ]
+    assert len(scale_sets) == pools
     assignments = [r for r in d.resources if r["type"] == "Microsoft.Authorization/roleAssignments"]
     on_scale_set = [r for r in assignments if "virtualMachineScaleSets" in str(r.get("scope"))]
-    assert len(on_scale_set) == (1 if ray or autostop else 0)
+    assert len(on_scale_set) == (pools if ray or autostop else 0)
     on_head = [r for r in assignments if "virtualMachines/" in str(r.get("scope"))]
     assert len(on_head) == int(autostop)
     on_autoscale = [r for r in assignments if "autoscalesettings" in str(r.get("scope"))]
-    assert len(on_autoscale) == int(autostop and not ray)
+    assert len(on_autoscale) == (pools if autostop and not ray else 0)
     roles = [r for r in d.resources if r["type"] == "Microsoft.Authorization/roleDefinitions"]
     assert len(roles) == int(autostop)
     identities = [r for r in d.resources if r["type"].endswith("userAssignedIdentities")]
@@ -129,9 +150,11 @@ def test_good_value_deploys_every_resource(variables: dict[str, Any]) -> None:
     # 17 resources in cpu mode without autostop; ray mode takes the autoscale setting away and
     # adds an identity and its role assignment; autostop adds its role, the head's assignment,
     # and the scale set's and autoscale setting's in cpu mode (the identity too, in cpu mode).
-    expected = 17 + (1 if ray else 0)
+    # Each further pool (cpu mode) adds its scale set and autoscale setting, and with autostop
+    # their two assignments.
+    expected = 17 + (1 if ray else 0) + (pools - 1) * 2
     if autostop:
-        expected += 2 + (0 if ray else 3)
+        expected += 2 + (0 if ray else 1 + 2 * pools)
     assert len(d.resources) == expected
 
 
@@ -238,3 +261,97 @@ def test_the_checks_module_receives_every_rule() -> None:
     assert given == [f"[variables('check').{name}]" for name in doc["variables"]["check"]]
     inner = checks["properties"]["template"]["parameters"]["results"]
     assert inner["type"] == "array" and inner["allowedValues"] == ["ok"]
+
+
+# -- worker pools: the same pools from both stacks ---------------------------------------------
+TWO_POOLS = {
+    "autostop_idle_minutes": 30,
+    "worker_pools": {
+        "cpu": {
+            "vm_size": "Standard_F8s_v2",
+            "spot_enabled": True,
+            "eviction_policy": "Deallocate",
+            "max_price": 0.25,
+            "max_count": 20,
+            "ray_resources": {"simulator": 2},
+        },
+        "gpu": {
+            "vm_size": "Standard_NC4as_T4_v3",
+            "min_count": 0,
+            "default_count": 0,
+            "max_count": 2,
+            "ray_labels": {"accelerator": "t4"},
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def terraform_inputs(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """variables.tf and checks.tf alone, initialised (no provider), for terraform console."""
+    import shutil
+    import subprocess
+
+    from test_terraform_validations import _env
+
+    work = tmp_path_factory.mktemp("tf-pools")
+    for name in ("variables.tf", "checks.tf"):
+        shutil.copy(STACK / name, work / name)
+    init = subprocess.run(
+        ["terraform", "init", "-input=false", "-no-color"],
+        cwd=work, env=_env(work), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert init.returncode == 0, init.stderr
+    return work
+
+
+def test_two_pools_are_the_same_scale_sets_in_both_stacks(terraform_inputs: Any) -> None:
+    """Terraform's pools (local.worker_pool_settings, by the real terraform) and the scale sets,
+    autoscale settings and custom data Bicep deploys (armeval) for the same Spot CPU + GPU
+    pools: names, host name prefixes, sizes, counts, Spot settings, each pool's own values."""
+    import base64
+
+    import yaml
+
+    from nodekit import render
+    from test_terraform_validations import console
+
+    tf = console(terraform_inputs, TWO_POOLS, "local.worker_pool_settings")
+    d = deploy_template(to_bicep({**REQUIRED, **TWO_POOLS}))
+    assert not d.refused and check_results(d) == []
+    scale_sets = {
+        r["name"]: r
+        for r in d.resources
+        if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"
+    }
+    autoscale = {
+        r["name"]: r for r in d.resources if r["type"] == "Microsoft.Insights/autoscalesettings"
+    }
+    assert set(scale_sets) == {p["scale_set_name"] for p in tf.values()}
+    assert set(autoscale) == {p["autoscale_name"] for p in tf.values()}
+    for name, pool in tf.items():
+        vmss = scale_sets[pool["scale_set_name"]]
+        profile = vmss["properties"]["virtualMachineProfile"]
+        assert vmss["sku"]["name"] == pool["vm_size"]
+        assert vmss["sku"]["capacity"] == pool["default_count"]
+        assert profile["osProfile"]["computerNamePrefix"] == pool["computer_name_prefix"]
+        assert profile["priority"] == ("Spot" if pool["spot_enabled"] else "Regular")
+        if pool["spot_enabled"]:
+            assert profile["evictionPolicy"] == pool["eviction_policy"]
+            assert profile["billingProfile"] == {"maxPrice": pool["max_price"]}
+            assert profile["scheduledEventsProfile"] is None
+        capacity = autoscale[pool["autoscale_name"]]["properties"]["profiles"][0]["capacity"]
+        assert capacity == {
+            "minimum": str(pool["min_count"]),
+            "default": str(pool["default_count"]),
+            "maximum": str(pool["max_count"]),
+        }
+        [module] = [n for n, p in d.module_parameters.items() if p.get("name") == vmss["name"]]
+        document = base64.b64decode(d.module_parameters[module]["customData"]).decode()
+        [entry] = [
+            e for e in yaml.safe_load(document)["write_files"] if e["path"].endswith("deploy.json")
+        ]
+        values = render.decode_deploy_values(entry["content"])
+        assert {k: values[k] for k in pool["deploy_values"]} == pool["deploy_values"], name
+        assert values["WORKER_SCALE_SETS"] == "ray-cpu ray-gpu"
+        assert values["WORKER_AUTOSCALE_NAME"] == "ray-cpu-autoscale ray-gpu-autoscale"

@@ -22,6 +22,8 @@ from support import REPO
 
 STACK = REPO / "infra" / "terraform"
 BICEP = REPO / "infra" / "bicep"
+POOL_VALUES = ("WORKER_POOL", "RAY_RESOURCES", "RAY_LABELS")
+"""What each worker pool's workers get of their own, over the cluster's values."""
 
 
 def terraform_deploy_values() -> dict[str, str]:
@@ -90,6 +92,11 @@ def arm_deploy_values() -> dict[str, list[str]]:
         encoded = replace[2][2]
         assert encoded[:2] == ("call", "base64") and encoded[2][0][:2] == ("call", "string")
         create = encoded[2][0][2][0]
+        if create[:2] == ("call", "union"):
+            # A worker pool's: the cluster's values with the pool's own over them.
+            create, own = create[2]
+            assert own[:2] == ("call", "createObject")
+            assert [k[1] for k in own[2][0::2]] == list(POOL_VALUES), own
         assert create[:2] == ("call", "createObject")
         found[resource["name"]] = [k[1] for k in create[2][0::2]]
     return found
@@ -104,3 +111,14 @@ def test_the_arm_template_fills_exactly_the_listed_names_for_head_and_workers() 
     assert len(found) == 2, found  # the head and the workers
     for keys in found.values():
         assert keys == render.deploy_value_names()
+
+
+def test_terraform_fills_each_pools_own_values_over_the_clusters() -> None:
+    doc = hcl2.load((STACK / "checks.tf").open())
+    merged: dict = {}
+    for block in doc["locals"]:
+        merged.update(block)
+    pools = merged["worker_pool_settings"]
+    for name in POOL_VALUES:
+        assert f"{name} = " in pools, name
+    assert set(POOL_VALUES) <= set(render.deploy_value_names())

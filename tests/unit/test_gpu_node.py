@@ -368,6 +368,9 @@ def test_ray_starts_with_the_gpus_the_bootstrap_found(tmp_path: Path, role: str)
         "STUB_LOG": str(log),
         "RAY_NODE_IP": "10.0.0.5",
         "RAY_HEAD_IP": "10.0.0.4",
+        # What the bootstrap wrote into a worker's node.env: its pool's resources and labels.
+        "RAY_WORKER_RESOURCES": '{"simulator":4}',
+        "RAY_WORKER_LABELS": "pool=gpu,accelerator=t4",
     }
     for gpus, expected in (("2", ["--num-gpus=2"]), ("", [])):
         log.unlink(missing_ok=True)
@@ -377,6 +380,11 @@ def test_ray_starts_with_the_gpus_the_bootstrap_found(tmp_path: Path, role: str)
         assert p.returncode == 0, p.stderr
         (line,) = log.read_text().splitlines()
         assert [a for a in line.split() if a.startswith("--num-gpus")] == expected, line
+        pool_args = [a for a in line.split() if a.startswith(("--resources=", "--labels="))]
+        if role == "worker":
+            assert pool_args == ['--resources={"simulator":4}', "--labels=pool=gpu,accelerator=t4"]
+        else:
+            assert not any(a.startswith("--labels") for a in pool_args), line
 
 
 # -- the GPU variant of the node lock -----------------------------------------------------------

@@ -295,5 +295,24 @@ def test_the_simulator_resource_is_the_one_the_workers_offer_per_cpu() -> None:
         "/usr/local/bin/ray-cluster-start"
     ]
     head_start, worker_start = start.split("\nfi\n")
-    assert f'--resources="{{\\"{layout.SIMULATOR_RESOURCE}\\": $(nproc)}}"' in worker_start
-    assert layout.SIMULATOR_RESOURCE not in head_start
+    assert '--resources="$RAY_WORKER_RESOURCES"' in worker_start
+    assert "RAY_WORKER_RESOURCES" not in head_start
+    # The bootstrap puts one slot per CPU under the pool's own resources (RAY_RESOURCES).
+    bootstrap = render.document_files((render.rendered_dir() / "worker.yaml").read_text())[
+        "/usr/local/sbin/ray-cluster-bootstrap"
+    ]
+    assert f'{{"{layout.SIMULATOR_RESOURCE}": int(sys.argv[1]), **json.loads(' in bootstrap
+    assert '"$(nproc)" "$RAY_RESOURCES"' in bootstrap
+    # ... run as it is: the pool's own resources over the slots, none given = one per CPU.
+    import re
+
+    [code] = re.findall(r"python3 -c '([^']+)' \"\$\(nproc\)\" \"\$RAY_RESOURCES\"", bootstrap)
+    merged = [
+        subprocess.run(
+            [sys.executable, "-c", code, "4", given], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for given in ("", "{}", '{"simulator": 2, "big": 1}')
+    ]
+    sim = layout.SIMULATOR_RESOURCE
+    assert merged == [f'{{"{sim}":4}}', f'{{"{sim}":4}}', f'{{"{sim}":2,"big":1}}']
+    assert "pool=$WORKER_POOL${RAY_LABELS:+,$RAY_LABELS}" in bootstrap

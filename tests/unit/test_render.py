@@ -113,10 +113,9 @@ def test_custom_data_fits_azure_limit(filled: dict[str, Path], name: str) -> Non
     # fifth; GPU nodes (the CUDA lock, the driver's install and the GPU checks) took ~6,800
     # characters of it even with every file compressed, and the head's autostop agent more;
     # the head's Python modules and the node check go without docstrings and comments
-    # (render.compact_python), and the head still takes 9/10 (with the longest accepted values
-    # it is ~900 characters under Azure's limit). What comes next must make room (e.g. one
-    # compressed bundle of every file, or the bootstrap without its comments) rather than
-    # raise this again.
+    # (render.compact_python), and the bootstrap without its comment lines
+    # (render.compact_shell, which made room for worker pools' values and code). What comes
+    # next must make room (e.g. one compressed bundle of every file) rather than raise this.
     assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT * 0.90
 
 
@@ -380,3 +379,23 @@ def test_every_boot_rewrites_the_readiness_marker(role: str) -> None:
         "systemctl enable ray-node-ready.service" in files["/usr/local/sbin/ray-cluster-bootstrap"]
     )
     assert '"boot_id": boot_id(),' in files[render.NODE_CHECK_PATH]
+
+
+def test_the_bootstrap_goes_without_its_comment_lines() -> None:
+    """render.compact_shell: the nodes' bootstrap carries no comment line but its #! line,
+    shellcheck's directives and the section lines; every other line is the template's."""
+    text = "#!/bin/bash\n# why\nset -e  # kept: not a comment line\n    # indented\n"
+    text += "# shellcheck source=/dev/null\n# ---- end of the definitions\necho '#x'\n"
+    assert render.compact_shell(text) == (
+        "#!/bin/bash\nset -e  # kept: not a comment line\n"
+        "# shellcheck source=/dev/null\n# ---- end of the definitions\necho '#x'\n"
+    )
+    bootstrap = _files((RENDERED / "worker.yaml").read_text())[render.BOOTSTRAP_PATH]
+    comments = [
+        line
+        for line in bootstrap.splitlines()[1:]
+        if line.lstrip().startswith("#")
+        and not line.lstrip().startswith(("# shellcheck", "# ----"))
+    ]
+    assert comments == []
+    assert "install_or_skip" in bootstrap and bootstrap.startswith("#!/bin/bash\n")

@@ -88,6 +88,41 @@ def test_start_waits_for_the_operation_then_enables_autoscale(
     ]
 
 
+def test_start_enables_every_worker_pools_autoscale_setting(
+    fake: FakeAzure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Autostop turned every pool's setting off: start turns each on again, read from the
+    stacks' worker_pools / workerPools outputs."""
+    gpu = AUTOSCALE_ID.replace("ray-workers-autoscale", "ray-gpu-autoscale")
+    fake.autoscale[gpu.lower()] = False
+    pools = {
+        "workers": {"autoscale_setting_id": AUTOSCALE_ID},
+        "gpu": {"autoscale_setting_id": gpu},
+    }
+    tf = power.from_outputs(
+        {
+            "head_vm_id": {"value": VM_ID},
+            "autoscale_setting_id": {"value": AUTOSCALE_ID},
+            "worker_pools": {"value": pools},
+        },
+        "tf",
+    )
+    arm_pools = [{"name": "workers", "autoscaleSettingId": AUTOSCALE_ID},
+                 {"name": "gpu", "autoscaleSettingId": gpu}]  # fmt: skip
+    bicep = power.from_outputs(
+        {"headVmId": VM_ID, "autoscaleSettingId": AUTOSCALE_ID, "workerPools": arm_pools}, "arm"
+    )
+    assert tf is not None and bicep is not None
+    assert tf.more_autoscale_ids == bicep.more_autoscale_ids == (gpu,)
+    lines: list[str] = []
+    with manager(fake, monkeypatch) as arm:
+        power.start(arm, tf, lines.append, sleep=lambda _: None)
+    assert fake.autoscale[AUTOSCALE_ID.lower()] is True and fake.autoscale[gpu.lower()] is True
+    assert lines[-1] == "Enabled the worker pool's autoscale setting ray-gpu-autoscale again"
+    with pytest.raises(DriverError, match="autoscalesettings/NAME"):
+        power.from_outputs({"headVmId": VM_ID, "workerPools": [{"autoscaleSettingId": "x"}]}, "a")
+
+
 def test_mode_ray_has_no_autoscale_setting_to_enable(
     fake: FakeAzure, monkeypatch: pytest.MonkeyPatch
 ) -> None:

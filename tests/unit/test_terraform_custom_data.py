@@ -27,12 +27,16 @@ from nodekit import render
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "infra" / "terraform"
 PLACEHOLDERS = REPO / "cloud-init" / "placeholders.yaml"
-ROLES = {"head": "head.tf", "worker": "workers.tf"}
+ROLES = ("head", "worker")
 
 CUSTOM_DATA_LIMIT = render.CUSTOM_DATA_LIMIT
 
 KEY_VAULT_NAME_MAX = 24  # Key Vault names: 3-24 characters (checked below for the stack's name)
 SECRET_NAME_MAX = 127  # Key Vault secret names: 1-127 letters, digits and '-'
+
+POOLS_MAX = 4  # worker_pools validation
+POOL_NAME_MAX = 10  # worker_pools validation: pool names of 1-10 characters
+SCALE_SET_NAME_MAX = "p" * 16 + "-" + "q" * POOL_NAME_MAX  # name_prefix (2-16) and a pool name
 
 MAX_VALUE_LENGTHS = {
     "RAY_HEAD_IP": len("255.255.255.255"),
@@ -50,17 +54,23 @@ MAX_VALUE_LENGTHS = {
         "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/"
         + "g" * 90  # resource group names: 1-90 characters
         + "/providers/Microsoft.Compute/virtualMachineScaleSets/"
-        + "p" * 16  # name_prefix validation
-        + "-workers"
+        + SCALE_SET_NAME_MAX
     ),
-    "WORKER_VM_SIZE": 800,  # worker_vm_size validation
+    "WORKER_VM_SIZE": 48,  # worker_vm_size and worker_pools' vm_size validations
     "AUTOSCALER_MIN_WORKERS": 3,  # worker_min_count: 0-100
     "AUTOSCALER_MAX_WORKERS": 3,  # worker_max_count: 1-100
     "AUTOSCALER_IDLE_TIMEOUT_MINUTES": 4,  # ray_idle_timeout_minutes: 1-1440
     "AUTOSCALER_CLIENT_ID": len("00000000-0000-0000-0000-000000000000"),  # a GUID or empty
     "ARM_ENDPOINT": 64,  # environment().resourceManager; Terraform: the same, by the vault's cloud
     "AUTOSTOP_IDLE_MINUTES": 5,  # autostop_idle_minutes: 0 or 10-10080
-    "WORKER_AUTOSCALE_NAME": 16 + len("-workers-autoscale"),  # name_prefix validation, or empty
+    # Every pool's, space separated (at most 4 pools, worker_pools validation), or empty.
+    "WORKER_AUTOSCALE_NAME": POOLS_MAX * (len(SCALE_SET_NAME_MAX) + len("-autoscale") + 1) - 1,
+    "WORKER_SCALE_SETS": POOLS_MAX * (len(SCALE_SET_NAME_MAX) + 1) - 1,
+    "WORKER_POOL": POOL_NAME_MAX,
+    # 64 characters of JSON (worker_pools validation), each '"' escaped in the outer JSON: an
+    # entry ("a":1,) takes 6 characters or more, 2 of them quotes.
+    "RAY_RESOURCES": 64 + 2 * (64 // 6 + 1),
+    "RAY_LABELS": 64,  # worker_pools validation: 64 characters of key=value pairs
 }
 """The longest value each placeholder can receive from the stack's validated variables."""
 
@@ -137,20 +147,34 @@ def test_file_paths_are_the_committed_rendered_documents() -> None:
     assert tracked.returncode == 0, f"rendered documents are not committed: {tracked.stderr}"
 
 
-@pytest.mark.parametrize("role", ROLES)
-def test_vm_gets_its_document_as_plain_base64(role: str) -> None:
-    doc = hcl2.load((STACK / ROLES[role]).open())
-    bodies = [
+def _vm_bodies(path: Path) -> list[dict]:
+    doc = hcl2.load(path.open())
+    return [
         body
-        for block in doc["resource"]
+        for block in doc.get("resource", [])
         for rtype, instances in block.items()
         if "virtual_machine" in rtype
         for name, body in instances.items()
         if not name.startswith("__")
     ]
-    assert len(bodies) == 1
+
+
+def test_vm_gets_its_document_as_plain_base64() -> None:
+    [head] = _vm_bodies(STACK / "head.tf")
     # Plain base64: Bicep has no gzip, and both stacks must send the same bytes.
-    assert bodies[0]["custom_data"] == f'${{base64encode(local.custom_data["{role}"])}}'
+    assert head["custom_data"] == '${base64encode(local.custom_data["head"])}'
+    # Each worker pool's scale set: its pool's document (pool_custom_data), as plain base64.
+    [pool] = _vm_bodies(STACK / "modules" / "worker_pool" / "main.tf")
+    assert pool["custom_data"] == "${base64encode(var.custom_data)}"
+    [call] = [
+        b for block in hcl2.load((STACK / "workers.tf").open())["module"] for b in block.values()
+    ]
+    assert call["custom_data"] == "${local.pool_custom_data[each.key]}"
+    assert locals_block()["pool_custom_data"] == (
+        '${{for name, pool in local.worker_pools : name => replace(local.cloud_init["worker"], '
+        f'"{render.PLACEHOLDER}", base64encode(jsonencode(merge(local.deploy_values, '
+        "pool.deploy_values))))}}"
+    )
 
 
 def rendered(role: str) -> str:

@@ -29,6 +29,7 @@ OUTPUT_CONTRACT = {
     "autoscale_setting_id",
     "resource_group_name",
     "driver_command",
+    "worker_pools",
 }
 # Terraform's own: Bicep deploys into a resource group given to `az deployment group create`, and
 # writes the token secret through Azure Resource Manager (control plane), so it needs neither a
@@ -179,6 +180,18 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
             for rtype, instances in block.items():
                 resources |= {f"{rtype.strip(chr(34))}.{n.strip(chr(34))}" for n in instances}
     known_vars, known_outputs = set(variables()), set(outputs())
+    module_outputs: dict[str, set[str]] = {}
+    for path in STACK.glob("*.tf"):
+        for block in hcl2.load(path.open()).get("module", []):
+            for name, call in block.items():
+                source = STACK / call["source"].strip('"')
+                module_outputs[name.strip('"')] = {
+                    k.strip('"')
+                    for p in source.glob("*.tf")
+                    for b in hcl2.load(p.open()).get("output", [])
+                    for k in b
+                }
+    assert set(module_outputs) == {"worker_pool"}
     files = sorted((STACK / "tests").glob("*.tftest.hcl"))
     assert len(files) >= 2
     runs = 0
@@ -204,6 +217,9 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
                     assert target.removeprefix("var.") in known_vars or target in resources
         used = set(re.findall(r"\b((?:azurerm|random|terraform|time)_\w+\.\w+)", text))
         assert used <= resources, f"{path.name}: {used - resources}"
+        # A child module's values are its outputs: module.NAME["KEY"].OUTPUT, declared there.
+        for name, output in re.findall(r"\bmodule\.(\w+)\[[^\]]+\]\.(\w+)", text):
+            assert output in module_outputs.get(name, set()), f"{path.name}: module.{name}.{output}"
         assert set(re.findall(r"\boutput\.(\w+)", text)) <= known_outputs
     assert runs >= 20
 
@@ -229,8 +245,11 @@ def test_health_probe_targets_the_endpoint_layout_names() -> None:
     assert probe["requestPath"] == f'"{layout.HEALTH_PATH}"'
     assert 5 <= probe["intervalInSeconds"] <= 60 and 1 <= probe["numberOfProbes"] <= 24
     assert render.TOKEN_TIMEOUT_S + render.READY_TIMEOUT_S < probe["gracePeriod"] <= 14400
+    # Every pool's scale set gets it (modules/worker_pool, called from workers.tf).
     workers = (STACK / "workers.tf").read_text()
-    assert "settings                   = jsonencode(local.worker_health_probe)" in workers
+    assert "health_probe = local.worker_health_probe" in workers
+    pool = (STACK / "modules" / "worker_pool" / "main.tf").read_text()
+    assert "settings                   = jsonencode(var.health_probe)" in pool
 
 
 def test_no_network_rule_opens_the_health_port() -> None:

@@ -276,7 +276,63 @@ BAD: list[tuple[dict[str, Any], str]] = [
         {"apt_source": "deb http://a/" + "a" * (MAX_VALUE_LENGTHS["APT_SOURCE"] - 12)},
         "apt_source must be empty or one line",
     ),
+    # worker_pools
+    ({"worker_pools": {f"p{i}": {} for i in range(5)}}, "worker_pools: at most 4 pools"),
+    ({"worker_pools": {"GPU": {}}}, "worker_pools: at most 4 pools with distinct names"),
+    ({"worker_pools": {"gpu-": {}}}, "worker_pools: at most 4 pools with distinct names"),
+    ({"worker_pools": {"a" * 11: {}}}, "worker_pools: at most 4 pools with distinct names"),
+    ({"worker_pools": {"gpu": {"vm_size": "Standard NC4"}}}, "worker_pools: every vm_size must"),
+    ({"worker_pools": {"gpu": {"vm_size": "Standard_" + "N" * 40}}}, "worker_pools: every vm_size"),
+    (
+        {"worker_pools": {"gpu": {"max_count": 0}}},
+        "worker_pools: min_count and default_count must be whole numbers",
+    ),
+    (
+        {"worker_pools": {"gpu": {"min_count": 101}}},
+        "worker_pools: min_count and default_count must be whole numbers",
+    ),
+    (
+        {"worker_pools": {"cpu": {"spot_enabled": True, "eviction_policy": "Stop"}}},
+        "worker_pools: eviction_policy must be",
+    ),
+    (
+        {"worker_pools": {"cpu": {"spot_enabled": True, "max_price": 0}}},
+        "worker_pools: eviction_policy must be",
+    ),
+    (
+        {"worker_pools": {"cpu": {"max_price": 0.5}}},
+        "worker_pools: eviction_policy and max_price apply to Spot pools only",
+    ),
+    (
+        {"worker_pools": {"cpu": {"eviction_policy": "Deallocate"}}},
+        "worker_pools: eviction_policy and max_price apply to Spot pools only",
+    ),
+    ({"worker_pools": {"cpu": {"ray_resources": {"CPU": 2}}}}, "worker_pools: ray_resources must"),
+    (
+        {"worker_pools": {"cpu": {"ray_resources": {"simulator": -1}}}},
+        "worker_pools: ray_resources",
+    ),
+    ({"worker_pools": {"cpu": {"ray_resources": {"a b": 1}}}}, "worker_pools: ray_resources must"),
+    ({"worker_pools": {"cpu": {"ray_resources": {"r" * 70: 1}}}}, "worker_pools: ray_resources"),
+    ({"worker_pools": {"gpu": {"ray_labels": {"pool": "x"}}}}, "worker_pools: ray_labels must"),
+    ({"worker_pools": {"gpu": {"ray_labels": {"a b": "x"}}}}, "worker_pools: ray_labels must"),
+    ({"worker_pools": {"gpu": {"ray_labels": {"k": "v" * 70}}}}, "worker_pools: ray_labels must"),
     # checks.tf: rules that compare two inputs
+    (
+        {"worker_pools": {"gpu": {"min_count": 3, "default_count": 1}}},
+        "worker_pools: every pool's counts must satisfy min_count <= default_count <= max_count",
+    ),
+    (
+        {"scaling_mode": "ray", "worker_pools": {"cpu": {}, "gpu": {}}},
+        'scaling_mode = "ray" takes one worker pool for now',
+    ),
+    (
+        {
+            "subnet_address_prefix": "10.42.1.0/28",
+            "worker_pools": {"a": {"max_count": 5}, "b": {"max_count": 5}},
+        },
+        "has room for 9 workers",
+    ),
     ({"worker_min_count": 3, "worker_default_count": 2}, "worker_min_count <= worker_default"),
     ({"worker_default_count": 5, "worker_max_count": 4}, "worker_min_count <= worker_default"),
     (
@@ -365,6 +421,37 @@ GOOD: list[dict[str, Any]] = [
     {"autostop_idle_minutes": 10, "scaling_mode": "ray"},
     {"autostop_idle_minutes": 10080},
     {"worker_min_count": 0, "worker_default_count": 0, "worker_max_count": 1},
+    # worker pools: a Spot CPU pool and a GPU pool; one pool named as before; ray mode with one
+    {
+        "worker_pools": {
+            "cpu": {
+                "vm_size": "Standard_F8s_v2",
+                "spot_enabled": True,
+                "eviction_policy": "Deallocate",
+                "max_price": 0.25,
+                "max_count": 20,
+                "ray_resources": {"simulator": 2},
+            },
+            "gpu": {
+                "vm_size": "Standard_NC4as_T4_v3",
+                "min_count": 0,
+                "default_count": 0,
+                "max_count": 2,
+                "ray_labels": {"accelerator": "t4"},
+            },
+        }
+    },
+    {"worker_pools": {"workers": {}}},
+    {"scaling_mode": "ray", "worker_pools": {"gpu": {"min_count": 0, "default_count": 0}}},
+    {
+        "worker_spot_enabled": True,
+        "worker_pools": {
+            "a": {"max_price": 1000},
+            "b-2": {},
+            "c": {},
+            "d": {"eviction_policy": "Delete"},
+        },
+    },
     {"subnet_address_prefix": "10.42.1.0/28", "worker_max_count": 9},
     {"worker_min_count": 100, "worker_default_count": 100, "worker_max_count": 100},
     {"scale_out_cpu_percent": 100, "scale_in_cpu_percent": 99},
@@ -584,3 +671,95 @@ def console(work: Path, variables: dict[str, Any], expression: str) -> Any:
 )
 def test_key_vault_firewall_rules(workdir: Path, variables: dict, rules: list[str]) -> None:
     assert console(workdir, variables, "local.key_vault_ip_rules") == rules
+
+
+# -- worker pools: the default pool is the single scale set of before ----------------------------
+# The addresses of the resources a cluster made before worker pools holds in its state
+# (git show 2b843b6:infra/terraform/{workers,autoscale,identity}.tf), and their names then.
+BEFORE_POOLS = {
+    "azurerm_linux_virtual_machine_scale_set.workers": "linux_virtual_machine_scale_set",
+    "azurerm_monitor_autoscale_setting.workers": "monitor_autoscale_setting",
+    "azurerm_role_assignment.autoscaler_scale_set": "role_assignment",
+    "azurerm_role_assignment.autostop_scale_set": "role_assignment",
+    "azurerm_role_assignment.autostop_autoscale": "role_assignment",
+}
+
+
+def test_moved_blocks_take_the_single_scale_set_into_the_default_pool(workdir: Path) -> None:
+    """Offline, what `terraform plan` on an existing state would rely on: every resource of
+    before has a moved block into the same resource in module.worker_pool["workers"], that
+    pool is what the defaults make, under the names of before (a changed name or host name
+    prefix would replace the scale set), and the pool's resources exist in the module."""
+    module: set[str] = set()
+    for path in (STACK / "modules" / "worker_pool").glob("*.tf"):
+        for block in hcl2.load(path.open()).get("resource", []):
+            for rtype, instances in block.items():
+                module |= {f"{rtype.strip(chr(34))}.{n.strip(chr(34))}" for n in instances}
+    moved = {
+        m["from"].strip("${}"): m["to"].strip("${}")
+        for m in hcl2.load((STACK / "workers.tf").open())["moved"]
+    }
+    assert set(moved) == set(BEFORE_POOLS)
+    for old, new in moved.items():
+        prefix = 'module.worker_pool["workers"].'
+        assert new.startswith(prefix), new
+        inner = new.removeprefix(prefix)
+        assert inner in module, inner
+        assert inner.split(".")[0] == old.split(".")[0], (old, new)
+    pools = console(workdir, {}, "local.worker_pool_settings")
+    assert list(pools) == ["workers"]
+    assert {k: pools["workers"][k] for k in ("scale_set_name", "autoscale_name")} == {
+        "scale_set_name": "ray-workers",  # was "${var.name_prefix}-workers"
+        "autoscale_name": "ray-workers-autoscale",  # was "${var.name_prefix}-workers-autoscale"
+    }
+    assert pools["workers"]["computer_name_prefix"] == "ray-w"  # was "${var.name_prefix}-w"
+    # ... and made of the worker_* variables, as the scale set was.
+    given = {
+        "worker_vm_size": "Standard_F8s_v2",
+        "worker_min_count": 1,
+        "worker_default_count": 3,
+        "worker_max_count": 9,
+        "worker_spot_enabled": True,
+    }
+    pool = console(workdir, given, "local.worker_pool_settings")["workers"]
+    assert (pool["vm_size"], pool["min_count"], pool["default_count"], pool["max_count"]) == (
+        "Standard_F8s_v2", 1, 3, 9
+    )  # fmt: skip
+    assert (pool["spot_enabled"], pool["eviction_policy"], pool["max_price"]) == (
+        True,
+        "Delete",
+        -1,
+    )
+    assert pool["deploy_values"] == {
+        "WORKER_POOL": "workers",
+        "RAY_RESOURCES": "{}",
+        "RAY_LABELS": "",
+    }
+
+
+def test_pools_take_what_they_leave_out_from_the_worker_variables(workdir: Path) -> None:
+    given = {
+        "worker_vm_size": "Standard_D8s_v5",
+        "worker_pools": {
+            "cpu": {"spot_enabled": True, "ray_resources": {"simulator": 2}},
+            "gpu": {
+                "vm_size": "Standard_NC4as_T4_v3",
+                "max_count": 2,
+                "ray_labels": {"b": "2", "a": "1"},
+            },
+        },
+    }
+    pools = console(workdir, given, "local.worker_pool_settings")
+    assert list(pools) == ["cpu", "gpu"]
+    assert pools["cpu"]["vm_size"] == "Standard_D8s_v5" and pools["cpu"]["spot_enabled"] is True
+    assert (
+        pools["gpu"]["vm_size"] == "Standard_NC4as_T4_v3" and pools["gpu"]["spot_enabled"] is False
+    )
+    assert (
+        pools["gpu"]["min_count"],
+        pools["gpu"]["default_count"],
+        pools["gpu"]["max_count"],
+    ) == (0, 2, 2)
+    assert pools["cpu"]["computer_name_prefix"] == "ray-cpu-"
+    assert pools["cpu"]["deploy_values"]["RAY_RESOURCES"] == '{"simulator":2}'
+    assert pools["gpu"]["deploy_values"]["RAY_LABELS"] == "a=1,b=2"

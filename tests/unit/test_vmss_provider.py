@@ -318,6 +318,16 @@ def test_config_is_what_ray_accepts(tmp_path: Path) -> None:
     # What a worker's `ray start` offers (cloud-init: one simulator slot per vCPU).
     assert worker["resources"] == {"CPU": 4, layout.SIMULATOR_RESOURCE: 4}
     assert vp.SIMULATOR_RESOURCE == layout.SIMULATOR_RESOURCE
+    # The pool's own resources (RAY_RESOURCES) over the simulator slots, as its workers offer.
+    pooled = vp.autoscaling_config(deploy_values(ray_resources='{"simulator": 2, "big": 1}'))
+    validate_config(pooled)
+    assert pooled["available_node_types"][vp.WORKER_TYPE]["resources"] == {
+        "CPU": 4,
+        layout.SIMULATOR_RESOURCE: 2,
+        "big": 1,
+    }
+    with pytest.raises(vp.ProviderError, match="RAY_RESOURCES must be a JSON object"):
+        vp.autoscaling_config(deploy_values(ray_resources='["simulator"]'))
     assert (worker["min_workers"], worker["max_workers"]) == (0, 5)
     assert prepared["idle_timeout_minutes"] == 5
     provider_config = prepared["provider"]

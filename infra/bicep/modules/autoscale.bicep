@@ -1,11 +1,11 @@
 metadata name = 'Ray workers autoscale'
-metadata description = 'CPU autoscale of the workers: average CPU above scaleOutCpuPercent over 5 minutes adds one worker, below scaleInCpuPercent removes one, within workerMinCount..workerMaxCount.'
+metadata description = 'CPU autoscale of one worker pool: average CPU above scaleOutCpuPercent over 5 minutes adds one worker, below scaleInCpuPercent removes one, within workerMinCount..workerMaxCount.'
 
 @description('Required. Azure region of the autoscale setting.')
 param location string
 
-@description('Required. Prefix of every resource name.')
-param namePrefix string
+@description('Required. Name of the autoscale setting, e.g. "ray-workers-autoscale".')
+param name string
 
 @description('Required. Tags for every resource.')
 param tags object
@@ -41,11 +41,11 @@ param autostopRoleDefinitionId string
 param autostopPrincipalId string
 
 resource autoscale 'Microsoft.Insights/autoscalesettings@2022-10-01' = {
-  name: '${namePrefix}-workers-autoscale'
+  name: name
   location: location
   tags: tags
   properties: {
-    name: '${namePrefix}-workers-autoscale'
+    name: name
     enabled: true
     targetResourceUri: scaleSetId
     profiles: [

@@ -1,11 +1,14 @@
-metadata name = 'Ray workers'
-metadata description = 'A Uniform scale set without public IPs (outbound through the NAT gateway) whose instances join the head\'s Ray cluster from their cloud-init. Autoscale (autoscale.bicep) owns the instance count after creation.'
+metadata name = 'Ray worker pool'
+metadata description = 'One worker pool: a Uniform scale set without public IPs (outbound through the NAT gateway) whose instances join the head\'s Ray cluster from their cloud-init. Autoscale (autoscale.bicep) or Ray\'s autoscaler owns the instance count after creation.'
 
 @description('Required. Azure region of the scale set.')
 param location string
 
-@description('Required. Prefix of every resource name.')
-param namePrefix string
+@description('Required. Name of the scale set, e.g. "ray-workers".')
+param name string
+
+@description('Required. Host name prefix of the pool\'s VMs; it must differ from every other pool\'s.')
+param computerNamePrefix string
 
 @description('Required. Tags for every resource.')
 param tags object
@@ -36,6 +39,12 @@ param identityId string
 
 @description('Required. Run the workers as Spot VMs.')
 param spotEnabled bool
+
+@description('Required. What Azure does to an evicted Spot VM: Delete or Deallocate.')
+param evictionPolicy string
+
+@description('Required. The most a Spot VM may cost, in US dollars per hour, or -1: the on-demand price; as text (ARM has no fractional parameter type).')
+param maxPrice string
 
 @description('Required. Minutes between the Terminate scheduled event and the deletion of a regular worker.')
 param terminationNoticeMinutes int
@@ -71,7 +80,7 @@ var vmContributorRoleId = '9980e02c-c2be-4d73-94e8-173b1dc7cf3c'
 resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
   // checkov:skip=CKV_AZURE_97:Off by default because encryption at host needs the EncryptionAtHost feature registered on the subscription; set encryptionAtHostEnabled where it is.
   // checkov:skip=CKV_AZURE_95:Upgrades are manual: an automatic OS image upgrade would reimage a worker in the middle of a training run, and a new instance boots the current image anyway.
-  name: '${namePrefix}-workers'
+  name: name
   location: location
   tags: tags
   sku: {
@@ -108,7 +117,7 @@ resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
     }
     virtualMachineProfile: {
       osProfile: {
-        computerNamePrefix: '${namePrefix}-w'
+        computerNamePrefix: computerNamePrefix
         adminUsername: adminUsername
         // Instances keep the custom data they booted with until they are reimaged or replaced.
         customData: customData
@@ -158,11 +167,12 @@ resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
           }
         ]
       }
-      // Spot workers are deleted on eviction, at most at the on-demand price (-1); they get
-      // Preempt (about 30 s) instead of a terminate notification, which Spot cannot have.
+      // Spot workers are deleted (or deallocated) on eviction, at most at maxPrice (-1: the
+      // on-demand price); they get Preempt (about 30 s) instead of a terminate notification,
+      // which Spot cannot have.
       priority: spotEnabled ? 'Spot' : 'Regular'
-      evictionPolicy: spotEnabled ? 'Delete' : null
-      billingProfile: spotEnabled ? { maxPrice: -1 } : null
+      evictionPolicy: spotEnabled ? evictionPolicy : null
+      billingProfile: spotEnabled ? { maxPrice: json(maxPrice) } : null
       // Regular workers get a Terminate scheduled event this long before deletion, time to drain.
       scheduledEventsProfile: spotEnabled ? null : { terminateNotificationProfile: { enable: true, notBeforeTimeout: 'PT${terminationNoticeMinutes}M' } }
       securityProfile: {

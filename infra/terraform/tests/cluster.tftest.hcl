@@ -114,16 +114,16 @@ run "autoscale_thresholds_and_capacity" {
 
   assert {
     condition = (
-      azurerm_monitor_autoscale_setting.workers[0].profile[0].capacity[0].minimum == 0 &&
-      azurerm_monitor_autoscale_setting.workers[0].profile[0].capacity[0].default == 2 &&
-      azurerm_monitor_autoscale_setting.workers[0].profile[0].capacity[0].maximum == 4
+      module.worker_pool["workers"].autoscale_settings[0].profile[0].capacity[0].minimum == 0 &&
+      module.worker_pool["workers"].autoscale_settings[0].profile[0].capacity[0].default == 2 &&
+      module.worker_pool["workers"].autoscale_settings[0].profile[0].capacity[0].maximum == 4
     )
     error_message = "Capacity must default to min 0, default 2, max 4."
   }
 
   assert {
     condition = one([
-      for r in azurerm_monitor_autoscale_setting.workers[0].profile[0].rule : r
+      for r in module.worker_pool["workers"].autoscale_settings[0].profile[0].rule : r
       if r.metric_trigger[0].metric_name == "Percentage CPU"
       && r.metric_trigger[0].statistic == "Average"
       && r.metric_trigger[0].time_aggregation == "Average"
@@ -140,7 +140,7 @@ run "autoscale_thresholds_and_capacity" {
 
   assert {
     condition = one([
-      for r in azurerm_monitor_autoscale_setting.workers[0].profile[0].rule : r
+      for r in module.worker_pool["workers"].autoscale_settings[0].profile[0].rule : r
       if r.metric_trigger[0].metric_name == "Percentage CPU"
       && r.metric_trigger[0].time_window == "PT5M"
       && r.metric_trigger[0].operator == "LessThan"
@@ -153,7 +153,7 @@ run "autoscale_thresholds_and_capacity" {
   }
 
   assert {
-    condition     = azurerm_linux_virtual_machine_scale_set.workers.instances == 2
+    condition     = module.worker_pool["workers"].scale_set.instances == 2
     error_message = "The scale set must start at worker_default_count."
   }
 }
@@ -173,16 +173,16 @@ run "autoscale_follows_its_variables" {
 
   assert {
     condition = (
-      azurerm_monitor_autoscale_setting.workers[0].profile[0].capacity[0].minimum == 1 &&
-      azurerm_monitor_autoscale_setting.workers[0].profile[0].capacity[0].default == 3 &&
-      azurerm_monitor_autoscale_setting.workers[0].profile[0].capacity[0].maximum == 10
+      module.worker_pool["workers"].autoscale_settings[0].profile[0].capacity[0].minimum == 1 &&
+      module.worker_pool["workers"].autoscale_settings[0].profile[0].capacity[0].default == 3 &&
+      module.worker_pool["workers"].autoscale_settings[0].profile[0].capacity[0].maximum == 10
     )
     error_message = "Capacity must follow worker_min_count, worker_default_count, worker_max_count."
   }
 
   assert {
     condition = toset([
-      for r in azurerm_monitor_autoscale_setting.workers[0].profile[0].rule :
+      for r in module.worker_pool["workers"].autoscale_settings[0].profile[0].rule :
       "${r.metric_trigger[0].operator}/${r.metric_trigger[0].threshold}/${r.scale_action[0].cooldown}"
     ]) == toset(["GreaterThan/85/PT3M", "LessThan/20/PT15M"])
     error_message = "Thresholds and cooldowns must follow their variables."
@@ -193,32 +193,32 @@ run "regular_workers_get_a_termination_notice" {
   command = plan
 
   assert {
-    condition     = azurerm_linux_virtual_machine_scale_set.workers.priority == "Regular" && azurerm_linux_virtual_machine_scale_set.workers.eviction_policy == null
+    condition     = module.worker_pool["workers"].scale_set.priority == "Regular" && module.worker_pool["workers"].scale_set.eviction_policy == null
     error_message = "Workers are regular VMs by default."
   }
 
   assert {
     condition = (
-      length(azurerm_linux_virtual_machine_scale_set.workers.termination_notification) == 1 &&
-      azurerm_linux_virtual_machine_scale_set.workers.termination_notification[0].enabled == true &&
-      azurerm_linux_virtual_machine_scale_set.workers.termination_notification[0].timeout == "PT5M"
+      length(module.worker_pool["workers"].scale_set.termination_notification) == 1 &&
+      module.worker_pool["workers"].scale_set.termination_notification[0].enabled == true &&
+      module.worker_pool["workers"].scale_set.termination_notification[0].timeout == "PT5M"
     )
     error_message = "Regular workers must get a 5-minute termination notification."
   }
 
   assert {
     condition = (
-      azurerm_linux_virtual_machine_scale_set.workers.overprovision == false &&
-      azurerm_linux_virtual_machine_scale_set.workers.upgrade_mode == "Manual" &&
-      azurerm_linux_virtual_machine_scale_set.workers.scale_in[0].rule == "NewestVM" &&
-      azurerm_linux_virtual_machine_scale_set.workers.disable_password_authentication == true
+      module.worker_pool["workers"].scale_set.overprovision == false &&
+      module.worker_pool["workers"].scale_set.upgrade_mode == "Manual" &&
+      module.worker_pool["workers"].scale_set.scale_in[0].rule == "NewestVM" &&
+      module.worker_pool["workers"].scale_set.disable_password_authentication == true
     )
     error_message = "Scale set: no overprovisioning, manual upgrades, NewestVM scale-in, SSH keys only."
   }
 
   assert {
     condition = alltrue([
-      for ip in azurerm_linux_virtual_machine_scale_set.workers.network_interface[0].ip_configuration :
+      for ip in module.worker_pool["workers"].scale_set.network_interface[0].ip_configuration :
       length(ip.public_ip_address) == 0
     ])
     error_message = "Workers must have no public IP."
@@ -230,29 +230,29 @@ run "workers_report_their_health_and_are_repaired" {
 
   assert {
     condition = (
-      azurerm_linux_virtual_machine_scale_set.workers.extension_operations_enabled == true &&
-      length(azurerm_linux_virtual_machine_scale_set.workers.extension) == 1 &&
-      one(azurerm_linux_virtual_machine_scale_set.workers.extension[*].type) == "ApplicationHealthLinux" &&
-      one(azurerm_linux_virtual_machine_scale_set.workers.extension[*].publisher) == "Microsoft.ManagedServices" &&
-      one(azurerm_linux_virtual_machine_scale_set.workers.extension[*].type_handler_version) == "2.0"
+      module.worker_pool["workers"].scale_set.extension_operations_enabled == true &&
+      length(module.worker_pool["workers"].scale_set.extension) == 1 &&
+      one(module.worker_pool["workers"].scale_set.extension[*].type) == "ApplicationHealthLinux" &&
+      one(module.worker_pool["workers"].scale_set.extension[*].publisher) == "Microsoft.ManagedServices" &&
+      one(module.worker_pool["workers"].scale_set.extension[*].type_handler_version) == "2.0"
     )
     error_message = "Workers must carry the Application Health extension (v2, Linux)."
   }
 
   assert {
     condition = (
-      jsondecode(one(azurerm_linux_virtual_machine_scale_set.workers.extension[*].settings)).protocol == "http" &&
-      jsondecode(one(azurerm_linux_virtual_machine_scale_set.workers.extension[*].settings)).port == 8790 &&
-      jsondecode(one(azurerm_linux_virtual_machine_scale_set.workers.extension[*].settings)).requestPath == "/health"
+      jsondecode(one(module.worker_pool["workers"].scale_set.extension[*].settings)).protocol == "http" &&
+      jsondecode(one(module.worker_pool["workers"].scale_set.extension[*].settings)).port == 8790 &&
+      jsondecode(one(module.worker_pool["workers"].scale_set.extension[*].settings)).requestPath == "/health"
     )
     error_message = "The extension must probe the workers' health endpoint (http, 8790, /health)."
   }
 
   assert {
     condition = (
-      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].enabled == true &&
-      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].grace_period == "PT30M" &&
-      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].action == "Replace"
+      module.worker_pool["workers"].scale_set.automatic_instance_repair[0].enabled == true &&
+      module.worker_pool["workers"].scale_set.automatic_instance_repair[0].grace_period == "PT30M" &&
+      module.worker_pool["workers"].scale_set.automatic_instance_repair[0].action == "Replace"
     )
     error_message = "Automatic repair is on by default: Replace after a 30-minute grace period."
   }
@@ -274,9 +274,9 @@ run "repair_follows_its_variables" {
 
   assert {
     condition = (
-      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].enabled == false &&
-      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].grace_period == "PT45M" &&
-      azurerm_linux_virtual_machine_scale_set.workers.automatic_instance_repair[0].action == "Reimage"
+      module.worker_pool["workers"].scale_set.automatic_instance_repair[0].enabled == false &&
+      module.worker_pool["workers"].scale_set.automatic_instance_repair[0].grace_period == "PT45M" &&
+      module.worker_pool["workers"].scale_set.automatic_instance_repair[0].action == "Reimage"
     )
     error_message = "automatic_instance_repair must follow its variables."
   }
@@ -304,15 +304,15 @@ run "spot_workers" {
 
   assert {
     condition = (
-      azurerm_linux_virtual_machine_scale_set.workers.priority == "Spot" &&
-      azurerm_linux_virtual_machine_scale_set.workers.eviction_policy == "Delete" &&
-      azurerm_linux_virtual_machine_scale_set.workers.max_bid_price == -1
+      module.worker_pool["workers"].scale_set.priority == "Spot" &&
+      module.worker_pool["workers"].scale_set.eviction_policy == "Delete" &&
+      module.worker_pool["workers"].scale_set.max_bid_price == -1
     )
     error_message = "Spot workers: priority Spot, eviction Delete, max price -1."
   }
 
   assert {
-    condition     = length(azurerm_linux_virtual_machine_scale_set.workers.termination_notification) == 0
+    condition     = length(module.worker_pool["workers"].scale_set.termination_notification) == 0
     error_message = "Spot scale sets cannot have a termination notification."
   }
 }
@@ -346,7 +346,7 @@ run "head_network_and_image" {
     condition = (
       azurerm_linux_virtual_machine.head.source_image_reference[0].publisher == "Debian" &&
       azurerm_linux_virtual_machine.head.source_image_reference[0].offer == "debian-12" &&
-      azurerm_linux_virtual_machine_scale_set.workers.source_image_reference[0].sku == "12-gen2"
+      module.worker_pool["workers"].scale_set.source_image_reference[0].sku == "12-gen2"
     )
     error_message = "os_image = debian-12 must select Debian/debian-12/12-gen2 on head and workers."
   }
@@ -363,9 +363,9 @@ run "marketplace_image_without_a_node_image" {
   assert {
     condition = (
       azurerm_linux_virtual_machine.head.source_image_id == null &&
-      azurerm_linux_virtual_machine_scale_set.workers.source_image_id == null &&
+      module.worker_pool["workers"].scale_set.source_image_id == null &&
       azurerm_linux_virtual_machine.head.source_image_reference[0].offer == "0001-com-ubuntu-server-jammy" &&
-      azurerm_linux_virtual_machine_scale_set.workers.source_image_reference[0].sku == "22_04-lts-gen2"
+      module.worker_pool["workers"].scale_set.source_image_reference[0].sku == "22_04-lts-gen2"
     )
     error_message = "Without node_image_id, head and workers must boot the os_image's marketplace image."
   }
@@ -387,9 +387,9 @@ run "node_image_boots_the_head_and_every_worker" {
   assert {
     condition = (
       azurerm_linux_virtual_machine.head.source_image_id == var.node_image_id &&
-      azurerm_linux_virtual_machine_scale_set.workers.source_image_id == var.node_image_id &&
+      module.worker_pool["workers"].scale_set.source_image_id == var.node_image_id &&
       length(azurerm_linux_virtual_machine.head.source_image_reference) == 0 &&
-      length(azurerm_linux_virtual_machine_scale_set.workers.source_image_reference) == 0
+      length(module.worker_pool["workers"].scale_set.source_image_reference) == 0
     )
     error_message = "With node_image_id, head and workers must boot that gallery image version and no marketplace image."
   }
@@ -419,7 +419,7 @@ run "custom_data_is_filled" {
     condition = alltrue(flatten([
       for text in [
         base64decode(azurerm_linux_virtual_machine.head.custom_data),
-        base64decode(azurerm_linux_virtual_machine_scale_set.workers.custom_data),
+        base64decode(module.worker_pool["workers"].scale_set.custom_data),
         ] : [
         !strcontains(text, "@@"),
         jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", text)))) == {
@@ -447,6 +447,11 @@ run "custom_data_is_filled" {
           ARM_ENDPOINT          = "https://management.azure.com/"
           AUTOSTOP_IDLE_MINUTES = "60"
           WORKER_AUTOSCALE_NAME = "ray-workers-autoscale"
+          # One pool, "workers", as before pools: its scale set, its values.
+          WORKER_SCALE_SETS = "ray-workers"
+          WORKER_POOL       = "workers"
+          RAY_RESOURCES     = "{}"
+          RAY_LABELS        = ""
         },
       ]
     ]))
@@ -456,7 +461,7 @@ run "custom_data_is_filled" {
   assert {
     condition = (
       length(azurerm_linux_virtual_machine.head.custom_data) <= 87380 &&
-      length(azurerm_linux_virtual_machine_scale_set.workers.custom_data) <= 87380
+      length(module.worker_pool["workers"].scale_set.custom_data) <= 87380
     )
     error_message = "Custom data must stay within Azure's 87,380 base64 characters."
   }
@@ -593,8 +598,8 @@ run "outputs" {
   assert {
     condition = (
       output.head_vm_id == azurerm_linux_virtual_machine.head.id &&
-      output.scale_set_id == azurerm_linux_virtual_machine_scale_set.workers.id &&
-      output.autoscale_setting_id == azurerm_monitor_autoscale_setting.workers[0].id
+      output.scale_set_id == module.worker_pool["workers"].scale_set.id &&
+      output.autoscale_setting_id == module.worker_pool["workers"].autoscale_settings[0].id
     )
     error_message = "head_vm_id, scale_set_id and autoscale_setting_id name the head VM, the scale set and its autoscale setting (python -m driver start)."
   }
@@ -619,7 +624,7 @@ run "existing_resource_group" {
   }
 
   assert {
-    condition     = azurerm_linux_virtual_machine_scale_set.workers.resource_group_name == "my-existing-rg"
+    condition     = module.worker_pool["workers"].scale_set.resource_group_name == "my-existing-rg"
     error_message = "Resources must go into the existing group."
   }
 }
@@ -632,7 +637,7 @@ run "cpu_mode_without_autostop_has_cpu_rules_and_no_head_identity" {
   }
 
   assert {
-    condition     = length(azurerm_monitor_autoscale_setting.workers) == 1 && length(azurerm_user_assigned_identity.autoscaler) == 0 && length(azurerm_role_assignment.autoscaler_scale_set) == 0
+    condition     = length(module.worker_pool["workers"].autoscale_settings) == 1 && length(azurerm_user_assigned_identity.autoscaler) == 0 && length(module.worker_pool["workers"].role_assignments.autoscaler_scale_set) == 0
     error_message = "scaling_mode = cpu without autostop: the CPU autoscale setting, and no head identity or role."
   }
 
@@ -640,8 +645,8 @@ run "cpu_mode_without_autostop_has_cpu_rules_and_no_head_identity" {
     condition = (
       length(azurerm_role_definition.autostop) == 0 &&
       length(azurerm_role_assignment.autostop_head) == 0 &&
-      length(azurerm_role_assignment.autostop_scale_set) == 0 &&
-      length(azurerm_role_assignment.autostop_autoscale) == 0
+      length(module.worker_pool["workers"].role_assignments.autostop_scale_set) == 0 &&
+      length(module.worker_pool["workers"].role_assignments.autostop_autoscale) == 0
     )
     error_message = "autostop_idle_minutes = 0: no autostop role and no assignment of it."
   }
@@ -671,8 +676,8 @@ run "autostop_in_cpu_mode_may_stop_the_head_the_workers_and_their_autoscale" {
     condition = (
       length(azurerm_user_assigned_identity.autoscaler) == 1 &&
       length(azurerm_linux_virtual_machine.head.identity[0].identity_ids) == 2 &&
-      length(azurerm_linux_virtual_machine_scale_set.workers.identity[0].identity_ids) == 1 &&
-      length(azurerm_role_assignment.autoscaler_scale_set) == 0
+      length(module.worker_pool["workers"].scale_set.identity[0].identity_ids) == 1 &&
+      length(module.worker_pool["workers"].role_assignments.autoscaler_scale_set) == 0
     )
     error_message = "Autostop: the head gets an identity of its own, the workers do not; no Virtual Machine Contributor in cpu mode."
   }
@@ -700,10 +705,10 @@ run "autostop_in_cpu_mode_may_stop_the_head_the_workers_and_their_autoscale" {
   assert {
     condition = (
       azurerm_role_assignment.autostop_head[0].scope == azurerm_linux_virtual_machine.head.id &&
-      azurerm_role_assignment.autostop_scale_set[0].scope == azurerm_linux_virtual_machine_scale_set.workers.id &&
-      azurerm_role_assignment.autostop_autoscale[0].scope == azurerm_monitor_autoscale_setting.workers[0].id &&
+      module.worker_pool["workers"].role_assignments.autostop_scale_set[0].scope == module.worker_pool["workers"].scale_set.id &&
+      module.worker_pool["workers"].role_assignments.autostop_autoscale[0].scope == module.worker_pool["workers"].autoscale_settings[0].id &&
       alltrue([
-        for a in [azurerm_role_assignment.autostop_head[0], azurerm_role_assignment.autostop_scale_set[0], azurerm_role_assignment.autostop_autoscale[0]] :
+        for a in [azurerm_role_assignment.autostop_head[0], module.worker_pool["workers"].role_assignments.autostop_scale_set[0], module.worker_pool["workers"].role_assignments.autostop_autoscale[0]] :
         a.principal_id == azurerm_user_assigned_identity.autoscaler[0].principal_id && a.role_definition_id == azurerm_role_definition.autostop[0].role_definition_resource_id
       ])
     )
@@ -730,9 +735,9 @@ run "autostop_in_ray_mode_adds_only_the_head_vm" {
     condition = (
       length(azurerm_role_definition.autostop) == 1 &&
       length(azurerm_role_assignment.autostop_head) == 1 &&
-      length(azurerm_role_assignment.autostop_scale_set) == 0 &&
-      length(azurerm_role_assignment.autostop_autoscale) == 0 &&
-      length(azurerm_role_assignment.autoscaler_scale_set) == 1
+      length(module.worker_pool["workers"].role_assignments.autostop_scale_set) == 0 &&
+      length(module.worker_pool["workers"].role_assignments.autostop_autoscale) == 0 &&
+      length(module.worker_pool["workers"].role_assignments.autoscaler_scale_set) == 1
     )
     error_message = "scaling_mode = ray: Virtual Machine Contributor on the scale set covers autostop there; autostop adds the head VM only (no autoscale setting)."
   }
@@ -755,22 +760,22 @@ run "ray_mode_hands_the_scale_set_to_rays_autoscaler" {
   }
 
   assert {
-    condition     = length(azurerm_monitor_autoscale_setting.workers) == 0
+    condition     = length(module.worker_pool["workers"].autoscale_settings) == 0
     error_message = "scaling_mode = ray: no CPU autoscale rules."
   }
 
   assert {
     condition = (
-      length(azurerm_role_assignment.autoscaler_scale_set) == 1 &&
-      azurerm_role_assignment.autoscaler_scale_set[0].scope == azurerm_linux_virtual_machine_scale_set.workers.id &&
-      azurerm_role_assignment.autoscaler_scale_set[0].role_definition_name == "Virtual Machine Contributor" &&
-      azurerm_role_assignment.autoscaler_scale_set[0].principal_id == azurerm_user_assigned_identity.autoscaler[0].principal_id
+      length(module.worker_pool["workers"].role_assignments.autoscaler_scale_set) == 1 &&
+      module.worker_pool["workers"].role_assignments.autoscaler_scale_set[0].scope == module.worker_pool["workers"].scale_set.id &&
+      module.worker_pool["workers"].role_assignments.autoscaler_scale_set[0].role_definition_name == "Virtual Machine Contributor" &&
+      module.worker_pool["workers"].role_assignments.autoscaler_scale_set[0].principal_id == azurerm_user_assigned_identity.autoscaler[0].principal_id
     )
     error_message = "scaling_mode = ray: one role assignment, for the autoscaler identity, on the workers' scale set only."
   }
 
   assert {
-    condition     = length(azurerm_linux_virtual_machine.head.identity[0].identity_ids) == 2 && length(azurerm_linux_virtual_machine_scale_set.workers.identity[0].identity_ids) == 1
+    condition     = length(azurerm_linux_virtual_machine.head.identity[0].identity_ids) == 2 && length(module.worker_pool["workers"].scale_set.identity[0].identity_ids) == 1
     error_message = "scaling_mode = ray: the head has the autoscaler identity too, the workers do not."
   }
 
@@ -780,5 +785,149 @@ run "ray_mode_hands_the_scale_set_to_rays_autoscaler" {
       v.SCALING_MODE == "ray" && v.AUTOSCALER_MIN_WORKERS == "0" && v.AUTOSCALER_MAX_WORKERS == "6" && v.AUTOSCALER_IDLE_TIMEOUT_MINUTES == "2" && v.AUTOSCALER_CLIENT_ID == "11111111-2222-4333-8444-555555555555"
     ])
     error_message = "scaling_mode = ray: the head's deploy-time values name the mode, the worker bounds, the idle timeout and the autoscaler identity."
+  }
+}
+
+# ---------------------------------------------------------------------------------------------
+# Worker pools
+# ---------------------------------------------------------------------------------------------
+
+run "one_pool_by_default_is_the_scale_set_of_before" {
+  command = plan
+
+  assert {
+    condition = (
+      keys(module.worker_pool) == tolist(["workers"]) &&
+      module.worker_pool["workers"].scale_set.name == "ray-workers" &&
+      module.worker_pool["workers"].scale_set.computer_name_prefix == "ray-w" &&
+      module.worker_pool["workers"].scale_set.sku == "Standard_D4s_v5" &&
+      module.worker_pool["workers"].autoscale_settings[0].name == "ray-workers-autoscale" &&
+      keys(output.worker_pools) == tolist(["workers"]) &&
+      output.worker_pools["workers"].scale_set_id == output.scale_set_id &&
+      output.worker_pools["workers"].scale_set_name == "ray-workers" &&
+      output.worker_pools["workers"].autoscale_setting_id == output.autoscale_setting_id
+    )
+    error_message = "Without worker_pools: one pool, workers, with the names of the single scale set before pools (the moved blocks in workers.tf keep it)."
+  }
+}
+
+run "two_pools_spot_cpu_and_gpu" {
+  command = plan
+
+  variables {
+    autostop_idle_minutes = 30
+    worker_pools = {
+      cpu = {
+        vm_size         = "Standard_F8s_v2"
+        spot_enabled    = true
+        eviction_policy = "Deallocate"
+        max_price       = 0.25
+        max_count       = 20
+        ray_resources   = { simulator = 2 }
+      }
+      gpu = {
+        vm_size       = "Standard_NC4as_T4_v3"
+        min_count     = 0
+        default_count = 0
+        max_count     = 2
+        ray_labels    = { accelerator = "t4" }
+      }
+    }
+  }
+
+  assert {
+    condition = (
+      keys(module.worker_pool) == tolist(["cpu", "gpu"]) &&
+      module.worker_pool["cpu"].scale_set.name == "ray-cpu" &&
+      module.worker_pool["gpu"].scale_set.name == "ray-gpu" &&
+      module.worker_pool["cpu"].scale_set.computer_name_prefix == "ray-cpu-" &&
+      module.worker_pool["gpu"].scale_set.computer_name_prefix == "ray-gpu-" &&
+      module.worker_pool["cpu"].scale_set.sku == "Standard_F8s_v2" &&
+      module.worker_pool["gpu"].scale_set.sku == "Standard_NC4as_T4_v3"
+    )
+    error_message = "Two pools: two scale sets named after the pools, with their sizes and host name prefixes."
+  }
+
+  assert {
+    condition = (
+      module.worker_pool["cpu"].scale_set.priority == "Spot" &&
+      module.worker_pool["cpu"].scale_set.eviction_policy == "Deallocate" &&
+      module.worker_pool["cpu"].scale_set.max_bid_price == 0.25 &&
+      length(module.worker_pool["cpu"].scale_set.termination_notification) == 0 &&
+      module.worker_pool["gpu"].scale_set.priority == "Regular" &&
+      module.worker_pool["gpu"].scale_set.eviction_policy == null &&
+      module.worker_pool["gpu"].scale_set.termination_notification[0].timeout == "PT5M"
+    )
+    error_message = "The Spot pool gets its eviction policy and price and no termination notice; the regular pool its notice."
+  }
+
+  assert {
+    condition = alltrue([
+      for name in ["cpu", "gpu"] :
+      module.worker_pool[name].scale_set.automatic_instance_repair[0].enabled == true &&
+      one(module.worker_pool[name].scale_set.extension[*].type) == "ApplicationHealthLinux" &&
+      length(module.worker_pool[name].autoscale_settings) == 1 &&
+      module.worker_pool[name].autoscale_settings[0].name == "ray-${name}-autoscale" &&
+      module.worker_pool[name].autoscale_settings[0].target_resource_id == module.worker_pool[name].scale_set.id
+    ]) && module.worker_pool["gpu"].autoscale_settings[0].profile[0].capacity[0].maximum == 2 && module.worker_pool["cpu"].autoscale_settings[0].profile[0].capacity[0].maximum == 20
+    error_message = "Every pool has its health extension, repair policy and CPU autoscale setting with its own bounds."
+  }
+
+  assert {
+    condition = alltrue([
+      for name in ["cpu", "gpu"] :
+      module.worker_pool[name].role_assignments.autostop_scale_set[0].scope == module.worker_pool[name].scale_set.id &&
+      module.worker_pool[name].role_assignments.autostop_autoscale[0].scope == module.worker_pool[name].autoscale_settings[0].id &&
+      module.worker_pool[name].role_assignments.autostop_scale_set[0].principal_id == azurerm_user_assigned_identity.autoscaler[0].principal_id
+    ])
+    error_message = "Autostop's role covers every pool's scale set and autoscale setting."
+  }
+
+  assert {
+    condition = alltrue([
+      for name, pool in { cpu = { resources = "{\"simulator\":2}", labels = "" }, gpu = { resources = "{}", labels = "accelerator=t4" } } : alltrue([
+        for v in [jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", base64decode(module.worker_pool[name].scale_set.custom_data)))))] :
+        v.WORKER_POOL == name && v.RAY_RESOURCES == pool.resources && v.RAY_LABELS == pool.labels
+      ])
+    ])
+    error_message = "Each pool's workers get the pool's name, resources and labels."
+  }
+
+  assert {
+    condition = alltrue([
+      for v in [jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", base64decode(azurerm_linux_virtual_machine.head.custom_data)))))] :
+      v.WORKER_SCALE_SETS == "ray-cpu ray-gpu" && v.WORKER_AUTOSCALE_NAME == "ray-cpu-autoscale ray-gpu-autoscale" &&
+      endswith(v.WORKER_SCALE_SET_ID, "/virtualMachineScaleSets/ray-cpu") && v.WORKER_VM_SIZE == "Standard_F8s_v2" && v.WORKER_POOL == "cpu"
+    ])
+    error_message = "The head's autostop names every pool's scale set and autoscale setting; the first pool (cpu) is the head's."
+  }
+
+  assert {
+    condition = (
+      output.scale_set_id == module.worker_pool["cpu"].scale_set_id &&
+      output.autoscale_setting_id == module.worker_pool["cpu"].autoscale_setting_id &&
+      keys(output.worker_pools) == tolist(["cpu", "gpu"]) &&
+      output.worker_pools["gpu"].scale_set_name == "ray-gpu"
+    )
+    error_message = "scale_set_id and autoscale_setting_id are the first pool's; worker_pools lists every pool."
+  }
+}
+
+run "gpu_head" {
+  command = plan
+
+  variables {
+    head_vm_size = "Standard_NC4as_T4_v3"
+    os_image     = "ubuntu-24.04"
+  }
+
+  assert {
+    condition = (
+      azurerm_linux_virtual_machine.head.size == "Standard_NC4as_T4_v3" &&
+      azurerm_linux_virtual_machine.head.source_image_reference[0].offer == "ubuntu-24_04-lts" &&
+      module.worker_pool["workers"].scale_set.sku == "Standard_D4s_v5" &&
+      keys(module.worker_pool) == tolist(["workers"])
+    )
+    error_message = "A GPU head (the node detects its GPUs at boot) with one CPU pool of workers."
   }
 }

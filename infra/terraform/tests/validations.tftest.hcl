@@ -355,3 +355,39 @@ run "autostop_beyond_a_week_is_refused" {
   }
   expect_failures = [var.autostop_idle_minutes]
 }
+
+run "two_pools_in_ray_mode_are_refused" {
+  command = plan
+  variables {
+    scaling_mode = "ray"
+    worker_pools = {
+      cpu = {}
+      gpu = { vm_size = "Standard_NC4as_T4_v3" }
+    }
+  }
+  expect_failures = [terraform_data.input_checks]
+}
+
+run "bad_pool_name_is_refused" {
+  command = plan
+  variables {
+    worker_pools = { "GPU_pool" = {} }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "pool_counts_out_of_order_are_refused" {
+  command = plan
+  variables {
+    worker_pools = { gpu = { min_count = 3, default_count = 1, max_count = 4 } }
+  }
+  expect_failures = [terraform_data.input_checks]
+}
+
+run "spot_price_on_a_regular_pool_is_refused" {
+  command = plan
+  variables {
+    worker_pools = { cpu = { max_price = 0.1 } }
+  }
+  expect_failures = [var.worker_pools]
+}

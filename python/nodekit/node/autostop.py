@@ -3,9 +3,9 @@
 ``ray-autostop.service`` on the head. Busy: a Ray job PENDING or RUNNING (the Jobs API on the
 loopback, with the token; unreadable counts as busy), or an established TCP connection to port
 22 (SSH sessions and tunnels). Idle for ``AUTOSTOP_IDLE_MINUTES`` in a row (0: never; only the
-idle time is recorded): mode cpu disables the workers' autoscale setting; the scale set's
-capacity goes to 0 (mode ray: then the head's Ray, its autoscaler, stops and the capacity is set
-to 0 again); the head's VM is deallocated. With the head's managed identity and
+idle time is recorded): mode cpu disables every worker pool's autoscale setting; every pool's
+scale set's capacity goes to 0 (mode ray: then the head's Ray, its autoscaler, stops and the
+capacity is set to 0 again); the head's VM is deallocated. With the head's managed identity and
 azure_vmss_provider.py's client. README.md
 ("Autostop") has the whole story; python/nodekit/node/autostop.py is the source.
 """
@@ -202,7 +202,7 @@ def vm_resource_id(compute: dict[str, Any]) -> str:
 # -- stopping -------------------------------------------------------------------------------------
 class Cloud(Protocol):
     def set_autoscale(self, name: str, enabled: bool) -> None: ...
-    def scale_to_zero(self) -> None: ...
+    def scale_to_zero(self, name: str) -> None: ...
     def deallocate(self, vm_id: str) -> None: ...
 
 
@@ -243,12 +243,25 @@ class Azure:
         )
         self._send("PATCH", path, AUTOSCALE_API, {"properties": {"enabled": enabled}})
 
-    def scale_to_zero(self) -> None:
-        self.scale_set.set_capacity(0)
+    def scale_to_zero(self, name: str) -> None:
+        """Capacity 0 for the scale set ``name`` in the first pool's resource group."""
+        from azure.mgmt.compute.models import Sku, VirtualMachineScaleSetUpdate
+
+        s = self.scale_set
+        update = VirtualMachineScaleSetUpdate(sku=Sku(capacity=0))
+        s.client.virtual_machine_scale_sets.begin_update(s.group, name, update).result()
 
     def deallocate(self, vm_id: str) -> None:
         # Accepted (202) is all this VM lives to see: the deallocation stops it.
         self._send("POST", f"{vm_id}/deallocate", COMPUTE_API)
+
+
+def scale_set_names(values: dict[str, str]) -> list[str]:
+    """Every worker pool's scale set (``WORKER_SCALE_SETS``)."""
+    names = values.get("WORKER_SCALE_SETS", "").split()
+    if not names:
+        raise AutostopError("WORKER_SCALE_SETS names no scale set")
+    return names
 
 
 def stop_cluster(
@@ -259,37 +272,48 @@ def stop_cluster(
     start_ray: Callable[[], None],
     log: Callable[[str], None],
 ) -> None:
-    """Workers to zero, then the head deallocated. Mode cpu: the autoscale setting goes off
-    first (it would bring workers back). Mode ray: the workers go while the head's Ray still
-    runs (their Terminate watchers drain through it and finish at once), then the head's Ray
-    stops (its autoscaler could launch workers again) and the capacity is set to 0 once more,
-    for any worker it launched meanwhile. On a failure the cluster is left as it was, running:
-    Ray starts again, the autoscale setting is on again, and the error is raised."""
+    """Every worker pool to zero, then the head deallocated. Mode cpu: the pools' autoscale
+    settings go off first (they would bring workers back). Mode ray: the workers go while the
+    head's Ray still runs (their Terminate watchers drain through it and finish at once), then
+    the head's Ray stops (its autoscaler could launch workers again) and the capacity is set to
+    0 once more, for any worker it launched meanwhile. On a failure the cluster is left as it
+    was, running: Ray starts again, every autoscale setting turned off is on again (each one
+    tried), and the error is raised."""
     mode = values.get("SCALING_MODE", "cpu")
-    autoscale = values.get("WORKER_AUTOSCALE_NAME", "")
-    stopped_ray = disabled = False
+    autoscales = values.get("WORKER_AUTOSCALE_NAME", "").split() if mode != "ray" else []
+    scale_sets = scale_set_names(values)
+    stopped_ray = False
+    disabled: list[str] = []
+
+    def empty_pools() -> None:
+        for name in scale_sets:
+            log(f"setting the capacity of the workers' scale set {name} to 0")
+            cloud.scale_to_zero(name)
+
     try:
-        if mode != "ray" and autoscale:
-            log(f"disabling the workers' autoscale setting {autoscale}")
-            disabled = True  # a PATCH that failed may still have taken effect
-            cloud.set_autoscale(autoscale, False)
-        log("setting the workers' scale set's capacity to 0")
-        cloud.scale_to_zero()
+        for name in autoscales:
+            log(f"disabling the workers' autoscale setting {name}")
+            disabled.append(name)  # a PATCH that failed may still have taken effect
+            cloud.set_autoscale(name, False)
+        empty_pools()
         if mode == "ray":
             log("stopping the head's Ray (its autoscaler would launch workers again)")
             stop_ray()
             stopped_ray = True
-            log("setting the capacity to 0 again (a worker Ray launched meanwhile goes too)")
-            cloud.scale_to_zero()
+            log("setting the capacities to 0 again (a worker Ray launched meanwhile goes too)")
+            empty_pools()
         log(f"deallocating this head ({vm_id})")
         cloud.deallocate(vm_id)
     except Exception as e:
         log(f"stopping failed ({type(e).__name__}: {e}); leaving the cluster running")
         if stopped_ray:
             start_ray()
-        if disabled:
-            log(f"enabling the workers' autoscale setting {autoscale} again")
-            cloud.set_autoscale(autoscale, True)
+        for name in disabled:
+            log(f"enabling the workers' autoscale setting {name} again")
+            try:
+                cloud.set_autoscale(name, True)
+            except Exception as again:
+                log(f"enabling {name} failed ({again})")
         raise
 
 

@@ -408,6 +408,19 @@ class ScaleSetProvider(BatchingNodeProvider):
 
 
 # -- the autoscaler's configuration ------------------------------------------------------------
+def pool_resources(values: dict[str, str]) -> dict[str, Any]:
+    """The pool's custom resources (``RAY_RESOURCES``, JSON), which its workers' ``ray start``
+    offers over one simulator slot per CPU."""
+    text = values.get("RAY_RESOURCES") or "{}"
+    try:
+        extra = json.loads(text)
+        if all(type(v) in (int, float) for v in extra.values()):
+            return {str(k): v for k, v in extra.items()}
+    except (ValueError, AttributeError):
+        pass
+    raise ProviderError(f"RAY_RESOURCES must be a JSON object of numbers, got {text!r}")
+
+
 def autoscaling_config(values: dict[str, str], head_num_cpus: int = 0) -> dict[str, Any]:
     """Ray's autoscaler configuration from the node's deploy-time values."""
 
@@ -428,6 +441,7 @@ def autoscaling_config(values: dict[str, str], head_num_cpus: int = 0) -> dict[s
     scale_set_id = values.get("WORKER_SCALE_SET_ID", "")
     _, _, name = parse_scale_set_id(scale_set_id)
     cpus = vm_size_cpus(values.get("WORKER_VM_SIZE", ""))
+    resources = {"CPU": cpus, SIMULATOR_RESOURCE: cpus, **pool_resources(values)}
     return {
         "cluster_name": name,
         "max_workers": max_workers,
@@ -457,7 +471,7 @@ def autoscaling_config(values: dict[str, str], head_num_cpus: int = 0) -> dict[s
                 "max_workers": 0,
             },
             WORKER_TYPE: {
-                "resources": {"CPU": cpus, SIMULATOR_RESOURCE: cpus},
+                "resources": resources,
                 "node_config": {},
                 "min_workers": min_workers,
                 "max_workers": max_workers,

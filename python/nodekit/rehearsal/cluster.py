@@ -318,6 +318,12 @@ class Rehearsal:
             "AUTOSTOP_IDLE_MINUTES": str(state.autostop_idle_minutes),
             # The rehearsal has no Azure Monitor autoscale (scaling mode cpu has no scale set).
             "WORKER_AUTOSCALE_NAME": "",
+            # One worker pool, as a stack's default: the fake scale set, its workers offering
+            # one simulator slot per CPU and no other resource or label.
+            "WORKER_SCALE_SETS": self.scale_set_id(state).rsplit("/", 1)[-1],
+            "WORKER_POOL": "workers",
+            "RAY_RESOURCES": "{}",
+            "RAY_LABELS": "",
         }
 
     def scale_set_id(self, state: State) -> str:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what the tests need, then runs pytest.
 #   - Debian packages from scripts/apt-packages.txt (through apt-get when run as root)
-#   - .venv with this package and its dev extra
+#   - .venv with this package and its dev extra (a link to ~/.cache/azure-ray-rl/venv-<key>,
+#     built once per machine and dependency set, where the checkout has no .venv of its own)
 #   - .tools/checkov: checkov in its own environment (its pins conflict with Ray's), a link to
 #     ~/.cache/azure-ray-rl/checkov-<key>, built once per requirements file and Python
 #   - whatever scripts/setup.d/*.sh prepare (cached under .tools/ and .rehearsal/)
@@ -33,9 +34,42 @@ else
     log "not root (or no apt-get): skipping Debian packages ${APT_PACKAGES[*]}"
 fi
 
-log "Python environment (.venv)"
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+# .venv: a checkout's own environment (a real folder, e.g. a developer's) is brought up to date
+# in place. Otherwise (a fresh clone, as CI's) it links to an environment built once per machine
+# and dependency set, outside the checkout (installing torch and Ray into a new one takes minutes),
+# into which only this checkout's own package is installed again (editable, without its
+# dependencies: seconds). The key: pyproject.toml's build system and dependencies, the Python, and
+# pip's configuration with the constraint files it names (what decides what gets installed).
+# Environments unused for 3 days are removed.
+PIP=(-m pip install -q --disable-pip-version-check)
+if [ -d .venv ] && [ ! -L .venv ]; then
+    log "Python environment (.venv, this checkout's own)"
+    .venv/bin/python "${PIP[@]}" -e ".[dev]"
+else
+    VENV_KEY=$({
+        "$PYTHON" -c 'import json, sys, tomllib; d = tomllib.load(open("pyproject.toml", "rb")); \
+            p = d["project"]; json.dump([d["build-system"], p["dependencies"], \
+            p.get("optional-dependencies"), p.get("requires-python")], sys.stdout, sort_keys=True)'
+        "$PYTHON" -VV
+        "$PYTHON" -m pip config list 2>/dev/null || true
+        "$PYTHON" -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.constraint='\(.*\)'$/\1/p" \
+            | tr ' ' '\n' | xargs -r cat 2>/dev/null || true
+    } | sha256sum | cut -c1-16)
+    VENV_ENV="${XDG_CACHE_HOME:-$HOME/.cache}/azure-ray-rl/venv-$VENV_KEY"
+    log "Python environment (.venv -> $VENV_ENV)"
+    if [ ! -x "$VENV_ENV/complete" ]; then
+        rm -rf "$VENV_ENV"
+        "$PYTHON" -m venv "$VENV_ENV"
+        "$VENV_ENV/bin/python" "${PIP[@]}" -e ".[dev]"
+        install -m 0755 /dev/null "$VENV_ENV/complete"
+    else
+        "$VENV_ENV/bin/python" "${PIP[@]}" --no-deps -e .
+    fi
+    touch "$VENV_ENV"
+    find "$(dirname "$VENV_ENV")" -maxdepth 1 -name 'venv-*' ! -newermt '3 days ago' \
+        -exec rm -rf {} +
+    rm -rf .venv && ln -s "$VENV_ENV" .venv
+fi
 
 # Built once per machine and requirements file, outside the checkout (a fresh clone, as CI's,
 # reuses it), and linked as .tools/checkov.

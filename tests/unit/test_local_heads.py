@@ -205,7 +205,8 @@ def test_each_python_environment_gets_its_own_head(head, tmp_path: Path) -> None
             capture_output=True,
             text=True,
         )
-        assert f"another local Ray runs for {sys.prefix}" in status.stderr
+        # the environment by its real path (.venv may be a link, as a fresh clone's is)
+        assert f"another local Ray runs for {Path(sys.prefix).resolve()}" in status.stderr
         assert json.loads(
             LocalRay(home, prefix=str(tmp_path / "other-venv")).state_file.read_text()
         )["prefix"] == str((tmp_path / "other-venv").resolve())

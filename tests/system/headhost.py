@@ -628,13 +628,25 @@ class HeadHost:
 
     def unplug(self) -> None:
         """Take the head's network link down: packets to it vanish, nothing answers (a host
-        that is off, or a firewall that drops)."""
+        that is off, or a firewall that drops).
+
+        The head's MAC address stays pinned on this side, so nothing says "no route to host"
+        either: without it, this machine's ARP gives up on the head after about 3 s and fails
+        every connection waiting for it, a moment that races a client's own timeout (a
+        --connect-timeout 1 attempt begun 2 s after the first one hit it whenever a loaded
+        machine started it 70 ms late). A head on Azure that is off just never answers."""
+        link = _sh("ip", "netns", "exec", self.name, "ip", "-o", "link", "show", self.veth_head)
+        words = link.stdout.split()
+        mac = words[words.index("link/ether") + 1]
+        _sh("ip", "neigh", "replace", self.ip, "lladdr", mac, "dev", self.veth_host,
+            "nud", "permanent")  # fmt: skip
         self.run(["ip", "link", "set", self.veth_head, "down"])
 
     def plug(self) -> None:
         """Undo :meth:`unplug`: the link comes back with its address and route, and the
         connections that lived through the silence go on (a laptop waking up)."""
         self.run(["ip", "link", "set", self.veth_head, "up"])
+        _sh("ip", "neigh", "del", self.ip, "dev", self.veth_host, check=False)
 
     def start_sshd(self, port: int) -> Sshd:
         """Another sshd on ``port`` with its own host key (stopped with the head)."""

@@ -232,7 +232,8 @@ def test_tensorboard_answers_through_the_tunnel_and_shows_the_jobs_run(
         while "tb-run/tb" not in runs:
             assert time.monotonic() < deadline, runs
             time.sleep(3)
-            with urllib.request.urlopen(f"{urls['TensorBoard']}/data/runs", timeout=10) as resp:
+            # Through the tunnel to a TensorBoard that may be rescanning on a loaded machine.
+            with urllib.request.urlopen(f"{urls['TensorBoard']}/data/runs", timeout=60) as resp:
                 runs = dict.fromkeys(json.loads(resp.read()))
     finally:
         proc.send_signal(signal.SIGINT)

@@ -82,7 +82,7 @@ class Driver:
         """When the first stderr line with ``text`` arrived."""
         return next(t for t, line in zip(self.err_at, self.err, strict=False) if text in line)
 
-    def wait_for_err(self, text: str, limit: float = 120) -> float:
+    def wait_for_err(self, text: str, limit: float = 300) -> float:
         """Wait for a stderr line with ``text``; when it arrived."""
         deadline = time.monotonic() + limit
         while not any(text in line for line in self.err):
@@ -90,7 +90,7 @@ class Driver:
             time.sleep(0.05)
         return self.said_at(text)
 
-    def wait_for(self, text: str, limit: float = 120) -> None:
+    def wait_for(self, text: str, limit: float = 300) -> None:
         deadline = time.monotonic() + limit
         while not any(text in line for line in self.out):
             assert self.proc.poll() is None, "".join(self.err)
@@ -99,8 +99,8 @@ class Driver:
 
     def finish(self, limit: float) -> int:
         code = self.proc.wait(timeout=limit)
-        for t in self._threads:
-            t.join(timeout=5)
+        for t in self._threads:  # the last lines, read once the pipes end
+            t.join(timeout=60)
         return code
 
 
@@ -147,8 +147,8 @@ def test_a_silent_network_is_noticed_and_the_log_goes_on_once(
         head_host.unplug()  # packets vanish: no error, no reset, nothing
         # Away for longer than the 6 s the driver allows a silent connection, and for at least
         # one reconnection attempt that fails while the network is still gone.
-        d.wait_for_err("lost the connection to", limit=60)
-        d.wait_for_err("not reconnected yet", limit=60)
+        d.wait_for_err("lost the connection to", limit=120)
+        d.wait_for_err("not reconnected yet", limit=120)
         head_host.plug()
         d.wait_for_err("reconnected to", limit=120)
         # The log goes on after the reconnection, then the job ends.
@@ -190,7 +190,7 @@ def test_a_network_that_stays_away_ends_in_one_line_saying_the_job_runs_on(
         d.wait_for("TICK 6")  # the driver has seen the job RUNNING by now
         head_host.unplug()
         started = time.monotonic()
-        code = d.finish(limit=120)
+        code = d.finish(limit=240)
         took = time.monotonic() - started
     finally:
         head_host.plug()
@@ -199,7 +199,9 @@ def test_a_network_that_stays_away_ends_in_one_line_saying_the_job_runs_on(
             d.proc.kill()
     last = [line.strip() for line in d.err if line.strip()][-1]
     assert code == 2, "".join(d.err)
-    assert took < 60, took  # noticed and given up on in bounded time, not hung
+    # Noticed and given up on in bounded time, not hung (nor waiting out the 300 s default
+    # of --reconnect-timeout): about 6 + 8 s, and a loaded machine's slack.
+    assert took < 120, took
     assert last.startswith(
         f"error: lost the connection to {head_host.ip}:22 and could not reconnect within 8 s"
     )
@@ -250,7 +252,7 @@ def test_a_frozen_sshd_is_noticed_within_three_connect_timeouts_and_healed(
         frozen = head_host.sshd.freeze()
         stopped = time.monotonic()
         assert frozen, "no sshd served the driver's connection"
-        noticed = d.wait_for_err("lost the connection to", limit=60)
+        noticed = d.wait_for_err("lost the connection to", limit=120)
         d.wait_for_err("reconnected to", limit=120)
         # The log goes on after the reconnection, then the job ends.
         d.wait_for(f"TICK {len(_ticks(d.out)) + 2}")
@@ -300,7 +302,7 @@ def test_a_head_that_accepts_but_never_answers_ends_in_the_reattach_line_within_
     try:
         d.wait_for("TICK 6")  # the driver has seen the job RUNNING by now
         frozen = head_host.sshd.freeze(listener=True)
-        lost = d.wait_for_err("lost the connection to", limit=60)
+        lost = d.wait_for_err("lost the connection to", limit=120)
         code = d.finish(limit=120)
     finally:
         head_host.sshd.thaw(frozen)
@@ -344,14 +346,14 @@ def test_the_first_connection_reads_the_token_once_the_head_is_ready(
     head_host.clear_ready()
     d = None
     try:
-        d = Driver(head_host, home, "list", "--ready-timeout", "90", user=user)
-        deadline = time.monotonic() + 60
+        d = Driver(head_host, home, "list", "--ready-timeout", "300", user=user)
+        deadline = time.monotonic() + 240
         while not any("waiting for the head to finish bootstrapping" in e for e in d.err):
             assert d.proc.poll() is None and time.monotonic() < deadline, "".join(d.err)
             time.sleep(0.2)
         head_host.run(["usermod", "-aG", "ray", user])  # what the bootstrap does, late
         head_host.write_ready()
-        code = d.finish(limit=120)
+        code = d.finish(limit=240)
     finally:
         head_host.write_ready()
         if d is not None and d.proc.poll() is None:

@@ -81,7 +81,7 @@ def _drive_then_ready(
     finally:
         proc.kill()
     for t in readers:
-        t.join(10)
+        t.join(60)
     return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(out), "".join(lines))
 
 
@@ -260,13 +260,15 @@ def test_head_never_ready_fails_after_the_bound(
     head = make_head_host()  # sshd only: no ready marker, ever
     home = _home(tmp_path, head)
     started = time.monotonic()
-    r = drive(home, "list", *head.cli_args, "--ready-timeout", "4")
+    r = drive(home, "list", *head.cli_args, "--ready-timeout", "4", timeout=300)
     elapsed = time.monotonic() - started
     line = one_error(r)
-    assert line.startswith(f"error: the head {head.ip}:22 is not ready after ")
+    assert line.startswith(f"error: the head {head.ip}:22 is not ready after 4 s")
     assert "expected /var/lib/ray-cluster/ready of this boot, found none (cloud-init: " in line
     assert "waiting for the head to finish bootstrapping (cloud-init: " in r.stderr
-    assert 4 <= elapsed < 60
+    # It waited the 4 s and gave up, not the default 900 s (the rest is a loaded machine
+    # starting Python and connecting: not a speed target).
+    assert 4 <= elapsed < 240
     # The same bound from the environment.
     r = run_driver(
         "list", *head.cli_args, home=home, env={**driver_env(home), "RAYDRIVER_READY_TIMEOUT": "0"}
@@ -298,12 +300,14 @@ def test_failed_bootstrap_fails_fast_with_its_reason(
     head.write_failed("pip install ray failed: no network")
     home = _home(tmp_path, head)
     started = time.monotonic()
-    r = drive(home, "submit", *head.cli_args, "--ready-timeout", "300", SCRIPT)
+    r = drive(home, "submit", *head.cli_args, "--ready-timeout", "600", SCRIPT, timeout=500)
     assert one_error(r) == (
         "error: the head's bootstrap failed: pip install ray failed: no network (from "
         "/var/lib/ray-cluster/failed; the whole log is /var/log/cloud-init-output.log on the head)"
     )
-    assert time.monotonic() - started < 30
+    # At once, not after the 600 s --ready-timeout (on a loaded machine, starting Python and
+    # connecting take tens of seconds: the bound is far from both).
+    assert time.monotonic() - started < 300
 
 
 def test_missing_token_is_reported(make_head_host: Callable[[], HeadHost], tmp_path: Path) -> None:
@@ -441,7 +445,7 @@ def test_ctrl_c_while_waiting_for_the_head(
     assert "waiting for the head to finish bootstrapping" in err
     assert "Traceback" not in err
     assert_nothing_left(before)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # the head's sshd sees the close: a bound on a hang
     while head.ssh_peers() != peers_before:
         assert time.monotonic() < deadline, head.ssh_peers()
         time.sleep(0.1)

@@ -50,7 +50,7 @@ def _status(head: HeadHost, sid: str, home: Path) -> str:
     return json.loads(r.stdout)["status"]
 
 
-def _wait_for_log(head: HeadHost, sid: str, text: str, home: Path, limit: float = 90) -> None:
+def _wait_for_log(head: HeadHost, sid: str, text: str, home: Path, limit: float = 300) -> None:
     deadline = time.monotonic() + limit
     while text not in drive(head, "logs", sid, home=home).stdout:
         assert time.monotonic() < deadline, f"job {sid} never printed {text!r}"
@@ -229,11 +229,15 @@ def test_ctrl_c_in_a_separate_process_closes_its_ssh_connection(
             break
     assert any(peer.startswith(f"{head_host.host_ip}:") for peer in head_host.ssh_peers())
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    # The head no longer sees a connection from us: no tunnel outlived the command.
-    assert not [p for p in head_host.ssh_peers() if p.startswith(f"{head_host.host_ip}:")]
+    # The head no longer sees a connection from us: no tunnel outlived the command. (The
+    # head's kernel takes in the close a moment after the process ended: a bound on a hang.)
+    deadline = time.monotonic() + 60
+    while ours := [p for p in head_host.ssh_peers() if p.startswith(f"{head_host.host_ip}:")]:
+        assert time.monotonic() < deadline, ours
+        time.sleep(0.2)
     assert _status(head_host, sid, home) == "RUNNING"
     assert drive(head_host, "stop", sid, home=home).returncode == 0
 
@@ -272,7 +276,7 @@ def test_dashboard_tunnels_until_ctrl_c(head_host: HeadHost, home: Path) -> None
         stdout=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120
         while "127.0.0.1:6006" not in head_host.run(["ss", "-ltnH"]).stdout:
             assert time.monotonic() < deadline
             time.sleep(0.2)
@@ -290,12 +294,13 @@ def test_dashboard_tunnels_until_ctrl_c(head_host: HeadHost, home: Path) -> None
         version = requests.get(
             f"{ray_url}/api/version",
             headers={"Authorization": f"Bearer {head_host.token}"},
-            timeout=10,
+            timeout=60,
         )
         assert version.json()["ray_version"]
-        assert requests.get(board_url, timeout=10).status_code == 200
+        assert requests.get(board_url, timeout=60).status_code == 200
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        # Closing the tunnel took over 30 s at a load of ~10 on 2 cores (as in the e2e test).
+        _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
         assert "Closed the tunnel." in err
         assert head_host.token not in err
@@ -317,7 +322,7 @@ def test_ssh_runs_a_command_or_a_shell_with_its_exit_code(head_host: HeadHost, h
         env={**os.environ, "RAYDRIVER_HOME": str(home), **driver_env(home)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
     )
     assert r.returncode == 4, r.stderr
     assert r.stdout.split() == ["from-stdin", head_host.ip]

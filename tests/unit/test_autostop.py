@@ -455,7 +455,7 @@ def test_the_stop_through_azure_leaves_no_worker_no_autoscale_and_the_head_deall
     autostop.stop_cluster(values, vm_id, cloud, lambda: None, lambda: None, logged.append)
     assert azure.compute.autoscale_enabled(AUTOSCALE) is False
     assert azure.compute.capacity(SCALE_SET) == 0
-    assert azure.deallocated.wait(10)
+    assert azure.deallocated.wait(120)
     assert _settles(lambda: azure.compute.power_state(HEAD) == "deallocated")
     writes = [
         (r["method"], r["path"].rsplit("/", 1)[-1], r["query"]["api-version"])
@@ -503,7 +503,7 @@ def test_fake_vm_power_states_follow_azures_wire_format(azure: Azure) -> None:
     assert response.status_code == 202
     assert "/operations/" in response.headers["Azure-AsyncOperation"]
     assert response.headers["Retry-After"] == "1"
-    assert azure.deallocated.wait(10)
+    assert azure.deallocated.wait(120)
     assert _settles(lambda: azure.compute.power_state(HEAD) == "deallocated")
     operation = _arm_url(azure, response.headers["Azure-AsyncOperation"])
     assert operation["status"] == "Succeeded"
@@ -516,7 +516,7 @@ def test_fake_vm_power_states_follow_azures_wire_format(azure: Azure) -> None:
     # Deallocating again is accepted and changes nothing; starting boots it.
     assert _arm(azure, "POST", f"{HEAD_ID}/deallocate").status_code == 202
     assert _arm(azure, "POST", f"{HEAD_ID}/start").status_code == 202
-    assert azure.started.wait(10)
+    assert azure.started.wait(120)
     assert _settles(lambda: azure.compute.power_state(HEAD) == "running")
     missing = _arm(azure, "POST", HEAD_ID.replace(HEAD, "nope") + "/start")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "ResourceNotFound"
@@ -535,14 +535,15 @@ def test_fake_autoscale_setting_patch_validates_its_body(azure: Azure) -> None:
     assert got["properties"]["targetResourceUri"] == SCALE_SET_ID
 
 
-def _settles(check: Any, tries: int = 200) -> bool:
-    """Whether ``check()`` holds within ``tries`` looks 0.05 s apart (the fake's hook thread
-    sets the power state right after the hook returns)."""
-    for _ in range(tries):
-        if check():
-            return True
+def _settles(check: Any, within: float = 120) -> bool:
+    """Whether ``check()`` holds within ``within`` seconds, looked at every 0.05 s (the fake's
+    hook thread sets the power state right after the hook returns; the bound is on a hang)."""
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.05)
-    return False
+    return True
 
 
 def _arm_url(azure: Azure, url: str) -> Any:

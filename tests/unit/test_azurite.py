@@ -109,7 +109,7 @@ def _node_token(blob: Blob, resource: str = STORAGE_RESOURCE) -> str:
     request = urllib.request.Request(
         f"{blob.imds.url}/metadata/identity/oauth2/token?{query}", headers={"Metadata": "true"}
     )
-    with urllib.request.urlopen(request, timeout=10) as r:
+    with urllib.request.urlopen(request, timeout=60) as r:
         token: str = json.load(r)["access_token"]
     return token
 
@@ -124,7 +124,7 @@ def _request(
 ) -> tuple[int, str, bytes]:
     """(status, x-ms-error-code, body) of a Blob request under the account's path."""
     conn = http.client.HTTPSConnection(
-        "127.0.0.1", blob.port, context=ssl.create_default_context(cafile=str(blob.ca)), timeout=15
+        "127.0.0.1", blob.port, context=ssl.create_default_context(cafile=str(blob.ca)), timeout=60
     )
     sent = {"x-ms-version": API, **(headers or {})}
     if token is not None:
@@ -141,13 +141,13 @@ def test_the_account_url_is_https_on_the_bridge_with_the_rehearsal_ca(blob: Blob
     assert blob.url == f"https://127.0.0.1:{blob.port}/{azurite.ACCOUNT}"
     trusting = ssl.create_default_context(cafile=str(blob.ca))
     with (
-        socket.create_connection(("127.0.0.1", blob.port), timeout=5) as raw,
+        socket.create_connection(("127.0.0.1", blob.port), timeout=60) as raw,
         trusting.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
     ):
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
     # Without the rehearsal's CA the certificate is not trusted: it is that CA's.
     with (
-        socket.create_connection(("127.0.0.1", blob.port), timeout=5) as raw,
+        socket.create_connection(("127.0.0.1", blob.port), timeout=60) as raw,
         pytest.raises(ssl.SSLCertVerificationError),
     ):
         ssl.create_default_context().wrap_socket(raw, server_hostname="127.0.0.1")
@@ -274,7 +274,7 @@ def _pyarrow_node(
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
     )
 
 

@@ -179,7 +179,7 @@ def served(fake: FakeNode) -> Iterator[str]:
 
 def get(url: str) -> tuple[int, dict[str, str]]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        with urllib.request.urlopen(url, timeout=60) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
@@ -224,7 +224,7 @@ def test_the_body_is_json_the_extension_reads(fake: FakeNode, served: str) -> No
     """The extension unmarshals the body and accepts exactly Healthy or Unhealthy in
     ApplicationHealthState; Initializing is deliberately outside that set (read as Unknown,
     which keeps the instance Initializing during the extension's grace period)."""
-    with urllib.request.urlopen(f"{served}/health", timeout=5) as r:
+    with urllib.request.urlopen(f"{served}/health", timeout=60) as r:
         assert r.headers["Content-Type"] == "application/json"
         raw = r.read()
     assert int(r.headers["Content-Length"]) == len(raw)

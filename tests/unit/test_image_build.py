@@ -139,22 +139,32 @@ def test_a_build_already_running_is_followed(fake: FakeAzure, tmp_path: Path) ->
     [template] = fake.image_templates.values()
     status = template["properties"]["lastRunStatus"]
     status.update(runState="Running", runSubState="Customizing")
-    # Azure finishes it while the driver follows: the template's state is what it reads.
+    # Azure finishes it while the driver follows: the template's state is what it reads. It
+    # finishes once the driver said it follows (not after a fixed delay, which a loaded machine
+    # starting the driver outruns: it would find the build over and start another).
     fake.build_steps = ()
-
-    def finish() -> None:
-        time.sleep(2)
-        template["_versions"] += 1
-        status.update(runState="Succeeded", runSubState="Distributing")
-
-    import threading
-
-    threading.Thread(target=finish, daemon=True).start()
-    r = driver(fake, tmp_path, "--resource-group", "rg-img")
-    assert r.returncode == 0, r.stderr
-    assert "A build of ray-node-image is already running: following it." in r.stderr
+    cmd = [sys.executable, "-m", "driver", "image", "build", "--resource-group", "rg-img"]
+    env = {**os.environ, **fake.env(), "AZURE_SUBSCRIPTION_ID": SUB,
+           "RAYDRIVER_HOME": str(tmp_path)}  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stderr is not None
+    seen = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if "is already running: following it." in line:
+                template["_versions"] += 1
+                status.update(runState="Succeeded", runSubState="Distributing")
+                break
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    err = "".join(seen) + err
+    assert proc.returncode == 0, err
+    assert "A build of ray-node-image is already running: following it." in err
     assert len(fake.runs) == 1  # no second POST run
-    assert r.stdout.strip().endswith(VERSION + "1.0.2")
+    assert out.strip().endswith(VERSION + "1.0.2")
 
 
 @pytest.mark.parametrize(

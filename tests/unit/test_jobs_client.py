@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
-import time
+import threading
 from typing import Any
 
 import pytest
@@ -19,17 +19,24 @@ class _BrokenCluster:
 
     def __init__(self) -> None:
         self.info_calls = 0
+        self.asked = threading.Event()
+        self.broke = threading.Event()
 
     async def tail_job_logs(self, submission_id: str) -> Any:
         import asyncio
 
         yield "TICK 1\n"
-        await asyncio.sleep(0.05)
+        while not self.asked.is_set():  # the status call is under way...
+            await asyncio.sleep(0.01)
+        self.broke.set()  # ... when the stream breaks
         raise RuntimeError("WebSocket connection closed unexpectedly with close code 1006")
 
     def get_job_info(self, submission_id: str) -> Any:
         self.info_calls += 1
-        time.sleep(0.3)  # the stream breaks while this call waits
+        self.asked.set()
+        # The stream breaks while this call waits (whatever the machine's load; the bound is
+        # only against a hang).
+        assert self.broke.wait(120)
         raise ConnectionError("Connection refused")
 
 

@@ -47,10 +47,10 @@ def _listeners(session_id: int) -> list[tuple[str, int]]:
     return sorted(found)
 
 
-def _answer_without_token(port: int) -> str:
+def _answer_without_token(port: int, timeout: float = 5) -> str:
     """What an HTTP request without the token gets: a status, or what went wrong."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/jobs/", timeout=5) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/jobs/", timeout=timeout) as r:
             return f"HTTP {r.status}"
     except urllib.error.HTTPError as e:
         return f"HTTP {e.code}"
@@ -66,7 +66,12 @@ def test_nothing_answers_without_the_token(head) -> None:  # type: ignore[no-unt
     assert running.dashboard_port in ports and running.gcs_port in ports
     # The dashboard/Jobs API is on loopback only.
     assert {ip for ip, port in listeners if port == running.dashboard_port} == {"127.0.0.1"}
-    answers = {port: _answer_without_token(port) for port in sorted(ports)}
+    # The dashboard must answer (a loaded machine's dashboard may take its time: 120 s); the
+    # gRPC ports may keep a plain HTTP request waiting, and any answer but a 2xx will do there.
+    answers = {
+        port: _answer_without_token(port, 120 if port == running.dashboard_port else 5)
+        for port in sorted(ports)
+    }
     assert not [p for p, a in answers.items() if a.startswith("HTTP 2")], answers
     assert answers[running.dashboard_port] == "HTTP 401"
     # No Prometheus endpoints (they take no token): Ray's autoscaler metrics port is closed.
@@ -97,7 +102,7 @@ def test_the_readme_names_every_kind_of_process_that_listens(head) -> None:  # t
     (the Ray Client server was missing): a new kind of listener fails here until it is named."""
     _, running = head
     required = {"GCS", "raylet", "dashboard", "Ray Client server"}
-    deadline = time.monotonic() + 60  # the Ray Client server may listen a moment after the rest
+    deadline = time.monotonic() + 300  # the Ray Client server may listen a while after the rest
     while True:
         kinds = set()
         for pid in session_pids(running.session_id):
@@ -126,7 +131,7 @@ def test_the_gcs_refuses_a_client_without_the_token(head, tmp_path: Path) -> Non
     _, running = head
     code = (
         "from ray._raylet import GcsClient\n"
-        f"print(len(GcsClient(address='127.0.0.1:{running.gcs_port}').get_all_node_info(timeout=5)))\n"
+        f"print(len(GcsClient(address='127.0.0.1:{running.gcs_port}').get_all_node_info(timeout=60)))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     for client_env in (

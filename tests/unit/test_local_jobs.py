@@ -96,7 +96,7 @@ def test_no_wait_status_logs_stop_list(driver_home: Path) -> None:
         home=driver_home,
     )
     assert r.returncode == 0, r.stderr
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # a job's start on a loaded machine: a bound on a hang
     while "tick 1" not in run_driver("logs", "sleep-1", home=driver_home).stdout:
         assert time.monotonic() < deadline, "job never printed"
         time.sleep(1)
@@ -154,7 +154,7 @@ def test_ctrl_c_leaves_the_job_running(driver_home: Path) -> None:
         if line.startswith("tick 2"):
             break
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err
     assert "job int-1 keeps running" in err
     assert "python -m driver stop int-1" in err
@@ -258,8 +258,8 @@ def test_stop_of_a_job_that_never_starts_ends_in_bounded_time(driver_home: Path)
     time.sleep(3)
     assert _status(sid, driver_home) == "PENDING"
     started = time.monotonic()
-    r = run_driver("stop", sid, "--timeout", "5", home=driver_home, timeout=120)
-    assert time.monotonic() - started < 60
+    r = run_driver("stop", sid, "--timeout", "5", home=driver_home, timeout=300)
+    assert time.monotonic() - started < 200  # bounded (5 s and a loaded machine's start-up)
     assert r.returncode == 2
     [line] = error_lines(r.stderr)
     assert line.startswith(f"error: asked Ray to stop job {sid}, but it is still PENDING after 5 s")

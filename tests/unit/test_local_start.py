@@ -59,7 +59,9 @@ def test_a_node_that_misses_rays_30_s_is_started_again_and_ready_only_once_ray_s
     local = _local_ray(tmp_path, monkeypatch, failures=1)
     said: list[str] = []
     try:
-        head, started = local.start(timeout=60, progress=said.append)
+        # A generous bound: the second start is given up when less than 35 s are left, and on
+        # a loaded machine the first one alone can take 30 s.
+        head, started = local.start(timeout=300, progress=said.append)
         assert started and (tmp_path / "tries").read_text() == "2"
         assert any("missed Ray's 30 s to register" in line for line in said), said
         assert "Ray runtime started." in Path(head.log_file).read_text()
@@ -72,7 +74,7 @@ def test_a_node_that_misses_it_twice_ends_in_rays_line(
 ) -> None:
     local = _local_ray(tmp_path, monkeypatch, failures=2)
     with pytest.raises(DriverError) as failed:
-        local.start(timeout=60)
+        local.start(timeout=300)
     assert str(failed.value).startswith("local Ray did not start: 'ray start' exited with code 1")
     assert "timed out during startup" in str(failed.value)
     assert (tmp_path / "tries").read_text() == "2"

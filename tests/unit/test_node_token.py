@@ -8,8 +8,6 @@ import os
 import secrets
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,37 +38,43 @@ class Azure:
     token: str
     node_check: Path
 
+    def command(self, tmp: Path, *extra: str, timeout: float = 5) -> list[str]:
+        return [
+            sys.executable,
+            str(self.node_check),
+            "token",
+            "--vault",
+            self.vault.url,
+            "--secret",
+            SECRET,
+            "--client-id",
+            CLIENT_ID,
+            "--out",
+            str(tmp / "token"),
+            "--failed",
+            str(tmp / "failed"),
+            "--timeout",
+            str(timeout),
+            "--imds",
+            self.imds.url,
+            *extra,
+        ]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SSL_CERT_FILE": str(self.ca)}
+
     def run(
         self, tmp: Path, *extra: str, timeout: float = 5
     ) -> tuple[subprocess.CompletedProcess, Path, Path]:
-        out, failed = tmp / "token", tmp / "failed"
         p = subprocess.run(
-            [
-                sys.executable,
-                str(self.node_check),
-                "token",
-                "--vault",
-                self.vault.url,
-                "--secret",
-                SECRET,
-                "--client-id",
-                CLIENT_ID,
-                "--out",
-                str(out),
-                "--failed",
-                str(failed),
-                "--timeout",
-                str(timeout),
-                "--imds",
-                self.imds.url,
-                *extra,
-            ],
+            self.command(tmp, *extra, timeout=timeout),
             capture_output=True,
             text=True,
-            env={**os.environ, "SSL_CERT_FILE": str(self.ca)},
+            env=self.env,
             timeout=120,
         )
-        return p, out, failed
+        return p, tmp / "token", tmp / "failed"
 
     def grant(self, readers: list[str], secrets_: dict[str, str] | None = None) -> None:
         self.vault.state.write(
@@ -118,13 +122,32 @@ def test_reads_the_token_with_the_identity(azure: Azure, tmp_path: Path) -> None
 
 def test_waits_while_the_role_propagates(azure: Azure, tmp_path: Path) -> None:
     azure.grant(readers=[])  # the role assignment has not reached the vault yet
-    threading.Timer(3.0, lambda: azure.grant(readers=[CLIENT_ID])).start()
-    started = time.monotonic()
-    p, out, _ = azure.run(tmp_path, timeout=60)
-    assert p.returncode == 0, p.stderr
-    assert out.read_text() == azure.token
-    assert time.monotonic() - started >= 3
-    assert "ForbiddenByRbac" in p.stderr  # it said why it was waiting
+    p = subprocess.Popen(
+        azure.command(tmp_path, timeout=300),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=azure.env,
+    )
+    assert p.stderr is not None
+    said = []
+    try:
+        # The role arrives once the node was refused and said it waits (not after a fixed
+        # delay, which a loaded machine starting Python can outrun: it would never be refused).
+        for line in p.stderr:
+            said.append(line)
+            if "waiting for the cluster token" in line:
+                azure.grant(readers=[CLIENT_ID])
+                break
+        _, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    err = "".join(said) + err
+    assert p.returncode == 0, err
+    assert (tmp_path / "token").read_text() == azure.token
+    assert "ForbiddenByRbac" in said[-1]  # it said why it was waiting
+    # Refused, then asked again once the role was there.
+    assert len(azure.vault.state.lines("requests.jsonl")) >= 2
 
 
 def test_gives_up_with_the_reason_in_the_failure_marker(azure: Azure, tmp_path: Path) -> None:

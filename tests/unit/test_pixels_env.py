@@ -32,7 +32,7 @@ XVFB = shutil.which("Xvfb")
 """From scripts/apt-packages.txt (xvfb), which scripts/test.sh installs."""
 
 
-def gone(pid: int, within: float = 10.0) -> bool:
+def gone(pid: int, within: float = 120.0) -> bool:
     """The process ended (a zombie counts as ended: only its parent can reap it)."""
     deadline = time.monotonic() + within
     while True:

@@ -218,3 +218,55 @@ def test_a_documents_folder_without_its_customizer_is_refused_in_one_line(
         Rehearsal._customizer(docs)
     (docs / render.CUSTOMIZER).write_text("#!/bin/bash\n")
     assert Rehearsal._customizer(docs) == docs / render.CUSTOMIZER
+
+
+# -- a stand-in on the bridge starting ---------------------------------------------------------
+LISTEN_LATE = """
+import socket, sys, time
+time.sleep(float(sys.argv[2]))
+s = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+time.sleep(600)
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_stand_in_that_listens_late_is_waited_for() -> None:
+    """The wait is for the port, not a fixed time: a stand-in slow to start (Azurite on a loaded
+    machine) is waited for, up to a bound on a hang that is far beyond its start."""
+    from nodekit.rehearsal.services import PORT_WAIT_S, wait_for_port
+
+    assert PORT_WAIT_S >= 120
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-c", LISTEN_LATE, str(port), "1.5"])
+    try:
+        wait_for_port("127.0.0.1", port, "the late stand-in", pid=proc.pid)
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_stand_in_whose_process_ends_is_an_error_at_once() -> None:
+    import time
+
+    from nodekit.rehearsal.services import wait_for_port
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    started = time.monotonic()
+    with pytest.raises(DriverError) as e:
+        wait_for_port("127.0.0.1", port, "the broken stand-in", pid=proc.pid, limit=600)
+    assert str(e.value).startswith(
+        f"the broken stand-in did not start on 127.0.0.1:{port}: its process ended ("
+    )
+    assert time.monotonic() - started < 300  # its end, not the 600 s bound
+    proc.wait()
+    with pytest.raises(DriverError, match=r"did not start on 127\.0\.0\.1:\d+ within 1 s: "):
+        wait_for_port("127.0.0.1", port, "nothing", limit=1)

@@ -97,7 +97,7 @@ def hostile_sftp() -> Iterator[paramiko.SFTPClient]:
     )
     started.start()
     client = paramiko.Transport(client_sock)
-    client.start_client(timeout=10)
+    client.start_client(timeout=120)
     client.auth_none("anyone")
     sftp = paramiko.SFTPClient.from_transport(client)
     assert sftp is not None

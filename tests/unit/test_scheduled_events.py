@@ -76,7 +76,7 @@ class Running:
         )
         self.thread.start()
 
-    def wait_for(self, text: str, limit: float = 20) -> None:
+    def wait_for(self, text: str, limit: float = 120) -> None:
         deadline = time.monotonic() + limit
         while not any(text in line for line in self.lines):
             assert time.monotonic() < deadline, self.lines
@@ -108,7 +108,11 @@ def test_an_event_for_this_vm_drains_stops_and_acknowledges_in_that_order(
     assert drained_at < stopped_at
     assert acks[0]["time"] - time.time() + time.monotonic() > stopped_at - 0.5
     assert stopped_at - posted < min(notice, 30)
-    assert notice - 8 < float(deadline) <= notice - 5  # the notice, less the safety margin
+    # The drain's deadline: what was left of the notice (NotBefore has whole seconds) when the
+    # watcher read the event, less the 5 s safety margin. How long it took to read it is
+    # measured, not assumed (a loaded machine can be seconds late).
+    late = drained_at - posted
+    assert notice - 6 - late - 0.1 < float(deadline) <= notice - 5
     # Acknowledged: the event left the document, as Azure goes ahead.
     assert imds.state.read("events.json", None) == []
 
@@ -131,7 +135,12 @@ def test_other_vms_events_and_other_kinds_are_left_alone(
         w.wait_for("watching")
         event_id = imds.schedule(kind, resources, not_before_s=60)
         w.wait_for(f"ignoring event {event_id}")
-        time.sleep(1.0)  # several more polls: still nothing, and said once
+        polls = len(imds.state.lines("requests.jsonl"))
+        deadline = time.monotonic() + 120
+        # Five more polls answered (it asks one at a time): still nothing, and said once.
+        while len(imds.state.lines("requests.jsonl")) < polls + 6:
+            assert time.monotonic() < deadline, w.lines
+            time.sleep(0.05)
     finally:
         w.close()
     assert node.calls == [] and imds.acks() == []
@@ -183,12 +192,16 @@ def test_a_service_that_is_down_at_start_is_waited_for(tmp_path: Path, node: Nod
         target=watcher.run, kwargs={"interval": 0.1, "max_backoff": 0.5, "until": done.is_set}
     )
     thread.start()
-    time.sleep(1.5)
+    # Down when the watcher first asks (and says so), then up.
+    deadline = time.monotonic() + 120
+    while not any("unusable" in line for line in lines):
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.05)
     imds = FakeImds(tmp_path / "late", port=port)
     imds.state.write("config.json", imds_config(secrets.token_bytes(16), ME, {}))
     imds.start()
     try:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 120
         while not any("watching scheduled events" in line for line in lines):
             assert time.monotonic() < deadline, lines
             time.sleep(0.05)

@@ -40,6 +40,11 @@ def test_the_drivers_own_key_wins_over_an_old_hashed_entry_in_the_users_file(
     assert fresh.lookup(host)["ssh-rsa"] == old
 
 
+STUCK_S = 300
+"""How long a stuck keepalive holds its thread: far beyond the deadline, so that a watchdog
+that waited on it shows (the bound on ``took`` below)."""
+
+
 class _StuckTransport:
     """A transport whose send blocks until it is closed, as paramiko's does during a rekey or
     with the head's receive window full (its sshd frozen mid-upload)."""
@@ -53,18 +58,20 @@ class _StuckTransport:
 
     def _send_user_message(self, _m: paramiko.Message) -> None:
         self.sends += 1
-        self.closed.wait(30)
+        self.closed.wait(STUCK_S)
 
 
 def test_a_keepalive_stuck_in_paramiko_does_not_stop_the_deadline() -> None:
     here, head = socket.socketpair()
     clocked = ssh._Clocked.wrap(here)
     transport = _StuckTransport()
-    options = ssh.SshOptions(keepalive_s=0.2, dead_after_s=0.8)
+    # The keepalive is asked for after 0.2 s; the deadline comes at 2 s (with room for a loaded
+    # machine to have sent it by then), and many more asks in between find it still stuck.
+    options = ssh.SshOptions(keepalive_s=0.2, dead_after_s=2.0)
     dog = ssh._Watchdog(transport, clocked, options)  # type: ignore[arg-type]
     started = time.monotonic()
     try:
-        head.settimeout(10)
+        head.settimeout(STUCK_S / 2)
         assert head.recv(1) == b""  # the watchdog shut the connection down: EOF on the head's end
         took = time.monotonic() - started
     finally:
@@ -73,5 +80,5 @@ def test_a_keepalive_stuck_in_paramiko_does_not_stop_the_deadline() -> None:
         head.close()
         clocked.close()
     assert transport.sends == 1  # one keepalive in flight at a time, however long it is stuck
-    assert dog.reason is not None and "sent nothing for 0.8 s" in dog.reason
-    assert took < 10
+    assert dog.reason is not None and "sent nothing for 2 s" in dog.reason
+    assert took < STUCK_S / 2  # the deadline did not wait for the stuck send

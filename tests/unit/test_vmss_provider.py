@@ -187,6 +187,10 @@ def deploy_values(**over: Any) -> dict[str, str]:
     return values
 
 
+WRITE_WAIT_S = 120
+"""A bound on a hang for the provider's write (Azure's calls to the in-process fake)."""
+
+
 def autoscaler_round(p: vp.ScaleSetProvider, launch: int = 0, terminate: list[str] = ()) -> None:
     """What StandardAutoscaler does in one update: read, decide, write once."""
     from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
@@ -198,7 +202,7 @@ def autoscaler_round(p: vp.ScaleSetProvider, launch: int = 0, terminate: list[st
     if launch:
         p.create_node({}, {TAG_RAY_USER_NODE_TYPE: vp.WORKER_TYPE}, launch)
     p.post_process()
-    p.wait(30)
+    p.wait(WRITE_WAIT_S)
 
 
 def test_provider_scales_out_and_reports_nodes_by_private_ip(azure: Azure) -> None:
@@ -228,7 +232,7 @@ def test_provider_drains_then_deletes_exactly_that_instance(azure: Azure) -> Non
     p.post_process()
     # Gone from the autoscaler's view at once, while Azure still deletes it.
     assert victim not in p.non_terminated_nodes({})
-    p.wait(30)
+    p.wait(WRITE_WAIT_S)
     assert drains.calls == [ip]
     assert sorted(azure.ips()) == ["0", "2"]  # not the newest (2): the one named
     assert [d["instanceId"] for d in azure.deleted] == ["1"]
@@ -257,7 +261,7 @@ def test_capacity_is_never_lowered_without_naming_the_instance(azure: Azure) -> 
     p.scale_request.desired_num_workers[vp.WORKER_TYPE] = 0
     p.scale_change_needed = True
     p.post_process()
-    p.wait(30)
+    p.wait(WRITE_WAIT_S)
     assert sorted(azure.ips()) == ["0", "1"]
 
 
@@ -287,21 +291,26 @@ def test_an_azure_outage_keeps_the_last_view_and_stops_writes(azure: Azure) -> N
 
 def test_writes_wait_for_the_previous_one(azure: Azure) -> None:
     gate = threading.Event()
-    azure.compute.on_create = lambda info: gate.wait(10)  # a VM that takes its time
+    # A VM that takes its time: until the test has looked (not a fixed 10 s, which a loaded
+    # machine could spend before the test looks).
+    azure.compute.on_create = lambda info: gate.wait(600)
     p = provider(azure, Drains())
-    p.non_terminated_nodes({})
-    from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
+    try:
+        p.non_terminated_nodes({})
+        from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
 
-    p.create_node({}, {TAG_RAY_USER_NODE_TYPE: vp.WORKER_TYPE}, 1)
-    p.post_process()
-    deadline = time.time() + 10
-    while not azure.compute.instances(NAME) and time.time() < deadline:
-        time.sleep(0.05)
-    p.non_terminated_nodes({})
-    assert not p.safe_to_scale()
-    assert p.node_tags(f"{NAME}_0")["ray-node-status"] == "creating VM"
-    gate.set()
-    p.wait(30)
+        p.create_node({}, {TAG_RAY_USER_NODE_TYPE: vp.WORKER_TYPE}, 1)
+        p.post_process()
+        deadline = time.monotonic() + WRITE_WAIT_S
+        while not azure.compute.instances(NAME):
+            assert time.monotonic() < deadline, "the scale set never got the instance"
+            time.sleep(0.05)
+        p.non_terminated_nodes({})
+        assert not p.safe_to_scale()
+        assert p.node_tags(f"{NAME}_0")["ray-node-status"] == "creating VM"
+    finally:
+        gate.set()
+    p.wait(WRITE_WAIT_S)
     p.non_terminated_nodes({})
     assert p.safe_to_scale()
     assert p.node_tags(f"{NAME}_0")["ray-node-status"] == "up-to-date"

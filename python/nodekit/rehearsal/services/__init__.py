@@ -84,9 +84,24 @@ def port(state: State, service: str) -> int:
     return state.http_port + PORT_OFFSETS[service]
 
 
-def wait_for_port(host: str, port: int, what: str, netns: str | None = None) -> None:
-    """Wait (15 s at most) until something accepts TCP connections on host:port."""
-    deadline = time.monotonic() + 15
+PORT_WAIT_S = 120.0
+"""How long a stand-in may take to listen: only a bound on a hang. Azurite (Node.js) and the
+Python fakes listen within seconds on a quiet machine; on a loaded one (CI: 2 cores at a load of
+8-12) that is tens of seconds, and 15 s was not enough. A stand-in whose process ends is an
+error at once."""
+
+
+def wait_for_port(
+    host: str,
+    port: int,
+    what: str,
+    netns: str | None = None,
+    pid: int | None = None,
+    limit: float = PORT_WAIT_S,
+) -> None:
+    """Wait (``limit`` s at most) until something accepts TCP connections on host:port; with
+    ``pid``, the process that is to listen there: its end is an error at once."""
+    deadline = time.monotonic() + limit
     while True:
         if netns is None:
             try:
@@ -102,8 +117,10 @@ def wait_for_port(host: str, port: int, what: str, netns: str | None = None) -> 
             if probe.returncode == 0:
                 return
             why = probe.stderr.strip()[-200:]
+        if pid is not None and not pid_alive(pid):
+            raise DriverError(f"{what} did not start on {host}:{port}: its process ended ({why})")
         if time.monotonic() > deadline:
-            raise DriverError(f"{what} did not start on {host}:{port}: {why}")
+            raise DriverError(f"{what} did not start on {host}:{port} within {limit:.0f} s: {why}")
         time.sleep(0.2)
 
 

@@ -113,12 +113,12 @@ def start(ctx: Context) -> str:
     data = data_dir(azure)
     data.mkdir(parents=True, exist_ok=True)
     blob_port = ctx.port("azurite")
-    ctx.spawn(
+    pid = ctx.spawn(
         command(ctx.host, blob_port, cert, key, data),
         azure / "azurite.log",
         environment(new_account_key()),
     )
-    wait_for_port(ctx.host, blob_port, "the rehearsal's Blob storage (Azurite)")
+    wait_for_port(ctx.host, blob_port, "the rehearsal's Blob storage (Azurite)", pid=pid)
     account = account_url(ctx.host, blob_port)
     token = fakes.node_fake().issue_token(
         bytes.fromhex(shared["token_key"]),

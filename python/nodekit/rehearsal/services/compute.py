@@ -106,7 +106,7 @@ def start(ctx: Context, workers: list[Node], pool: list[str]) -> None:
     vm_hook = shlex.join([sys.executable, "-m", "nodekit", "rehearse", "vm", "--name", ctx.name])
     cert, cert_key = keyvault.tls(ctx.azure_dir)
     compute_port = ctx.port("compute")
-    ctx.spawn(
+    pid = ctx.spawn(
         [
             "env",
             f"{render.REPO_ENV}={render.repo_root()}",
@@ -134,4 +134,4 @@ def start(ctx: Context, workers: list[Node], pool: list[str]) -> None:
         ],
         ctx.azure_dir / "compute.log",
     )
-    wait_for_port(ctx.host, compute_port, "the rehearsal's Azure Compute")
+    wait_for_port(ctx.host, compute_port, "the rehearsal's Azure Compute", pid=pid)

@@ -55,7 +55,7 @@ def start(ctx: Context, node: Node) -> None:
     (own / "config.json").write_text(json.dumps(config))
     imds = urllib.parse.urlsplit(layout.IMDS_ENDPOINT)
     network.add_address(node, str(imds.hostname))
-    ctx.spawn(
+    pid = ctx.spawn(
         [
             "ip",
             "netns",
@@ -78,6 +78,7 @@ def start(ctx: Context, node: Node) -> None:
         imds.port or 80,
         f"the metadata service of {node.name}",
         netns=node.netns,
+        pid=pid,
     )
     trust_ca(node.root, Path(shared["ca"]))
 

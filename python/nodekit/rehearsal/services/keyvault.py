@@ -53,7 +53,7 @@ def start(ctx: Context, token: str) -> None:
     )
     (vault / "config.json").write_text(json.dumps(config))
     vault_port = ctx.port("keyvault")
-    ctx.spawn(
+    pid = ctx.spawn(
         [
             sys.executable,
             str(fake_path),
@@ -71,5 +71,5 @@ def start(ctx: Context, token: str) -> None:
         ],
         azure / "vault.log",
     )
-    wait_for_port(ctx.host, vault_port, "the rehearsal's Key Vault")
+    wait_for_port(ctx.host, vault_port, "the rehearsal's Key Vault", pid=pid)
     (azure / SHARED).write_text(json.dumps({"token_key": key.hex(), "ca": str(ca)}))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from driver.errors import DriverError
 from nodekit.rehearsal import mirrors
-from nodekit.rehearsal.services import Context, port, wait_for_port
+from nodekit.rehearsal.services import PORT_WAIT_S, Context, port, wait_for_port
 from nodekit.rehearsal.state import State
 
 PROXPI_LAUNCHER = (
@@ -63,10 +63,10 @@ def start_torch_index(ctx: Context, index: Path) -> None:
     state.http_pid = proc.pid
     ctx.store.record(state, f"pid:{proc.pid}")
     url = torch_index_url(state)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + PORT_WAIT_S
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=2):
+            with urllib.request.urlopen(url, timeout=10):
                 return
         except OSError as e:
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -95,5 +95,5 @@ def start_mirrors(ctx: Context, proxpi: Path) -> None:
         proxpi, ctx.host, pypi_port, cache / "pypi", ctx.dir / "pypi-mirror.log", launcher
     )
     ctx.store.record(ctx.state, f"pid:{env_pid}")
-    wait_for_port(ctx.host, apt_port, "the apt mirror (apt-cacher-ng)")
-    wait_for_port(ctx.host, pypi_port, "the PyPI mirror (proxpi)")
+    wait_for_port(ctx.host, apt_port, "the apt mirror (apt-cacher-ng)", pid=pid)
+    wait_for_port(ctx.host, pypi_port, "the PyPI mirror (proxpi)", pid=env_pid)

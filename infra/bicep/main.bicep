@@ -508,6 +508,18 @@ var pools = [for p in workerPoolInputs: {
   maxPrice: contains(p, 'maxPrice') ? p.maxPrice : -1
   rayResources: contains(p, 'rayResources') ? string(p.rayResources) : '{}'
   rayLabels: contains(p, 'rayLabels') ? replace(replace(replace(replace(string(p.rayLabels), '{', ''), '}', ''), '"', ''), ':', '=') : ''
+  resources: contains(p, 'rayResources') ? p.rayResources : {}
+}]
+// Every pool, first pool first, as Ray's autoscaler plans with them (AUTOSCALER_POOLS; the
+// keys in Terraform's jsonencode order).
+var autoscalerPools = [for p in pools: {
+  labels: p.rayLabels
+  max: p.maxCount
+  min: p.minCount
+  name: p.name
+  resources: p.resources
+  scale_set: p.scaleSetName
+  vm_size: p.vmSize
 }]
 var poolScaleSetNames = [for p in pools: p.scaleSetName]
 var poolAutoscaleNames = [for p in pools: p.autoscaleName]
@@ -791,6 +803,7 @@ var deployValues = {
   WORKER_VM_SIZE: pools[0].vmSize
   AUTOSCALER_MIN_WORKERS: string(pools[0].minCount)
   AUTOSCALER_MAX_WORKERS: string(pools[0].maxCount)
+  AUTOSCALER_POOLS: string(autoscalerPools)
   AUTOSCALER_IDLE_TIMEOUT_MINUTES: string(rayIdleTimeoutMinutes)
   AUTOSCALER_CLIENT_ID: identity.outputs.autoscalerClientId
   ARM_ENDPOINT: environment().resourceManager

@@ -52,11 +52,21 @@ locals {
     TORCH_INDEX_URL    = var.torch_index_url
     APT_SOURCE         = var.apt_source
     # Ray's autoscaler on the head (scaling_mode = "ray"; the head ignores them otherwise).
-    SCALING_MODE                    = var.scaling_mode
-    WORKER_SCALE_SET_ID             = local.worker_scale_set_id
-    WORKER_VM_SIZE                  = local.first_pool.vm_size
-    AUTOSCALER_MIN_WORKERS          = tostring(local.first_pool.min_count)
-    AUTOSCALER_MAX_WORKERS          = tostring(local.first_pool.max_count)
+    SCALING_MODE           = var.scaling_mode
+    WORKER_SCALE_SET_ID    = local.worker_scale_set_id
+    WORKER_VM_SIZE         = local.first_pool.vm_size
+    AUTOSCALER_MIN_WORKERS = tostring(local.first_pool.min_count)
+    AUTOSCALER_MAX_WORKERS = tostring(local.first_pool.max_count)
+    # Every pool, first pool first: Ray's autoscaler plans one node type per pool with these.
+    AUTOSCALER_POOLS = jsonencode([for name, pool in local.worker_pools : {
+      labels    = pool.deploy_values.RAY_LABELS
+      max       = pool.max_count
+      min       = pool.min_count
+      name      = name
+      resources = try(var.worker_pools[name].ray_resources, {})
+      scale_set = pool.scale_set_name
+      vm_size   = pool.vm_size
+    }])
     AUTOSCALER_IDLE_TIMEOUT_MINUTES = tostring(var.ray_idle_timeout_minutes)
     AUTOSCALER_CLIENT_ID            = try(azurerm_user_assigned_identity.autoscaler[0].client_id, "")
     ARM_ENDPOINT                    = local.arm_endpoint

@@ -440,6 +440,7 @@ run "custom_data_is_filled" {
           WORKER_VM_SIZE                  = "Standard_D4s_v5"
           AUTOSCALER_MIN_WORKERS          = "0"
           AUTOSCALER_MAX_WORKERS          = "4"
+          AUTOSCALER_POOLS                = "[{\"labels\":\"\",\"max\":4,\"min\":0,\"name\":\"workers\",\"resources\":{},\"scale_set\":\"ray-workers\",\"vm_size\":\"Standard_D4s_v5\"}]"
           AUTOSCALER_IDLE_TIMEOUT_MINUTES = "5"
           # The head's own identity (mocked client id): autostop is on by default.
           AUTOSCALER_CLIENT_ID = "11111111-2222-4333-8444-555555555555"

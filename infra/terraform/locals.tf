@@ -7,8 +7,9 @@ locals {
   }) }
 
   # The first worker pool (local.worker_pools, in the order of their names; the
-  # default pool is "workers"): its scale set's id goes into the head's custom data (Ray's
-  # autoscaler's target in scaling_mode = "ray", which allows one pool), named before it exists
+  # default pool is "workers"): its scale set's id goes into the head's custom data (the
+  # resource group of every pool's scale set for Ray's autoscaler in scaling_mode = "ray",
+  # which has one node type per pool: AUTOSCALER_POOLS), named before it exists
   # (the scale sets depend on the head), and so do every pool's scale set and autoscale setting
   # (scaling_mode = "cpu"), which the head's autostop turns off and empties.
   first_pool_name        = keys(local.worker_pools)[0]

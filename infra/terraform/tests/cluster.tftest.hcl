@@ -914,6 +914,41 @@ run "two_pools_spot_cpu_and_gpu" {
   }
 }
 
+run "two_pools_in_ray_mode" {
+  command = plan
+
+  variables {
+    scaling_mode = "ray"
+    worker_pools = {
+      cpu = { vm_size = "Standard_F8s_v2", spot_enabled = true, min_count = 0, default_count = 0, max_count = 20, ray_resources = { simulator = 2 } }
+      gpu = { vm_size = "Standard_NC4as_T4_v3", min_count = 0, default_count = 0, max_count = 2, ray_labels = { accelerator = "t4" } }
+    }
+  }
+
+  assert {
+    condition = alltrue([
+      for name in ["cpu", "gpu"] :
+      length(module.worker_pool[name].autoscale_settings) == 0 &&
+      length(module.worker_pool[name].role_assignments.autoscaler_scale_set) == 1 &&
+      module.worker_pool[name].role_assignments.autoscaler_scale_set[0].scope == module.worker_pool[name].scale_set.id &&
+      module.worker_pool[name].role_assignments.autoscaler_scale_set[0].role_definition_name == "Virtual Machine Contributor" &&
+      module.worker_pool[name].role_assignments.autoscaler_scale_set[0].principal_id == azurerm_user_assigned_identity.autoscaler[0].principal_id
+    ])
+    error_message = "scaling_mode = ray with two pools: no CPU rules, the head's identity is Virtual Machine Contributor on each pool's scale set."
+  }
+
+  assert {
+    condition = alltrue([
+      for v in [jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", base64decode(azurerm_linux_virtual_machine.head.custom_data)))))] :
+      jsondecode(v.AUTOSCALER_POOLS) == [
+        { labels = "", max = 20, min = 0, name = "cpu", resources = { simulator = 2 }, scale_set = "ray-cpu", vm_size = "Standard_F8s_v2" },
+        { labels = "accelerator=t4", max = 2, min = 0, name = "gpu", resources = {}, scale_set = "ray-gpu", vm_size = "Standard_NC4as_T4_v3" },
+      ]
+    ])
+    error_message = "scaling_mode = ray with two pools: the head's AUTOSCALER_POOLS lists both pools, the first first, as Ray's autoscaler plans with them."
+  }
+}
+
 run "gpu_head" {
   command = plan
 

@@ -798,8 +798,6 @@ var deployValues = {
   SCALING_MODE: scalingMode
   WORKER_SCALE_SET_ID: '${resourceGroup().id}/providers/Microsoft.Compute/virtualMachineScaleSets/${pools[0].scaleSetName}'
   WORKER_VM_SIZE: pools[0].vmSize
-  AUTOSCALER_MIN_WORKERS: string(pools[0].minCount)
-  AUTOSCALER_MAX_WORKERS: string(pools[0].maxCount)
   AUTOSCALER_POOLS: string(autoscalerPools)
   AUTOSCALER_IDLE_TIMEOUT_MINUTES: string(rayIdleTimeoutMinutes)
   AUTOSCALER_CLIENT_ID: identity.outputs.autoscalerClientId

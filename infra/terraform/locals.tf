@@ -53,11 +53,9 @@ locals {
     TORCH_INDEX_URL    = var.torch_index_url
     APT_SOURCE         = var.apt_source
     # Ray's autoscaler on the head (scaling_mode = "ray"; the head ignores them otherwise).
-    SCALING_MODE           = var.scaling_mode
-    WORKER_SCALE_SET_ID    = local.worker_scale_set_id
-    WORKER_VM_SIZE         = local.first_pool.vm_size
-    AUTOSCALER_MIN_WORKERS = tostring(local.first_pool.min_count)
-    AUTOSCALER_MAX_WORKERS = tostring(local.first_pool.max_count)
+    SCALING_MODE        = var.scaling_mode
+    WORKER_SCALE_SET_ID = local.worker_scale_set_id
+    WORKER_VM_SIZE      = local.first_pool.vm_size
     # Every pool, first pool first: Ray's autoscaler plans one node type per pool with these.
     AUTOSCALER_POOLS = jsonencode([for name, pool in local.worker_pools : {
       labels    = pool.deploy_values.RAY_LABELS

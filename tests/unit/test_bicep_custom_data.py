@@ -111,8 +111,6 @@ def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, st
         "WORKER_SCALE_SET_ID": f"{Context().resource_group_id()}/providers/Microsoft.Compute"
         f"/virtualMachineScaleSets/{prefix}-{first['name']}",
         "WORKER_VM_SIZE": first.get("vmSize", parameters.get("workerVmSize", "Standard_D4s_v5")),
-        "AUTOSCALER_MIN_WORKERS": str(first.get("minCount", parameters.get("workerMinCount", 0))),
-        "AUTOSCALER_MAX_WORKERS": str(first.get("maxCount", parameters.get("workerMaxCount", 4))),
         # Every pool, as Terraform's jsonencode writes it (keys in order, no spaces).
         "AUTOSCALER_POOLS": json.dumps(
             [

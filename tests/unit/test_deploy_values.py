@@ -70,9 +70,9 @@ def test_the_rehearsal_fills_exactly_the_listed_names(tmp_path: Path) -> None:
     [pool] = config["provider"]["pools"]
     assert pool["node_type"] == WORKER_TYPE
     assert pool["scale_set_id"] == values["WORKER_SCALE_SET_ID"]
-    assert pool["max_workers"] == int(values["AUTOSCALER_MAX_WORKERS"])
+    assert pool["max_workers"] == state.max_workers
     worker = config["available_node_types"][WORKER_TYPE]
-    assert worker["min_workers"] == int(values["AUTOSCALER_MIN_WORKERS"])
+    assert worker["min_workers"] == state.min_workers
 
 
 def bicep_deploy_values() -> list[str]:

@@ -60,8 +60,6 @@ MAX_VALUE_LENGTHS = {
         + SCALE_SET_NAME_MAX
     ),
     "WORKER_VM_SIZE": 48,  # worker_vm_size and worker_pools' vm_size validations
-    "AUTOSCALER_MIN_WORKERS": 3,  # worker_min_count: 0-100
-    "AUTOSCALER_MAX_WORKERS": 3,  # worker_max_count: 1-100
     # Every pool's entry (at most 4): counts of 3 digits, name, scale set name, VM size, its
     # labels (key=value,...) and resources (a JSON object); each '"' escaped in the outer JSON.
     "AUTOSCALER_POOLS": 2

@@ -90,8 +90,6 @@ def head(tmp_path: Path) -> Iterator[tuple[FakeCompute, str, Path]]:
         "RAY_HEAD_IP": "127.0.0.1",
         "WORKER_SCALE_SET_ID": SCALE_SET_ID,
         "WORKER_VM_SIZE": "Standard_D2s_v5",
-        "AUTOSCALER_MIN_WORKERS": "0",
-        "AUTOSCALER_MAX_WORKERS": "3",
         "AUTOSCALER_POOLS": json.dumps(POOLS, separators=(",", ":")),
         "AUTOSCALER_IDLE_TIMEOUT_MINUTES": "1",
         "AUTOSCALER_CLIENT_ID": AUTOSCALER,

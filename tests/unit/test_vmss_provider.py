@@ -218,8 +218,6 @@ def deploy_values(pools: list[dict[str, Any]] | None = None, **over: Any) -> dic
         "SCALING_MODE": "ray",
         "WORKER_SCALE_SET_ID": SCALE_SET_ID,
         "WORKER_VM_SIZE": "Standard_D4s_v5",
-        "AUTOSCALER_MIN_WORKERS": "0",
-        "AUTOSCALER_MAX_WORKERS": "5",
         "AUTOSCALER_POOLS": json.dumps(pools or [pool()], separators=(",", ":")),
         "AUTOSCALER_IDLE_TIMEOUT_MINUTES": "5",
         "AUTOSCALER_CLIENT_ID": AUTOSCALER,

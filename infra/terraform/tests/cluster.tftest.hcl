@@ -438,8 +438,6 @@ run "custom_data_is_filled" {
           # The scale set's id, named before it exists (mocked subscription, default group).
           WORKER_SCALE_SET_ID             = "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/ray-rl-rg/providers/Microsoft.Compute/virtualMachineScaleSets/ray-workers"
           WORKER_VM_SIZE                  = "Standard_D4s_v5"
-          AUTOSCALER_MIN_WORKERS          = "0"
-          AUTOSCALER_MAX_WORKERS          = "4"
           AUTOSCALER_POOLS                = "[{\"labels\":\"\",\"max\":4,\"min\":0,\"name\":\"workers\",\"resources\":{},\"scale_set\":\"ray-workers\",\"vm_size\":\"Standard_D4s_v5\"}]"
           AUTOSCALER_IDLE_TIMEOUT_MINUTES = "5"
           # The head's own identity (mocked client id): autostop is on by default.
@@ -783,7 +781,7 @@ run "ray_mode_hands_the_scale_set_to_rays_autoscaler" {
   assert {
     condition = alltrue([
       for v in [jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", base64decode(azurerm_linux_virtual_machine.head.custom_data)))))] :
-      v.SCALING_MODE == "ray" && v.AUTOSCALER_MIN_WORKERS == "0" && v.AUTOSCALER_MAX_WORKERS == "6" && v.AUTOSCALER_IDLE_TIMEOUT_MINUTES == "2" && v.AUTOSCALER_CLIENT_ID == "11111111-2222-4333-8444-555555555555"
+      v.SCALING_MODE == "ray" && jsondecode(v.AUTOSCALER_POOLS)[0].min == 0 && jsondecode(v.AUTOSCALER_POOLS)[0].max == 6 && v.AUTOSCALER_IDLE_TIMEOUT_MINUTES == "2" && v.AUTOSCALER_CLIENT_ID == "11111111-2222-4333-8444-555555555555"
     ])
     error_message = "scaling_mode = ray: the head's deploy-time values name the mode, the worker bounds, the idle timeout and the autoscaler identity."
   }

@@ -310,8 +310,6 @@ class Rehearsal:
             # The containers share this machine's CPUs: a size with as many, so Ray's autoscaler
             # plans with what a new worker really brings.
             "WORKER_VM_SIZE": f"Standard_D{os.cpu_count() or 1}s_v5",
-            "AUTOSCALER_MIN_WORKERS": str(state.min_workers),
-            "AUTOSCALER_MAX_WORKERS": str(state.max_workers),
             # One pool, as a stack's default (below): what Ray's autoscaler plans with.
             "AUTOSCALER_POOLS": json.dumps(
                 [

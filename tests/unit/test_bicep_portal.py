@@ -292,4 +292,11 @@ def test_the_gpu_pool_field_adds_a_pool_next_to_the_cpu_workers_and_it_deploys()
     d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
                          "workerPools": pools, "scalingMode": "ray"})  # fmt: skip
     assert not d.refused and check_results(d) == []
+    vm_contributor = "/roleDefinitions/9980e02c-c2be-4d73-94e8-173b1dc7cf3c"
+    assert sorted(
+        r["scope"].rsplit("/", 1)[-1]
+        for r in d.resources
+        if r["type"] == "Microsoft.Authorization/roleAssignments"
+        and r["properties"]["roleDefinitionId"].endswith(vm_contributor)
+    ) == ["ray-gpu", "ray-workers"]
     assert "gpuPoolInRayMode" not in elements()

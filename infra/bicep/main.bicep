@@ -63,7 +63,7 @@ param workerVmSize string = 'Standard_D4s_v5'
 @description('Optional. Encrypt temp disks and caches at the host on every VM. Needs the EncryptionAtHost feature on the subscription (az feature register --namespace Microsoft.Compute --name EncryptionAtHost), hence off by default.')
 param encryptionAtHostEnabled bool = false
 
-@description('Optional. Who sets the worker count: "cpu" (Azure Monitor autoscale on average CPU, the scale*CpuPercent rules) or "ray" (Ray\'s own autoscaler on the head adds workers for pending tasks and actors and removes idle ones by name after rayIdleTimeoutMinutes; no CPU rules; the head gets an identity allowed to change this scale set only).')
+@description('Optional. Who sets the worker count: "cpu" (Azure Monitor autoscale on average CPU, the scale*CpuPercent rules) or "ray" (Ray\'s own autoscaler on the head adds workers for pending tasks and actors and removes idle ones by name after rayIdleTimeoutMinutes; no CPU rules; the head gets an identity allowed to change the worker pools\' scale sets only).')
 @allowed([
   'cpu'
   'ray'
@@ -138,7 +138,7 @@ param workerAutomaticRepairGracePeriodMinutes int = 30
 ])
 param workerAutomaticRepairAction string = 'Replace'
 
-@description('Optional. Worker pools, one scale set each (at most 4), e.g. [{ name: \'cpu\', vmSize: \'Standard_F8s_v2\', spotEnabled: true, maxCount: 20 }, { name: \'gpu\', vmSize: \'Standard_NC4as_T4_v3\', minCount: 0, defaultCount: 0, maxCount: 2, rayLabels: { accelerator: \'t4\' } }]. Per pool: name (1-10 lower-case letters, digits or \'-\'), vmSize, minCount, defaultCount, maxCount, spotEnabled (what a pool leaves out is the worker* parameter\'s), evictionPolicy ("Delete" or "Deallocate") and maxPrice (US dollars per hour, or -1: the on-demand price) for Spot pools, rayResources (custom Ray resources its workers offer, e.g. { simulator: 2 }; default: one simulator slot per CPU) and rayLabels (Ray node labels besides pool = name). CPUs and GPUs come from each node\'s own detection. The pool\'s scale set is namePrefix-name. Empty (the default): one pool "workers" made of the worker* parameters, the cluster as before pools. scalingMode "ray" takes one pool for now.')
+@description('Optional. Worker pools, one scale set each (at most 4), e.g. [{ name: \'cpu\', vmSize: \'Standard_F8s_v2\', spotEnabled: true, maxCount: 20 }, { name: \'gpu\', vmSize: \'Standard_NC4as_T4_v3\', minCount: 0, defaultCount: 0, maxCount: 2, rayLabels: { accelerator: \'t4\' } }]. Per pool: name (1-10 lower-case letters, digits or \'-\'), vmSize, minCount, defaultCount, maxCount, spotEnabled (what a pool leaves out is the worker* parameter\'s), evictionPolicy ("Delete" or "Deallocate") and maxPrice (US dollars per hour, or -1: the on-demand price) for Spot pools, rayResources (custom Ray resources its workers offer, e.g. { simulator: 2 }; default: one simulator slot per CPU) and rayLabels (Ray node labels besides pool = name). CPUs and GPUs come from each node\'s own detection. The pool\'s scale set is namePrefix-name. Empty (the default): one pool "workers" made of the worker* parameters, the cluster as before pools. With scalingMode "ray" Ray\'s autoscaler has one node type per pool (its CPUs and GPUs from vmSize, its rayResources and rayLabels) and scales each pool\'s scale set, to zero when minCount is 0.')
 param workerPools array = []
 
 @description('Optional. Days from writing the cluster token to the expiration date recorded on its Key Vault secret, 1-3650. The date is informational (Key Vault still returns an expired secret, so nodes keep booting): it marks the token due for rotation, and satisfies policies that require one.')
@@ -508,6 +508,18 @@ var pools = [for p in workerPoolInputs: {
   maxPrice: contains(p, 'maxPrice') ? p.maxPrice : -1
   rayResources: contains(p, 'rayResources') ? string(p.rayResources) : '{}'
   rayLabels: contains(p, 'rayLabels') ? replace(replace(replace(replace(string(p.rayLabels), '{', ''), '}', ''), '"', ''), ':', '=') : ''
+  resources: contains(p, 'rayResources') ? p.rayResources : {}
+}]
+// Every pool, first pool first, as Ray's autoscaler plans with them (AUTOSCALER_POOLS; the
+// keys in Terraform's jsonencode order).
+var autoscalerPools = [for p in pools: {
+  labels: p.rayLabels
+  max: p.maxCount
+  min: p.minCount
+  name: p.name
+  resources: p.resources
+  scale_set: p.scaleSetName
+  vm_size: p.vmSize
 }]
 var poolScaleSetNames = [for p in pools: p.scaleSetName]
 var poolAutoscaleNames = [for p in pools: p.autoscaleName]
@@ -577,8 +589,6 @@ var check = {
   autostopIdleMinutes: autostopIdleMinutes == 0 || autostopIdleMinutes >= 10 ? 'ok' : 'autostopIdleMinutes must be 0 (autostop off) or a whole number of minutes from 10 to 10080 (a week), e.g. 60.'
   workerCounts: workerMinCount <= workerDefaultCount && workerDefaultCount <= workerMaxCount ? 'ok' : 'worker counts must satisfy workerMinCount <= workerDefaultCount <= workerMaxCount (got ${workerMinCount} <= ${workerDefaultCount} <= ${workerMaxCount}).'
   workerPoolCounts: empty(filter(pools, p => !(p.minCount <= p.defaultCount && p.defaultCount <= p.maxCount))) ? 'ok' : 'workerPools: every pool\'s counts must satisfy minCount <= defaultCount <= maxCount (got ${join(poolCounts, ', ')}; a count a pool leaves out is the worker* parameter\'s).'
-  // Ray's autoscaler knows one node type so far (python/nodekit/node/azure_vmss_provider.py).
-  workerPoolsRayMode: scalingMode != 'ray' || length(pools) == 1 ? 'ok' : 'scalingMode = "ray" takes one worker pool for now (got ${length(pools)}: ${join(poolNames, ', ')}): use scalingMode = "cpu" with several pools, or one pool.'
   workerPoolNames: length(workerPools) <= 4 && empty(filter(poolNames, n => length(n) < 1 || length(n) > 10 || !contains(lowerCase, take(n, 1)) || contains('${n}.', '-.') || length(filter(poolNames, m => m == n)) > 1)) && !contains(poolNameChars, false) ? 'ok' : 'workerPools: at most 4 pools with distinct names, each 1-10 lower-case letters, digits or \'-\', starting with a letter and not ending in \'-\', e.g. cpu or gpu.'
   workerPoolVmSizes: empty(filter(poolVmSizes, v => length(v) <= 9 || length(v) > 48 || take(toLower(v), 9) != 'standard_')) && !contains(poolVmSizeChars, false) ? 'ok' : 'workerPools: every vmSize must be an Azure VM size such as "Standard_D4s_v5".'
   workerPoolCountRanges: empty(filter(workerPools, p => (contains(p, 'minCount') ? p.minCount < 0 || p.minCount > 100 : false) || (contains(p, 'defaultCount') ? p.defaultCount < 0 || p.defaultCount > 100 : false) || (contains(p, 'maxCount') ? p.maxCount < 1 || p.maxCount > 100 : false))) ? 'ok' : 'workerPools: minCount and defaultCount must be whole numbers from 0 to 100, maxCount from 1 to 100.'
@@ -703,7 +713,6 @@ module checks 'modules/checks.bicep' = {
       check.autostopIdleMinutes
       check.workerCounts
       check.workerPoolCounts
-      check.workerPoolsRayMode
       check.workerPoolNames
       check.workerPoolVmSizes
       check.workerPoolCountRanges
@@ -789,8 +798,7 @@ var deployValues = {
   SCALING_MODE: scalingMode
   WORKER_SCALE_SET_ID: '${resourceGroup().id}/providers/Microsoft.Compute/virtualMachineScaleSets/${pools[0].scaleSetName}'
   WORKER_VM_SIZE: pools[0].vmSize
-  AUTOSCALER_MIN_WORKERS: string(pools[0].minCount)
-  AUTOSCALER_MAX_WORKERS: string(pools[0].maxCount)
+  AUTOSCALER_POOLS: string(autoscalerPools)
   AUTOSCALER_IDLE_TIMEOUT_MINUTES: string(rayIdleTimeoutMinutes)
   AUTOSCALER_CLIENT_ID: identity.outputs.autoscalerClientId
   ARM_ENDPOINT: environment().resourceManager

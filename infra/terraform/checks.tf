@@ -79,12 +79,6 @@ resource "terraform_data" "input_checks" {
     }
 
     precondition {
-      # Ray's autoscaler knows one node type so far (python/nodekit/node/azure_vmss_provider.py).
-      condition     = var.scaling_mode != "ray" || length(local.worker_pool_settings) == 1
-      error_message = "scaling_mode = \"ray\" takes one worker pool for now (got ${length(local.worker_pool_settings)}: ${join(", ", keys(local.worker_pool_settings))}): use scaling_mode = \"cpu\" with several pools, or one pool."
-    }
-
-    precondition {
       condition     = var.scale_in_cpu_percent < var.scale_out_cpu_percent
       error_message = "scale_in_cpu_percent (${var.scale_in_cpu_percent}) must be below scale_out_cpu_percent (${var.scale_out_cpu_percent}), or autoscale flaps."
     }

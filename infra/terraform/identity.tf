@@ -24,8 +24,9 @@ resource "azurerm_user_assigned_identity" "autoscaler" {
   tags                = var.tags
 }
 
-# scaling_mode = "ray": the head's identity gets Virtual Machine Contributor on the workers'
-# scale set (modules/worker_pool: autoscaler_scale_set; one pool in that mode, checks.tf).
+# scaling_mode = "ray": the head's identity gets Virtual Machine Contributor on every worker
+# pool's scale set (modules/worker_pool: autoscaler_scale_set, one per pool): Ray's autoscaler
+# has one node type per pool (AUTOSCALER_POOLS).
 
 # ---------------------------------------------------------------------------------------------
 # Autostop (autostop_idle_minutes > 0): when the cluster has been idle that long, the head sets

@@ -7,8 +7,9 @@ locals {
   }) }
 
   # The first worker pool (local.worker_pools, in the order of their names; the
-  # default pool is "workers"): its scale set's id goes into the head's custom data (Ray's
-  # autoscaler's target in scaling_mode = "ray", which allows one pool), named before it exists
+  # default pool is "workers"): its scale set's id goes into the head's custom data (the
+  # resource group of every pool's scale set for Ray's autoscaler in scaling_mode = "ray",
+  # which has one node type per pool: AUTOSCALER_POOLS), named before it exists
   # (the scale sets depend on the head), and so do every pool's scale set and autoscale setting
   # (scaling_mode = "cpu"), which the head's autostop turns off and empties.
   first_pool_name        = keys(local.worker_pools)[0]
@@ -52,11 +53,19 @@ locals {
     TORCH_INDEX_URL    = var.torch_index_url
     APT_SOURCE         = var.apt_source
     # Ray's autoscaler on the head (scaling_mode = "ray"; the head ignores them otherwise).
-    SCALING_MODE                    = var.scaling_mode
-    WORKER_SCALE_SET_ID             = local.worker_scale_set_id
-    WORKER_VM_SIZE                  = local.first_pool.vm_size
-    AUTOSCALER_MIN_WORKERS          = tostring(local.first_pool.min_count)
-    AUTOSCALER_MAX_WORKERS          = tostring(local.first_pool.max_count)
+    SCALING_MODE        = var.scaling_mode
+    WORKER_SCALE_SET_ID = local.worker_scale_set_id
+    WORKER_VM_SIZE      = local.first_pool.vm_size
+    # Every pool, first pool first: Ray's autoscaler plans one node type per pool with these.
+    AUTOSCALER_POOLS = jsonencode([for name, pool in local.worker_pools : {
+      labels    = pool.deploy_values.RAY_LABELS
+      max       = pool.max_count
+      min       = pool.min_count
+      name      = name
+      resources = try(var.worker_pools[name].ray_resources, {})
+      scale_set = pool.scale_set_name
+      vm_size   = pool.vm_size
+    }])
     AUTOSCALER_IDLE_TIMEOUT_MINUTES = tostring(var.ray_idle_timeout_minutes)
     AUTOSCALER_CLIENT_ID            = try(azurerm_user_assigned_identity.autoscaler[0].client_id, "")
     ARM_ENDPOINT                    = local.arm_endpoint

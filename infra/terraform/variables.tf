@@ -329,7 +329,7 @@ variable "encryption_at_host_enabled" {
 variable "scaling_mode" {
   type        = string
   default     = "cpu"
-  description = "(Optional) Who sets the worker count: \"cpu\" (Azure Monitor autoscale on average CPU, the scale_*_cpu_percent rules) or \"ray\" (Ray's own autoscaler on the head adds workers for pending tasks and actors and removes idle ones by name after ray_idle_timeout_minutes; no CPU rules; the head gets an identity allowed to change this scale set only)."
+  description = "(Optional) Who sets the worker count: \"cpu\" (Azure Monitor autoscale on average CPU, the scale_*_cpu_percent rules) or \"ray\" (Ray's own autoscaler on the head adds workers for pending tasks and actors and removes idle ones by name after ray_idle_timeout_minutes; no CPU rules; the head gets an identity allowed to change the worker pools' scale sets only)."
 
   validation {
     condition     = contains(["cpu", "ray"], var.scaling_mode)
@@ -497,7 +497,7 @@ variable "worker_pools" {
   }))
   default     = {}
   nullable    = false
-  description = "(Optional) Worker pools, one scale set each, by name (1-10 lower-case letters, digits or '-'; at most 4 pools), e.g. { cpu = { vm_size = \"Standard_F8s_v2\", spot_enabled = true, max_count = 20 }, gpu = { vm_size = \"Standard_NC4as_T4_v3\", min_count = 0, default_count = 0, max_count = 2, ray_labels = { accelerator = \"t4\" } } }. Per pool: vm_size, min_count, default_count, max_count, spot_enabled (what a pool leaves out is the worker_* variable's), eviction_policy (\"Delete\" or \"Deallocate\") and max_price (US dollars per hour, or -1: the on-demand price) for Spot pools, ray_resources (custom Ray resources its workers offer, e.g. { simulator = 2 }; default: one simulator slot per CPU) and ray_labels (Ray node labels besides pool = NAME). CPUs and GPUs come from each node's own detection. The pool's scale set is NAME_PREFIX-POOL. {} (the default): one pool \"workers\" made of the worker_* variables, the cluster as before pools. scaling_mode = \"ray\" takes one pool for now."
+  description = "(Optional) Worker pools, one scale set each, by name (1-10 lower-case letters, digits or '-'; at most 4 pools), e.g. { cpu = { vm_size = \"Standard_F8s_v2\", spot_enabled = true, max_count = 20 }, gpu = { vm_size = \"Standard_NC4as_T4_v3\", min_count = 0, default_count = 0, max_count = 2, ray_labels = { accelerator = \"t4\" } } }. Per pool: vm_size, min_count, default_count, max_count, spot_enabled (what a pool leaves out is the worker_* variable's), eviction_policy (\"Delete\" or \"Deallocate\") and max_price (US dollars per hour, or -1: the on-demand price) for Spot pools, ray_resources (custom Ray resources its workers offer, e.g. { simulator = 2 }; default: one simulator slot per CPU) and ray_labels (Ray node labels besides pool = NAME). CPUs and GPUs come from each node's own detection. The pool's scale set is NAME_PREFIX-POOL. {} (the default): one pool \"workers\" made of the worker_* variables, the cluster as before pools. With scaling_mode = \"ray\" Ray's autoscaler has one node type per pool (its CPUs and GPUs from vm_size, its ray_resources and ray_labels) and scales each pool's scale set, to zero when min_count is 0."
 
   validation {
     condition     = length(var.worker_pools) <= 4 && alltrue([for name in keys(var.worker_pools) : can(regex("^[a-z]([a-z0-9-]{0,8}[a-z0-9])?$", name))])

@@ -111,8 +111,22 @@ def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, st
         "WORKER_SCALE_SET_ID": f"{Context().resource_group_id()}/providers/Microsoft.Compute"
         f"/virtualMachineScaleSets/{prefix}-{first['name']}",
         "WORKER_VM_SIZE": first.get("vmSize", parameters.get("workerVmSize", "Standard_D4s_v5")),
-        "AUTOSCALER_MIN_WORKERS": str(first.get("minCount", parameters.get("workerMinCount", 0))),
-        "AUTOSCALER_MAX_WORKERS": str(first.get("maxCount", parameters.get("workerMaxCount", 4))),
+        # Every pool, as Terraform's jsonencode writes it (keys in order, no spaces).
+        "AUTOSCALER_POOLS": json.dumps(
+            [
+                {
+                    "labels": ",".join(f"{k}={v}" for k, v in p.get("rayLabels", {}).items()),
+                    "max": p.get("maxCount", parameters.get("workerMaxCount", 4)),
+                    "min": p.get("minCount", parameters.get("workerMinCount", 0)),
+                    "name": p["name"],
+                    "resources": p.get("rayResources", {}),
+                    "scale_set": f"{prefix}-{p['name']}",
+                    "vm_size": p.get("vmSize", parameters.get("workerVmSize", "Standard_D4s_v5")),
+                }
+                for p in pools
+            ],
+            separators=(",", ":"),
+        ),
         "AUTOSCALER_IDLE_TIMEOUT_MINUTES": str(parameters.get("rayIdleTimeoutMinutes", 5)),
         # The head's own identity (the same mocked client id) in ray mode or with autostop.
         "AUTOSCALER_CLIENT_ID": CLIENT_ID

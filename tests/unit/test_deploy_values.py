@@ -17,6 +17,7 @@ import hcl2
 
 from armeval import parse_expression
 from nodekit import render
+from nodekit.node.azure_vmss_provider import WORKER_TYPE, autoscaling_config
 from nodekit.rehearsal.cluster import Node, Rehearsal, State
 from support import REPO
 
@@ -64,6 +65,14 @@ def test_the_rehearsal_fills_exactly_the_listed_names(tmp_path: Path) -> None:
     assert list(values) == render.deploy_value_names()
     # ... and what it fills passes the same checks a stack's values do.
     render.fill((REPO / "cloud-init" / "rendered" / "head.yaml").read_text(), values)
+    # In mode ray its autoscaler plans one node type, the default pool's, on its fake scale set.
+    config = autoscaling_config({**values, "SCALING_MODE": "ray"})
+    [pool] = config["provider"]["pools"]
+    assert pool["node_type"] == WORKER_TYPE
+    assert pool["scale_set_id"] == values["WORKER_SCALE_SET_ID"]
+    assert pool["max_workers"] == state.max_workers
+    worker = config["available_node_types"][WORKER_TYPE]
+    assert worker["min_workers"] == state.min_workers
 
 
 def bicep_deploy_values() -> list[str]:

@@ -38,6 +38,9 @@ POOLS_MAX = 4  # worker_pools validation
 POOL_NAME_MAX = 10  # worker_pools validation: pool names of 1-10 characters
 SCALE_SET_NAME_MAX = "p" * 16 + "-" + "q" * POOL_NAME_MAX  # name_prefix (2-16) and a pool name
 
+POOL_JSON = '{"labels":"","max":,"min":,"name":"","resources":,"scale_set":"","vm_size":""}'
+"""An entry of AUTOSCALER_POOLS without its values."""
+
 MAX_VALUE_LENGTHS = {
     "RAY_HEAD_IP": len("255.255.255.255"),
     "KEY_VAULT_URL": len("https://") + KEY_VAULT_NAME_MAX + len(".vault.azure.net/"),
@@ -57,8 +60,22 @@ MAX_VALUE_LENGTHS = {
         + SCALE_SET_NAME_MAX
     ),
     "WORKER_VM_SIZE": 48,  # worker_vm_size and worker_pools' vm_size validations
-    "AUTOSCALER_MIN_WORKERS": 3,  # worker_min_count: 0-100
-    "AUTOSCALER_MAX_WORKERS": 3,  # worker_max_count: 1-100
+    # Every pool's entry (at most 4): counts of 3 digits, name, scale set name, VM size, its
+    # labels (key=value,...) and resources (a JSON object); each '"' escaped in the outer JSON.
+    "AUTOSCALER_POOLS": 2
+    + POOLS_MAX
+    * (
+        len(POOL_JSON)
+        + POOL_JSON.count('"')
+        + 2 * 3
+        + POOL_NAME_MAX
+        + len(SCALE_SET_NAME_MAX)
+        + 48
+        + 64  # its labels as RAY_LABELS: 64 characters of key=value pairs
+        + 64
+        + 2 * (64 // 6 + 1)
+        + 1
+    ),
     "AUTOSCALER_IDLE_TIMEOUT_MINUTES": 4,  # ray_idle_timeout_minutes: 1-1440
     "AUTOSCALER_CLIENT_ID": len("00000000-0000-0000-0000-000000000000"),  # a GUID or empty
     "ARM_ENDPOINT": 64,  # environment().resourceManager; Terraform: the same, by the vault's cloud

@@ -323,10 +323,6 @@ BAD: list[tuple[dict[str, Any], str]] = [
         "worker_pools: every pool's counts must satisfy min_count <= default_count <= max_count",
     ),
     (
-        {"scaling_mode": "ray", "worker_pools": {"cpu": {}, "gpu": {}}},
-        'scaling_mode = "ray" takes one worker pool for now',
-    ),
-    (
         {
             "subnet_address_prefix": "10.42.1.0/28",
             "worker_pools": {"a": {"max_count": 5}, "b": {"max_count": 5}},
@@ -421,7 +417,7 @@ GOOD: list[dict[str, Any]] = [
     {"autostop_idle_minutes": 10, "scaling_mode": "ray"},
     {"autostop_idle_minutes": 10080},
     {"worker_min_count": 0, "worker_default_count": 0, "worker_max_count": 1},
-    # worker pools: a Spot CPU pool and a GPU pool; one pool named as before; ray mode with one
+    # worker pools: a Spot CPU pool and a GPU pool; one pool named as before; ray mode
     {
         "worker_pools": {
             "cpu": {
@@ -443,6 +439,14 @@ GOOD: list[dict[str, Any]] = [
     },
     {"worker_pools": {"workers": {}}},
     {"scaling_mode": "ray", "worker_pools": {"gpu": {"min_count": 0, "default_count": 0}}},
+    # ray mode with several pools: a node type each (AUTOSCALER_POOLS)
+    {
+        "scaling_mode": "ray",
+        "worker_pools": {
+            "cpu": {"spot_enabled": True, "min_count": 0, "default_count": 0},
+            "gpu": {"vm_size": "Standard_NC4as_T4_v3", "min_count": 0, "default_count": 0},
+        },
+    },
     {
         "worker_spot_enabled": True,
         "worker_pools": {

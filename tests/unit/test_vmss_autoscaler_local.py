@@ -2,7 +2,9 @@
 in scaling mode ray (``ray start --head --autoscaling-config=...`` with the configuration the
 provider's ``config`` command writes), its monitor loading ``azure_vmss_provider`` and calling
 the fake Azure Compute (tests/fakes/azure_compute.py) with a managed identity token from the
-fake metadata service. Demand the head cannot serve raises the scale set's capacity.
+fake metadata service, with two worker pools (CPU workers and a GPU pool, a scale set each):
+CPU demand the head cannot serve raises the CPU workers' capacity only, a GPU task the GPU
+pool's only.
 
 The fake's instances never join (no VM boots here): the end-to-end test on the rehearsal
 cluster (tests/e2e/test_autoscale.py) covers workers that boot, run the job and leave.
@@ -34,6 +36,26 @@ SCALE_SET_ID = (
     "/virtualMachineScaleSets/ray-workers"
 )
 AUTOSCALER = "aaaaaaaa-0000-4000-8000-000000000001"
+POOLS = [
+    {
+        "labels": "",
+        "max": 3,
+        "min": 0,
+        "name": "workers",
+        "resources": {},
+        "scale_set": "ray-workers",
+        "vm_size": "Standard_D2s_v5",
+    },
+    {
+        "labels": "accelerator=t4",
+        "max": 2,
+        "min": 0,
+        "name": "gpu",
+        "resources": {},
+        "scale_set": "ray-gpu",
+        "vm_size": "Standard_NC4as_T4_v3",
+    },
+]
 
 
 def free_port() -> int:
@@ -55,7 +77,12 @@ def head(tmp_path: Path) -> Iterator[tuple[FakeCompute, str, Path]]:
             key,
             compute.url,
             [AUTOSCALER],
-            [scale_set_config(SUB, "rg", "ray-workers", subnet_pool("10.42.1.0/24", 6, 8))],
+            [
+                scale_set_config(SUB, "rg", "ray-workers", subnet_pool("10.42.1.0/24", 6, 8)),
+                scale_set_config(
+                    SUB, "rg", "ray-gpu", subnet_pool("10.42.1.0/24", 20, 4), "Standard_NC4as_T4_v3"
+                ),
+            ],
         ),
     )
     port = free_port()
@@ -63,8 +90,7 @@ def head(tmp_path: Path) -> Iterator[tuple[FakeCompute, str, Path]]:
         "RAY_HEAD_IP": "127.0.0.1",
         "WORKER_SCALE_SET_ID": SCALE_SET_ID,
         "WORKER_VM_SIZE": "Standard_D2s_v5",
-        "AUTOSCALER_MIN_WORKERS": "0",
-        "AUTOSCALER_MAX_WORKERS": "3",
+        "AUTOSCALER_POOLS": json.dumps(POOLS, separators=(",", ":")),
         "AUTOSCALER_IDLE_TIMEOUT_MINUTES": "1",
         "AUTOSCALER_CLIENT_ID": AUTOSCALER,
         "ARM_ENDPOINT": compute.url,
@@ -130,30 +156,73 @@ def monitor_log(temp: Path) -> str:
     )
 
 
-def test_demand_the_head_cannot_serve_raises_the_scale_set_capacity(
+def test_cpu_demand_raises_the_cpu_pool_and_a_gpu_task_the_gpu_pool(
     head: tuple[FakeCompute, str, Path],
 ) -> None:
     compute, address, temp = head
-    demand = (
-        "import ray\n"
+    driver = (
+        "import sys, time, ray\n"
         f"ray.init(address={address!r})\n"
-        "from ray.autoscaler.sdk import request_resources\n"
-        "request_resources(num_cpus=3)\n"
+        "@ray.remote(num_cpus=1)\n"
+        "def env_runner():\n"
+        "    time.sleep(600)\n"
+        "@ray.remote(num_gpus=1)\n"
+        "def learner():\n"
+        "    pass\n"
+        "runners = [env_runner.remote() for _ in range(3)]\n"
+        "print('cpu', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "update = learner.remote()\n"
+        "print('gpu', flush=True)\n"
+        "sys.stdin.readline()\n"
     )
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": ""}
-    r = subprocess.run(
-        [sys.executable, "-c", demand], env=env, capture_output=True, text=True, timeout=180
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_ADDRESS": "",
+        "RAY_SCHEDULER_EVENTS": "0",  # no autoscaler messages on the driver's stdout
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", driver],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
-    assert r.returncode == 0, r.stderr[-2000:]
-    deadline = time.monotonic() + 300  # the autoscaler's rounds on a loaded machine
-    while compute.capacity("ray-workers") < 2:
-        assert time.monotonic() < deadline, (
-            "the autoscaler did not raise the capacity:\n" + monitor_log(temp)[-4000:]
-        )
-        time.sleep(1)
-    # 3 CPUs on Standard_D2s_v5 workers (2 CPUs each): two workers, at the private IPs Azure
-    # gave them, asked for by the autoscaler through the provider.
-    assert compute.capacity("ray-workers") == 2
-    requests = compute.state.lines("requests.jsonl")
-    assert any(r["method"] == "PATCH" for r in requests)
+
+    def said(word: str) -> None:
+        assert proc.stdout is not None
+        lines = []
+        while (line := proc.stdout.readline()) and line.strip() != word:
+            lines.append(line)
+        assert line, f"the driver ended before {word!r}: {lines}"
+
+    def capacities(workers: int, gpu: int, what: str) -> None:
+        deadline = time.monotonic() + 300  # the autoscaler's rounds on a loaded machine
+        while (compute.capacity("ray-workers"), compute.capacity("ray-gpu")) != (workers, gpu):
+            assert time.monotonic() < deadline, (
+                f"{what}: capacities {compute.capacity('ray-workers')}, "
+                f"{compute.capacity('ray-gpu')}:\n" + monitor_log(temp)[-4000:]
+            )
+            time.sleep(1)
+
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        said("cpu")
+        # 3 CPU tasks on Standard_D2s_v5 workers (2 CPUs each): two CPU workers, no GPU one
+        # (the GPU pool's nodes have CPUs too: Ray keeps CPU-only demand off them).
+        capacities(2, 0, "three 1-CPU tasks")
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        said("gpu")
+        # The GPU task: one GPU worker (Standard_NC4as_T4_v3: 1 GPU), the CPU pool unchanged.
+        capacities(2, 1, "a 1-GPU task")
+        time.sleep(6)  # one more autoscaler round changes neither
+        assert (compute.capacity("ray-workers"), compute.capacity("ray-gpu")) == (2, 1)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    patched = [r["path"] for r in compute.state.lines("requests.jsonl") if r["method"] == "PATCH"]
+    assert sorted(p.rsplit("/", 1)[-1] for p in patched) == ["ray-gpu", "ray-workers"]
     assert "ScaleSetProvider" in monitor_log(temp)

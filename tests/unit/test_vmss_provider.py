@@ -7,6 +7,7 @@ over HTTPS; its Ray side is Ray's own BatchingNodeProvider and config validation
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import threading
 import time
@@ -30,10 +31,13 @@ from nodekit.node import azure_vmss_provider as vp
 SUB = "00000000-1111-4222-8333-444444444444"
 GROUP = "rg-ray"
 NAME = "ray-workers"
+GPU = "ray-gpu"
+"""A second pool's scale set: GPU workers (Standard_NC4as_T4_v3)."""
 SCALE_SET_ID = (
     f"/subscriptions/{SUB}/resourceGroups/{GROUP}"
     f"/providers/Microsoft.Compute/virtualMachineScaleSets/{NAME}"
 )
+GPU_TYPE = "ray.worker.gpu"
 AUTOSCALER = "aaaaaaaa-0000-4000-8000-000000000001"
 """The head's autoscaler identity: the role on the scale set."""
 NODES = "bbbbbbbb-0000-4000-8000-000000000002"
@@ -49,16 +53,16 @@ class Azure:
     created: list[dict[str, Any]]
     deleted: list[dict[str, Any]]
 
-    def scale_set(self, client_id: str = AUTOSCALER) -> vp.ScaleSet:
+    def scale_set(self, client_id: str = AUTOSCALER, name: str = NAME) -> vp.ScaleSet:
         return vp.ScaleSet(
-            SCALE_SET_ID,
+            SCALE_SET_ID.replace(f"/{NAME}", f"/{name}"),
             vp.managed_identity(client_id),
             self.compute.url,
             connection_verify=str(self.ca),
         )
 
-    def ips(self) -> dict[str, str]:
-        return {i["instanceId"]: i["ip"] for i in self.compute.instances(NAME)}
+    def ips(self, name: str = NAME) -> dict[str, str]:
+        return {i["instanceId"]: i["ip"] for i in self.compute.instances(name)}
 
 
 @pytest.fixture
@@ -85,7 +89,12 @@ def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Azure]:
             key,
             compute.url,
             [AUTOSCALER],
-            [scale_set_config(SUB, GROUP, NAME, subnet_pool("10.42.1.0/24", 6, 20))],
+            [
+                scale_set_config(SUB, GROUP, NAME, subnet_pool("10.42.1.0/24", 6, 20)),
+                scale_set_config(
+                    SUB, GROUP, GPU, subnet_pool("10.42.1.0/24", 40, 10), "Standard_NC4as_T4_v3"
+                ),
+            ],
         ),
     )
     # azure-identity's managed identity credential asks the IMDS at this host instead of
@@ -167,18 +176,49 @@ class Drains:
 
 
 def provider(azure: Azure, drains: Drains, max_workers: int = 5) -> vp.ScaleSetProvider:
-    config = vp.autoscaling_config(deploy_values(autoscaler_max_workers=max_workers))["provider"]
-    return vp.ScaleSetProvider(config, "unit", scale_set=azure.scale_set(), drain=drains)
+    config = vp.autoscaling_config(deploy_values(pools=[pool(max=max_workers)]))["provider"]
+    return vp.ScaleSetProvider(
+        config, "unit", scale_sets={vp.WORKER_TYPE: azure.scale_set()}, drain=drains
+    )
 
 
-def deploy_values(**over: Any) -> dict[str, str]:
+def two_pools(azure: Azure, drains: Drains) -> vp.ScaleSetProvider:
+    """Spot CPU workers (the default pool) and a GPU pool, each its own scale set."""
+    config = vp.autoscaling_config(deploy_values(pools=[pool(), GPU_POOL]))["provider"]
+    scale_sets = {vp.WORKER_TYPE: azure.scale_set(), GPU_TYPE: azure.scale_set(name=GPU)}
+    return vp.ScaleSetProvider(config, "unit", scale_sets=scale_sets, drain=drains)
+
+
+def pool(**over: Any) -> dict[str, Any]:
+    """An entry of AUTOSCALER_POOLS, as the stacks write it (the default pool's by default)."""
+    return {
+        "labels": "",
+        "max": 5,
+        "min": 0,
+        "name": "workers",
+        "resources": {},
+        "scale_set": NAME,
+        "vm_size": "Standard_D4s_v5",
+        **over,
+    }
+
+
+GPU_POOL = pool(
+    name="gpu",
+    scale_set=GPU,
+    vm_size="Standard_NC4as_T4_v3",
+    max=2,
+    labels="accelerator=t4",
+)
+
+
+def deploy_values(pools: list[dict[str, Any]] | None = None, **over: Any) -> dict[str, str]:
     values = {
         "RAY_HEAD_IP": HEAD_IP,
         "SCALING_MODE": "ray",
         "WORKER_SCALE_SET_ID": SCALE_SET_ID,
         "WORKER_VM_SIZE": "Standard_D4s_v5",
-        "AUTOSCALER_MIN_WORKERS": "0",
-        "AUTOSCALER_MAX_WORKERS": "5",
+        "AUTOSCALER_POOLS": json.dumps(pools or [pool()], separators=(",", ":")),
         "AUTOSCALER_IDLE_TIMEOUT_MINUTES": "5",
         "AUTOSCALER_CLIENT_ID": AUTOSCALER,
         "ARM_ENDPOINT": "https://management.azure.com",
@@ -191,16 +231,23 @@ WRITE_WAIT_S = 120
 """A bound on a hang for the provider's write (Azure's calls to the in-process fake)."""
 
 
-def autoscaler_round(p: vp.ScaleSetProvider, launch: int = 0, terminate: list[str] = ()) -> None:
-    """What StandardAutoscaler does in one update: read, decide, write once."""
+def autoscaler_round(
+    p: vp.ScaleSetProvider,
+    launch: int | dict[str, int] = 0,
+    terminate: list[str] | tuple[str, ...] = (),
+) -> None:
+    """What StandardAutoscaler does in one update: read, decide, write once (``launch``: a
+    count of default workers, or counts by node type)."""
     from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
 
     p.non_terminated_nodes({})
     assert p.safe_to_scale()
     for node in terminate:
         p.terminate_node(node)
-    if launch:
-        p.create_node({}, {TAG_RAY_USER_NODE_TYPE: vp.WORKER_TYPE}, launch)
+    launches = launch if isinstance(launch, dict) else {vp.WORKER_TYPE: launch}
+    for node_type, count in launches.items():
+        if count:
+            p.create_node({}, {TAG_RAY_USER_NODE_TYPE: node_type}, count)
     p.post_process()
     p.wait(WRITE_WAIT_S)
 
@@ -316,60 +363,247 @@ def test_writes_wait_for_the_previous_one(azure: Azure) -> None:
     assert p.node_tags(f"{NAME}_0")["ray-node-status"] == "up-to-date"
 
 
+# -- two pools: a scale set each ----------------------------------------------------------------
+def test_two_pools_raise_each_scale_set_for_its_node_type(azure: Azure) -> None:
+    from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
+
+    p = two_pools(azure, Drains())
+    assert p.non_terminated_nodes({}) == [vp.HEAD_ID]
+    autoscaler_round(p, launch={GPU_TYPE: 1})
+    assert (azure.compute.capacity(NAME), azure.compute.capacity(GPU)) == (0, 1)
+    autoscaler_round(p, launch={vp.WORKER_TYPE: 2})
+    assert (azure.compute.capacity(NAME), azure.compute.capacity(GPU)) == (2, 1)
+    autoscaler_round(p, launch={vp.WORKER_TYPE: 1, GPU_TYPE: 1})
+    assert (azure.compute.capacity(NAME), azure.compute.capacity(GPU)) == (3, 2)
+    # Every instance with its pool's node type, at its private IP.
+    nodes = p.non_terminated_nodes({})
+    assert nodes == [vp.HEAD_ID, f"{NAME}_0", f"{NAME}_1", f"{NAME}_2", f"{GPU}_0", f"{GPU}_1"]
+    types = {n: p.node_tags(n)[TAG_RAY_USER_NODE_TYPE] for n in nodes[1:]}
+    assert types == {
+        **{f"{NAME}_{i}": vp.WORKER_TYPE for i in range(3)},
+        **{f"{GPU}_{i}": GPU_TYPE for i in range(2)},
+    }
+    assert p.internal_ip(f"{GPU}_1") == azure.ips(GPU)["1"]
+    # Each pool's max caps its own scale set (the GPU pool's is 2).
+    autoscaler_round(p, launch={GPU_TYPE: 3})
+    assert (azure.compute.capacity(NAME), azure.compute.capacity(GPU)) == (3, 2)
+    # A round that asks nothing of a pool writes nothing there (it reads its instances only).
+    seen = len(azure.compute.state.lines("requests.jsonl"))
+    autoscaler_round(p, launch={vp.WORKER_TYPE: 1})
+    gpu_calls = [
+        (r["method"], r["path"].rsplit("/", 1)[-1])
+        for r in azure.compute.state.lines("requests.jsonl")[seen:]
+        if f"/virtualMachineScaleSets/{GPU}" in r["path"]
+    ]
+    assert gpu_calls and all(
+        call in (("GET", "virtualMachines"), ("GET", "networkInterfaces")) for call in gpu_calls
+    )
+    assert (azure.compute.capacity(NAME), azure.compute.capacity(GPU)) == (4, 2)
+
+
+def test_two_pools_delete_exactly_the_named_instance_of_the_right_scale_set(azure: Azure) -> None:
+    drains = Drains()
+    p = two_pools(azure, drains)
+    autoscaler_round(p, launch={vp.WORKER_TYPE: 3, GPU_TYPE: 2})
+    # The same instance id (1) in both scale sets: only the GPU pool's goes.
+    p.non_terminated_nodes({})
+    ip = p.internal_ip(f"{GPU}_1")
+    autoscaler_round(p, terminate=[f"{GPU}_1"])
+    assert drains.calls == [ip]
+    assert sorted(azure.ips(GPU)) == ["0"]
+    assert sorted(azure.ips(NAME)) == ["0", "1", "2"]
+    assert [(d["scale_set"], d["instanceId"]) for d in azure.deleted] == [(GPU, "1")]
+    # One of each in one round: each from its own scale set.
+    autoscaler_round(p, terminate=[f"{NAME}_0", f"{GPU}_0"])
+    assert sorted(azure.ips(NAME)) == ["1", "2"]
+    assert azure.ips(GPU) == {}
+    assert p.non_terminated_nodes({}) == [vp.HEAD_ID, f"{NAME}_1", f"{NAME}_2"]
+
+
+def test_each_pool_scales_to_zero_on_its_own(azure: Azure) -> None:
+    p = two_pools(azure, Drains())
+    autoscaler_round(p, launch={vp.WORKER_TYPE: 2, GPU_TYPE: 1})
+    autoscaler_round(p, terminate=[f"{GPU}_0"])
+    assert (azure.compute.capacity(NAME), azure.compute.capacity(GPU)) == (2, 0)
+    autoscaler_round(p, terminate=[f"{NAME}_0", f"{NAME}_1"])
+    assert (azure.compute.capacity(NAME), azure.compute.capacity(GPU)) == (0, 0)
+    assert p.non_terminated_nodes({}) == [vp.HEAD_ID]
+    # ... and grows again from zero.
+    autoscaler_round(p, launch={GPU_TYPE: 1})
+    assert (azure.compute.capacity(NAME), azure.compute.capacity(GPU)) == (0, 1)
+
+
+def test_an_outage_of_one_pool_keeps_the_last_view_of_all_and_stops_writes(
+    azure: Azure,
+) -> None:
+    p = two_pools(azure, Drains())
+    autoscaler_round(p, launch={vp.WORKER_TYPE: 1, GPU_TYPE: 1})
+    before = p.non_terminated_nodes({})
+    assert before == [vp.HEAD_ID, f"{NAME}_0", f"{GPU}_0"]
+    azure.compute.state.write(
+        "faults.json",
+        {
+            "GET " + f"/subscriptions/{SUB}/resourceGroups/{GROUP}/providers/"
+            f"Microsoft.Compute/virtualMachineScaleSets/{GPU}/virtualMachines": {"status": 503}
+        },
+    )
+    azure.compute._set_state(NAME, "0", None)  # gone meanwhile: not seen until all reads work
+    assert p.non_terminated_nodes({}) == before
+    assert not p.safe_to_scale()
+    azure.compute.state.write("faults.json", {})
+    assert p.non_terminated_nodes({}) == [vp.HEAD_ID, f"{GPU}_0"]
+    assert p.safe_to_scale()
+
+
+def test_a_drain_ray_refuses_keeps_that_pools_worker(azure: Azure) -> None:
+    drains = Drains()
+    p = two_pools(azure, drains)
+    autoscaler_round(p, launch={vp.WORKER_TYPE: 1, GPU_TYPE: 1})
+    p.non_terminated_nodes({})
+    drains.busy = {p.internal_ip(f"{GPU}_0")}
+    autoscaler_round(p, terminate=[f"{GPU}_0", f"{NAME}_0"])
+    assert p.kept == [f"{GPU}_0"]
+    assert (azure.compute.capacity(NAME), azure.compute.capacity(GPU)) == (0, 1)
+    assert p.non_terminated_nodes({}) == [vp.HEAD_ID, f"{GPU}_0"]
+
+
 # -- the autoscaler's configuration ----------------------------------------------------------
 def test_config_is_what_ray_accepts(tmp_path: Path) -> None:
     from ray.autoscaler._private.util import prepare_config, validate_config
 
-    config = vp.autoscaling_config(deploy_values(autoscaler_min_workers=0), head_num_cpus=0)
+    config = vp.autoscaling_config(deploy_values(), head_num_cpus=0)
     validate_config(config)
     prepared = prepare_config(config)
     worker = prepared["available_node_types"][vp.WORKER_TYPE]
     # What a worker's `ray start` offers (cloud-init: one simulator slot per vCPU).
     assert worker["resources"] == {"CPU": 4, layout.SIMULATOR_RESOURCE: 4}
+    assert worker["labels"] == {"pool": "workers"}
     assert vp.SIMULATOR_RESOURCE == layout.SIMULATOR_RESOURCE
-    # The pool's own resources (RAY_RESOURCES) over the simulator slots, as its workers offer.
-    pooled = vp.autoscaling_config(deploy_values(ray_resources='{"simulator": 2, "big": 1}'))
+    # The pool's own resources (its RAY_RESOURCES) over the simulator slots, as its workers offer.
+    pooled = vp.autoscaling_config(
+        deploy_values(pools=[pool(resources={"simulator": 2, "big": 1})])
+    )
     validate_config(pooled)
     assert pooled["available_node_types"][vp.WORKER_TYPE]["resources"] == {
         "CPU": 4,
         layout.SIMULATOR_RESOURCE: 2,
         "big": 1,
     }
-    with pytest.raises(vp.ProviderError, match="RAY_RESOURCES must be a JSON object"):
-        vp.autoscaling_config(deploy_values(ray_resources='["simulator"]'))
     assert (worker["min_workers"], worker["max_workers"]) == (0, 5)
     assert prepared["idle_timeout_minutes"] == 5
     provider_config = prepared["provider"]
     assert provider_config["type"] == "external"
     assert provider_config["module"] == vp.MODULE
+    assert provider_config["pools"] == [
+        {"node_type": vp.WORKER_TYPE, "scale_set_id": SCALE_SET_ID, "max_workers": 5}
+    ]
     for key in ("disable_node_updaters", "disable_launch_config_check", "foreground_node_launch"):
         assert provider_config[key] is True
     # The command the head's bootstrap runs writes the same.
     values = tmp_path / "deploy.json"
-    values.write_text(json.dumps(deploy_values(autoscaler_min_workers=0)))
+    values.write_text(json.dumps(deploy_values()))
     out = tmp_path / "autoscaler.yaml"
     assert vp.main(["config", "--deploy-values", str(values), "--out", str(out)]) == 0
     assert json.loads(out.read_text()) == config
 
 
+def test_two_pools_are_two_node_types_ray_accepts() -> None:
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    cpu = pool(min=1, max=20, resources={"simulator": 2}, vm_size="Standard_F8s_v2")
+    config = vp.autoscaling_config(deploy_values(pools=[cpu, GPU_POOL]))
+    validate_config(config)
+    types = prepare_config(config)["available_node_types"]
+    assert sorted(types) == [vp.HEAD_TYPE, vp.WORKER_TYPE, GPU_TYPE]
+    assert types[vp.WORKER_TYPE]["resources"] == {"CPU": 8, layout.SIMULATOR_RESOURCE: 2}
+    assert (types[vp.WORKER_TYPE]["min_workers"], types[vp.WORKER_TYPE]["max_workers"]) == (1, 20)
+    # The GPU pool: its size's CPUs and GPU, a simulator slot per CPU (as its workers' ray start
+    # offers them), its labels after pool=gpu, its own bounds.
+    assert types[GPU_TYPE]["resources"] == {"CPU": 4, "GPU": 1, layout.SIMULATOR_RESOURCE: 4}
+    assert types[GPU_TYPE]["labels"] == {"pool": "gpu", "accelerator": "t4"}
+    assert (types[GPU_TYPE]["min_workers"], types[GPU_TYPE]["max_workers"]) == (0, 2)
+    assert config["max_workers"] == 22
+    assert [
+        (p["node_type"], p["scale_set_id"].rsplit("/", 1)[-1]) for p in config["provider"]["pools"]
+    ] == [
+        (vp.WORKER_TYPE, NAME),
+        (GPU_TYPE, GPU),
+    ]
+    # Another first pool keeps its own type name; only "workers" is ray.worker.default.
+    other = vp.autoscaling_config(deploy_values(pools=[pool(name="cpu"), GPU_POOL]))
+    assert sorted(other["available_node_types"]) == [vp.HEAD_TYPE, "ray.worker.cpu", GPU_TYPE]
+
+
+def plan(
+    config: dict[str, Any], demands: list[dict[str, float]], existing: dict[str, int] | None = None
+) -> dict[str, int]:
+    """The node types Ray's autoscaler launches for ``demands`` (its own planner and scorer)."""
+    from functools import partial
+
+    from ray.autoscaler._private.node_provider_availability_tracker import (
+        NodeAvailabilitySummary,
+    )
+    from ray.autoscaler._private.resource_demand_scheduler import (
+        _default_utilization_scorer,
+        get_nodes_for,
+    )
+    from ray.autoscaler._private.util import prepare_config
+
+    types = prepare_config(config)["available_node_types"]
+    scorer = partial(
+        _default_utilization_scorer,
+        node_availability_summary=NodeAvailabilitySummary(node_availabilities={}),
+    )
+    to_add, residual = get_nodes_for(types, existing or {}, vp.HEAD_TYPE, 100, demands, scorer)
+    assert residual == []
+    return dict(to_add)
+
+
+def test_ray_plans_gpu_demand_on_the_gpu_pool_and_cpu_demand_on_the_cpu_pool() -> None:
+    config = vp.autoscaling_config(deploy_values(pools=[pool(), GPU_POOL]))
+    assert plan(config, [{"CPU": 1, "GPU": 1}]) == {GPU_TYPE: 1}
+    assert plan(config, [{"GPU": 1}] * 2) == {GPU_TYPE: 2}
+    # CPU-only and simulator demand: the CPU pool, although GPU nodes offer CPUs and simulator
+    # slots too (Ray's AUTOSCALER_CONSERVE_GPU_NODES, on by default).
+    assert plan(config, [{"CPU": 1}] * 6) == {vp.WORKER_TYPE: 2}
+    assert plan(config, [{"CPU": 1, layout.SIMULATOR_RESOURCE: 1}] * 3) == {vp.WORKER_TYPE: 1}
+    assert plan(config, [{"CPU": 1, "GPU": 1}, {"CPU": 4}]) == {GPU_TYPE: 1, vp.WORKER_TYPE: 1}
+    # Ray prefers, it does not forbid: with the CPU pool at its max, CPU demand that fits
+    # nowhere else goes to the GPU pool (Ray's behaviour, kept; README "Worker pools").
+    assert plan(config, [{"CPU": 4}], existing={vp.WORKER_TYPE: 5}) == {GPU_TYPE: 1}
+
+
 @pytest.mark.parametrize(
     ("over", "message"),
     [
-        ({"min_workers": "-1"}, "AUTOSCALER_MIN_WORKERS must be a whole number"),
-        ({"max_workers": "0"}, "AUTOSCALER_MAX_WORKERS must be a whole number >= 1"),
-        ({"min_workers": "3", "max_workers": "2"}, "is above AUTOSCALER_MAX_WORKERS"),
-        ({"idle_timeout_minutes": "0"}, "AUTOSCALER_IDLE_TIMEOUT_MINUTES must be"),
+        ({"autoscaler_idle_timeout_minutes": "0"}, "AUTOSCALER_IDLE_TIMEOUT_MINUTES must be"),
         ({"worker_scale_set_id": "ray-workers"}, "the worker scale set id must look like"),
-        ({"worker_vm_size": "D4s_v5"}, "cannot tell the vCPUs"),
+        ({"autoscaler_pools": ""}, "AUTOSCALER_POOLS must be a JSON list of worker pools"),
+        ({"autoscaler_pools": "[]"}, "AUTOSCALER_POOLS must be a JSON list of worker pools"),
+        ({"pools": [pool(min=-1)]}, "pool 'workers': min and max must be whole numbers"),
+        ({"pools": [pool(max=0)]}, "pool 'workers': min and max must be whole numbers"),
+        ({"pools": [pool(min=3, max=2)]}, "pool 'workers': min and max must be whole numbers"),
+        ({"pools": [pool(vm_size="D4s_v5")]}, "pool 'workers': cannot tell the vCPUs"),
+        ({"pools": [pool(resources=["simulator"])]}, "resources must be a JSON object of numbers"),
+        ({"pools": [pool(labels="a=1,b")]}, "labels must be key=value pairs"),
+        ({"pools": [pool(name="GPU")]}, "the name must be 1-10 of a-z, 0-9 and"),
+        ({"pools": [pool(scale_set="a/b")]}, "scale_set must be a scale set's name"),
+        ({"pools": [pool(), pool(scale_set="x")]}, "two pools with the same name"),
+        ({"pools": [pool(), pool(name="x")]}, "two pools with the same scale_set"),
+        (
+            {"pools": [pool(vm_size="Standard_NC6s_v3")]},
+            "pool 'workers': VM size 'Standard_NC6s_v3': its GPUs (V100, NV-series) do not work",
+        ),
+        (
+            {"pools": [pool(vm_size="Standard_NG8ads_V620_v1")]},
+            "an N-series size of unknown GPU count",
+        ),
     ],
 )
 def test_bad_values_are_one_clear_error(
-    over: dict[str, str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    over: dict[str, Any], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    over = {
-        ("autoscaler_" + k if k.endswith(("workers", "minutes")) else k): v for k, v in over.items()
-    }
-    with pytest.raises(vp.ProviderError, match=message):
+    with pytest.raises(vp.ProviderError, match=re.escape(message)):
         vp.autoscaling_config(deploy_values(**over))
     values = tmp_path / "deploy.json"
     values.write_text(json.dumps(deploy_values(**over)))
@@ -394,13 +628,52 @@ def test_vm_size_cpus(size: str, cpus: int) -> None:
     assert vp.vm_size_cpus(size) == cpus
 
 
+@pytest.mark.parametrize(
+    ("size", "gpus"),
+    [
+        ("Standard_D4s_v5", 0),
+        ("Standard_F8s_v2", 0),
+        ("Standard_HB120rs_v3", 0),
+        ("Standard_NC4as_T4_v3", 1),
+        ("Standard_NC16as_T4_v3", 1),
+        ("Standard_NC64as_T4_v3", 4),
+        ("standard_nc24ads_a100_v4", 1),
+        ("Standard_NC96ads_A100_v4", 4),
+        ("Standard_NC40ads_H100_v5", 1),
+        ("Standard_NC80adis_H100_v5", 2),
+        ("Standard_ND96asr_v4", 8),
+        ("Standard_ND96amsr_A100_v4", 8),
+        ("Standard_ND96isr_H100_v5", 8),
+    ],
+)
+def test_vm_size_gpus(size: str, gpus: int) -> None:
+    assert vp.vm_size_gpus(size) == gpus
+
+
+@pytest.mark.parametrize(
+    ("size", "message"),
+    [
+        ("Standard_NC24rs_v3", "its GPUs (V100, NV-series)"),
+        ("Standard_ND40rs_v2", "its GPUs (V100, NV-series)"),
+        ("Standard_NV36ads_A10_v5", "its GPUs (V100, NV-series)"),
+        ("Standard_NC32as_T4_v3", "an N-series size of unknown GPU count"),
+        ("Standard_NC8as_T4_v4", "an N-series size of unknown GPU count"),
+    ],
+)
+def test_gpu_sizes_the_nodes_do_not_support_are_refused(size: str, message: str) -> None:
+    with pytest.raises(vp.ProviderError, match=re.escape(message)):
+        vp.vm_size_gpus(size)
+
+
 def test_an_outage_from_the_start_shows_the_head_alone_and_writes_nothing(azure: Azure) -> None:
     """Right after deployment the autoscaler identity's role may not have propagated: Azure
     answers 403. The provider never raises (Ray's autoscaler gives up after a few errors)."""
     from azure.core.exceptions import HttpResponseError
 
     config = vp.autoscaling_config(deploy_values())["provider"]
-    p = vp.ScaleSetProvider(config, "unit", scale_set=azure.scale_set(NODES), drain=Drains())
+    p = vp.ScaleSetProvider(
+        config, "unit", scale_sets={vp.WORKER_TYPE: azure.scale_set(NODES)}, drain=Drains()
+    )
     assert p.non_terminated_nodes({}) == [vp.HEAD_ID]
     assert not p.safe_to_scale()
     with pytest.raises(HttpResponseError, match="AuthorizationFailed"):

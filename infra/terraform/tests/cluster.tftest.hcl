@@ -438,8 +438,7 @@ run "custom_data_is_filled" {
           # The scale set's id, named before it exists (mocked subscription, default group).
           WORKER_SCALE_SET_ID             = "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/ray-rl-rg/providers/Microsoft.Compute/virtualMachineScaleSets/ray-workers"
           WORKER_VM_SIZE                  = "Standard_D4s_v5"
-          AUTOSCALER_MIN_WORKERS          = "0"
-          AUTOSCALER_MAX_WORKERS          = "4"
+          AUTOSCALER_POOLS                = "[{\"labels\":\"\",\"max\":4,\"min\":0,\"name\":\"workers\",\"resources\":{},\"scale_set\":\"ray-workers\",\"vm_size\":\"Standard_D4s_v5\"}]"
           AUTOSCALER_IDLE_TIMEOUT_MINUTES = "5"
           # The head's own identity (mocked client id): autostop is on by default.
           AUTOSCALER_CLIENT_ID = "11111111-2222-4333-8444-555555555555"
@@ -782,7 +781,7 @@ run "ray_mode_hands_the_scale_set_to_rays_autoscaler" {
   assert {
     condition = alltrue([
       for v in [jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", base64decode(azurerm_linux_virtual_machine.head.custom_data)))))] :
-      v.SCALING_MODE == "ray" && v.AUTOSCALER_MIN_WORKERS == "0" && v.AUTOSCALER_MAX_WORKERS == "6" && v.AUTOSCALER_IDLE_TIMEOUT_MINUTES == "2" && v.AUTOSCALER_CLIENT_ID == "11111111-2222-4333-8444-555555555555"
+      v.SCALING_MODE == "ray" && jsondecode(v.AUTOSCALER_POOLS)[0].min == 0 && jsondecode(v.AUTOSCALER_POOLS)[0].max == 6 && v.AUTOSCALER_IDLE_TIMEOUT_MINUTES == "2" && v.AUTOSCALER_CLIENT_ID == "11111111-2222-4333-8444-555555555555"
     ])
     error_message = "scaling_mode = ray: the head's deploy-time values name the mode, the worker bounds, the idle timeout and the autoscaler identity."
   }
@@ -910,6 +909,41 @@ run "two_pools_spot_cpu_and_gpu" {
       output.worker_pools["gpu"].scale_set_name == "ray-gpu"
     )
     error_message = "scale_set_id and autoscale_setting_id are the first pool's; worker_pools lists every pool."
+  }
+}
+
+run "two_pools_in_ray_mode" {
+  command = plan
+
+  variables {
+    scaling_mode = "ray"
+    worker_pools = {
+      cpu = { vm_size = "Standard_F8s_v2", spot_enabled = true, min_count = 0, default_count = 0, max_count = 20, ray_resources = { simulator = 2 } }
+      gpu = { vm_size = "Standard_NC4as_T4_v3", min_count = 0, default_count = 0, max_count = 2, ray_labels = { accelerator = "t4" } }
+    }
+  }
+
+  assert {
+    condition = alltrue([
+      for name in ["cpu", "gpu"] :
+      length(module.worker_pool[name].autoscale_settings) == 0 &&
+      length(module.worker_pool[name].role_assignments.autoscaler_scale_set) == 1 &&
+      module.worker_pool[name].role_assignments.autoscaler_scale_set[0].scope == module.worker_pool[name].scale_set.id &&
+      module.worker_pool[name].role_assignments.autoscaler_scale_set[0].role_definition_name == "Virtual Machine Contributor" &&
+      module.worker_pool[name].role_assignments.autoscaler_scale_set[0].principal_id == azurerm_user_assigned_identity.autoscaler[0].principal_id
+    ])
+    error_message = "scaling_mode = ray with two pools: no CPU rules, the head's identity is Virtual Machine Contributor on each pool's scale set."
+  }
+
+  assert {
+    condition = alltrue([
+      for v in [jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", base64decode(azurerm_linux_virtual_machine.head.custom_data)))))] :
+      jsondecode(v.AUTOSCALER_POOLS) == [
+        { labels = "", max = 20, min = 0, name = "cpu", resources = { simulator = 2 }, scale_set = "ray-cpu", vm_size = "Standard_F8s_v2" },
+        { labels = "accelerator=t4", max = 2, min = 0, name = "gpu", resources = {}, scale_set = "ray-gpu", vm_size = "Standard_NC4as_T4_v3" },
+      ]
+    ])
+    error_message = "scaling_mode = ray with two pools: the head's AUTOSCALER_POOLS lists both pools, the first first, as Ray's autoscaler plans with them."
   }
 }
 

@@ -1,14 +1,17 @@
-"""Ray's own autoscaler drives the workers' scale set: a node provider for an Azure VM scale set.
+"""Ray's own autoscaler drives the worker pools: a node provider for Azure VM scale sets.
 
 Runs on the head only, in ``scaling_mode = "ray"``, inside Ray's autoscaler (the monitor process
 that ``ray start --head --autoscaling-config=...`` starts). The provider type is ``external``
 with node updaters disabled, as KubeRay does: the autoscaler never SSHes into a node, workers
-bootstrap themselves from their cloud-init and join the head. Built on Ray's
-``BatchingNodeProvider``: each autoscaler round reads the scale set once
+bootstrap themselves from their cloud-init and join the head. One Ray node type per worker pool
+(``AUTOSCALER_POOLS``; each pool one scale set): ``ray.worker.default`` for the default pool
+``workers``, ``ray.worker.POOL`` for the others, each with its own min/max and the resources its
+workers offer (CPUs and GPUs from the VM size, a ``simulator`` slot per CPU, the pool's own).
+Built on Ray's ``BatchingNodeProvider``: each autoscaler round reads every scale set once
 (:meth:`ScaleSetProvider.get_node_data`) and writes at most once
 (:meth:`ScaleSetProvider.submit_scale_request`):
 
-* more workers wanted: the scale set's capacity is raised (``PATCH sku.capacity``);
+* more workers of a type wanted: its scale set's capacity is raised (``PATCH sku.capacity``);
 * a worker to remove: its Ray node is drained first (Ray's DrainNode, reason
   IDLE_TERMINATION: the GCS refuses it if anything runs there, and then the worker stays), then
   exactly that instance is deleted (``POST .../delete`` with its instance id) — never "the
@@ -16,10 +19,11 @@ bootstrap themselves from their cloud-init and join the head. Built on Ray's
 * Ray nodes and instances are matched by private IP (the scale set's network interfaces).
 
 Azure is reached with azure-mgmt-compute and the head's managed identity (azure-identity's
-``ManagedIdentityCredential`` with the autoscaler identity's client id), whose only role is on
-this one scale set. Writes run in a background thread; the autoscaler backs off
-(:meth:`safe_to_scale`) until the previous one ended, and a failed read keeps the last view and
-stops writes, so an Azure outage never makes the autoscaler act on a wrong count.
+``ManagedIdentityCredential`` with the autoscaler identity's client id), whose only roles are on
+the pools' scale sets. Writes run in a background thread; the autoscaler backs off
+(:meth:`safe_to_scale`) until the previous one ended, and a failed read of any scale set keeps
+the last view and stops writes, so an Azure outage never makes the autoscaler act on a wrong
+count.
 
 Also a command: ``python azure_vmss_provider.py config --deploy-values FILE --out FILE`` writes
 the autoscaler's configuration from the node's deploy-time values (the head's bootstrap runs it).
@@ -63,6 +67,9 @@ logger = logging.getLogger(__name__)
 
 HEAD_TYPE = "ray.head.default"
 WORKER_TYPE = "ray.worker.default"
+"""The node type of the default pool ``workers`` (the cluster of before pools); another pool's
+is ``ray.worker.POOL`` (:func:`node_type`)."""
+DEFAULT_POOL = "workers"
 HEAD_ID = "head"
 SIMULATOR_RESOURCE = "simulator"
 """What every worker offers besides CPU, one per vCPU (its ``ray start --resources``):
@@ -79,6 +86,24 @@ SCALE_SET_ID_RE = re.compile(
     re.IGNORECASE,
 )
 VM_SIZE_RE = re.compile(r"^Standard_[A-Za-z]+(?P<cpus>\d+)(?:-(?P<active>\d+))?", re.IGNORECASE)
+GPU_SIZES = {
+    r"nc(4|8|16)as_t4_v3": 1,
+    r"nc64as_t4_v3": 4,
+    r"nc24ads_a100_v4": 1,
+    r"nc48ads_a100_v4": 2,
+    r"nc96ads_a100_v4": 4,
+    r"nc40ads_h100_v5": 1,
+    r"nc80adis_h100_v5": 2,
+    r"nd96(asr_v4|amsr_a100_v4|isr_h100_v5)": 8,
+}
+"""NVIDIA GPUs of the N-series sizes whose GPUs the nodes support (README "GPU nodes": Turing
+and newer for the CUDA 13 torch: NCasT4_v3, NC A100 v4, NC H100 v5, ND A100 v4, NDm A100 v4,
+ND H100 v5), by the size's name without ``Standard_``, lower case: what a worker of that size
+registers with Ray (``--num-gpus``, the count its own check finds), so the autoscaler plans
+with it."""
+UNSUPPORTED_GPUS = r"nc\d+r?s_v3|nd\d+r?s_v2|nv"
+"""The V100 of NCv3 and NDv2 (older than the CUDA 13 torch supports) and the NV-series' virtual
+GPUs (NVIDIA's GRID driver): refused."""
 
 
 class ProviderError(Exception):
@@ -103,6 +128,24 @@ def vm_size_cpus(size: str) -> int:
     if not m or int(m["active"] or m["cpus"]) < 1:
         raise ProviderError(f"cannot tell the vCPUs of VM size {size!r} (expected Standard_D4s_v5)")
     return int(m["active"] or m["cpus"])
+
+
+def vm_size_gpus(size: str) -> int:
+    """NVIDIA GPUs of an Azure VM size, from its name (:data:`GPU_SIZES`); 0 outside the
+    N-series. An N-series size the table does not know, or one whose GPUs the nodes do not
+    support, is refused: the autoscaler would plan a GPU worker with the wrong count."""
+    name = size.strip().lower().removeprefix("standard_")
+    if not name.startswith("n"):
+        return 0
+    if re.match(UNSUPPORTED_GPUS, name):
+        raise ProviderError(
+            f"VM size {size!r}: its GPUs (V100, NV-series) do not work on the nodes (README "
+            '"GPU nodes")'
+        )
+    for pattern, count in GPU_SIZES.items():
+        if re.fullmatch(pattern, name):
+            return count
+    raise ProviderError(f"VM size {size!r}: an N-series size of unknown GPU count")
 
 
 # -- Azure -----------------------------------------------------------------------------------
@@ -273,37 +316,46 @@ _PENDING_STATES = {"creating": "creating VM", "updating": "updating VM"}
 
 
 class ScaleSetProvider(BatchingNodeProvider):
-    """Ray's ``external`` node provider for one Uniform VM scale set of workers.
+    """Ray's ``external`` node provider for the worker pools' Uniform VM scale sets, one Ray
+    node type each.
 
-    ``provider_config``: ``scale_set_id``, ``head_ip``, ``identity_client_id``,
-    ``arm_endpoint`` (optional), ``max_workers``, and Ray's ``disable_node_updaters``,
-    ``disable_launch_config_check``, ``foreground_node_launch`` (all true).
+    ``provider_config``: ``pools`` (each ``node_type``, ``scale_set_id``, ``max_workers``),
+    ``head_ip``, ``identity_client_id``, ``arm_endpoint`` (optional), ``max_workers`` (all pools
+    together), and Ray's ``disable_node_updaters``, ``disable_launch_config_check``,
+    ``foreground_node_launch`` (all true). ``scale_sets`` (tests): node type -> its scale set.
     """
 
     def __init__(
         self,
         provider_config: dict[str, Any],
         cluster_name: str,
-        scale_set: ScaleSet | None = None,
+        scale_sets: dict[str, ScaleSet] | None = None,
         drain: Drain | None = None,
     ) -> None:
         super().__init__(provider_config, cluster_name)
         self.head_ip = str(provider_config["head_ip"])
+        pools = list(provider_config["pools"])
         self.max_workers = int(provider_config.get("max_workers", 1000))
-        self.scale_set = scale_set or ScaleSet(
-            provider_config["scale_set_id"],
-            managed_identity(str(provider_config.get("identity_client_id", ""))),
-            str(provider_config.get("arm_endpoint") or DEFAULT_ARM_ENDPOINT),
-            connection_verify=system_ca_bundle(),
-        )
+        self.pool_max = {str(p["node_type"]): int(p["max_workers"]) for p in pools}
+        if scale_sets is None:
+            credential = managed_identity(str(provider_config.get("identity_client_id", "")))
+            endpoint = str(provider_config.get("arm_endpoint") or DEFAULT_ARM_ENDPOINT)
+            verify = system_ca_bundle()
+            scale_sets = {
+                str(p["node_type"]): ScaleSet(
+                    str(p["scale_set_id"]), credential, endpoint, connection_verify=verify
+                )
+                for p in pools
+            }
+        self.scale_sets = scale_sets
         self.drain = drain or gcs_drain(f"{self.head_ip}:{provider_config.get('gcs_port', 6379)}")
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vmss")
         self._write: Future[None] | None = None
         self._lock = threading.Lock()
-        self._instance_ids: dict[str, str] = {}
-        """Node id (the VM's name) -> instance id, from the last read."""
-        self._deleting: set[str] = set()
-        """Instance ids this provider deleted that Azure may still list."""
+        self._instance_ids: dict[str, tuple[str, str]] = {}
+        """Node id (the VM's name) -> (its node type, its instance id), from the last read."""
+        self._deleting: set[tuple[str, str]] = set()
+        """(node type, instance id) this provider deleted that Azure may still list."""
         self._last: dict[str, NodeData] | None = None
         self._read_failed = False
         self.kept: list[str] = []
@@ -314,36 +366,44 @@ class ScaleSetProvider(BatchingNodeProvider):
         head = NodeData(
             kind=NODE_KIND_HEAD, type=HEAD_TYPE, ip=self.head_ip, status=STATUS_UP_TO_DATE
         )
-        try:
-            instances = self.scale_set.instances()
-        except Exception as e:
-            # Never raise to the autoscaler: it gives up (and its monitor exits, taking the
-            # head's Ray down) after a few errors in its lifetime. Keep the last view (at first,
-            # the head alone) and write nothing until a read works again: right after
-            # deployment the identity's role may still be propagating.
-            self._read_failed = True
-            logger.warning("ScaleSetProvider: cannot list the scale set's instances: %s", e)
-            return dict(self._last) if self._last is not None else {HEAD_ID: head}
+        listing: dict[str, list[Instance]] = {}
+        for node_type, scale_set in self.scale_sets.items():
+            try:
+                listing[node_type] = scale_set.instances()
+            except Exception as e:
+                # Never raise to the autoscaler: it gives up (and its monitor exits, taking the
+                # head's Ray down) after a few errors in its lifetime. Keep the last view (at
+                # first, the head alone) and write nothing until every read works again: right
+                # after deployment the identity's roles may still be propagating.
+                self._read_failed = True
+                logger.warning(
+                    "ScaleSetProvider: cannot list the instances of %s: %s", scale_set.name, e
+                )
+                return dict(self._last) if self._last is not None else {HEAD_ID: head}
         self._read_failed = False
         data: dict[str, NodeData] = {HEAD_ID: head}
-        listed = set()
+        listed: set[tuple[str, str]] = set()
+        ids: dict[str, tuple[str, str]] = {}
         with self._lock:
-            for inst in instances:
-                listed.add(inst.instance_id)
-                state = inst.state.lower()
-                if inst.instance_id in self._deleting or state == "deleting":
-                    continue
-                if state == "succeeded":
-                    status = STATUS_UP_TO_DATE
-                elif state == "failed":
-                    status = STATUS_UPDATE_FAILED
-                else:
-                    status = _PENDING_STATES.get(state, f"vm {state or 'pending'}")
-                data[inst.name] = NodeData(
-                    kind=NODE_KIND_WORKER, type=WORKER_TYPE, ip=inst.ip, status=status
-                )
+            for node_type, instances in listing.items():
+                for inst in instances:
+                    key = (node_type, inst.instance_id)
+                    listed.add(key)
+                    ids[inst.name] = key
+                    state = inst.state.lower()
+                    if key in self._deleting or state == "deleting":
+                        continue
+                    if state == "succeeded":
+                        status = STATUS_UP_TO_DATE
+                    elif state == "failed":
+                        status = STATUS_UPDATE_FAILED
+                    else:
+                        status = _PENDING_STATES.get(state, f"vm {state or 'pending'}")
+                    data[inst.name] = NodeData(
+                        kind=NODE_KIND_WORKER, type=node_type, ip=inst.ip, status=status
+                    )
             self._deleting &= listed
-        self._instance_ids = {i.name: i.instance_id for i in instances}
+        self._instance_ids = ids
         self._last = data
         return data
 
@@ -354,52 +414,80 @@ class ScaleSetProvider(BatchingNodeProvider):
 
     # -- writes ------------------------------------------------------------------------------
     def submit_scale_request(self, scale_request: ScaleRequest) -> None:
-        desired = int(scale_request.desired_num_workers.get(WORKER_TYPE, 0))
-        victims = sorted(scale_request.workers_to_delete)
-        ids = {name: self._instance_ids[name] for name in victims if name in self._instance_ids}
-        ips = {name: self.node_data_dict[name].ip for name in ids if name in self.node_data_dict}
+        current = {t: 0 for t in self.scale_sets}
+        for node in self.node_data_dict.values():
+            if node.kind == NODE_KIND_WORKER and node.type in current:
+                current[node.type] += 1
+        victims: dict[str, dict[str, str]] = {t: {} for t in self.scale_sets}
+        for name in sorted(scale_request.workers_to_delete):
+            if name in self._instance_ids:
+                node_type, instance_id = self._instance_ids[name]
+                victims[node_type][name] = instance_id
+        plans: dict[str, tuple[int, dict[str, str], dict[str, str | None]]] = {}
+        for node_type in self.scale_sets:
+            desired = int(scale_request.desired_num_workers.get(node_type, 0))
+            ids = victims[node_type]
+            if not ids and desired == current[node_type]:
+                continue  # nothing for this pool
+            ips = {n: self.node_data_dict[n].ip for n in ids if n in self.node_data_dict}
+            plans[node_type] = (desired, ids, ips)
         with self._lock:  # gone from get_node_data at once (BatchingNodeProvider's contract)
-            self._deleting |= set(ids.values())
-        self._write = self._executor.submit(self._apply, desired, ids, ips)
+            self._deleting |= {(t, i) for t, (_, ids, _) in plans.items() for i in ids.values()}
+        self._write = self._executor.submit(self._apply, plans)
 
-    def _apply(self, desired: int, ids: dict[str, str], ips: dict[str, str | None]) -> None:
-        try:
-            to_delete = []
-            for name, instance_id in ids.items():
-                ip = ips.get(name)
-                accepted, message = self.drain(ip) if ip else (True, "no IP yet")
-                if accepted:
-                    logger.info("ScaleSetProvider: deleting %s (%s): %s", name, ip, message)
-                    to_delete.append(instance_id)
-                else:
-                    logger.warning("ScaleSetProvider: keeping %s (%s): %s", name, ip, message)
-                    self.kept.append(name)
-                    desired += 1
-                    with self._lock:
-                        self._deleting.discard(instance_id)
-            if to_delete:
-                self.scale_set.delete(to_delete)
-            desired = max(0, min(desired, self.max_workers))
-            capacity = self.scale_set.capacity()
-            if desired > capacity:
-                logger.info(
-                    "ScaleSetProvider: raising the capacity from %d to %d", capacity, desired
-                )
-                self.scale_set.set_capacity(desired)
-            elif desired < capacity:
-                # A lower capacity alone lets Azure choose whom to remove (the scale-in rule):
-                # workers leave only by name, drained first.
-                logger.info(
-                    "ScaleSetProvider: %d workers wanted, %d in the scale set: removing none "
-                    "that was not named",
-                    desired,
-                    capacity,
-                )
-        except Exception:
-            logger.exception("ScaleSetProvider: the scale request failed")
-            with self._lock:
-                self._deleting -= set(ids.values())
-            raise
+    def _apply(self, plans: dict[str, tuple[int, dict[str, str], dict[str, str | None]]]) -> None:
+        """Each pool's part in turn; one pool's failure does not keep the others from theirs."""
+        failed: Exception | None = None
+        for node_type, (desired, ids, ips) in plans.items():
+            try:
+                self._apply_pool(node_type, desired, ids, ips)
+            except Exception as e:
+                logger.exception("ScaleSetProvider: the scale request for %s failed", node_type)
+                with self._lock:
+                    self._deleting -= {(node_type, i) for i in ids.values()}
+                failed = failed or e
+        if failed is not None:
+            raise failed
+
+    def _apply_pool(
+        self, node_type: str, desired: int, ids: dict[str, str], ips: dict[str, str | None]
+    ) -> None:
+        scale_set = self.scale_sets[node_type]
+        to_delete = []
+        for name, instance_id in ids.items():
+            ip = ips.get(name)
+            accepted, message = self.drain(ip) if ip else (True, "no IP yet")
+            if accepted:
+                logger.info("ScaleSetProvider: deleting %s (%s): %s", name, ip, message)
+                to_delete.append(instance_id)
+            else:
+                logger.warning("ScaleSetProvider: keeping %s (%s): %s", name, ip, message)
+                self.kept.append(name)
+                desired += 1
+                with self._lock:
+                    self._deleting.discard((node_type, instance_id))
+        if to_delete:
+            scale_set.delete(to_delete)
+        desired = max(0, min(desired, self.pool_max[node_type], self.max_workers))
+        capacity = scale_set.capacity()
+        if desired > capacity:
+            logger.info(
+                "ScaleSetProvider: raising the capacity of %s from %d to %d",
+                scale_set.name,
+                capacity,
+                desired,
+            )
+            scale_set.set_capacity(desired)
+        elif desired < capacity:
+            # A lower capacity alone lets Azure choose whom to remove (the scale-in rule):
+            # workers leave only by name, drained first.
+            logger.info(
+                "ScaleSetProvider: %d workers wanted in %s, %d there: removing none that was "
+                "not named",
+                desired,
+                scale_set.name,
+                capacity,
+            )
 
     def wait(self, timeout: float | None = None) -> None:
         """Until the last write ended (tests, and a clean shutdown)."""
@@ -408,49 +496,105 @@ class ScaleSetProvider(BatchingNodeProvider):
 
 
 # -- the autoscaler's configuration ------------------------------------------------------------
-def pool_resources(values: dict[str, str]) -> dict[str, Any]:
-    """The pool's custom resources (``RAY_RESOURCES``, JSON), which its workers' ``ray start``
-    offers over one simulator slot per CPU."""
-    text = values.get("RAY_RESOURCES") or "{}"
+POOL_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,9}$")
+SCALE_SET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+
+
+def node_type(pool: str) -> str:
+    """Ray's node type of a worker pool: ``ray.worker.default`` for the default pool
+    ``workers`` (as before pools), ``ray.worker.POOL`` for another."""
+    return WORKER_TYPE if pool == DEFAULT_POOL else f"ray.worker.{pool}"
+
+
+def autoscaler_pools(values: dict[str, str]) -> list[dict[str, Any]]:
+    """The worker pools Ray's autoscaler plans with: ``AUTOSCALER_POOLS``, a JSON list of
+    ``{"name", "scale_set", "vm_size", "min", "max", "resources", "labels"}`` (``labels``:
+    ``key=value,...``, the pool's RAY_LABELS). Each pool checked, with what each of its workers
+    offers Ray as its bootstrap starts Ray: ``resources`` the size's CPUs and GPUs, one
+    simulator slot per CPU, then the pool's own resources over those; ``labels`` ``pool=NAME``
+    and the pool's."""
+    text = values.get("AUTOSCALER_POOLS", "")
     try:
-        extra = json.loads(text)
-        if all(type(v) in (int, float) for v in extra.values()):
-            return {str(k): v for k, v in extra.items()}
-    except (ValueError, AttributeError):
-        pass
-    raise ProviderError(f"RAY_RESOURCES must be a JSON object of numbers, got {text!r}")
+        entries = json.loads(text)
+    except ValueError:
+        entries = None
+    if not isinstance(entries, list) or not entries:
+        raise ProviderError(f"AUTOSCALER_POOLS must be a JSON list of worker pools, got {text!r}")
+    pools = []
+    for e in entries:
+        e = e if isinstance(e, dict) else {}
+        name, low, high = e.get("name"), e.get("min"), e.get("max")
+        where = f"AUTOSCALER_POOLS: pool {name!r}"
+        resources, labels = e.get("resources", {}), e.get("labels", "")
+        pairs = [p.partition("=") for p in labels.split(",")] if isinstance(labels, str) else []
+        if not isinstance(name, str) or not POOL_NAME_RE.match(name):
+            raise ProviderError(f"{where}: the name must be 1-10 of a-z, 0-9 and '-'")
+        if not SCALE_SET_NAME_RE.match(str(e.get("scale_set"))):
+            raise ProviderError(f"{where}: scale_set must be a scale set's name")
+        if type(low) is not int or type(high) is not int or not 0 <= low <= high or high < 1:
+            raise ProviderError(
+                f"{where}: min and max must be whole numbers, 0 <= min <= max, 1 <= max"
+            )
+        if not isinstance(resources, dict) or not all(
+            type(v) in (int, float) and v >= 0 for v in resources.values()
+        ):
+            raise ProviderError(f"{where}: resources must be a JSON object of numbers")
+        if not isinstance(labels, str) or (labels and not all(k and v for k, _, v in pairs)):
+            raise ProviderError(f"{where}: labels must be key=value pairs")
+        try:
+            cpus, gpus = vm_size_cpus(str(e.get("vm_size"))), vm_size_gpus(str(e.get("vm_size")))
+        except ProviderError as error:
+            raise ProviderError(f"{where}: {error}") from None
+        gpu = {"GPU": gpus} if gpus else {}
+        pools.append(
+            {
+                "name": name,
+                "scale_set": e["scale_set"],
+                "min": low,
+                "max": high,
+                "resources": {"CPU": cpus, **gpu, SIMULATOR_RESOURCE: cpus, **resources},
+                "labels": {"pool": name, **{k: v for k, _, v in pairs if labels}},
+            }
+        )
+    for key in ("name", "scale_set"):
+        if len({p[key].lower() for p in pools}) != len(pools):
+            raise ProviderError(f"AUTOSCALER_POOLS: two pools with the same {key}")
+    return pools
 
 
 def autoscaling_config(values: dict[str, str], head_num_cpus: int = 0) -> dict[str, Any]:
-    """Ray's autoscaler configuration from the node's deploy-time values."""
-
-    def count(name: str, low: int) -> int:
-        text = values.get(name, "")
-        if not text.isdigit() or int(text) < low:
-            raise ProviderError(f"{name} must be a whole number >= {low}, got {text!r}")
-        return int(text)
-
-    min_workers = count("AUTOSCALER_MIN_WORKERS", 0)
-    max_workers = count("AUTOSCALER_MAX_WORKERS", 1)
-    idle = count("AUTOSCALER_IDLE_TIMEOUT_MINUTES", 1)
-    if min_workers > max_workers:
+    """Ray's autoscaler configuration from the node's deploy-time values: one node type per
+    worker pool of ``AUTOSCALER_POOLS``, in the scale sets' subscription and resource group
+    (``WORKER_SCALE_SET_ID``'s)."""
+    text = values.get("AUTOSCALER_IDLE_TIMEOUT_MINUTES", "")
+    if not text.isdigit() or int(text) < 1:
         raise ProviderError(
-            f"AUTOSCALER_MIN_WORKERS ({min_workers}) is above "
-            f"AUTOSCALER_MAX_WORKERS ({max_workers})"
+            f"AUTOSCALER_IDLE_TIMEOUT_MINUTES must be a whole number >= 1, got {text!r}"
         )
-    scale_set_id = values.get("WORKER_SCALE_SET_ID", "")
-    _, _, name = parse_scale_set_id(scale_set_id)
-    cpus = vm_size_cpus(values.get("WORKER_VM_SIZE", ""))
-    resources = {"CPU": cpus, SIMULATOR_RESOURCE: cpus, **pool_resources(values)}
+    idle = int(text)
+    subscription, group, _ = parse_scale_set_id(values.get("WORKER_SCALE_SET_ID", ""))
+    pools = autoscaler_pools(values)
+    max_workers = sum(p["max"] for p in pools)
+    prefix = f"/subscriptions/{subscription}/resourceGroups/{group}"
     return {
-        "cluster_name": name,
+        "cluster_name": pools[0]["scale_set"],
         "max_workers": max_workers,
         "upscaling_speed": 1.0,
         "idle_timeout_minutes": idle,
         "provider": {
             "type": "external",
             "module": MODULE,
-            "scale_set_id": scale_set_id,
+            "pools": [
+                {
+                    "node_type": node_type(p["name"]),
+                    "scale_set_id": (
+                        f"{prefix}/providers/Microsoft.Compute/virtualMachineScaleSets/"
+                        f"{p['scale_set']}"
+                    ),
+                    "max_workers": p["max"],
+                }
+                for p in pools
+            ],
             "head_ip": values["RAY_HEAD_IP"],
             "identity_client_id": values.get("AUTOSCALER_CLIENT_ID", ""),
             "arm_endpoint": values.get("ARM_ENDPOINT") or DEFAULT_ARM_ENDPOINT,
@@ -470,11 +614,15 @@ def autoscaling_config(values: dict[str, str], head_num_cpus: int = 0) -> dict[s
                 "node_config": {},
                 "max_workers": 0,
             },
-            WORKER_TYPE: {
-                "resources": resources,
-                "node_config": {},
-                "min_workers": min_workers,
-                "max_workers": max_workers,
+            **{
+                node_type(p["name"]): {
+                    "resources": p["resources"],
+                    "labels": p["labels"],
+                    "node_config": {},
+                    "min_workers": p["min"],
+                    "max_workers": p["max"],
+                }
+                for p in pools
             },
         },
         "head_node_type": HEAD_TYPE,

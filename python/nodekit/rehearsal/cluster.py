@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import os
 import re
 import secrets
@@ -309,8 +310,21 @@ class Rehearsal:
             # The containers share this machine's CPUs: a size with as many, so Ray's autoscaler
             # plans with what a new worker really brings.
             "WORKER_VM_SIZE": f"Standard_D{os.cpu_count() or 1}s_v5",
-            "AUTOSCALER_MIN_WORKERS": str(state.min_workers),
-            "AUTOSCALER_MAX_WORKERS": str(state.max_workers),
+            # One pool, as a stack's default (below): what Ray's autoscaler plans with.
+            "AUTOSCALER_POOLS": json.dumps(
+                [
+                    {
+                        "labels": "",
+                        "max": state.max_workers,
+                        "min": state.min_workers,
+                        "name": "workers",
+                        "resources": {},
+                        "scale_set": self.scale_set_id(state).rsplit("/", 1)[-1],
+                        "vm_size": f"Standard_D{os.cpu_count() or 1}s_v5",
+                    }
+                ],
+                separators=(",", ":"),
+            ),
             "AUTOSCALER_IDLE_TIMEOUT_MINUTES": str(state.idle_timeout_minutes),
             "AUTOSCALER_CLIENT_ID": state.autoscaler_client_id,
             "ARM_ENDPOINT": compute.arm_endpoint(state),

@@ -151,7 +151,9 @@ class Client:
         )
         who = f"the managed identity {self.store.client_id or '(system-assigned)'}"
         try:
-            with urllib.request.urlopen(request, timeout=30) as r:
+            # The metadata service is link-local: never through a proxy, as Azure's SDKs ask it.
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            with opener.open(request, timeout=30) as r:
                 answer = json.load(r)
             token = str(answer["access_token"])
             expires = float(answer.get("expires_on") or time.time() + 600)

@@ -377,6 +377,7 @@ def _result(stdout: str) -> dict[str, object]:
     return result
 
 
+@pytest.mark.slow
 def test_a_run_resumes_from_the_store_when_its_folder_is_gone(env: Blob, tmp_path: Path) -> None:
     """One real (tiny) CartPole run mirrored to the store, its folder deleted as with the head's
     disk, then ``--resume`` of its id on a fresh results root: the counters go on."""

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from harness import blobsync
 from harness.blobsync import Store, StoreError
@@ -31,6 +31,8 @@ STAGING = ".uploads"
 files and a copy of progress.csv), so the next checkpoint's swap cannot change it under the
 helper. Not mirrored (a dot entry); removed once uploaded."""
 SCRIPT = Path(blobsync.__file__)
+RESTARTS = 3
+"""How often a helper that died is replaced (at the next checkpoint) in one run."""
 HELPER_LOG = ".uploader.log"
 """In the run folder: the helper's stderr (what pyarrow prints when it aborts), not mirrored."""
 
@@ -61,7 +63,10 @@ def _died(code: int) -> str:
 
 class Uploader:
     """One run's helper process: :meth:`checkpoint` and :meth:`sync` return at once;
-    :meth:`finish` waits for the last upload, at most ``timeout`` seconds."""
+    :meth:`finish` waits for the last upload, at most ``timeout`` seconds. A helper that dies
+    (killed, or aborted by pyarrow when a token request fails mid-run) is replaced at the next
+    checkpoint, at most :data:`RESTARTS` times; one that ended on a reason it gave (no token,
+    no container, a bad URL: exit 3) is not."""
 
     def __init__(self, store: Store, run_dir: Path, log: Log = _say) -> None:
         self.store = store
@@ -71,15 +76,22 @@ class Uploader:
         self.where = f"{store.url}/{self.run}"
         self.published: list[dict[str, Any]] = []
         self.uploaded: list[str] = []
-        self.failed = False
+        self.restarts = 0
+        self.declined = False
+        """The helper ended on a reason it said (exit 3): not started again."""
         self._done = threading.Event()
+        self._failed = False
         self._proc: subprocess.Popen[str] | None = None
-        self._reader: threading.Thread | None = None
 
     def start(self) -> Uploader:
+        self._spawn()
+        self.log(f"results store: mirroring this run to {self.where}")
+        return self
+
+    def _spawn(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with (self.run_dir / HELPER_LOG).open("a") as stderr:
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 [
                     sys.executable,
                     str(SCRIPT),
@@ -96,21 +108,20 @@ class Uploader:
                 env=_env(self.store),
                 start_new_session=True,  # a Ctrl-C to the job stops training, not the upload
             )
-        self._reader = threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True)
-        self._reader.start()
-        self.log(f"results store: mirroring this run to {self.where}")
-        return self
+        done = threading.Event()
+        self._proc, self._done, self._failed = proc, done, False
+        threading.Thread(target=self._read, args=(proc, done), daemon=True).start()
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None and not self.failed
+        return self._proc is not None and self._proc.poll() is None and not self._failed
 
-    def _read(self, stream: IO[str] | None) -> None:
-        assert stream is not None
-        for line in stream:
+    def _read(self, proc: subprocess.Popen[str], done: threading.Event) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
             try:
                 event = json.loads(line)
             except ValueError:
@@ -127,17 +138,25 @@ class Uploader:
             elif kind == "uploaded":
                 self.uploaded.append(str(event.get("file")))
             elif kind == "done":
-                self._done.set()
-        code = self._proc.wait() if self._proc else 0
-        if not self._done.is_set():
-            self.failed = True
-            if code != 3:  # 3: the helper said why in its own line
+                done.set()
+        code = proc.wait()
+        if not done.is_set():
+            if proc is self._proc:
+                self._failed = True
+            if code == 3:  # the helper said why in its own line
+                self.declined = True
+            else:
+                again = (
+                    "a new one starts at the next checkpoint"
+                    if self.restarts < RESTARTS
+                    else "it is not started again"
+                )
                 self.log(
                     f"results store: the uploader stopped ({_died(code)}; its log: "
-                    f"{self.run_dir / HELPER_LOG}); results stay in the local run folder "
-                    f"{self.run_dir}"
+                    f"{self.run_dir / HELPER_LOG}); {again}; the local run folder "
+                    f"{self.run_dir} has every result"
                 )
-            self._done.set()
+            done.set()
 
     def _send(self, command: dict[str, Any]) -> bool:
         if not self.alive() or self._proc is None or self._proc.stdin is None:
@@ -156,7 +175,12 @@ class Uploader:
     def checkpoint(self, checkpoint: Path, state: dict[str, Any]) -> None:
         """Upload this checkpoint and publish it once complete, in the background."""
         if not self.alive():
-            return
+            if self._proc is None or self.declined or self.restarts >= RESTARTS:
+                return
+            self._done.wait(5)  # the old helper's last words are read
+            self.restarts += 1
+            self._spawn()
+            self.log(f"results store: uploader started again ({self.restarts} of {RESTARTS})")
         name = f"{int(state['iteration']):06d}"
         staged = self.run_dir / STAGING / name
         try:
@@ -188,7 +212,7 @@ class Uploader:
             with contextlib.suppress(OSError):
                 self._proc.stdin.close()
         finished = self._done.wait(timeout)
-        ok = finished and not self.failed
+        ok = finished and not self._failed
         if not finished:
             self.log(
                 f"results store: gave up waiting for the final upload after {timeout:g} s; "

@@ -194,10 +194,10 @@ def test_killing_the_uploader_mid_checkpoint_keeps_the_previous_pointer(
     up.checkpoint(folder / "checkpoint", {"iteration": 2, "env_steps": 200})
     _wait(lambda: up.published, "the first checkpoint's pointer")
     first = json.loads(_get(env, f"{run}/latest.json")[1])
-    # A second, bigger checkpoint: killed once three of its 200 files are up.
+    # A second, bigger checkpoint: killed once three of its 60 files are up.
     second = tmp_path / "second" / "checkpoint"
     (second / "learner").mkdir(parents=True)
-    for i in range(200):
+    for i in range(60):
         (second / "learner" / f"part{i:04d}.bin").write_bytes(os.urandom(2000))
     (second / "harness.json").write_text(json.dumps({"iteration": 4, "env_steps": 400}))
     up.checkpoint(second, {"iteration": 4, "env_steps": 400})
@@ -211,7 +211,7 @@ def test_killing_the_uploader_mid_checkpoint_keeps_the_previous_pointer(
     _wait(lambda: any("uploader stopped" in line for line in lines), "the line saying so")
     names = _listing(env, run)
     partial = [n for n in names if n.startswith("checkpoints/000004/")]
-    assert 3 <= len(partial) < 201, "killed mid-checkpoint"
+    assert 3 <= len(partial) < 61, "killed mid-checkpoint"
     # The pointer still names the first checkpoint, which is complete; the partial is ignored.
     assert json.loads(_get(env, f"{run}/latest.json")[1]) == first
     for name, size in first["files"].items():
@@ -227,15 +227,23 @@ def test_killing_the_uploader_mid_checkpoint_keeps_the_previous_pointer(
         {**dict.fromkeys(PROGRESS_COLUMNS, ""), **row}
         for row in ({"iteration": "1", "env_steps": "100"}, {"iteration": "2", "env_steps": "200"})
     ]
-    # One line in the job's log, and the training side went on: later calls do nothing.
+    # One line in the job's log; training went on; the next checkpoint starts a new uploader.
     stopped = [line for line in lines if "uploader stopped" in line]
     assert stopped == [
         f"results store: the uploader stopped (killed by SIGKILL; its log: "
-        f"{folder / store.HELPER_LOG}); results stay in the local run folder {folder}"
+        f"{folder / store.HELPER_LOG}); a new one starts at the next checkpoint; the local run "
+        f"folder {folder} has every result"
     ]
-    up.checkpoint(second, {"iteration": 6, "env_steps": 600})
     up.sync()
-    assert not up.finish(5)
+    up.checkpoint(second, {"iteration": 6, "env_steps": 600})
+    assert up.finish(60), lines
+    assert "results store: uploader started again (1 of 3)" in lines
+    pointer = json.loads(_get(env, f"{run}/latest.json")[1])
+    assert (pointer["checkpoint"], pointer["iteration"], len(pointer["files"])) == (
+        "checkpoints/000006",
+        6,
+        62,
+    )
     assert not any("Traceback" in line for line in lines)
 
 

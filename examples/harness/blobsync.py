@@ -311,8 +311,10 @@ class Uploader:
         self.mirrored: dict[str, tuple[int, int]] = {}
         self.last_sync = 0.0
         self.reported: set[str] = set()
+        self.failures = 0
 
     def error(self, message: str) -> None:
+        self.failures += 1
         if message not in self.reported:  # the same failure is said once
             self.reported.add(message)
             _emit("error", message=message)
@@ -413,7 +415,7 @@ class Uploader:
                 sync = False
             if finishing and self.commands.empty():
                 self.mirror()
-                _emit("done")
+                _emit("done", failures=self.failures)
                 return 0
 
     def _since_sync(self) -> float:

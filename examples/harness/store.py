@@ -77,6 +77,8 @@ class Uploader:
         self.published: list[dict[str, Any]] = []
         self.uploaded: list[str] = []
         self.restarts = 0
+        self.failures = 0
+        """Uploads that failed (each said in a line when it first happened)."""
         self.declined = False
         """The helper ended on a reason it said (exit 3): not started again."""
         self._done = threading.Event()
@@ -138,6 +140,7 @@ class Uploader:
             elif kind == "uploaded":
                 self.uploaded.append(str(event.get("file")))
             elif kind == "done":
+                self.failures += int(event.get("failures") or 0)
                 done.set()
         code = proc.wait()
         if not done.is_set():
@@ -212,7 +215,7 @@ class Uploader:
             with contextlib.suppress(OSError):
                 self._proc.stdin.close()
         finished = self._done.wait(timeout)
-        ok = finished and not self._failed
+        ok = finished and not self._failed and not self.failures
         if not finished:
             self.log(
                 f"results store: gave up waiting for the final upload after {timeout:g} s; "
@@ -224,6 +227,11 @@ class Uploader:
             self.log(
                 f"results store: all uploaded to {self.where} "
                 f"({time.monotonic() - started:.1f} s at the end)"
+            )
+        elif self.failures and not self._failed:
+            self.log(
+                f"results store: uploading ended with {self.failures} failed upload(s), said "
+                f"above; the local run folder {self.run_dir} has every result"
             )
         shutil.rmtree(self.run_dir / STAGING, ignore_errors=True)
         return ok

@@ -426,3 +426,33 @@ def test_a_run_resumes_from_the_store_when_its_folder_is_gone(env: Blob, tmp_pat
     # The resumed run is mirrored under its own id; the temporary copy is gone.
     assert json.loads(_get(env, f"resumed-{os.getpid()}/latest.json")[1])["iteration"] == 3
     assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob(f"resume-{run}-*"))
+
+
+def test_a_store_lost_mid_run_is_one_line_and_the_run_ends_normally(
+    env: Blob, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The container goes away after the first checkpoint (deleted, as by a teardown): the next
+    checkpoint is not published, said once, and the end of the run says uploads failed."""
+    container = f"lost{os.getpid()}"
+    assert _request(env, "PUT", f"{container}?restype=container", _token(env))[0] == 201
+    monkeypatch.setenv(blobsync.URL_ENV, f"{env.url}/{container}")
+    run = "run-lost"
+    folder = _run_folder(tmp_path, run)
+    lines = Lines()
+    found = blobsync.from_env()
+    assert found is not None
+    up = store.Uploader(found, folder, lines).start()
+    up.checkpoint(folder / "checkpoint", {"iteration": 2, "env_steps": 200})
+    _wait(lambda: up.published, "the first checkpoint's pointer")
+    assert _request(env, "DELETE", f"{container}?restype=container", _token(env))[0] == 202
+    up.checkpoint(folder / "checkpoint", {"iteration": 4, "env_steps": 400})
+    up.sync()
+    assert not up.finish(60)
+    assert lines[2:] == [
+        f"results store: checkpoint 000004 not published: the container {env.url}/{container} "
+        f"does not exist (uploading checkpoints/000004)",
+        f"results store: uploading ended with 1 failed upload(s), said above; the local run "
+        f"folder {folder} has every result",
+    ], lines
+    assert [p["iteration"] for p in up.published] == [2]
+    assert (folder / "checkpoint" / "harness.json").is_file()

@@ -210,9 +210,9 @@ def run(
             uploader.checkpoint(checkpoint, state())
         extra = evaluate(algo, args) if evaluate else {}
     except BaseException:
-        if uploader:  # a failed run: what is staged still goes up, then the error
+        if uploader:  # a failed or stopped run: what is staged goes up (briefly), then the error
             progress.close()
-            uploader.finish(args.upload_timeout)
+            uploader.finish(min(args.upload_timeout, 60.0))
         raise
     finally:
         progress.close()

@@ -45,6 +45,16 @@ def _count(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def _run(text: str) -> str:
     try:
         return check_run(text)
@@ -123,6 +133,14 @@ def parser(
         metavar="RUN",
         help="continue from the latest checkpoint of an earlier run: its submission id (its "
         "folder next to this run's results folder, here or on the head) or a path",
+    )
+    g.add_argument(
+        "--upload-timeout",
+        type=_seconds,
+        default=600.0,
+        metavar="S",
+        help="with a results store ($RAYDRIVER_RESULTS_URL): wait at most S seconds at the end "
+        "for the last upload, and for fetching a --resume run from the store (default: 600)",
     )
     g = p.add_argument_group("run")
     g.add_argument(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from harness.runs import (
     run_folder,
     save_checkpoint,
 )
+from harness.store import StoreError, Uploader, configured, fetch_latest
 
 HEAD_RESOURCE = "head"
 """The custom resource the cluster's head offers (cloud-init's `ray start --resources`)."""
@@ -103,19 +105,31 @@ def run(
         print("error: every stop condition is 'none': the run would never end", file=sys.stderr)
         return 2
     run_dir = results_dir(args.results_dir, example)
-    resume = None
+    store = configured()
+    resume, fetched, resumed_from = None, None, None
     if args.resume:
+        folder = run_folder(args.resume, run_dir)
+        if store and not folder.exists() and folder.name == args.resume:
+            # Not on this machine (a new head, another cluster): the run's published checkpoint.
+            try:
+                fetched = folder = fetch_latest(store, args.resume, args.upload_timeout)
+            except StoreError as e:
+                print(f"error: --resume {args.resume}: {e}", file=sys.stderr)
+                return 2
+            resumed_from = f"{store.url}/{args.resume}"
         try:
-            resume = latest_checkpoint(run_folder(args.resume, run_dir))
+            resume = latest_checkpoint(folder)
         except FileNotFoundError as e:
             print(f"error: --resume {args.resume}: {e}", file=sys.stderr)
             return 2
+        resumed_from = resumed_from or str(resume.path)
     earlier_rows = (
         read_progress(resume.path.parent / PROGRESS_CSV, int(resume.state["iteration"]))
         if resume
         else []
     )
     run_dir.mkdir(parents=True, exist_ok=True)
+    uploader = Uploader(store, run_dir).start() if store else None
 
     import ray
 
@@ -126,10 +140,12 @@ def run(
         algo.restore_from_path(str(resume.path))
         time_before = float(resume.state.get("time_total_s", 0.0))
         print(
-            f"resumed from {resume.path}: iteration {resume.state['iteration']}, "
+            f"resumed from {resumed_from}: iteration {resume.state['iteration']}, "
             f"env steps {resume.state['env_steps']}",
             flush=True,
         )
+        if fetched:
+            shutil.rmtree(fetched, ignore_errors=True)
     progress = ProgressWriter(run_dir, earlier_rows)
     first = _first_return(earlier_rows)
     start = time.monotonic()
@@ -144,7 +160,7 @@ def run(
             "time_total_s": round(time_before + time.monotonic() - start, 3),
             "episode_return_mean": None if math.isnan(ret) else ret,
             "run": str(run_dir),
-            "resumed_from": str(resume.path) if resume else None,
+            "resumed_from": resumed_from,
         }
 
     try:
@@ -184,9 +200,20 @@ def run(
             reason = stop_reason(args, ret, it, steps, total)
             if reason is None and args.checkpoint_every and it % args.checkpoint_every == 0:
                 checkpoint = save_checkpoint(algo, run_dir, state())
+                if uploader:
+                    uploader.checkpoint(checkpoint, state())
+            elif uploader:
+                uploader.sync()
         wall = time_before + time.monotonic() - start
         checkpoint = save_checkpoint(algo, run_dir, state())
+        if uploader:
+            uploader.checkpoint(checkpoint, state())
         extra = evaluate(algo, args) if evaluate else {}
+    except BaseException:
+        if uploader:  # a failed or stopped run: what is staged goes up (briefly), then the error
+            progress.close()
+            uploader.finish(min(args.upload_timeout, 60.0))
+        raise
     finally:
         progress.close()
     reached = None if args.stop_reward is None else bool(ret >= args.stop_reward)
@@ -202,10 +229,12 @@ def run(
         "first_episode_return_mean": None if first is None else round(first, 2),
         "stopped_by": reason,
         "seed": args.seed,
-        "resumed_from": str(resume.path) if resume else None,
+        "resumed_from": resumed_from,
         **extra,
     }
     (run_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
+    if uploader:
+        uploader.finish(args.upload_timeout)
     algo.stop()
     print("RESULT " + json.dumps(summary), flush=True)
     return 1 if reached is False else 0

@@ -99,13 +99,22 @@ def test_flags_defaults_and_none() -> None:
     args = _args([], stop_reward=450.0, max_env_steps=60_000)
     assert (args.stop_reward, args.max_env_steps, args.max_iterations) == (450.0, 60_000, None)
     assert (args.checkpoint_every, args.num_env_runners, args.seed) == (10, 1, 0)
+    assert args.upload_timeout == 600.0
+    assert _args(["--upload-timeout", "30"]).upload_timeout == 30.0
     args = _args(["--target", "none", "--max-iterations", "2", "--resume", "cabs-1"])
     assert (args.stop_reward, args.max_iterations, args.resume) == (None, 2, "cabs-1")
 
 
 @pytest.mark.parametrize(
     "argv",
-    [["--resume", "bad id"], ["--max-iterations", "0"], ["--stop-reward", "nan"]],
+    [
+        ["--resume", "bad id"],
+        ["--max-iterations", "0"],
+        ["--stop-reward", "nan"],
+        ["--upload-timeout", "0"],
+        ["--upload-timeout", "inf"],
+        ["--upload-timeout", "soon"],
+    ],
 )
 def test_bad_flags_exit_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as e:

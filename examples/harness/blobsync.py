@@ -1,0 +1,486 @@
+"""The helper process that talks to the results store (Azure Blob Storage), never the trainer.
+
+pyarrow's ``AzureFileSystem`` aborts the whole process (SIGABRT) when its managed-identity token
+request fails (tests/unit/test_azurite.py), so everything that reads or writes the store runs
+here, in a process of its own that the training process starts, feeds and outlives
+(:mod:`harness.store`). This file imports only the standard library and pyarrow (the nodes have
+both; the harness package is not imported: it runs as a script, ``python blobsync.py ...``).
+
+Layout of a run in the store, ``<container>/<submission id>/``::
+
+    progress.csv, events.out.tfevents.*, summary.json   mirrored from the run folder
+    checkpoints/000010/checkpoint/...                     one prefix per checkpoint
+    checkpoints/000010/progress.csv                       the rows up to that checkpoint
+    latest.json                                           the pointer, written last
+
+A checkpoint is published only once every one of its files is up, by writing ``latest.json``
+(``{"checkpoint": "checkpoints/000010", "iteration", "env_steps", "files": {name: size}}``) with
+one Put Blob request: a single request replaces a blob atomically, where pyarrow's output
+stream first creates an empty blob and commits the content later (a reader, or a kill, in
+between would see an empty pointer). So a pointer never names an incomplete checkpoint, and a
+killed uploader leaves the previous pointer.
+
+``upload``: reads JSON commands on stdin (``sync``, ``checkpoint``, ``finish``), writes JSON
+events on stdout (``ready``, ``uploaded``, ``published``, ``error``, ``done``). ``fetch``: the
+latest checkpoint of a run into a local folder (``checkpoint/`` and ``progress.csv``, the run
+folder layout the local resume reads), one JSON line on stdout.
+
+Failures are one line (``{"event": "error", "message": ...}``), never a traceback: no token
+from the metadata service, a missing container, a 403 from storage (no role on the container).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import queue
+import re
+import shutil
+import ssl
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+URL_ENV = "RAYDRIVER_RESULTS_URL"
+"""The results container's URL: ``https://ACCOUNT.blob.core.windows.net/CONTAINER`` on Azure,
+``https://HOST:PORT/ACCOUNT/CONTAINER`` for Azurite (its path style)."""
+CLIENT_ID_ENV = "RAYDRIVER_RESULTS_CLIENT_ID"
+"""The managed identity's client id (else ``AZURE_CLIENT_ID``, azure-identity's variable)."""
+IMDS_ENV = "AZURE_POD_IDENTITY_AUTHORITY_HOST"
+"""Where Azure's C++ SDK (pyarrow's) asks for tokens instead of 169.254.169.254; read here too."""
+IMDS_DEFAULT = "http://169.254.169.254"
+STORAGE_SCOPE = "https://storage.azure.com"
+API_VERSION = "2021-08-06"
+LATEST = "latest.json"
+CHECKPOINTS = "checkpoints"
+SYNC_INTERVAL_S = 10.0
+"""The run folder's plain files go up at most this often while training (and at every
+checkpoint and at the end)."""
+CHUNK = 4 << 20
+AZURE_ERROR = re.compile(r"Azure Error: \[(\w+)\] (\d{3})")
+
+
+class StoreError(Exception):
+    """A one-line reason the store cannot be used."""
+
+
+@dataclass(frozen=True)
+class Store:
+    url: str
+    account: str
+    container: str
+    authority: str | None
+    """``HOST:PORT`` for a path-style endpoint (Azurite), None for ``*.blob.core.windows.net``."""
+    client_id: str | None
+
+
+def parse_url(text: str, client_id: str | None = None) -> Store:
+    """The store named by a container URL (see :data:`URL_ENV`); ValueError with one line."""
+    url = text.strip().rstrip("/")
+    parts = urllib.parse.urlsplit(url)
+    path = [p for p in parts.path.split("/") if p]
+    expected = (
+        f"expected https://ACCOUNT.blob.core.windows.net/CONTAINER or "
+        f"https://HOST:PORT/ACCOUNT/CONTAINER, got {text!r}"
+    )
+    if parts.scheme != "https" or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError(f"{URL_ENV}: {expected}")
+    host = parts.hostname
+    if host.endswith(".blob.core.windows.net"):
+        if len(path) != 1:
+            raise ValueError(f"{URL_ENV}: {expected}")
+        account, container, authority = host.split(".")[0], path[0], None
+    else:
+        if len(path) != 2:
+            raise ValueError(f"{URL_ENV}: {expected}")
+        account, container, authority = path[0], path[1], parts.netloc
+    if not re.fullmatch(r"[a-z0-9]{3,24}", account):
+        raise ValueError(
+            f"{URL_ENV}: the account name {account!r} is not 3-24 lower-case letters and digits"
+        )
+    if not re.fullmatch(r"[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]", container):
+        raise ValueError(
+            f"{URL_ENV}: the container name {container!r} is not 3-63 lower-case "
+            "letters, digits and single hyphens"
+        )
+    return Store(url, account, container, authority, client_id or None)
+
+
+def from_env(env: dict[str, str] | None = None) -> Store | None:
+    """The store the job's environment names, None when it names none."""
+    env = dict(os.environ) if env is None else env
+    text = env.get(URL_ENV, "").strip()
+    if not text:
+        return None
+    return parse_url(text, env.get(CLIENT_ID_ENV) or env.get("AZURE_CLIENT_ID"))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class Client:
+    """The store for one run prefix: bulk data through pyarrow, tokens and the pointer through
+    the standard library."""
+
+    def __init__(self, store: Store, prefix: str) -> None:
+        self.store = store
+        self.prefix = prefix
+        self._token: tuple[str, float] | None = None
+        self.fs: Any = None
+
+    # -- tokens and the first check -----------------------------------------------------------
+    def token(self) -> str:
+        """A storage token from the metadata service, as Azure's SDKs ask for it."""
+        if self._token and self._token[1] - time.time() > 300:
+            return self._token[0]
+        query = {"api-version": "2018-02-01", "resource": STORAGE_SCOPE}
+        if self.store.client_id:
+            query["client_id"] = self.store.client_id
+        base = os.environ.get(IMDS_ENV, "").rstrip("/") or IMDS_DEFAULT
+        request = urllib.request.Request(
+            f"{base}/metadata/identity/oauth2/token?{urllib.parse.urlencode(query)}",
+            headers={"Metadata": "true"},
+        )
+        who = f"the managed identity {self.store.client_id or '(system-assigned)'}"
+        try:
+            # The metadata service is link-local: never through a proxy, as Azure's SDKs ask it.
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            with opener.open(request, timeout=30) as r:
+                answer = json.load(r)
+            token = str(answer["access_token"])
+            expires = float(answer.get("expires_on") or time.time() + 600)
+        except urllib.error.HTTPError as e:
+            body = e.read().decode(errors="replace")
+            try:
+                detail = json.loads(body).get("error_description") or body
+            except ValueError:
+                detail = body
+            raise StoreError(
+                f"no storage token for {who} from the metadata service ({base}): HTTP {e.code} "
+                f"{_one_line(str(detail))[:200]}"
+            ) from None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise StoreError(
+                f"no storage token for {who} from the metadata service ({base}): "
+                f"{_one_line(str(e))[:200]}"
+            ) from None
+        self._token = (token, expires)
+        return token
+
+    def connect(self) -> None:
+        """Check the token and the container, then open pyarrow's filesystem (after the token
+        check: pyarrow aborts the process when it gets none)."""
+        self.token()
+        import pyarrow.fs as pafs
+
+        kwargs: dict[str, Any] = {}
+        if self.store.authority:
+            kwargs = {
+                "blob_storage_authority": self.store.authority,
+                "blob_storage_scheme": "https",
+                "dfs_storage_authority": self.store.authority,
+                "dfs_storage_scheme": "https",
+            }
+        if self.store.client_id:
+            kwargs["client_id"] = self.store.client_id
+        self.fs = pafs.AzureFileSystem(self.store.account, **kwargs)
+        try:
+            info = self.fs.get_file_info(self.store.container)
+        except OSError as e:
+            raise StoreError(self.explain(e, f"reading the container {self.store.url}")) from None
+        if info.type == pafs.FileType.NotFound:
+            raise StoreError(
+                f"the container {self.store.url} does not exist (the deployment makes it; "
+                "check the storage account and container name)"
+            )
+
+    def explain(self, e: BaseException, doing: str) -> str:
+        text = str(e)
+        found = AZURE_ERROR.search(text)
+        if found:
+            code, status = found.group(1), found.group(2)
+            if status == "403":
+                return (
+                    f"storage refused {doing} (403 {code}): the identity "
+                    f"{self.store.client_id or '(system-assigned)'} needs the role Storage Blob "
+                    f"Data Contributor on {self.store.url}"
+                )
+            if code == "ContainerNotFound":
+                return f"the container {self.store.url} does not exist ({doing})"
+            return f"{doing} failed: {status} {code}"
+        first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
+        return f"{doing} failed: {_one_line(first)[:300]}"
+
+    def key(self, name: str) -> str:
+        return f"{self.store.container}/{self.prefix}/{name}"
+
+    # -- writing -------------------------------------------------------------------------------
+    def put_file(self, local: Path, name: str) -> int:
+        with local.open("rb") as src, self.fs.open_output_stream(self.key(name)) as out:
+            size = 0
+            while chunk := src.read(CHUNK):
+                out.write(chunk)
+                size += len(chunk)
+        return size
+
+    def put_blob(self, name: str, data: bytes) -> None:
+        """One Put Blob request: the blob's content is replaced at once, never half-written."""
+        if self.store.authority:
+            host, path = self.store.authority, f"/{self.store.account}"
+        else:
+            host, path = f"{self.store.account}.blob.core.windows.net", ""
+        quoted = urllib.parse.quote(f"{self.store.container}/{self.prefix}/{name}")
+        conn = http.client.HTTPSConnection(host, context=ssl.create_default_context(), timeout=60)
+        try:
+            conn.request(
+                "PUT",
+                f"{path}/{quoted}",
+                body=data,
+                headers={
+                    "Authorization": f"Bearer {self.token()}",
+                    "x-ms-version": API_VERSION,
+                    "x-ms-blob-type": "BlockBlob",
+                    "Content-Type": "application/json",
+                },
+            )
+            response = conn.getresponse()
+            response.read()
+            code = response.getheader("x-ms-error-code") or ""
+        except OSError as e:
+            raise StoreError(f"writing {name} failed: {_one_line(str(e))[:300]}") from None
+        finally:
+            conn.close()
+        if response.status not in (200, 201):
+            raise StoreError(
+                self.explain(
+                    OSError(f"Azure Error: [{code or 'Error'}] {response.status}"),
+                    f"writing {name}",
+                )
+            )
+
+    # -- reading -------------------------------------------------------------------------------
+    def read(self, name: str) -> bytes | None:
+        import pyarrow.fs as pafs
+
+        if self.fs.get_file_info(self.key(name)).type != pafs.FileType.File:
+            return None
+        with self.fs.open_input_stream(self.key(name)) as f:
+            data: bytes = f.read()
+        return data
+
+    def get_file(self, name: str, local: Path) -> int:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        size = 0
+        with self.fs.open_input_stream(self.key(name)) as src, local.open("wb") as out:
+            while chunk := src.read(CHUNK):
+                out.write(chunk)
+                size += len(chunk)
+        return size
+
+
+def _emit(event: str, **fields: Any) -> None:
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def _files(folder: Path) -> list[tuple[Path, str]]:
+    """Every regular file under ``folder`` (no links), with its name relative to it."""
+    found = []
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            found.append((path, path.relative_to(folder).as_posix()))
+    return found
+
+
+class Uploader:
+    """The ``upload`` loop: commands arrive on stdin, the work is done one at a time, a newer
+    checkpoint replaces one not started yet."""
+
+    def __init__(self, client: Client, run_dir: Path) -> None:
+        self.client = client
+        self.run_dir = run_dir
+        self.commands: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.mirrored: dict[str, tuple[int, int]] = {}
+        self.last_sync = 0.0
+        self.reported: set[str] = set()
+        self.failures = 0
+
+    def error(self, message: str) -> None:
+        self.failures += 1
+        if message not in self.reported:  # the same failure is said once
+            self.reported.add(message)
+            _emit("error", message=message)
+
+    def read_stdin(self) -> None:
+        for line in sys.stdin:
+            try:
+                self.commands.put(json.loads(line))
+            except ValueError:
+                continue
+        self.commands.put(None)  # the trainer is gone (or done): finish what is queued
+
+    def mirror(self) -> None:
+        """The run folder's plain files (not checkpoints, not dot entries) that changed."""
+        self.last_sync = time.monotonic()
+        for path, name in _files(self.run_dir):
+            top = name.split("/")[0]
+            if top.startswith(".") or top.startswith("checkpoint"):
+                continue
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            mark = (stat.st_size, stat.st_mtime_ns)
+            if self.mirrored.get(name) == mark:
+                continue
+            try:
+                self.client.put_file(path, name)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                self.error(self.client.explain(e, f"uploading {name}"))
+                return
+            self.mirrored[name] = mark
+
+    def checkpoint(self, command: dict[str, Any]) -> None:
+        staged = Path(command["dir"])
+        name = f"{CHECKPOINTS}/{command['name']}"
+        sizes: dict[str, int] = {}
+        try:
+            for path, rel in _files(staged):
+                sizes[rel] = self.client.put_file(path, f"{name}/{rel}")
+                _emit("uploaded", file=f"{name}/{rel}")
+            self.mirror()
+            pointer = {
+                "checkpoint": name,
+                "iteration": command.get("iteration"),
+                "env_steps": command.get("env_steps"),
+                "files": sizes,
+                "published": round(time.time(), 3),
+            }
+            self.client.put_blob(LATEST, (json.dumps(pointer, indent=2) + "\n").encode())
+        except StoreError as e:
+            self.error(f"checkpoint {command['name']} not published: {e}")
+            return
+        except OSError as e:
+            self.error(
+                f"checkpoint {command['name']} not published: "
+                f"{self.client.explain(e, f'uploading {name}')}"
+            )
+            return
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+        _emit("published", checkpoint=name, iteration=command.get("iteration"))
+
+    def run(self) -> int:
+        threading.Thread(target=self.read_stdin, daemon=True).start()
+        pending: dict[str, Any] | None = None
+        sync = finishing = False
+        while True:
+            timeout = None if not sync else max(0.0, SYNC_INTERVAL_S - self._since_sync())
+            try:
+                command = self.commands.get(timeout=0 if finishing else timeout)
+            except queue.Empty:
+                command = {"op": "idle"}
+            while command is not None and command.get("op") != "idle":
+                op = command.get("op")
+                if op == "checkpoint":
+                    if pending:  # superseded before its upload began
+                        shutil.rmtree(pending["dir"], ignore_errors=True)
+                    pending = command
+                elif op == "sync":
+                    sync = True
+                elif op == "finish":
+                    finishing = True
+                try:
+                    command = self.commands.get_nowait()
+                except queue.Empty:
+                    command = {"op": "idle"}
+            if command is None:
+                finishing = True
+            if pending:
+                self.checkpoint(pending)
+                pending, sync = None, False
+                continue
+            if sync and (finishing or self._since_sync() >= SYNC_INTERVAL_S):
+                self.mirror()
+                sync = False
+            if finishing and self.commands.empty():
+                self.mirror()
+                _emit("done", failures=self.failures)
+                return 0
+
+    def _since_sync(self) -> float:
+        return time.monotonic() - self.last_sync
+
+
+def fetch(client: Client, run: str, into: Path) -> dict[str, Any]:
+    """RUN's published checkpoint into ``into`` (``checkpoint/``, ``progress.csv``)."""
+    try:
+        data = client.read(LATEST)
+    except OSError as e:
+        raise StoreError(client.explain(e, f"reading {run}/{LATEST}")) from None
+    if data is None:
+        raise StoreError(f"no run {run} in {client.store.url} (no {run}/{LATEST})")
+    try:
+        pointer = json.loads(data)
+        name, sizes = str(pointer["checkpoint"]), dict(pointer["files"])
+    except (ValueError, KeyError, TypeError):
+        raise StoreError(f"{client.store.url}/{run}/{LATEST} is not a checkpoint pointer") from None
+    for rel, size in sizes.items():
+        target = (into / rel).resolve()
+        if into.resolve() not in target.parents:
+            raise StoreError(f"{run}/{LATEST} names a file outside the checkpoint: {rel!r}")
+        try:
+            got = client.get_file(f"{name}/{rel}", target)
+        except OSError as e:
+            raise StoreError(client.explain(e, f"downloading {run}/{name}/{rel}")) from None
+        if got != size:
+            raise StoreError(f"{run}/{name}/{rel} has {got} bytes, the pointer says {size}")
+    return {"checkpoint": name, "iteration": pointer.get("iteration"), "files": len(sizes)}
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(description="the results store's helper process")
+    p.add_argument("verb", choices=("upload", "fetch"))
+    p.add_argument("--run", required=True, help="the run's prefix (its submission id)")
+    p.add_argument("--dir", required=True, help="upload: the run folder; fetch: the target")
+    args = p.parse_args(argv)
+    try:
+        store = from_env()
+    except ValueError as e:
+        _emit("error", message=str(e))
+        return 3
+    if store is None:
+        _emit("error", message=f"no results store: {URL_ENV} is not set")
+        return 3
+    client = Client(store, args.run)
+    try:
+        client.connect()
+    except StoreError as e:
+        _emit("error", message=str(e))
+        return 3
+    if args.verb == "fetch":
+        try:
+            found = fetch(client, args.run, Path(args.dir))
+        except StoreError as e:
+            _emit("error", message=str(e))
+            return 3
+        _emit("fetched", **found)
+        return 0
+    _emit("ready")
+    return Uploader(client, Path(args.dir)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -193,6 +193,31 @@ def test_old_image_layers_go_the_newest_and_the_ones_in_use_stay(tmp_path: Path)
     assert len(digests[4:]) == bake.KEEP
 
 
+def test_a_layer_another_prune_removed_meanwhile_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two clusters' `up` prune side by side: one finds a layer listed that the other removed
+    before it looked (the race that once failed `rehearse up` with a missing .complete)."""
+    images = bake.Images(tmp_path / "images")
+    digests = [f"{i:x}" * 64 for i in range(1, 3 + bake.KEEP)]
+    for age, digest in enumerate(digests):
+        images.layer(digest).mkdir(parents=True)
+        (images.folder(digest) / ".complete").write_text("{}")
+        os.utime(images.folder(digest) / ".complete", (1000 + age, 1000 + age))
+    gone = images.folder("f" * 64) / ".complete"  # listed, then removed by the other prune
+    listing = Path.glob
+
+    def glob_with_a_vanished_layer(self: Path, pattern: str):  # type: ignore[no-untyped-def]
+        yield from listing(self, pattern)
+        if pattern == "*/.complete":
+            yield gone
+
+    monkeypatch.setattr(Path, "glob", glob_with_a_vanished_layer)
+    removed = images.prune(keep=digests[-1])
+    assert sorted(removed) == sorted(images.folder(d) for d in digests[:2])
+    assert not gone.parent.exists()
+
+
 def test_workers_with_values_that_are_no_deploy_time_value_are_refused(tmp_path: Path) -> None:
     with pytest.raises(DriverError, match="no deploy-time value NOT_A_VALUE"):
         Rehearsal("x", base=tmp_path).add_workers(1, values={"NOT_A_VALUE": "1"})

@@ -156,13 +156,15 @@ class Images:
         for state in self.clusters.glob("*/state.json") if self.clusters else []:
             with contextlib.suppress(OSError):
                 mounts += state.read_text()
-        done = sorted(
-            (f for f in self.root.glob("*/.complete")),
-            key=lambda f: f.stat().st_mtime,
-            reverse=True,
-        )
+        # Another cluster's `up` may prune at the same time (the test lanes boot clusters side
+        # by side): a layer gone between the listing and a look at it is simply gone.
+        done = []
+        for complete in self.root.glob("*/.complete"):
+            with contextlib.suppress(FileNotFoundError):
+                done.append((complete.stat().st_mtime, complete))
+        done.sort(reverse=True)
         removed = []
-        for complete in done[KEEP:]:
+        for _, complete in done[KEEP:]:
             folder = complete.parent
             if folder == self.folder(keep) or f"{folder}/" in mounts:
                 continue
@@ -170,6 +172,8 @@ class Images:
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:
+                    continue
+                if not complete.exists():  # pruned by another meanwhile
                     continue
                 complete.unlink()
                 shutil.rmtree(folder, ignore_errors=True)

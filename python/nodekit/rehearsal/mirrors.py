@@ -18,6 +18,7 @@ Caches live under ``<base>/cache/mirrors/<cluster name>/`` and survive ``down``,
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -41,6 +42,17 @@ def ensure_proxpi(tools: Path, progress: Progress) -> Path:
     python = venv / "bin" / "python"
     if (venv / ".complete").exists():
         return python
+    tools.mkdir(parents=True, exist_ok=True)
+    # Clusters brought up side by side (the test lanes) install it once: the others wait.
+    with open(tools / ".proxpi.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / ".complete").exists():
+            _install_proxpi(venv, progress)
+    return python
+
+
+def _install_proxpi(venv: Path, progress: Progress) -> None:
+    python = venv / "bin" / "python"
     progress(f"installing {PROXPI} (the rehearsal's PyPI mirror) into {venv}")
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
@@ -53,7 +65,6 @@ def ensure_proxpi(tools: Path, progress: Progress) -> Path:
             tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
             raise DriverError(f"installing {PROXPI} failed: {tail[0]}")
     (venv / ".complete").write_text("")
-    return python
 
 
 def start_proxpi(python: Path, bind: str, port: int, cache: Path, log: Path, launcher: Path) -> int:

@@ -48,7 +48,11 @@ from driver.progress import ByteProgress, Progress
 from driver.results import DownloadReport
 from driver.settings import RESULTS_ENV
 
-START_TIMEOUT_S = 90.0
+START_TIMEOUT_S = 240.0
+"""The bound on starting local Ray, a second start included."""
+RETRY_NEEDS_S = 70.0
+"""Time a second ``ray start`` needs left to be tried: a node that misses Ray's 30 s to register
+has been seen to take 60 s to give up on a loaded machine."""
 STARTED_LINE = "Ray runtime started."
 """What ``ray start`` prints once its node has registered (ray/scripts/scripts.py)."""
 NODE_TIMED_OUT = "timed out during startup"
@@ -213,7 +217,7 @@ class LocalRay:
         try:
             return self._start_once(num_cpus, deadline, timeout, progress), True
         except DriverError as e:
-            if NODE_TIMED_OUT not in str(e) or time.monotonic() > deadline - 35:
+            if NODE_TIMED_OUT not in str(e) or time.monotonic() > deadline - RETRY_NEEDS_S:
                 raise
             if progress:
                 progress("local Ray's node missed Ray's 30 s to register (a busy machine?); again")

@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from driver import layout
-from driver.localray import NODE_TIMED_OUT, STARTED_LINE
+from driver.localray import NODE_TIMED_OUT, RETRY_NEEDS_S, STARTED_LINE
 from driver.procs import pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -546,7 +546,7 @@ class HeadHost:
         try:
             self._start_ray_once(num_cpus, deadline, timeout)
         except RuntimeError as e:
-            if NODE_TIMED_OUT not in str(e) or time.monotonic() > deadline - 35:
+            if NODE_TIMED_OUT not in str(e) or time.monotonic() > deadline - RETRY_NEEDS_S:
                 raise
             # What the failed start left (its GCS, dashboard): this head's processes only.
             self.run([str(VENV_BIN / "ray"), "stop", "--force"], check=False, env=self.ray_env)

@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -217,7 +218,9 @@ class LocalRay:
         try:
             return self._start_once(num_cpus, deadline, timeout, progress), True
         except DriverError as e:
-            if NODE_TIMED_OUT not in str(e) or time.monotonic() > deadline - RETRY_NEEDS_S:
+            # Ray's log says so in its traceback's last line; the error names an earlier one.
+            timed_out = NODE_TIMED_OUT in str(e) or self._log_says(NODE_TIMED_OUT)
+            if not timed_out or time.monotonic() > deadline - RETRY_NEEDS_S:
                 raise
             if progress:
                 progress("local Ray's node missed Ray's 30 s to register (a busy machine?); again")
@@ -319,8 +322,11 @@ class LocalRay:
         return head
 
     def _said_started(self) -> bool:
+        return self._log_says(STARTED_LINE)
+
+    def _log_says(self, words: str) -> bool:
         try:
-            return STARTED_LINE in self.log_file.read_text(errors="replace")
+            return words in self.log_file.read_text(errors="replace")
         except OSError:
             return False
 
@@ -330,6 +336,9 @@ class LocalRay:
         except OSError:
             return "no log"
         lines = [ln for ln in lines if ln]
+        for ln in reversed(lines):  # a traceback's verdict first: "Exception: ...", "...Error: ..."
+            if re.match(r"^[A-Za-z_.]*(Exception|Error): ", ln):
+                return ln[-300:]
         for ln in reversed(lines):
             if "Error" in ln or "error" in ln:
                 return ln[-300:]

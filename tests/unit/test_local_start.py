@@ -31,6 +31,13 @@ FAKE_RAY = textwrap.dedent(
     threading.Thread(target=server.serve_forever, daemon=True).start()
     time.sleep(1.5)  # the dashboard answers; the node has not registered yet
     if n <= {failures}:
+        # Ray 2.60's words, as a loaded CI machine logged them: an INFO line naming an RPC
+        # error, the traceback, and last the exception.
+        print("2026-11-26 21:30:08,355\tINFO node.py:438 -- Failed to get node info b'RPC "
+              "error: Deadline Exceeded'", flush=True)
+        print("Traceback (most recent call last):", flush=True)
+        print('  File "ray/_private/node.py", line 440, in __init__', flush=True)
+        print("    raise Exception(", flush=True)
         print("Exception: The current node timed out during startup. This could happen "
               "because some of the raylet failed to startup or the GCS has become overloaded.",
               flush=True)

@@ -80,3 +80,6 @@ SIMULATOR_RESOURCE = "simulator"
 """The custom resource each worker offers to Ray, one unit per CPU: jobs that start a simulator
 process per env ask for one unit per env, so no node runs more simulators than it has cores
 (examples/pixels)."""
+POOL_LABEL = "pool"
+"""The Ray node label every worker carries with its pool's name (``ray start --labels``; the
+autoscaler's node types say the same), so a job can pin work to a pool."""

@@ -26,6 +26,7 @@ from fakes.azure_compute import (
     subnet_pool,
 )
 from fakes.azure_node import FakeImds, imds_config, tls_certificate
+from nodekit import render
 from nodekit.node import azure_vmss_provider as vp
 
 SUB = "00000000-1111-4222-8333-444444444444"
@@ -477,8 +478,14 @@ def test_config_is_what_ray_accepts(tmp_path: Path) -> None:
     worker = prepared["available_node_types"][vp.WORKER_TYPE]
     # What a worker's `ray start` offers (cloud-init: one simulator slot per vCPU).
     assert worker["resources"] == {"CPU": 4, layout.SIMULATOR_RESOURCE: 4}
-    assert worker["labels"] == {"pool": "workers"}
+    assert worker["labels"] == {layout.POOL_LABEL: "workers"}
     assert vp.SIMULATOR_RESOURCE == layout.SIMULATOR_RESOURCE
+    # The label the node types promise is the one each worker's `ray start --labels` gives.
+    assert vp.POOL_LABEL == layout.POOL_LABEL
+    bootstrap = render.document_files((render.rendered_dir() / "worker.yaml").read_text())[
+        "/usr/local/sbin/ray-cluster-bootstrap"
+    ]
+    assert f'RAY_WORKER_LABELS="{layout.POOL_LABEL}=$WORKER_POOL' in bootstrap
     # The pool's own resources (its RAY_RESOURCES) over the simulator slots, as its workers offer.
     pooled = vp.autoscaling_config(
         deploy_values(pools=[pool(resources={"simulator": 2, "big": 1})])

@@ -75,6 +75,9 @@ SIMULATOR_RESOURCE = "simulator"
 """What every worker offers besides CPU, one per vCPU (its ``ray start --resources``):
 python/driver/layout.py's SIMULATOR_RESOURCE, held equal by a test. The autoscaler must know it
 to add a worker for a job that asks for it."""
+POOL_LABEL = "pool"
+"""The label every worker carries with its pool's name: python/driver/layout.py's POOL_LABEL
+(the bootstrap's ``ray start --labels``), held equal by a test."""
 NETWORK_API = "2024-07-01"
 """api-version of the Network resource provider, which serves a scale set's interfaces."""
 DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
@@ -553,7 +556,7 @@ def autoscaler_pools(values: dict[str, str]) -> list[dict[str, Any]]:
                 "min": low,
                 "max": high,
                 "resources": {"CPU": cpus, **gpu, SIMULATOR_RESOURCE: cpus, **resources},
-                "labels": {"pool": name, **{k: v for k, _, v in pairs if labels}},
+                "labels": {POOL_LABEL: name, **{k: v for k, _, v in pairs if labels}},
             }
         )
     for key in ("name", "scale_set"):

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,6 +41,26 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]
 def driver(fake: FakeAzure, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**fake.env(), "AZURE_SUBSCRIPTION_ID": SUB}
     return run_driver("image", "build", *args, home=home, env=env, timeout=120)
+
+
+def start_driver(fake: FakeAzure, home: Path) -> subprocess.Popen[str]:
+    """``image build --resource-group rg-img`` running in the background, as a user's terminal."""
+    cmd = [sys.executable, "-m", "driver", "image", "build", "--resource-group", "rg-img"]
+    env = {**os.environ, **fake.env(), "AZURE_SUBSCRIPTION_ID": SUB, "RAYDRIVER_HOME": str(home)}
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def stderr_until(proc: subprocess.Popen[str], text: str) -> list[str]:
+    """The driver's stderr lines up to the first that holds ``text`` (or to its end)."""
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if text in line:
+            break
+    return seen
 
 
 def deployments(fake: FakeAzure) -> list[dict]:
@@ -105,19 +124,8 @@ def test_ctrl_c_leaves_the_build_running_and_says_how_to_follow_it(
     sent to Azure that would stop it (the next test: that command follows the running build)."""
     fake.build_retry_after = "1"
     fake.build_steps = ("Queued", *["Building"] * 60)
-    cmd = [sys.executable, "-m", "driver", "image", "build", "--resource-group", "rg-img"]
-    env = {**os.environ, **fake.env(), "AZURE_SUBSCRIPTION_ID": SUB,
-           "RAYDRIVER_HOME": str(tmp_path)}  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    assert proc.stderr is not None
-    seen = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        seen.append(line)
-        if "Running (Queued)" in line or not line:
-            break
+    proc = start_driver(fake, tmp_path)
+    seen = stderr_until(proc, "Running (Queued)")
     assert any("Running (Queued)" in x for x in seen), seen
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -143,20 +151,12 @@ def test_a_build_already_running_is_followed(fake: FakeAzure, tmp_path: Path) ->
     # finishes once the driver said it follows (not after a fixed delay, which a loaded machine
     # starting the driver outruns: it would find the build over and start another).
     fake.build_steps = ()
-    cmd = [sys.executable, "-m", "driver", "image", "build", "--resource-group", "rg-img"]
-    env = {**os.environ, **fake.env(), "AZURE_SUBSCRIPTION_ID": SUB,
-           "RAYDRIVER_HOME": str(tmp_path)}  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    assert proc.stderr is not None
-    seen = []
+    proc = start_driver(fake, tmp_path)
     try:
-        for line in proc.stderr:
-            seen.append(line)
-            if "is already running: following it." in line:
-                template["_versions"] += 1
-                status.update(runState="Succeeded", runSubState="Distributing")
-                break
+        seen = stderr_until(proc, "is already running: following it.")
+        if seen and "is already running: following it." in seen[-1]:
+            template["_versions"] += 1
+            status.update(runState="Succeeded", runSubState="Distributing")
         out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import cache
 from typing import Any
 
 import pytest
@@ -77,12 +78,21 @@ BICEP_GOOD_TOO = [variables for variables, expected in BAD if expected in TERRAF
 
 def refusals(variables: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(parameter decorator refusals, input rule messages) for Terraform-style variables."""
-    d = deploy_template(to_bicep({**REQUIRED, **variables}))
+    decorators, rules = _refusals(json.dumps(variables, sort_keys=True))
+    return list(decorators), list(rules)
+
+
+@cache
+def _refusals(variables_json: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """:func:`refusals` of the variables in JSON, each case evaluated once per session (the
+    per-case tests and the every-rule test ask for the same cases; the template does not change
+    while the tests run)."""
+    d = deploy_template(to_bicep({**REQUIRED, **json.loads(variables_json)}))
     rules = (
         check_results(d) if any(n.endswith("-input-checks") for n in d.module_parameters) else []
     )
     decorators = [r for r in d.refused if "'results'" not in r]
-    return decorators, rules
+    return tuple(decorators), tuple(rules)
 
 
 def test_the_tables_are_the_terraform_ones_and_nothing_is_dropped_silently() -> None:

@@ -146,7 +146,7 @@ def test_runs_download_and_plot_read_the_store_with_no_cluster(env: Blob, tmp_pa
     outside.write_text("not the store's")
     (local / "summary.json").unlink()
     (local / "summary.json").symlink_to(outside)
-    again = _driver(env, "download", run, "--results-url", url, cwd=tmp_path)
+    again = _driver(env, "download", run, "--plot", "--results-url", url, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert again.stderr.splitlines()[0] == (
         f"Downloaded 2 files (29.3 KB) from {url}/{run} to results/{run}: checkpoint "
@@ -157,6 +157,8 @@ def test_runs_download_and_plot_read_the_store_with_no_cluster(env: Blob, tmp_pa
     assert not (local / "summary.json").is_symlink()
     assert (local / "summary.json").read_bytes() == (folder / "summary.json").read_bytes()
     assert not any(p.is_symlink() for p in local.rglob("*"))
+    assert again.stderr.splitlines()[-1] == f"Wrote results/{run}/curve.png: 1 run, 2 points"
+    assert (local / "curve.png").read_bytes().startswith(b"\x89PNG")
 
     # plot, from the store's progress.csv.
     drawn = _driver(env, "plot", run, "--results-url", url, cwd=tmp_path)

@@ -282,3 +282,24 @@ def test_a_full_disk_is_one_line_and_the_next_download_resumes(env: Blob, tmp_pa
     assert len(out) == 5, full.stdout
     assert out[2].startswith("Downloaded ") and "; 1 resumed; " in out[2], out[2]
     assert out[3:] == ["rc=0", "same"]
+
+
+def test_runs_without_a_store_is_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "driver", "runs"],
+        env={
+            **{k: v for k, v in os.environ.items() if k != "RAYDRIVER_RESULTS_URL"},
+            "PYTHONPATH": str(REPO / "python"),
+        },
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr.splitlines()) == (
+        2,
+        [
+            "error: no results store given: pass --results-url URL or set "
+            "RAYDRIVER_RESULTS_URL (the cluster's deployment output results_url)"
+        ],
+    )

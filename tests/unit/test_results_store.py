@@ -81,6 +81,15 @@ class Lines(list[str]):
         self.append(line)
 
 
+def start_uploader(folder: Path) -> tuple[store.Uploader, Lines]:
+    """The harness's uploader for ``folder``, on the store the environment names (the ``env``
+    fixture), and the lines it says."""
+    lines = Lines()
+    found = blobsync.from_env()
+    assert found is not None
+    return store.Uploader(found, folder, lines).start(), lines
+
+
 def _wait(condition: object, what: str, timeout: float = 60) -> None:
     assert callable(condition)
     deadline = time.monotonic() + timeout
@@ -132,10 +141,7 @@ def test_a_run_is_mirrored_and_its_checkpoint_published_by_a_pointer_written_las
 ) -> None:
     run = f"run-mirror-{os.getpid()}"
     folder = _run_folder(tmp_path, run)
-    lines = Lines()
-    found = blobsync.from_env()
-    assert found is not None
-    up = store.Uploader(found, folder, lines).start()
+    up, lines = start_uploader(folder)
     up.checkpoint(folder / "checkpoint", {"iteration": 2, "env_steps": 200})
     (folder / "summary.json").write_text('{"iterations": 2}\n')
     assert up.finish(60), lines
@@ -187,10 +193,8 @@ def test_killing_the_uploader_mid_checkpoint_keeps_the_previous_pointer(
 ) -> None:
     run = f"run-killed-{os.getpid()}"
     folder = _run_folder(tmp_path, run, files=2)
-    lines = Lines()
-    found = blobsync.from_env()
-    assert found is not None
-    up = store.Uploader(found, folder, lines).start()
+    up, lines = start_uploader(folder)
+    found = up.store
     up.checkpoint(folder / "checkpoint", {"iteration": 2, "env_steps": 200})
     _wait(lambda: up.published, "the first checkpoint's pointer")
     first = json.loads(_get(env, f"{run}/latest.json")[1])
@@ -325,10 +329,8 @@ def test_a_store_that_cannot_be_used_is_one_line_and_training_goes_on(
     run = f"run-{case.replace(' ', '-')}-{os.getpid()}"
     folder = _run_folder(tmp_path, run)
     before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
-    lines = Lines()
-    found = blobsync.from_env()
-    assert found is not None
-    up = store.Uploader(found, folder, lines).start()
+    up, lines = start_uploader(folder)
+    found = up.store
     # The trainer's calls return whether or not the helper is still there.
     up.checkpoint(folder / "checkpoint", {"iteration": 2, "env_steps": 200})
     up.sync()
@@ -438,10 +440,7 @@ def test_a_store_lost_mid_run_is_one_line_and_the_run_ends_normally(
     monkeypatch.setenv(blobsync.URL_ENV, f"{env.url}/{container}")
     run = "run-lost"
     folder = _run_folder(tmp_path, run)
-    lines = Lines()
-    found = blobsync.from_env()
-    assert found is not None
-    up = store.Uploader(found, folder, lines).start()
+    up, lines = start_uploader(folder)
     up.checkpoint(folder / "checkpoint", {"iteration": 2, "env_steps": 200})
     _wait(lambda: up.published, "the first checkpoint's pointer")
     assert _request(env, "DELETE", f"{container}?restype=container", _token(env))[0] == 202

@@ -43,6 +43,7 @@ from driver.errors import (
 )
 from driver.jobs import TERMINAL, LogStream
 from driver.settings import RESULTS_ENV
+from driver.store import url_from
 from driver.upload import ALLOW_FLAG
 from driver.workdir import (
     ENTRYPOINT_NAMES,
@@ -171,7 +172,10 @@ def register(verbs: Verbs) -> None:
         "Bring a job's results and checkpoints back from the head.",
         f"Copy the job's results folder on the head ({layout.RESULTS_DIR}/"
         "SUBMISSION_ID) to DIR/SUBMISSION_ID over SFTP; files already there with the same "
-        "size are skipped. For local Ray, say where the results already are.",
+        "size are skipped. For local Ray, say where the results already are. With a results "
+        "store (--results-url, or its env), read the run's published files from Blob storage "
+        "instead, with no cluster: its plain files and the checkpoint latest.json names; a "
+        "partial download resumes where it stopped.",
     )
     job_id_arg(p)
     p.add_argument(
@@ -180,6 +184,7 @@ def register(verbs: Verbs) -> None:
         metavar="DIR",
         help="local folder; the job's files go to DIR/SUBMISSION_ID (default: results)",
     )
+    results.results_url_arg(p, "download from")
     p.add_argument(
         "--plot",
         action="store_true",
@@ -415,6 +420,12 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_download(args: argparse.Namespace) -> int:
     sid = args.submission_id
+    store = url_from(args.results_url)
+    if store is not None:
+        stored = results.download_from_store(store, sid, Path(args.results))
+        if args.plot:
+            results.plot_runs([stored.destination], None)
+        return EXIT_OK
     with open_cluster(args) as cluster:
         report = cluster.download(
             sid, Path(args.results) / sid, progress=byte_bar(f"downloading {sid}")

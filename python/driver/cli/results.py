@@ -1,13 +1,30 @@
-"""Result verbs: plot."""
+"""Result verbs: plot, runs; and reading a results store (Blob storage) with no cluster."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 from driver.cli.options import Verbs, verb
-from driver.cli.output import plural, say
-from driver.errors import EXIT_OK
+from driver.cli.output import byte_bar, plural, say, size, terminal_safe
+from driver.errors import EXIT_OK, DriverError
+from driver.jobs import check_submission_id
+from driver.store import RESULTS_URL_ENV, Store, StoreDownload, StoreUrl, url_from
+
+
+def results_url_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--results-url",
+        metavar="URL",
+        help=f"{what} the cluster's results store directly, with no cluster and no SSH: the "
+        "results container's URL, https://ACCOUNT.blob.core.windows.net/results (the "
+        f"deployment's output results_url; env {RESULTS_URL_ENV}), read with your Azure "
+        "credential (az login)",
+    )
 
 
 def register(verbs: Verbs) -> None:
@@ -17,23 +34,51 @@ def register(verbs: Verbs) -> None:
         "Draw learning curves from runs' progress.csv.",
         "Draw the mean episode return against env steps and against training time, one line "
         "per run, from each run's own progress.csv (written by the examples' harness), and "
-        "save it as a PNG. Runs resumed from another carry its rows, so their curve is whole.",
+        "save it as a PNG. Runs resumed from another carry its rows, so their curve is whole. "
+        "With a results store (--results-url or its env), RUN is a run's id there (a folder "
+        "that exists here is still read as a folder unless --results-url is given).",
         cluster=False,
     )
     p.add_argument(
         "runs",
         nargs="+",
-        metavar="RESULTS_DIR",
-        help="a run's results folder (results/SUBMISSION_ID), or several",
+        metavar="RUN",
+        help="a run's results folder (results/SUBMISSION_ID), or with a results store its "
+        "submission id; or several",
     )
     p.add_argument(
         "-o",
         "--output",
         metavar="FILE",
-        help="the PNG to write (default: RESULTS_DIR/curve.png for one run, curves.png for "
-        "several)",
+        help="the PNG to write (default: RESULTS_DIR/curve.png for one run folder, "
+        "SUBMISSION_ID.png for one run in the store, curves.png for several)",
     )
+    results_url_arg(p, "read progress.csv from")
     p.set_defaults(func=cmd_plot)
+
+    p = verb(
+        verbs,
+        "runs",
+        "List the runs in the results store (Blob storage), with no cluster.",
+        "List the runs the jobs mirrored to the results store: one line each with the run's "
+        "id, its last published checkpoint and iteration, the time of its last write and its "
+        "size. Reads the store with your Azure credential (az login); works after the "
+        "cluster is down or destroyed.",
+        cluster=False,
+    )
+    results_url_arg(p, "list")
+    p.add_argument("--json", action="store_true", help="print the runs as JSON")
+    p.set_defaults(func=cmd_runs)
+
+
+def need_store(args: argparse.Namespace) -> StoreUrl:
+    found = url_from(args.results_url)
+    if found is None:
+        raise DriverError(
+            f"no results store given: pass --results-url URL or set {RESULTS_URL_ENV} (the "
+            "cluster's deployment output results_url)"
+        )
+    return found
 
 
 def plot_runs(runs: list[Path], output: Path | None) -> None:
@@ -46,5 +91,83 @@ def plot_runs(runs: list[Path], output: Path | None) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    plot_runs([Path(r) for r in args.runs], Path(args.output) if args.output else None)
+    output = Path(args.output) if args.output else None
+    url = url_from(args.results_url)
+    stored = [
+        r for r in args.runs if url is not None and (args.results_url or not Path(r).is_dir())
+    ]
+    if not stored:
+        plot_runs([Path(r) for r in args.runs], output)
+        return EXIT_OK
+    assert url is not None
+    for run in stored:
+        try:
+            check_submission_id(run)
+        except ValueError as e:
+            raise DriverError(f"{run!r}: {e}") from None
+    with tempfile.TemporaryDirectory(prefix="raydriver-plot-") as tmp, Store(url) as store:
+        folders = []
+        for run in args.runs:
+            if run not in stored:
+                folders.append(Path(run))
+                continue
+            folder = Path(tmp) / run
+            store.fetch_progress(run, folder)
+            folders.append(folder)
+        if output is None and len(folders) == 1:
+            output = Path(f"{stored[0]}.png")
+        plot_runs(folders, output)
     return EXIT_OK
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    with Store(need_store(args)) as store:
+        runs = store.runs()
+        where = store.url.url
+    if args.json:
+        print(json.dumps([r.as_dict() for r in runs], indent=2))
+        return EXIT_OK
+    if not runs:
+        say(f"No runs in {where}.")
+        return EXIT_OK
+    width = max(len(terminal_safe(r.id)) for r in runs)
+    for r in runs:
+        published = (
+            f"{r.checkpoint} (iteration {r.iteration})"
+            if r.checkpoint and r.iteration is not None
+            else r.checkpoint or "no checkpoint yet"
+        )
+        written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.last_write.timestamp()))
+        print(f"{terminal_safe(r.id):<{width}}  {published:<36}  {written}  {size(r.size):>9}")
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def download_from_store(url: StoreUrl, sid: str, results: Path) -> StoreDownload:
+    """``download`` with a results store: the run's published files, into RESULTS/SID."""
+    with Store(url) as store:
+        report = store.download(sid, results / sid, progress=byte_bar(f"downloading {sid}"))
+    what = (
+        f"checkpoint {report.checkpoint} (iteration {report.iteration})"
+        if report.checkpoint
+        else "no checkpoint published yet"
+    )
+    say(
+        f"Downloaded {plural(report.fetched, 'file')} ({size(report.bytes_fetched)}) from "
+        f"{report.source} to {report.destination}: {what}"
+        + (f"; {report.resumed} resumed" if report.resumed else "")
+        + (f"; {report.skipped} already there" if report.skipped else "")
+    )
+    if report.unpublished:
+        say(
+            f"Left out {plural(report.unpublished, 'file')} of checkpoints not published "
+            f"(newer than latest.json: still uploading, or their uploader stopped)"
+        )
+    if report.left_out:
+        shown = ", ".join(repr(x) for x in report.left_out[:5])
+        more = f" and {len(report.left_out) - 5} more" if len(report.left_out) > 5 else ""
+        say(
+            f"Left out {plural(len(report.left_out), 'blob')} whose names are not plain "
+            f"relative paths: {terminal_safe(shown)}{more}"
+        )
+    return report

@@ -1,0 +1,567 @@
+"""Read a cluster's results store (Azure Blob Storage) directly, with no cluster and no SSH.
+
+Jobs mirror their run folder to the cluster's ``results`` container (examples/harness/store.py
+and blobsync.py write it); this module lists the runs there and downloads one run's published
+files, with the user's own Azure credential (azure-identity's ``DefaultAzureCredential``: the
+``az login`` of a laptop, a managed identity on a VM). Layout of a run, ``<container>/<id>/``::
+
+    progress.csv, events.out.tfevents.*, summary.json   mirrored from the run folder
+    checkpoints/000010/checkpoint/...                     one prefix per checkpoint
+    checkpoints/000010/progress.csv                       the rows up to that checkpoint
+    latest.json                                           the pointer, written last
+
+``latest.json`` (``{"checkpoint": "checkpoints/000010", "iteration", "env_steps", "files":
+{name: size}}``) names the last *complete* checkpoint; a newer prefix is one still uploading
+(or one whose uploader was killed), so a download takes the run's plain files and exactly the
+files the pointer lists, never a half-written checkpoint.
+
+What is in the store is not trusted more than what is on a head: a job (or anyone with write
+access to the container) chooses blob names, so a name that is not a plain relative path
+(``..``, a leading ``/``, a backslash, control characters) is left out and said, every local
+path is checked to stay inside the destination, and nothing is written through a symlink (a
+link found where a file goes is removed first; no link is ever created).
+
+A download resumes: a local file (or ``NAME.part``) shorter than its blob and not older than the
+blob's last write is continued with a range read from where it stops; a complete file (same
+size, modification time set to the blob's) is skipped. Each file is written as ``NAME.part`` and
+renamed when complete; a full disk leaves the ``.part`` for the next try.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import stat
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from driver.errors import DriverError, one_line
+from driver.progress import ByteProgress
+
+RESULTS_URL_ENV = "RAYDRIVER_RESULTS_URL"
+"""The results container's URL (also what the harness reads on the nodes)."""
+LATEST = "latest.json"
+PROGRESS_CSV = "progress.csv"
+CHECKPOINTS = "checkpoints"
+PART = ".part"
+STORAGE_SCOPE = "https://storage.azure.com/.default"
+CHUNK = 4 << 20
+EXPECTED = (
+    "expected the results container's URL, https://ACCOUNT.blob.core.windows.net/CONTAINER "
+    "(or Azurite's https://HOST:PORT/ACCOUNT/CONTAINER)"
+)
+RETRY: dict[str, Any] = {"retry_total": 3, "initial_backoff": 1, "increment_base": 2}
+"""Storage's default retries wait 15 s, 18 s, 24 s... on an address that does not answer."""
+
+
+@dataclass(frozen=True)
+class StoreUrl:
+    url: str
+    account_url: str
+    account: str
+    container: str
+
+
+def parse_url(text: str) -> StoreUrl:
+    """The container a URL names; a DriverError with one line when it names none."""
+    url = text.strip().rstrip("/")
+    parts = urllib.parse.urlsplit(url)
+    path = [p for p in parts.path.split("/") if p]
+    bad = DriverError(f"{EXPECTED}, got {text!r}")
+    if parts.scheme != "https" or not parts.hostname or parts.query or parts.fragment:
+        raise bad
+    host = parts.hostname
+    if host.endswith(".blob.core.windows.net"):
+        if len(path) != 1:
+            raise bad
+        account, container = host.split(".")[0], path[0]
+        account_url = f"https://{parts.netloc}"
+    elif host.endswith(".core.windows.net") or len(path) != 2:
+        raise bad
+    else:
+        account, container = path
+        account_url = f"https://{parts.netloc}/{account}"
+    if not re.fullmatch(r"[a-z0-9]{3,24}", account):
+        raise DriverError(
+            f"{text!r}: the storage account name {account!r} is not 3-24 lower-case letters and "
+            "digits"
+        )
+    if not re.fullmatch(r"[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]", container):
+        raise DriverError(
+            f"{text!r}: the container name {container!r} is not 3-63 lower-case letters, "
+            "digits and single hyphens"
+        )
+    return StoreUrl(f"{account_url}/{container}", account_url, account, container)
+
+
+def url_from(given: str | None) -> StoreUrl | None:
+    """The store named by ``--results-url``, else by the environment; None when neither."""
+    text = given if given is not None else os.environ.get(RESULTS_URL_ENV, "")
+    if given is None and not text.strip():
+        return None
+    return parse_url(text)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run in the store."""
+
+    id: str
+    checkpoint: str | None
+    """The published checkpoint (``checkpoints/000010``), None before the first."""
+    iteration: int | None
+    last_write: datetime
+    size: int
+    blobs: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "checkpoint": self.checkpoint,
+            "iteration": self.iteration,
+            "last_write": self.last_write.isoformat(),
+            "size": self.size,
+            "blobs": self.blobs,
+        }
+
+
+@dataclass(frozen=True)
+class Wanted:
+    name: str
+    """Relative to the run's prefix."""
+    size: int
+    modified: float
+    """The blob's last write (epoch seconds)."""
+
+
+@dataclass(frozen=True)
+class StoreDownload:
+    source: str
+    destination: Path
+    checkpoint: str | None
+    iteration: int | None
+    fetched: int
+    resumed: int
+    skipped: int
+    bytes_fetched: int
+    left_out: tuple[str, ...] = ()
+    """Blobs not downloaded: names that are not plain relative paths."""
+    unpublished: int = 0
+    """Blobs of checkpoints the pointer does not name (newer ones still uploading)."""
+
+
+def safe_name(name: str) -> bool:
+    """A plain relative path: no empty, ``.`` or ``..`` part, no backslash or control
+    character."""
+    if not name or name.startswith("/") or "\\" in name:
+        return False
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+def _inside(root: Path, path: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+class Store:
+    """The results container, read with DefaultAzureCredential (or ``credential``)."""
+
+    def __init__(self, url: StoreUrl, credential: Any = None) -> None:
+        self.url = url
+        self._credential = credential
+        self._container: Any = None
+
+    def container(self) -> Any:
+        if self._container is None:
+            from azure.storage.blob import ContainerClient
+
+            credential = self._credential
+            if credential is None:
+                from azure.identity import DefaultAzureCredential
+
+                credential = DefaultAzureCredential()
+            # A token first: storage's client retries a credential that finds none (seconds of
+            # back-off per request) before it says so.
+            with self.errors(f"reading {self.url.url}"):
+                credential.get_token(STORAGE_SCOPE)
+            self._container = ContainerClient(
+                self.url.account_url, self.url.container, credential=credential, **RETRY
+            )
+        return self._container
+
+    def close(self) -> None:
+        if self._container is not None:
+            self._container.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- errors ----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def errors(self, doing: str) -> Iterator[None]:
+        """Azure's exceptions as one line each."""
+        from azure.core.exceptions import (
+            ClientAuthenticationError,
+            HttpResponseError,
+            ResourceNotFoundError,
+            ServiceRequestError,
+            ServiceResponseError,
+        )
+
+        try:
+            yield
+        except ClientAuthenticationError as e:
+            if e.status_code is None:  # the credential's, not storage's
+                raise DriverError(
+                    f"no Azure credential for reading {self.url.url}: sign in with `az login` "
+                    f"({_credential_reason(e.message)})"
+                ) from None
+            raise DriverError(self._refused(e, doing)) from None
+        except ResourceNotFoundError as e:
+            if _code(e) == "ContainerNotFound":
+                raise DriverError(
+                    f"the container {self.url.url} does not exist (check the storage account "
+                    "and container name: the cluster's deployment output results_url)"
+                ) from None
+            raise DriverError(f"{doing} failed: {_status(e)}") from None
+        except HttpResponseError as e:
+            if e.status_code == 403:
+                raise DriverError(self._refused(e, doing)) from None
+            raise DriverError(f"{doing} failed: {_status(e)}") from None
+        except (ServiceRequestError, ServiceResponseError) as e:
+            raise DriverError(
+                f"cannot reach {self.url.account_url} ({doing}): {_first_line(str(e))}"
+            ) from None
+
+    def _refused(self, e: Any, doing: str) -> str:
+        return (
+            f"storage refused {doing} ({_status(e)}): your Azure identity needs the role "
+            f"Storage Blob Data Reader (or Contributor) on {self.url.url}, and the storage "
+            "account must let your address in"
+        )
+
+    # -- listing ---------------------------------------------------------------------------------
+    def _pointer(self, run: str) -> tuple[dict[str, Any] | None, bytes]:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        with self.errors(f"reading {run}/{LATEST}"):
+            try:
+                data: bytes = (
+                    self.container().get_blob_client(f"{run}/{LATEST}").download_blob().readall()
+                )
+            except ResourceNotFoundError as e:
+                if _code(e) == "ContainerNotFound":
+                    raise
+                return None, b""
+        try:
+            pointer = json.loads(data)
+            name = pointer["checkpoint"]
+            files = pointer["files"]
+            if not isinstance(name, str) or not isinstance(files, dict):
+                raise TypeError
+            if not safe_name(name) or not name.startswith(f"{CHECKPOINTS}/"):
+                raise DriverError(
+                    f"{self.url.url}/{run}/{LATEST} names a checkpoint outside the run's "
+                    f"checkpoints: {name!r}"
+                )
+            for rel, size in files.items():
+                if not isinstance(rel, str) or not isinstance(size, int):
+                    raise TypeError
+        except (ValueError, KeyError, TypeError):
+            raise DriverError(
+                f"{self.url.url}/{run}/{LATEST} is not a checkpoint pointer"
+            ) from None
+        return pointer, data
+
+    def runs(self) -> list[Run]:
+        """Every run in the container (its first name part), newest write first."""
+        found: dict[str, list[Any]] = {}
+        with self.errors(f"listing {self.url.url}"):
+            for blob in self.container().list_blobs():
+                run, sep, _ = str(blob.name).partition("/")
+                if sep:
+                    found.setdefault(run, []).append(blob)
+        runs = []
+        for run, blobs in found.items():
+            pointer = None
+            if any(b.name == f"{run}/{LATEST}" for b in blobs):
+                try:
+                    pointer, _ = self._pointer(run)
+                except DriverError:
+                    pointer = None  # said by download; the listing still shows the run
+            iteration = pointer.get("iteration") if pointer else None
+            runs.append(
+                Run(
+                    run,
+                    str(pointer["checkpoint"]) if pointer else None,
+                    iteration if isinstance(iteration, int) else None,
+                    max(b.last_modified for b in blobs),
+                    sum(int(b.size or 0) for b in blobs),
+                    len(blobs),
+                )
+            )
+        return sorted(runs, key=lambda r: r.last_write, reverse=True)
+
+    def published(
+        self, run: str
+    ) -> tuple[dict[str, Any] | None, bytes, list[Wanted], list[str], int]:
+        """(pointer, its bytes, the files to download, names left out, unpublished blobs)."""
+        pointer, data = self._pointer(run)
+        blobs: dict[str, Any] = {}
+        with self.errors(f"listing {run} in {self.url.url}"):
+            for blob in self.container().list_blobs(name_starts_with=f"{run}/"):
+                blobs[str(blob.name)[len(run) + 1 :]] = blob
+        if not blobs:
+            raise DriverError(f"no run {run} in {self.url.url} (see `runs` for the runs there)")
+        wanted: list[Wanted] = []
+        left_out: list[str] = []
+        unpublished = 0
+        checkpoint = f"{pointer['checkpoint']}/" if pointer else None
+        for name, blob in sorted(blobs.items()):
+            if name == LATEST:
+                continue  # written from the pointer read above: the one the files match
+            if not safe_name(name):
+                left_out.append(name)
+                continue
+            if name.startswith(f"{CHECKPOINTS}/"):
+                if checkpoint is None or not name.startswith(checkpoint):
+                    unpublished += 1
+                    continue
+                if pointer and name[len(checkpoint) :] not in pointer["files"]:
+                    unpublished += 1  # not part of the published checkpoint
+                    continue
+            wanted.append(Wanted(name, int(blob.size or 0), blob.last_modified.timestamp()))
+        if pointer and checkpoint:
+            have = {w.name: w.size for w in wanted}
+            for rel, size in pointer["files"].items():
+                name = checkpoint + rel
+                if not safe_name(name):
+                    left_out.append(name)
+                elif have.get(name) != size:
+                    raise DriverError(
+                        f"{self.url.url}/{run}/{name} is "
+                        + ("missing" if name not in have else f"{have[name]} bytes")
+                        + f", the published checkpoint ({LATEST}) says {size} bytes"
+                    )
+        return pointer, data, wanted, left_out, unpublished
+
+    def fetch_progress(self, run: str, folder: Path) -> Path:
+        """RUN's mirrored progress.csv into ``folder`` (made here), for plotting."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        name = f"{run}/{PROGRESS_CSV}"
+        with self.errors(f"reading {name}"):
+            try:
+                data: bytes = self.container().get_blob_client(name).download_blob().readall()
+            except ResourceNotFoundError as e:
+                if _code(e) == "ContainerNotFound":
+                    raise
+                if not any(True for _ in self.container().list_blobs(name_starts_with=f"{run}/")):
+                    raise DriverError(
+                        f"no run {run} in {self.url.url} (see `runs` for the runs there)"
+                    ) from None
+                raise DriverError(
+                    f"no {PROGRESS_CSV} for {run} in {self.url.url} yet (the run finished no "
+                    "iteration)"
+                ) from None
+        folder.mkdir(parents=True, exist_ok=True)
+        _write_whole(folder / PROGRESS_CSV, data)
+        return folder
+
+    # -- downloading -----------------------------------------------------------------------------
+    def download(
+        self, run: str, destination: Path, progress: ByteProgress | None = None
+    ) -> StoreDownload:
+        pointer, data, wanted, left_out, unpublished = self.published(run)
+        try:
+            destination.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise _local_error(destination, e) from None
+        if destination.is_symlink():
+            raise DriverError(f"{destination} is a symlink: refusing to write through it")
+        todo: list[tuple[Wanted, Path, int]] = []
+        skipped = 0
+        for w in wanted:
+            local = destination.joinpath(*PurePosixPath(w.name).parts)
+            # The folder must stay inside; a link at the file's own name is replaced.
+            if not _inside(destination, local.parent):
+                left_out.append(w.name)
+                continue
+            start = _resume_from(local, w)
+            if start is None:
+                skipped += 1
+            else:
+                todo.append((w, local, start))
+        total = sum(w.size - start for w, _, start in todo)
+        done = fetched = resumed = 0
+        if progress:
+            progress(0, total)
+        for w, local, start in todo:
+            base = done
+
+            def step(got: int, base: int = base) -> None:
+                if progress:
+                    progress(min(base + got, total), total)
+
+            self._fetch(run, w, local, start, step)
+            fetched += 1
+            resumed += start > 0
+            done += w.size - start
+        if pointer:
+            _write_whole(destination / LATEST, data)
+        if progress:
+            progress(total, total)
+        iteration = pointer.get("iteration") if pointer else None
+        return StoreDownload(
+            f"{self.url.url}/{run}",
+            destination,
+            str(pointer["checkpoint"]) if pointer else None,
+            iteration if isinstance(iteration, int) else None,
+            fetched,
+            resumed,
+            skipped,
+            done,
+            tuple(left_out),
+            unpublished,
+        )
+
+    def _fetch(self, run: str, w: Wanted, local: Path, start: int, step: Any) -> None:
+        part = local.with_name(local.name + PART)
+        try:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            if start:
+                if not (_regular(part) and part.stat().st_size == start):
+                    os.replace(local, part)  # resuming the shorter file itself
+            else:
+                _remove_link(part)
+                part.unlink(missing_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+            fd = os.open(part, flags, 0o644)
+        except OSError as e:
+            raise _local_error(local, e) from None
+        with os.fdopen(fd, "ab", buffering=0) as out:
+            if start != os.fstat(out.fileno()).st_size:
+                out.truncate(0)
+                start = 0
+            got = 0
+            with self.errors(f"downloading {run}/{w.name}"):
+                stream = (
+                    self.container()
+                    .get_blob_client(f"{run}/{w.name}")
+                    .download_blob(offset=start, length=w.size - start, max_concurrency=1)
+                    if w.size > start
+                    else None
+                )
+                for chunk in stream.chunks() if stream is not None else ():
+                    try:
+                        view = memoryview(chunk)
+                        while view:
+                            view = view[out.write(view) or 0 :]
+                    except OSError as e:
+                        raise _local_error(local, e) from None
+                    got += len(chunk)
+                    step(got)
+        if start + got != w.size:
+            raise DriverError(
+                f"{run}/{w.name} changed during the download ({start + got} bytes read, "
+                f"{w.size} listed): download again"
+            )
+        try:
+            os.utime(part, (w.modified, w.modified))
+            _remove_link(local)
+            part.replace(local)
+        except OSError as e:
+            raise _local_error(local, e) from None
+
+
+def _first_line(text: str | None) -> str:
+    lines = [x for x in (text or "").splitlines() if x.strip()]
+    return one_line(lines[0] if lines else "no details")[:300]
+
+
+def _credential_reason(message: str | None) -> str:
+    """DefaultAzureCredential's many lines as one: the Azure CLI's reason (what a laptop
+    uses), else the first credential's."""
+    tried = [
+        line.strip()
+        for line in (message or "").splitlines()
+        if line.startswith("\t") and ": " in line
+    ]
+    if not tried:
+        return _first_line(message)
+    cli = [t for t in tried if t.startswith("AzureCliCredential:")]
+    return "DefaultAzureCredential found none; " + one_line((cli or tried)[0])[:200]
+
+
+def _code(e: Any) -> str:
+    """Storage's error code (``x-ms-error-code``), as text."""
+    code = getattr(e, "error_code", None) or ""
+    return str(getattr(code, "value", code))
+
+
+def _status(e: Any) -> str:
+    code = getattr(e, "error_code", None) or getattr(e, "reason", None) or ""
+    code = getattr(code, "value", code)  # azure-storage-blob's StorageErrorCode
+    return f"{e.status_code} {code}".strip() if e.status_code else _first_line(str(e))
+
+
+def _local_error(path: Path, e: OSError) -> DriverError:
+    return DriverError(f"cannot write {path}: {e.strerror or e}")
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _remove_link(path: Path) -> None:
+    """A symlink (or anything not a regular file) where a file goes is removed, never
+    followed."""
+    with contextlib.suppress(FileNotFoundError):
+        mode = path.lstat().st_mode
+        if stat.S_ISDIR(mode):
+            raise DriverError(f"{path} is a folder where the store has a file")
+        if not stat.S_ISREG(mode):
+            path.unlink()
+
+
+def _resume_from(local: Path, w: Wanted) -> int | None:
+    """None: ``local`` is complete; else the offset to continue from (0: from the start)."""
+    for candidate in (local, local.with_name(local.name + PART)):
+        if not _regular(candidate):
+            continue
+        st = candidate.stat()
+        if candidate == local and st.st_size == w.size and int(st.st_mtime) == int(w.modified):
+            return None
+        if 0 < st.st_size < w.size and st.st_mtime >= w.modified:
+            return st.st_size  # written after the blob's last write: the blob's first bytes
+    return 0
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    part = path.with_name(path.name + PART)
+    try:
+        _remove_link(part)
+        _remove_link(path)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "wb", buffering=0) as f:
+            f.write(data)
+        part.replace(path)
+    except OSError as e:
+        raise _local_error(path, e) from None

@@ -33,6 +33,7 @@ import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 import paramiko
 
@@ -106,7 +107,8 @@ def list_files(
     return files, left_out
 
 
-def _inside(root: Path, path: Path) -> bool:
+def inside(root: Path, path: Path) -> bool:
+    """Whether ``path`` (links resolved) lies in ``root``."""
     try:
         path.resolve().relative_to(root.resolve())
         return True
@@ -114,8 +116,20 @@ def _inside(root: Path, path: Path) -> bool:
         return False
 
 
-def _local_error(path: Path, e: OSError) -> DriverError:
+def local_error(path: Path, e: OSError) -> DriverError:
+    """A failed local write (a full disk, no permission) as the one line the user sees."""
     return DriverError(f"cannot write {path}: {e.strerror or e}")
+
+
+def write_all(out: BinaryIO, data: bytes, local: Path) -> None:
+    """All of ``data`` to the unbuffered ``out`` (a raw write may take part of it): a full disk
+    fails the write that hits it, as one line naming ``local``."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[out.write(view) or 0 :]
+    except OSError as e:
+        raise local_error(local, e) from None
 
 
 def _fetch(
@@ -143,7 +157,7 @@ def _fetch(
             # Unbuffered: a full disk fails the write that hits it, not a later close.
             out = open(part, "xb", buffering=0)  # noqa: SIM115 - closed below
         except OSError as e:
-            raise _local_error(local, e) from None
+            raise local_error(local, e) from None
         try:
             with out:
                 if size:
@@ -153,12 +167,7 @@ def _fetch(
                     data = remote.read(min(CHUNK, size - done))
                     if not data:
                         break  # shrank while we read: the rest of the file is not the job's
-                    try:
-                        view = memoryview(data)
-                        while view:
-                            view = view[out.write(view) or 0 :]
-                    except OSError as e:
-                        raise _local_error(local, e) from None
+                    write_all(out, data, local)
                     done += len(data)
                     step(done, size)
             if done < size:
@@ -239,10 +248,10 @@ def download_tree(
     try:
         local_root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise _local_error(local_root, e) from None
+        raise local_error(local_root, e) from None
     for f in files:
         local = local_root.joinpath(*f.relative.parts)
-        if not _inside(local_root, local):
+        if not inside(local_root, local):
             left_out.append(str(f.relative))
             continue
         same = (

@@ -43,6 +43,7 @@ from typing import Any
 
 from driver.errors import DriverError, one_line
 from driver.progress import ByteProgress
+from driver.results import inside, local_error, write_all
 
 RESULTS_URL_ENV = "RAYDRIVER_RESULTS_URL"
 """The results container's URL (also what the harness reads on the nodes)."""
@@ -164,14 +165,6 @@ def safe_name(name: str) -> bool:
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         return False
     return all(part not in ("", ".", "..") for part in name.split("/"))
-
-
-def _inside(root: Path, path: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False
 
 
 class Store:
@@ -390,7 +383,7 @@ class Store:
         try:
             destination.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise _local_error(destination, e) from None
+            raise local_error(destination, e) from None
         if destination.is_symlink():
             raise DriverError(f"{destination} is a symlink: refusing to write through it")
         todo: list[tuple[Wanted, Path, int]] = []
@@ -398,7 +391,7 @@ class Store:
         for w in wanted:
             local = destination.joinpath(*PurePosixPath(w.name).parts)
             # The folder must stay inside; a link at the file's own name is replaced.
-            if not _inside(destination, local.parent):
+            if not inside(destination, local.parent):
                 left_out.append(w.name)
                 continue
             start = _resume_from(local, w)
@@ -452,7 +445,7 @@ class Store:
             flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
             fd = os.open(part, flags, 0o644)
         except OSError as e:
-            raise _local_error(local, e) from None
+            raise local_error(local, e) from None
         with os.fdopen(fd, "ab", buffering=0) as out:
             if start != os.fstat(out.fileno()).st_size:
                 out.truncate(0)
@@ -467,12 +460,7 @@ class Store:
                     else None
                 )
                 for chunk in stream.chunks() if stream is not None else ():
-                    try:
-                        view = memoryview(chunk)
-                        while view:
-                            view = view[out.write(view) or 0 :]
-                    except OSError as e:
-                        raise _local_error(local, e) from None
+                    write_all(out, chunk, local)
                     got += len(chunk)
                     step(got)
         if start + got != w.size:
@@ -485,7 +473,7 @@ class Store:
             _remove_link(local)
             part.replace(local)
         except OSError as e:
-            raise _local_error(local, e) from None
+            raise local_error(local, e) from None
 
 
 def _first_line(text: str | None) -> str:
@@ -517,10 +505,6 @@ def _status(e: Any) -> str:
     code = getattr(e, "error_code", None) or getattr(e, "reason", None) or ""
     code = getattr(code, "value", code)  # azure-storage-blob's StorageErrorCode
     return f"{e.status_code} {code}".strip() if e.status_code else _first_line(str(e))
-
-
-def _local_error(path: Path, e: OSError) -> DriverError:
-    return DriverError(f"cannot write {path}: {e.strerror or e}")
 
 
 def _regular(path: Path) -> bool:
@@ -564,4 +548,4 @@ def _write_whole(path: Path, data: bytes) -> None:
             f.write(data)
         part.replace(path)
     except OSError as e:
-        raise _local_error(path, e) from None
+        raise local_error(path, e) from None

@@ -24,6 +24,7 @@ from driver.cli.options import (
 from driver.cli.output import (
     byte_bar,
     command,
+    listed,
     next_steps,
     plural,
     say,
@@ -439,19 +440,16 @@ def cmd_download(args: argparse.Namespace) -> int:
             + (f"; {report.skipped} already there" if report.skipped else "")
         )
     if report.left_out:
-        shown = ", ".join(terminal_safe(x) for x in report.left_out[:5])
-        more = f" and {len(report.left_out) - 5} more" if len(report.left_out) > 5 else ""
         count = len(report.left_out)
         say(
             f"Left out {count} {'entry' if count == 1 else 'entries'} that are symlinks, "
-            f"special files or not plain names: {shown}{more}"
+            f"special files or not plain names: {listed(report.left_out)}"
         )
     if report.changed:
-        shown = ", ".join(terminal_safe(x) for x in report.changed[:5])
-        more = f" and {len(report.changed) - 5} more" if len(report.changed) > 5 else ""
         say(
             f"Left out {plural(len(report.changed), 'file')} that changed on the head during the "
-            f"download (gone, or no longer a regular file of the job's user): {shown}{more}; "
+            f"download (gone, or no longer a regular file of the job's user): "
+            f"{listed(report.changed)}; "
             "download again once the job has finished writing"
         )
     if args.plot:

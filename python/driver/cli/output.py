@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from driver.progress import ByteProgress, human_size
@@ -93,6 +94,12 @@ def command(verb: str, hint: str = "") -> str:
 def next_steps(sid: str, hint: str = "") -> str:
     verbs = (f"logs {sid} --follow", f"status {sid}", f"stop {sid}", f"download {sid}")
     return "\n".join(["Next:", *(f"  {command(v, hint)}" for v in verbs)])
+
+
+def listed(items: Sequence[str], most: int = 5) -> str:
+    """The first ``most`` of ``items``, terminal-safe, then how many more: "a, b and 3 more"."""
+    shown = ", ".join(terminal_safe(x) for x in items[:most])
+    return shown + (f" and {len(items) - most} more" if len(items) > most else "")
 
 
 def plural(n: int, word: str) -> str:

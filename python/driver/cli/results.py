@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from driver.cli.options import Verbs, verb
-from driver.cli.output import byte_bar, plural, say, size, terminal_safe
+from driver.cli.output import byte_bar, listed, plural, say, size, terminal_safe
 from driver.errors import EXIT_OK, DriverError
 from driver.jobs import check_submission_id
 from driver.store import RESULTS_URL_ENV, Store, StoreDownload, StoreUrl, url_from
@@ -164,10 +164,8 @@ def download_from_store(url: StoreUrl, sid: str, results: Path) -> StoreDownload
             f"(newer than latest.json: still uploading, or their uploader stopped)"
         )
     if report.left_out:
-        shown = ", ".join(repr(x) for x in report.left_out[:5])
-        more = f" and {len(report.left_out) - 5} more" if len(report.left_out) > 5 else ""
         say(
             f"Left out {plural(len(report.left_out), 'blob')} whose names are not plain "
-            f"relative paths: {terminal_safe(shown)}{more}"
+            f"relative paths: {listed([repr(x) for x in report.left_out])}"
         )
     return report

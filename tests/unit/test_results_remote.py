@@ -68,21 +68,25 @@ def _put(blob: Blob, name: str, data: bytes) -> None:
     assert status == 201, (name, status, code)
 
 
-def _driver(
-    blob: Blob, *args: str, cwd: Path, extra: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``python -m driver ARGS`` as on a laptop signed in to Azure: here the credential is the
-    fake metadata service's, reached through azure-identity's own variables."""
+def _laptop_env(blob: Blob) -> dict[str, str]:
+    """The environment of a laptop signed in to Azure: here the credential is the fake metadata
+    service's, reached through azure-identity's own variables."""
     strip = ("RAYDRIVER_RESULTS_URL", "RAYDRIVER_RESULTS_CLIENT_ID", "SSL_CERT_FILE")
-    environment = {
+    return {
         **{k: v for k, v in os.environ.items() if k not in strip and not k.startswith("AZURE_")},
         "PYTHONPATH": str(REPO / "python"),
         "AZURE_TOKEN_CREDENTIALS": "ManagedIdentityCredential",
         "AZURE_POD_IDENTITY_AUTHORITY_HOST": blob.imds.url,
         "AZURE_CLIENT_ID": CLIENT_ID,
         "REQUESTS_CA_BUNDLE": str(blob.ca),
-        **(extra or {}),
     }
+
+
+def _driver(
+    blob: Blob, *args: str, cwd: Path, extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m driver ARGS`` on that laptop."""
+    environment = {**_laptop_env(blob), **(extra or {})}
     return subprocess.run(
         [sys.executable, "-m", "driver", *args],
         env=environment,
@@ -256,18 +260,9 @@ def test_a_full_disk_is_one_line_and_the_next_download_resumes(env: Blob, tmp_pa
         f"cmp results/{run}/{PART_FILE} {folder / 'checkpoint/learner/part0001.bin'} && echo same"
     )
     unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "-rm"]
-    done = _driver(env, "--version", cwd=tmp_path)  # the environment _driver builds
-    assert done.returncode == 0
     full = subprocess.run(
         [*unshare, "sh", "-c", script],
-        env={
-            **{k: v for k, v in os.environ.items() if not k.startswith("AZURE_")},
-            "PYTHONPATH": str(REPO / "python"),
-            "AZURE_TOKEN_CREDENTIALS": "ManagedIdentityCredential",
-            "AZURE_POD_IDENTITY_AUTHORITY_HOST": env.imds.url,
-            "AZURE_CLIENT_ID": CLIENT_ID,
-            "REQUESTS_CA_BUNDLE": str(env.ca),
-        },
+        env=_laptop_env(env),
         capture_output=True,
         text=True,
         timeout=300,

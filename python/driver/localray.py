@@ -56,8 +56,17 @@ RETRY_NEEDS_S = 70.0
 has been seen to take 60 s to give up on a loaded machine."""
 STARTED_LINE = "Ray runtime started."
 """What ``ray start`` prints once its node has registered (ray/scripts/scripts.py)."""
-NODE_TIMED_OUT = "timed out during startup"
-"""Ray's words when its node did not register within its 30 s (ray/_private/node.py)."""
+NODE_TIMED_OUT = ("timed out during startup", "Timed out waiting for node info")
+"""Ray's words when its node did not register in time: ``ray start`` itself gave up after its
+30 s (ray/_private/node.py), or a process it started and waits for did (its client server's
+``get_node_with_retry``, ray/_private/services.py), which ends ``ray start --block`` too."""
+
+
+def node_timed_out(text: str) -> bool:
+    """Whether Ray's output ``text`` says its node did not register in time."""
+    return any(words in text for words in NODE_TIMED_OUT)
+
+
 NO_PORT = 65536
 """Beyond the last TCP port: what a listener Ray must not start is told to bind to."""
 
@@ -219,7 +228,7 @@ class LocalRay:
             return self._start_once(num_cpus, deadline, timeout, progress), True
         except DriverError as e:
             # Ray's log says so in its traceback's last line; the error names an earlier one.
-            timed_out = NODE_TIMED_OUT in str(e) or self._log_says(NODE_TIMED_OUT)
+            timed_out = node_timed_out(str(e)) or node_timed_out(self._log_text())
             if not timed_out or time.monotonic() > deadline - RETRY_NEEDS_S:
                 raise
             if progress:
@@ -322,13 +331,13 @@ class LocalRay:
         return head
 
     def _said_started(self) -> bool:
-        return self._log_says(STARTED_LINE)
+        return STARTED_LINE in self._log_text()
 
-    def _log_says(self, words: str) -> bool:
+    def _log_text(self) -> str:
         try:
-            return words in self.log_file.read_text(errors="replace")
+            return self.log_file.read_text(errors="replace")
         except OSError:
-            return False
+            return ""
 
     def _last_log_line(self) -> str:
         try:

@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from driver import layout
-from driver.localray import NODE_TIMED_OUT, RETRY_NEEDS_S, STARTED_LINE
+from driver.localray import RETRY_NEEDS_S, STARTED_LINE, node_timed_out
 from driver.procs import pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -539,14 +539,15 @@ class HeadHost:
         """Ray's head, ready once ``ray start`` said its node registered and the Jobs API
         answers (the dashboard answers before the node has registered, and ``ray start`` may
         still give up on it). Ray gives its node 30 s to register, which a loaded machine can
-        miss ("The current node timed out during startup"): then it is started once more,
+        miss ("The current node timed out during startup", or its client server's "Timed out
+        waiting for node info", which ends ``ray start --block``): then it is started once more,
         within ``timeout`` in all, as the driver's local Ray does (driver/localray.py)."""
         (self.workdir / "ray-home").mkdir(exist_ok=True)
         deadline = time.monotonic() + timeout
         try:
             self._start_ray_once(num_cpus, deadline, timeout)
         except RuntimeError as e:
-            if NODE_TIMED_OUT not in str(e) or time.monotonic() > deadline - RETRY_NEEDS_S:
+            if not node_timed_out(str(e)) or time.monotonic() > deadline - RETRY_NEEDS_S:
                 raise
             # What the failed start left (its GCS, dashboard): this head's processes only.
             self.run([str(VENV_BIN / "ray"), "stop", "--force"], check=False, env=self.ray_env)

@@ -31,16 +31,7 @@ FAKE_RAY = textwrap.dedent(
     threading.Thread(target=server.serve_forever, daemon=True).start()
     time.sleep(1.5)  # the dashboard answers; the node has not registered yet
     if n <= {failures}:
-        # Ray 2.60's words, as a loaded CI machine logged them: an INFO line naming an RPC
-        # error, the traceback, and last the exception.
-        print("2026-11-26 21:30:08,355\tINFO node.py:438 -- Failed to get node info b'RPC "
-              "error: Deadline Exceeded'", flush=True)
-        print("Traceback (most recent call last):", flush=True)
-        print('  File "ray/_private/node.py", line 440, in __init__', flush=True)
-        print("    raise Exception(", flush=True)
-        print("Exception: The current node timed out during startup. This could happen "
-              "because some of the raylet failed to startup or the GCS has become overloaded.",
-              flush=True)
+        print(Path({said!r}).read_text(), end="", flush=True)
         sys.exit(1)
     print("SUCC scripts.py:1085 -- Ray runtime started.", flush=True)
     time.sleep(600)
@@ -48,22 +39,62 @@ FAKE_RAY = textwrap.dedent(
 )
 
 
-def _local_ray(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: int) -> LocalRay:
+MISSED = {
+    # Ray 2.60's words, as a loaded CI machine logged them: an INFO line naming an RPC error,
+    # the traceback, and last the exception.
+    "node": (
+        "2026-11-26 21:30:08,355\tINFO node.py:438 -- Failed to get node info b'RPC error: "
+        "Deadline Exceeded'\n"
+        "Traceback (most recent call last):\n"
+        '  File "ray/_private/node.py", line 440, in __init__\n'
+        "    raise Exception(\n"
+        "Exception: The current node timed out during startup. This could happen because some "
+        "of the raylet failed to startup or the GCS has become overloaded.\n"
+    ),
+    # ... or `ray start --block` up, then ended by its client server, which gave up waiting
+    # for the node (this machine, loaded, in clean-clone run 17).
+    "client": (
+        "2026-11-26 22:42:01,458\tINFO scripts.py:1266 -- This command will now block forever "
+        "until terminated by a signal.\n"
+        "2026-11-26 22:42:02,461\tERR scripts.py:1307 -- Some Ray subprocesses exited "
+        "unexpectedly:\n"
+        "2026-11-26 22:42:02,468\tERR scripts.py:87 -- ray_client_server [exit code=1]\n"
+        '  File "ray/_private/services.py", line 649, in get_node_with_retry\n'
+        "    raise RuntimeError(\n"
+        "RuntimeError: Timed out waiting for node info for node_id=feabc2c58e6764ae3282994ada75"
+        "16bba6c0cf04343b37da874120d2.\n"
+        "2026-11-26 22:42:02,481\tERR scripts.py:1315 -- Remaining processes will be killed.\n"
+    ),
+}
+"""How a node that missed its registration ends ``ray start``, as Ray prints it."""
+
+
+def _local_ray(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: int, missed: str = "node"
+) -> LocalRay:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     ray = bin_dir / "ray"
+    said = tmp_path / "missed.txt"
+    said.write_text(MISSED[missed])
     ray.write_text(
-        FAKE_RAY.format(python=sys.executable, tries=str(tmp_path / "tries"), failures=failures)
+        FAKE_RAY.format(
+            python=sys.executable,
+            tries=str(tmp_path / "tries"),
+            failures=failures,
+            said=str(said),
+        )
     )
     ray.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
     return LocalRay(tmp_path / "home")
 
 
+@pytest.mark.parametrize("missed", sorted(MISSED))
 def test_a_node_that_misses_rays_30_s_is_started_again_and_ready_only_once_ray_says_so(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missed: str
 ) -> None:
-    local = _local_ray(tmp_path, monkeypatch, failures=1)
+    local = _local_ray(tmp_path, monkeypatch, failures=1, missed=missed)
     said: list[str] = []
     try:
         # A generous bound: the second start is given up when less than RETRY_NEEDS_S are

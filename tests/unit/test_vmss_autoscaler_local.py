@@ -12,6 +12,7 @@ cluster (tests/e2e/test_autoscale.py) covers workers that boot, run the job and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from driver.localray import STARTED_LINE, node_timed_out
 from fakes.azure_compute import FakeCompute, compute_config, scale_set_config, subnet_pool
 from fakes.azure_node import FakeImds, imds_config, tls_certificate
 from nodekit.node import azure_vmss_provider as vp
@@ -35,6 +37,8 @@ SCALE_SET_ID = (
     f"/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.Compute"
     "/virtualMachineScaleSets/ray-workers"
 )
+START_S = 150
+"""How long the head's `ray start` may take to say it started (a loaded 2-core machine)."""
 AUTOSCALER = "aaaaaaaa-0000-4000-8000-000000000001"
 POOLS = [
     {
@@ -116,38 +120,59 @@ def head(tmp_path: Path) -> Iterator[tuple[FakeCompute, str, Path]]:
     for name in ("IDENTITY_ENDPOINT", "IDENTITY_HEADER", "RAY_ADDRESS"):
         env.pop(name, None)
     temp = Path("/tmp") / f"rayvmss-{secrets.token_hex(3)}"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ray.scripts.scripts",
-            "start",
-            "--head",
-            "--block",
-            "--node-ip-address=127.0.0.1",
-            f"--port={port}",
-            "--num-cpus=0",
-            "--include-dashboard=false",
-            f"--temp-dir={temp}",
-            f"--autoscaling-config={config}",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    log = tmp_path / "ray-start.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "ray.scripts.scripts",
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address=127.0.0.1",
+        f"--port={port}",
+        "--num-cpus=0",
+        "--include-dashboard=false",
+        f"--temp-dir={temp}",
+        f"--autoscaling-config={config}",
+    ]
+    # Ready once Ray says so; a node that missed Ray's registration window on a loaded machine
+    # is started once more, as the driver's local Ray does (driver/localray.py).
+    for attempt in (1, 2):
+        with open(log, "w") as out:
+            proc = subprocess.Popen(
+                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + START_S
+        while STARTED_LINE not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        else:
+            break
+        _stop(proc)
+        said = log.read_text(errors="replace")
+        if attempt == 2 or not node_timed_out(said):
+            compute.stop()
+            imds.stop()
+            pytest.fail(f"the head's Ray did not start:\n{said[-3000:]}")
     try:
         yield compute, f"127.0.0.1:{port}", temp
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            # Ray's autoscaler monitor outlives a SIGTERM by more than 30 s (`ray start --block`
-            # waits for it), so the grace is short: the whole process group goes either way.
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        _stop(proc)
         compute.stop()
         imds.stop()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """The head's whole process group. Ray's autoscaler monitor outlives a SIGTERM by more than
+    30 s (`ray start --block` waits for it), so the grace is short."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
 
 
 def monitor_log(temp: Path) -> str:
@@ -182,21 +207,23 @@ def test_cpu_demand_raises_the_cpu_pool_and_a_gpu_task_the_gpu_pool(
         "RAY_ADDRESS": "",
         "RAY_SCHEDULER_EVENTS": "0",  # no autoscaler messages on the driver's stdout
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-c", driver],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    errors = temp / "driver.err"
+    with open(errors, "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", driver],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
 
     def said(word: str) -> None:
         assert proc.stdout is not None
         lines = []
         while (line := proc.stdout.readline()) and line.strip() != word:
             lines.append(line)
-        assert line, f"the driver ended before {word!r}: {lines}"
+        assert line, f"the driver ended before {word!r}: {lines}\n" + errors.read_text()[-3000:]
 
     def capacities(workers: int, gpu: int, what: str) -> None:
         deadline = time.monotonic() + 300  # the autoscaler's rounds on a loaded machine

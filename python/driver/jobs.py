@@ -144,6 +144,11 @@ READ_RETRY_PAUSES_S = (1.0, 2.0, 4.0)
 """Pauses before a read that met a server error is tried again (three more tries, 7 s)."""
 SUBMIT_RETRY_PAUSES_S = (2.0, 4.0, 8.0, 15.0, 15.0, 15.0)
 """Pauses before a submit that found no job agent is tried again (about a minute in all)."""
+CLOSED_WITHOUT_RESPONSE = "Remote end closed connection without response"
+"""http.client's words when the dashboard closed a request's connection without answering (seen
+on a heavily loaded head during a submit): the tunnel works, the job may or may not exist."""
+CLOSED_RETRIES = 2
+"""How often a submit whose connection the dashboard closed is tried again."""
 NO_AGENT = "No available agent to submit job"
 """Ray's dashboard's answer when the head's job agent has not registered (job_head.py)."""
 _SERVER_ERROR = re.compile(r"(status code|HTTP) 5\d\d\b")
@@ -380,9 +385,12 @@ class JobsClient:
         (a head whose agent is still starting, or slow on a loaded machine: Ray waits 10 s for
         it, then answers 500 "No available agent to submit job, please try again later"; the
         job was not created). Should an earlier try have created it after all, the next one
-        finds ``submission_id`` taken: that is this job (callers check the id is free first)."""
+        finds ``submission_id`` taken: that is this job (callers check the id is free first).
+        A submit whose connection the dashboard closed without answering is tried again the same
+        way (up to CLOSED_RETRIES times, only with a ``submission_id``)."""
         pauses = list(SUBMIT_RETRY_PAUSES_S)
         retried = False
+        closed_retries = CLOSED_RETRIES if submission_id else 0
         while True:
             try:
                 return self._call(
@@ -396,10 +404,14 @@ class JobsClient:
             except DriverError as e:
                 if retried and submission_id and "already exists" in str(e):
                     return submission_id
-                if NO_AGENT not in str(e) or not pauses:
+                if closed_retries and isinstance(e, ConnectionLost):
+                    if CLOSED_WITHOUT_RESPONSE not in str(e):
+                        raise
+                    closed_retries -= 1
+                elif NO_AGENT not in str(e) or not pauses:
                     raise
                 retried = True
-                time.sleep(pauses.pop(0))
+                time.sleep(pauses.pop(0) if pauses else SUBMIT_RETRY_PAUSES_S[-1])
 
     def info(self, submission_id: str) -> JobInfo:
         return _info(self._read(f"job {submission_id}", self._client.get_job_info, submission_id))

@@ -212,3 +212,53 @@ def test_a_taken_id_or_an_agent_that_never_comes_ends_in_its_line(
         _client(ray).submit("python train.py", {}, "j-3")
     assert pauses == list(driver.jobs.SUBMIT_RETRY_PAUSES_S)
     assert ray.tries == 1 + len(driver.jobs.SUBMIT_RETRY_PAUSES_S) and ray.jobs == []
+
+
+class _ClosingHead(_AgentStarting):
+    """A loaded head's dashboard that closes a submit's connection without answering ``closes``
+    times; ``created_anyway``: the first such try created the job all the same."""
+
+    def __init__(self, closes: int, created_anyway: bool = False) -> None:
+        super().__init__(missing=0, created_anyway=created_anyway)
+        self.closes = closes
+
+    def submit_job(self, submission_id: str, **kwargs: Any) -> str:
+        import http.client
+
+        import requests
+        from urllib3.exceptions import ProtocolError
+
+        if self.tries < self.closes:
+            self.tries += 1
+            if self.created_anyway and self.tries == 1:
+                self.jobs.append(submission_id)
+            closed = http.client.RemoteDisconnected("Remote end closed connection without response")
+            raise requests.exceptions.ConnectionError(ProtocolError("Connection aborted.", closed))
+        return super().submit_job(submission_id, **kwargs)
+
+
+def test_a_submit_whose_connection_the_head_closed_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seen on a heavily loaded head (clean-clone run 17): the dashboard closed the submit's
+    connection without an answer. The tunnel works: the submit is tried again, and a job the
+    closed try created after all is this one."""
+    import driver.jobs
+    from driver.errors import ConnectionLost
+
+    monkeypatch.setattr(driver.jobs.time, "sleep", lambda s: None)
+    ray = _ClosingHead(closes=1)
+    assert _client(ray).submit("python train.py", {}, "j-1") == "j-1"
+    assert (ray.tries, ray.jobs) == (2, ["j-1"])
+    ray = _ClosingHead(closes=1, created_anyway=True)
+    assert _client(ray).submit("python train.py", {}, "j-2") == "j-2"
+    assert (ray.tries, ray.jobs) == (2, ["j-2"])
+    # Not for ever, and never without a submission id (a second job could be made).
+    ray = _ClosingHead(closes=1 + driver.jobs.CLOSED_RETRIES)
+    with pytest.raises(ConnectionLost, match="closed connection without response"):
+        _client(ray).submit("python train.py", {}, "j-3")
+    assert ray.tries == 1 + driver.jobs.CLOSED_RETRIES
+    ray = _ClosingHead(closes=1)
+    with pytest.raises(ConnectionLost):
+        _client(ray).submit("python train.py", {}, None)
+    assert ray.tries == 1

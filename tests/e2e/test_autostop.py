@@ -187,12 +187,15 @@ def test_a_running_job_keeps_the_cluster_up(cluster: Cluster, tmp_path: Path) ->
     job = tmp_path / "hold" / "job.py"
     job.parent.mkdir()
     job.write_text(HOLD_JOB)
-    r = cluster.driver("submit", str(job), *cluster.args, "--submission-id", "hold-1",
-                       "--no-wait", "--", str(WATCH_S + 30))  # fmt: skip
-    assert r.returncode == 0, r.stderr
     assert cluster.holder is not None
-    cluster.holder.terminate()  # from now on only the job keeps it busy
-    cluster.holder.wait(60)
+    try:
+        r = cluster.driver("submit", str(job), *cluster.args, "--submission-id", "hold-1",
+                           "--no-wait", "--", str(WATCH_S + 30))  # fmt: skip
+    finally:
+        # From now on only the job keeps it busy (and, should the submit fail, nothing: the
+        # holder's session would keep the cluster up through the next tests).
+        _end_holder(cluster)
+    assert r.returncode == 0, r.stderr
     time.sleep(WATCH_S)
     assert cluster.head_running() and cluster.power() == "running"
     log = cluster.log()
@@ -212,7 +215,14 @@ def test_an_open_ssh_session_keeps_the_cluster_up(cluster: Cluster) -> None:
     assert "stopping the cluster" not in log
 
 
+def _end_holder(cluster: Cluster) -> None:
+    if cluster.holder is not None and cluster.holder.poll() is None:
+        cluster.holder.terminate()
+        cluster.holder.wait(60)
+
+
 def test_idle_cluster_stops_and_submit_starts_it_again(cluster: Cluster, tmp_path: Path) -> None:
+    _end_holder(cluster)  # gone already, unless the test that ends it failed before it could
     # A job that needs a worker: Ray's autoscaler adds one (the scale set is at 1).
     job = tmp_path / "demand" / "job.py"
     job.parent.mkdir()
@@ -221,7 +231,10 @@ def test_idle_cluster_stops_and_submit_starts_it_again(cluster: Cluster, tmp_pat
     assert r.returncode == 0, r.stderr
     assert len(cluster.instances()) == 1
     # Idle now (Ray's own idle timeout and autostop's are both 1 minute): autostop stops it.
-    wait("the head deallocated", lambda: cluster.power() == "deallocated", STOP_S)
+    try:
+        wait("the head deallocated", lambda: cluster.power() == "deallocated", STOP_S)
+    except AssertionError as e:
+        pytest.fail(f"{e}\nthe agent's log:\n{cluster.log()[-3000:]}")
     assert cluster.instances() == []  # the workers went to zero first
     wait("the head's container down", lambda: not cluster.head_running(), 120)
     log = cluster.log()

@@ -592,8 +592,9 @@ var check = {
   subnetAddressPrefixPrivate: !subnet.canonical || !empty(filter(privateRanges, r => subnet.prefix >= r.prefix && subnet.address / powersOfTwo[32 - r.prefix] == r.address / powersOfTwo[32 - r.prefix])) ? 'ok' : 'subnetAddressPrefix must lie in a private range, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or 100.64.0.0/10 (public ranges, loopback, link-local, multicast and Azure\'s 168.63.129.16 are refused), e.g. "10.42.1.0/24".'
   // Same network address once the subnet is cut to the VNet's prefix length, and not larger.
   subnetInsideVnet: !(vnet.canonical && subnet.canonical) || subnet.prefix >= vnet.prefix && subnet.address / powersOfTwo[32 - vnet.prefix] == vnet.address / powersOfTwo[32 - vnet.prefix] ? 'ok' : 'subnetAddressPrefix (${subnetAddressPrefix}) must lie inside vnetAddressSpace (${vnetAddressSpace}), e.g. "10.42.1.0/24" in "10.42.0.0/16".'
-  // Azure keeps 5 addresses of every subnet; the head and the Key Vault's private endpoint take two more.
-  subnetRoom: !subnet.canonical || powersOfTwo[32 - subnet.prefix] - 7 >= poolMaxCountTotal ? 'ok' : 'subnetAddressPrefix (${subnetAddressPrefix}) has room for ${powersOfTwo[32 - subnet.prefix] - 7} workers, fewer than the worker pools\' max counts together (${poolMaxCountTotal}): use a larger subnet.'
+  // Azure keeps 5 addresses of every subnet; the head and the Key Vault's private endpoint take two
+// more, the results storage's private endpoint (resultsStorageAccountId) one more.
+  subnetRoom: !subnet.canonical || powersOfTwo[32 - subnet.prefix] - (empty(resultsStorageAccountId) ? 7 : 8) >= poolMaxCountTotal ? 'ok' : 'subnetAddressPrefix (${subnetAddressPrefix}) has room for ${powersOfTwo[32 - subnet.prefix] - (empty(resultsStorageAccountId) ? 7 : 8)} workers, fewer than the worker pools\' max counts together (${poolMaxCountTotal}): use a larger subnet.'
   adminUsername: length(adminUsername) >= 1 && length(adminUsername) <= 32 && contains('${lowerCase}_', take(adminUsername, 1)) && !contains(adminUsernameChars, false) ? 'ok' : 'adminUsername must be 1-32 lower-case letters, digits, \'_\' or \'-\', starting with a letter or \'_\', e.g. "azureuser".'
   adminUsernameNotReserved: !contains(azureReservedUsernames, adminUsername) ? 'ok' : 'adminUsername must not be a name Azure reserves (admin, administrator, root, user, test, guest, ...): choose e.g. "azureuser".'
   adminUsernameNotSystem: !(take(adminUsername, 8) == 'systemd-' || take(adminUsername, 1) == '_' || contains(systemUsernames, adminUsername)) ? 'ok' : 'adminUsername must not be ray (the Ray service user: jobs run as ray, and the admin may sudo) nor an account or group the images already have (root, daemon, bin, sys, nobody, www-data, sudo, sshd, syslog, messagebus, ubuntu, debian, systemd-*, _*, ...): choose e.g. "azureuser".'
@@ -628,13 +629,13 @@ var check = {
   extraAptPackagesLength: length(join(extraAptPackages, ' ')) <= 1024 ? 'ok' : 'extraAptPackages must come to 1,024 characters or fewer (joined by spaces).'
   pipIndexUrl: length(pipIndexUrl) <= 512 && (take(pipIndexUrl, 7) == 'http://' && length(pipIndexUrl) > 7 || take(pipIndexUrl, 8) == 'https://' && length(pipIndexUrl) > 8) && empty(filter(unsafeCharacters, u => contains(pipIndexUrl, u))) ? 'ok' : 'pipIndexUrl must be one http(s) URL of at most 512 characters without spaces, single quotes or backslashes, e.g. "https://pypi.org/simple".'
   torchIndexUrl: length(torchIndexUrl) <= 512 && (take(torchIndexUrl, 7) == 'http://' && length(torchIndexUrl) > 7 || take(torchIndexUrl, 8) == 'https://' && length(torchIndexUrl) > 8) && empty(filter(unsafeCharacters, u => contains(torchIndexUrl, u))) ? 'ok' : 'torchIndexUrl must be one http(s) URL of at most 512 characters without spaces, single quotes or backslashes, e.g. "https://download.pytorch.org/whl/cpu".'
-  resultsStorageAccountId: empty(resultsStorageAccountId) || resultsIdValid ? 'ok' : 'resultsStorageAccountId must be empty or a storage account\'s resource id, /subscriptions/GUID/resourceGroups/GROUP/providers/Microsoft.Storage/storageAccounts/NAME (3-24 lower-case letters and digits), e.g. the output storageAccountId of infra/bicep/results.bicep.'
   aptSource: empty(aptSource) || length(aptSource) <= 512 && (take(aptSource, 4) == 'deb ' && length(aptSource) > 4 || take(aptSource, 8) == 'deb-src ' && length(aptSource) > 8) && empty(filter([
     '\r'
     '\n'
     '\''
     '\u{5C}'
   ], u => contains(aptSource, u))) ? 'ok' : 'aptSource must be empty or one line of at most 512 characters starting with "deb ", without single quotes or backslashes, e.g. "deb [trusted=yes] http://10.0.0.5/debian ./".'
+  resultsStorageAccountId: empty(resultsStorageAccountId) || resultsIdValid ? 'ok' : 'resultsStorageAccountId must be empty or a storage account\'s resource id, /subscriptions/GUID/resourceGroups/GROUP/providers/Microsoft.Storage/storageAccounts/NAME (3-24 lower-case letters and digits): what the results storage stack outputs.'
 }
 
 // -----------------------------------------------------------------------------------------------

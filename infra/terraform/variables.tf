@@ -712,6 +712,6 @@ variable "results_storage_account_id" {
 
   validation {
     condition     = var.results_storage_account_id == "" || can(regex("^/subscriptions/[0-9a-fA-F-]{36}/(?i:resourceGroups)/[-\\w.()]{1,90}/(?i:providers/Microsoft\\.Storage/storageAccounts)/[a-z0-9]{3,24}$", var.results_storage_account_id))
-    error_message = "results_storage_account_id must be empty or a storage account's resource id, /subscriptions/GUID/resourceGroups/GROUP/providers/Microsoft.Storage/storageAccounts/NAME (3-24 lower-case letters and digits), e.g. the output storage_account_id of infra/terraform/results."
+    error_message = "results_storage_account_id must be empty or a storage account's resource id, /subscriptions/GUID/resourceGroups/GROUP/providers/Microsoft.Storage/storageAccounts/NAME (3-24 lower-case letters and digits): what the results storage stack outputs."
   }
 }

@@ -33,9 +33,8 @@ resource "azurerm_storage_account" "this" {
   #checkov:skip=CKV_AZURE_206:Results are copies a job can write again (its local folder keeps them until the run ends); geo-replication is a cost choice, not a default: change account_replication_type here for it.
   #checkov:skip=CKV2_AZURE_1:Encrypted at rest with Microsoft-managed keys; customer-managed keys need a Key Vault that outlives this account and are not wanted for training results.
   #checkov:skip=CKV_AZURE_33:No queues are used; the account holds blobs only.
-  #checkov:skip=CKV2_AZURE_21:Blob read logging needs a Log Analytics workspace or another account; access is Entra ID only and visible in the activity log of its role assignments.
+  #checkov:skip=CKV_AZURE_43:The name is computed (name_prefix, "res", hexadecimal digits of a hash: 3-24 lower-case letters and digits by construction, name_prefix's validation holds the prefix), which checkov does not evaluate.
   #checkov:skip=CKV2_AZURE_33:The clusters reach the account through private endpoints of their own (the cluster stacks create them in their resource groups, results_storage_account_id), not one here.
-  #checkov:skip=CKV_AZURE_36:No Azure service reads or writes the results: the trusted-services bypass stays off (bypass None), the nodes come through private endpoints.
   #checkov:skip=CKV2_AZURE_41:No SAS can be made: shared keys are off (shared_access_key_enabled = false), so a SAS expiration policy has nothing to limit.
   name                     = local.account_name
   resource_group_name      = azurerm_resource_group.this.name
@@ -57,8 +56,10 @@ resource "azurerm_storage_account" "this" {
 
   network_rules {
     default_action = "Deny"
-    bypass         = ["None"]
-    ip_rules       = local.ip_rules
+    # Trusted Azure services (Backup, Monitor, ...) may pass the firewall, and still need a role
+    # on the container like anyone else.
+    bypass   = ["AzureServices"]
+    ip_rules = local.ip_rules
   }
 
   blob_properties {
@@ -74,6 +75,7 @@ resource "azurerm_storage_account" "this" {
 # Created through Resource Manager (storage_account_id), so it needs neither the public endpoint
 # nor a key.
 resource "azurerm_storage_container" "results" {
+  #checkov:skip=CKV2_AZURE_21:Blob read logging needs a Log Analytics workspace or another storage account that outlives this one; reads need Entra ID roles on this container, which the activity log records.
   name                  = "results"
   storage_account_id    = azurerm_storage_account.this.id
   container_access_type = "private"

@@ -166,6 +166,9 @@ param torchIndexUrl string = 'https://download.pytorch.org/whl/cpu'
 @maxLength(512)
 param aptSource string = ''
 
+@description('Optional. Resource ID of the storage account that keeps the jobs\' results (the separate stack infra/bicep/results.bicep creates it; its output storageAccountId). Empty (the default): no results storage, results stay on the head\'s disk only. Set: the cluster gets a private endpoint to the account\'s blob service in its subnet (the subnet\'s 6th host) with the privatelink.blob.core.windows.net zone, and jobs the container\'s URL (RAYDRIVER_RESULTS_URL); grant the nodes\' identity Storage Blob Data Contributor on the results container (infra/bicep/README.md). Deleting the cluster leaves the account and its results alone.')
+param resultsStorageAccountId string = ''
+
 @description('Optional. Leave it out: the Ray cluster token (RAY_AUTH_MODE=token), 64 random hexadecimal characters made at deployment. It is written to the cluster\'s Key Vault and kept nowhere else (deployment history does not keep secure parameter values). Every deployment that leaves it out writes a new token: see infra/bicep/README.md, "Redeploying".')
 @secure()
 @minLength(32)
@@ -282,6 +285,9 @@ var headAddress = subnet.address + 4
 var headPrivateIp = '${headAddress / 16777216}.${headAddress / 65536 % 256}.${headAddress / 256 % 256}.${headAddress % 256}'
 var keyVaultAddress = subnet.address + 5
 var keyVaultPrivateIp = '${keyVaultAddress / 16777216}.${keyVaultAddress / 65536 % 256}.${keyVaultAddress / 256 % 256}.${keyVaultAddress % 256}'
+// The results storage's private endpoint takes the subnet's 6th host.
+var resultsAddress = subnet.address + 6
+var resultsPrivateIp = '${resultsAddress / 16777216}.${resultsAddress / 65536 % 256}.${resultsAddress / 256 % 256}.${resultsAddress % 256}'
 
 // The SSH key, decoded: the SSH wire format (RFC 4253 section 6.6, RFC 8709 for ed25519) is a
 // string (uint32 length + bytes) holding the key type, then for ssh-ed25519 one string of 32
@@ -372,6 +378,16 @@ var nodeImageGroupChars = [for i in range(0, nodeImageIdShaped ? min(length(node
 var nodeImageGalleryChars = [for i in range(0, nodeImageIdShaped ? min(length(nodeImageIdParts[8]), 800) : 0): contains('${wordCharacters}.', substring(nodeImageIdParts[8], i, 1))]
 var nodeImageDefinitionChars = [for i in range(0, nodeImageIdShaped ? min(length(nodeImageIdParts[10]), 800) : 0): contains('${wordCharacters}-.', substring(nodeImageIdParts[10], i, 1))]
 var nodeImageVersionChars = [for i in range(0, nodeImageIdShaped ? min(length(nodeImageIdParts[12]), 800) : 0): contains('${digits}.', substring(nodeImageIdParts[12], i, 1))]
+// resultsStorageAccountId: /subscriptions/SUB/resourceGroups/RG/providers/Microsoft.Storage/storageAccounts/NAME.
+var resultsIdParts = split(resultsStorageAccountId, '/')
+var resultsIdShaped = length(resultsIdParts) == 9
+var resultsEnabled = !empty(resultsStorageAccountId)
+var resultsAccountName = resultsIdShaped ? resultsIdParts[8] : ''
+var resultsSubscriptionChars = [for i in range(0, resultsIdShaped ? min(length(resultsIdParts[2]), 800) : 0): contains('${digits}abcdef-', toLower(substring(resultsIdParts[2], i, 1)))]
+var resultsGroupChars = [for i in range(0, resultsIdShaped ? min(length(resultsIdParts[4]), 800) : 0): contains('${wordCharacters}-.()', substring(resultsIdParts[4], i, 1))]
+var resultsAccountChars = [for i in range(0, resultsIdShaped ? min(length(resultsIdParts[8]), 800) : 0): contains('${lowerCase}${digits}', substring(resultsIdParts[8], i, 1))]
+var resultsIdValid = resultsIdShaped ? empty(resultsIdParts[0]) && resultsIdParts[1] == 'subscriptions' && length(resultsIdParts[2]) == 36 && !contains(resultsSubscriptionChars, false) && toLower(resultsIdParts[3]) == 'resourcegroups' && length(resultsIdParts[4]) >= 1 && length(resultsIdParts[4]) <= 90 && !contains(resultsGroupChars, false) && toLower(resultsIdParts[5]) == 'providers' && toLower(resultsIdParts[6]) == 'microsoft.storage' && toLower(resultsIdParts[7]) == 'storageaccounts' && length(resultsIdParts[8]) >= 3 && length(resultsIdParts[8]) <= 24 && !contains(resultsAccountChars, false) : false
+var resultsUrl = resultsEnabled ? 'https://${resultsAccountName}.blob.${environment().suffixes.storage}/results' : ''
 var nodeImageIdValid = nodeImageIdShaped ? empty(nodeImageIdParts[0]) && toLower(nodeImageIdParts[1]) == 'subscriptions' && length(nodeImageIdParts[2]) == 36 && !contains(nodeImageSubscriptionChars, false) && toLower(nodeImageIdParts[3]) == 'resourcegroups' && length(nodeImageIdParts[4]) >= 1 && length(nodeImageIdParts[4]) <= 90 && !contains(nodeImageGroupChars, false) && toLower(nodeImageIdParts[5]) == 'providers' && toLower(nodeImageIdParts[6]) == 'microsoft.compute' && toLower(nodeImageIdParts[7]) == 'galleries' && length(nodeImageIdParts[8]) >= 1 && length(nodeImageIdParts[8]) <= 80 && !contains(nodeImageGalleryChars, false) && toLower(nodeImageIdParts[9]) == 'images' && length(nodeImageIdParts[10]) >= 1 && length(nodeImageIdParts[10]) <= 80 && !contains(nodeImageDefinitionChars, false) && toLower(nodeImageIdParts[11]) == 'versions' && length(split(nodeImageIdParts[12], '.')) == 3 && !contains(split(nodeImageIdParts[12], '.'), '') && !contains(nodeImageVersionChars, false) : false
 
 // Names the VM images already use, or that the cluster uses (infra/terraform/variables.tf says
@@ -576,8 +592,9 @@ var check = {
   subnetAddressPrefixPrivate: !subnet.canonical || !empty(filter(privateRanges, r => subnet.prefix >= r.prefix && subnet.address / powersOfTwo[32 - r.prefix] == r.address / powersOfTwo[32 - r.prefix])) ? 'ok' : 'subnetAddressPrefix must lie in a private range, 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or 100.64.0.0/10 (public ranges, loopback, link-local, multicast and Azure\'s 168.63.129.16 are refused), e.g. "10.42.1.0/24".'
   // Same network address once the subnet is cut to the VNet's prefix length, and not larger.
   subnetInsideVnet: !(vnet.canonical && subnet.canonical) || subnet.prefix >= vnet.prefix && subnet.address / powersOfTwo[32 - vnet.prefix] == vnet.address / powersOfTwo[32 - vnet.prefix] ? 'ok' : 'subnetAddressPrefix (${subnetAddressPrefix}) must lie inside vnetAddressSpace (${vnetAddressSpace}), e.g. "10.42.1.0/24" in "10.42.0.0/16".'
-  // Azure keeps 5 addresses of every subnet; the head and the Key Vault's private endpoint take two more.
-  subnetRoom: !subnet.canonical || powersOfTwo[32 - subnet.prefix] - 7 >= poolMaxCountTotal ? 'ok' : 'subnetAddressPrefix (${subnetAddressPrefix}) has room for ${powersOfTwo[32 - subnet.prefix] - 7} workers, fewer than the worker pools\' max counts together (${poolMaxCountTotal}): use a larger subnet.'
+  // Azure keeps 5 addresses of every subnet; the head and the Key Vault's private endpoint take two
+// more, the results storage's private endpoint (resultsStorageAccountId) one more.
+  subnetRoom: !subnet.canonical || powersOfTwo[32 - subnet.prefix] - (empty(resultsStorageAccountId) ? 7 : 8) >= poolMaxCountTotal ? 'ok' : 'subnetAddressPrefix (${subnetAddressPrefix}) has room for ${powersOfTwo[32 - subnet.prefix] - (empty(resultsStorageAccountId) ? 7 : 8)} workers, fewer than the worker pools\' max counts together (${poolMaxCountTotal}): use a larger subnet.'
   adminUsername: length(adminUsername) >= 1 && length(adminUsername) <= 32 && contains('${lowerCase}_', take(adminUsername, 1)) && !contains(adminUsernameChars, false) ? 'ok' : 'adminUsername must be 1-32 lower-case letters, digits, \'_\' or \'-\', starting with a letter or \'_\', e.g. "azureuser".'
   adminUsernameNotReserved: !contains(azureReservedUsernames, adminUsername) ? 'ok' : 'adminUsername must not be a name Azure reserves (admin, administrator, root, user, test, guest, ...): choose e.g. "azureuser".'
   adminUsernameNotSystem: !(take(adminUsername, 8) == 'systemd-' || take(adminUsername, 1) == '_' || contains(systemUsernames, adminUsername)) ? 'ok' : 'adminUsername must not be ray (the Ray service user: jobs run as ray, and the admin may sudo) nor an account or group the images already have (root, daemon, bin, sys, nobody, www-data, sudo, sshd, syslog, messagebus, ubuntu, debian, systemd-*, _*, ...): choose e.g. "azureuser".'
@@ -618,6 +635,7 @@ var check = {
     '\''
     '\u{5C}'
   ], u => contains(aptSource, u))) ? 'ok' : 'aptSource must be empty or one line of at most 512 characters starting with "deb ", without single quotes or backslashes, e.g. "deb [trusted=yes] http://10.0.0.5/debian ./".'
+  resultsStorageAccountId: empty(resultsStorageAccountId) || resultsIdValid ? 'ok' : 'resultsStorageAccountId must be empty or a storage account\'s resource id, /subscriptions/GUID/resourceGroups/GROUP/providers/Microsoft.Storage/storageAccounts/NAME (3-24 lower-case letters and digits): what the results storage stack outputs.'
 }
 
 // -----------------------------------------------------------------------------------------------
@@ -729,6 +747,7 @@ module checks 'modules/checks.bicep' = {
       check.pipIndexUrl
       check.torchIndexUrl
       check.aptSource
+      check.resultsStorageAccountId
     ]
   }
 }
@@ -781,6 +800,23 @@ module keyVault 'modules/keyvault.bicep' = {
   }
 }
 
+// Results storage (optional, resultsStorageAccountId): the private endpoint to the account's blob
+// service and its DNS zone, in the cluster's resource group (they go with the cluster; the account
+// and its results stay).
+module results 'modules/results.bicep' = if (resultsEnabled) {
+  name: '${namePrefix}-results'
+  params: {
+    location: location
+    namePrefix: namePrefix
+    tags: tags
+    vnetId: network.outputs.vnetId
+    subnetId: network.outputs.subnetId
+    privateIp: resultsPrivateIp
+    storageAccountId: resultsStorageAccountId
+    url: resultsUrl
+  }
+}
+
 // Deploy-time values for the rendered cloud-init documents, keyed by exactly the names in
 // cloud-init/placeholders.yaml (tests/unit/test_deploy_values.py holds the lists together).
 var deployValues = {
@@ -811,6 +847,8 @@ var deployValues = {
   WORKER_POOL: pools[0].name
   RAY_RESOURCES: pools[0].rayResources
   RAY_LABELS: pools[0].rayLabels
+  // The results container (modules/results.bicep), '' without resultsStorageAccountId.
+  RESULTS_URL: resultsEnabled ? results.outputs.url : ''
 }
 
 // The first boot installs packages (the subnet's NAT gateway and NSG must be in place) and reads
@@ -945,3 +983,6 @@ output resourceGroupName string = resourceGroup().name
 
 @description('Submit the CartPole example to this cluster (from the repository root).')
 output driverCommand string = 'python -m driver submit examples/cartpole/train.py --head ${adminUsername}@${head.outputs.publicIp}'
+
+@description('URL of the results container the jobs write to (RAYDRIVER_RESULTS_URL on the nodes), \'\' without resultsStorageAccountId (results on the head\'s disk only).')
+output resultsUrl string = resultsUrl

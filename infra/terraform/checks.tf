@@ -91,9 +91,9 @@ resource "terraform_data" "input_checks" {
 
     precondition {
       # Azure keeps 5 addresses of every subnet; the head and the Key Vault's private endpoint
-      # take two more.
-      condition     = pow(2, 32 - tonumber(split("/", var.subnet_address_prefix)[1])) - 7 >= sum([for pool in local.worker_pool_settings : pool.max_count])
-      error_message = "subnet_address_prefix (${var.subnet_address_prefix}) has room for ${pow(2, 32 - tonumber(split("/", var.subnet_address_prefix)[1])) - 7} workers, fewer than the worker pools' max counts together (${sum([for pool in local.worker_pool_settings : pool.max_count])}): use a larger subnet."
+      # take two more, the results storage's private endpoint (results.tf) one more.
+      condition     = pow(2, 32 - tonumber(split("/", var.subnet_address_prefix)[1])) - (var.results_storage_account_id == "" ? 7 : 8) >= sum([for pool in local.worker_pool_settings : pool.max_count])
+      error_message = "subnet_address_prefix (${var.subnet_address_prefix}) has room for ${pow(2, 32 - tonumber(split("/", var.subnet_address_prefix)[1])) - (var.results_storage_account_id == "" ? 7 : 8)} workers, fewer than the worker pools' max counts together (${sum([for pool in local.worker_pool_settings : pool.max_count])}): use a larger subnet."
     }
 
     precondition {

@@ -57,12 +57,16 @@ def test_no_failed_checks_and_everything_parsed(
 def test_the_bicep_scan_reads_every_file(bicep_report: dict[str, Any]) -> None:
     files = {c["file_path"].lstrip("/") for c in bicep_report["results"]["passed_checks"]}
     files |= {c["file_path"].lstrip("/") for c in bicep_report["results"]["skipped_checks"]}
-    expected = {f"modules/{p.name}" for p in MODULES.glob("*.bicep")} | {"image/main.bicep"}
+    expected = {f"modules/{p.name}" for p in MODULES.glob("*.bicep")} | {
+        "image/main.bicep",
+        "results.bicep",
+    }
     # Modules without a checked resource type (checks, identity, autoscale) have nothing to
     # report; every module that has one is in the report, and the node image's template (its
     # secure parameter's default, skipped with its reason).
     assert {"modules/head.bicep", "modules/workers.bicep", "modules/network.bicep",
-            "modules/keyvault.bicep", "image/main.bicep"} <= files <= expected  # fmt: skip
+            "modules/keyvault.bicep", "image/main.bicep",
+            "results.bicep"} <= files <= expected  # fmt: skip
 
 
 def test_main_bicep_left_out_of_the_scan_declares_no_resource() -> None:
@@ -77,11 +81,13 @@ def test_main_bicep_left_out_of_the_scan_declares_no_resource() -> None:
     assert not parsed.get("resources"), sorted(parsed["resources"])
 
 
-def bicep_skips(image: bool = False) -> list[tuple[str, int, str, str]]:
+def bicep_skips(image: bool = False, results: bool = False) -> list[tuple[str, int, str, str]]:
     """The skips of the cluster's modules (compiled into azuredeploy.json), or with ``image``
-    also those of the node image's template (infra/bicep/image/main.bicep)."""
+    also those of the node image's template (infra/bicep/image/main.bicep), with ``results``
+    also those of the results storage's (infra/bicep/results.bicep, compiled to results.json)."""
     found = []
     paths = sorted(MODULES.glob("*.bicep")) + ([BICEP / "image" / "main.bicep"] if image else [])
+    paths += [BICEP / "results.bicep"] if results else []
     for path in paths:
         for number, line in enumerate(path.read_text().splitlines(), start=1):
             match = SKIP.search(line)
@@ -96,7 +102,7 @@ def test_every_bicep_skip_is_used_and_has_a_reason(bicep_report: dict[str, Any])
         (c["check_id"], c["file_path"].lstrip("/")): c["check_result"]["suppress_comment"]
         for c in bicep_report["results"]["skipped_checks"]
     }
-    comments = bicep_skips(image=True)
+    comments = bicep_skips(image=True, results=True)
     assert comments, "no skips at all? then this test is stale"
     assert len(comments) == len(bicep_report["results"]["skipped_checks"]), (comments, skipped)
     for file, line, check_id, reason in comments:
@@ -106,17 +112,20 @@ def test_every_bicep_skip_is_used_and_has_a_reason(bicep_report: dict[str, Any])
 
 
 ARM_SKIP = re.compile(
-    r"^  # (?P<id>[A-Z0-9_]+): (?P<reason>.+)\n  - (?P=id):azuredeploy\\\.json\$$", re.M
+    r"^  # (?P<id>[A-Z0-9_]+): (?P<reason>.+)\n"
+    r"  - (?P=id):(?P<file>azuredeploy|results)\\\.json\$$",
+    re.M,
 )
 
 
-def arm_skips() -> dict[str, str]:
-    """.checkov.yaml's skips for the compiled template: check ID -> the reason in its comment."""
+def arm_skips(file: str = "azuredeploy") -> dict[str, str]:
+    """.checkov.yaml's skips for a compiled template (azuredeploy.json, or results.json): check
+    ID -> the reason in its comment."""
     text = (REPO / ".checkov.yaml").read_text()
-    found = {m["id"]: m["reason"].strip() for m in ARM_SKIP.finditer(text)}
+    every = [(m["id"], m["file"], m["reason"].strip()) for m in ARM_SKIP.finditer(text)]
     config = yaml.safe_load(text)
-    assert sorted(config["skip-check"]) == sorted(f"{i}:azuredeploy\\.json$" for i in found)
-    return found
+    assert sorted(config["skip-check"]) == sorted(f"{i}:{f}\\.json$" for i, f, _ in every)
+    return {i: reason for i, f, reason in every if f == file}
 
 
 def test_the_template_skips_are_the_bicep_skips_with_the_same_reasons() -> None:
@@ -125,6 +134,13 @@ def test_the_template_skips_are_the_bicep_skips_with_the_same_reasons() -> None:
     bicep = {(check_id, reason) for _, _, check_id, reason in bicep_skips()}
     assert len({check_id for check_id, _ in bicep}) == len(bicep), "one reason per check"
     assert set(arm_skips().items()) == bicep
+
+
+def test_the_results_template_skips_are_the_results_bicep_skips() -> None:
+    """The same for the results storage: results.bicep's skips, repeated for results.json."""
+    ours = bicep_skips(results=True)[len(bicep_skips()) :]
+    assert ours and all(f == "results.bicep" for f, _, _, _ in ours)
+    assert set(arm_skips("results").items()) == {(i, r) for _, _, i, r in ours}
 
 
 def test_the_compiled_template_carries_no_checkov_metadata() -> None:

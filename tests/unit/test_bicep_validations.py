@@ -165,6 +165,11 @@ def test_good_value_deploys_every_resource(variables: dict[str, Any]) -> None:
     expected = 17 + (1 if ray else 0) + (pools - 1) * 2
     if autostop:
         expected += 2 + (0 if ray else 1 + 2 * pools)
+    # Results storage by id: the blob private endpoint, its DNS zone group, the zone and its link.
+    results = bool(variables.get("results_storage_account_id"))
+    endpoints = [r["name"] for r in d.resources if r["type"].endswith("/privateEndpoints")]
+    assert ("ray-blob-pe" in endpoints) is results
+    expected += 4 if results else 0
     assert len(d.resources) == expected
 
 

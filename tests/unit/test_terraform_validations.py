@@ -64,7 +64,36 @@ NODE_IMAGE_ID = (
 )
 
 # (variables, fragment of the expected error message)
+RESULTS_ACCOUNT_ID = (
+    "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/ray-results/providers/"
+    "Microsoft.Storage/storageAccounts/rayres0123456789abcdef01"
+)
+
 BAD: list[tuple[dict[str, Any], str]] = [
+    # a storage account's id, nothing else: not its container, not a name, not upper case
+    (
+        {
+            "results_storage_account_id": RESULTS_ACCOUNT_ID
+            + "/blobServices/default/containers/results"
+        },
+        "results_storage_account_id must be",
+    ),
+    (
+        {"results_storage_account_id": "rayres0123456789abcdef01"},
+        "results_storage_account_id must be",
+    ),
+    (
+        {"results_storage_account_id": RESULTS_ACCOUNT_ID.replace("rayres0123", "RayRes0123")},
+        "results_storage_account_id must be",
+    ),
+    (
+        {
+            "results_storage_account_id": RESULTS_ACCOUNT_ID.replace(
+                "Microsoft.Storage/storageAccounts", "Microsoft.KeyVault/vaults"
+            )
+        },
+        "results_storage_account_id must be",
+    ),
     # a gallery image version's id, nothing else: not its definition (no version), not a
     # managed image, not a marketplace URN
     ({"node_image_id": NODE_IMAGE_ID.rsplit("/versions/", 1)[0]}, "node_image_id must be"),
@@ -342,6 +371,15 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ),
     # 16 addresses: Azure keeps 5, the head and the Key Vault's private endpoint take 2.
     ({"subnet_address_prefix": "10.42.1.0/28", "worker_max_count": 10}, "has room for 9 workers"),
+    # the results storage's private endpoint takes one more address
+    (
+        {
+            "subnet_address_prefix": "10.42.1.0/28",
+            "worker_max_count": 9,
+            "results_storage_account_id": RESULTS_ACCOUNT_ID,
+        },
+        "has room for 8 workers",
+    ),
     # The vault's firewall must admit the deployer: only public addresses can be named.
     ({"allowed_ssh_cidrs": ["10.0.0.0/8"]}, "The Key Vault's firewall would admit no address"),
     (
@@ -375,6 +413,8 @@ BAD: list[tuple[dict[str, Any], str]] = [
 
 GOOD: list[dict[str, Any]] = [
     {},  # the defaults
+    {"results_storage_account_id": RESULTS_ACCOUNT_ID},
+    {"results_storage_account_id": RESULTS_ACCOUNT_ID.replace("resourceGroups", "resourcegroups")},
     {"allowed_ssh_cidrs": ["203.0.113.7/32", "198.51.100.0/24", "192.0.2.128/25"]},
     # a whole /8, the most allowed in all (private: the vault then needs its own address)
     {"allowed_ssh_cidrs": ["10.0.0.0/8"], "key_vault_allowed_cidrs": ["203.0.113.7/32"]},

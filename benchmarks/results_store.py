@@ -3,7 +3,7 @@ on and off, against Azurite and the fake metadata service on loopback (started h
 tests start them: tests/fakes/local_blob.py; Azurite from scripts/setup.d/20-azurite.sh).
 
     python benchmarks/results_store.py
-    python benchmarks/results_store.py --repeats 3 --iterations 31
+    python benchmarks/results_store.py --repeats 5 --iterations 31
 
 ``checkpoint``: PPO on CartPole built in this process (local Ray), its checkpoint saved by the
 harness (``save_checkpoint``: the local run folder) and handed to the harness's uploader
@@ -204,7 +204,9 @@ def main() -> int:
         help="iterations per training run (default: 21: checkpoints at 10 and 20 fall inside "
         "the measured span)",
     )
-    ap.add_argument("--repeats", type=int, default=2, help="runs with the store off and on each")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="runs with the store off and on each (default: 3)"
+    )
     ap.add_argument(
         "--train-batch-size",
         type=int,

@@ -64,11 +64,35 @@ SYNC_INTERVAL_S = 10.0
 """The run folder's plain files go up at most this often while training (and at every
 checkpoint and at the end)."""
 CHUNK = 4 << 20
-AZURE_ERROR = re.compile(r"Azure Error: \[(\w+)\] (\d{3})")
+AZURE_ERROR = re.compile(r"Azure Error: \[(\w*)\] (\d{3})")
+AZURE_NO_ANSWER = re.compile(r"Azure Error: \[\w*\] (\D.*)")
+"""Azure's C++ SDK when no HTTP answer came (no connection, a reset): the reason follows."""
 
 
 class StoreError(Exception):
-    """A one-line reason the store cannot be used."""
+    """A one-line reason the store cannot be used; ``transient``: a later try may succeed
+    (no connection, a timeout, 5xx)."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+RETRY_DELAYS_S = (2.0, 5.0, 10.0, 20.0)
+"""Pauses before a checkpoint whose upload failed on something that may pass is uploaded again
+(37 s in all: a network blip, storage restarting); 403 and a missing container are final."""
+
+
+def transient(e: BaseException) -> bool:
+    """Whether an error of pyarrow's (Azure's C++ SDK) may pass: a status of 408, 429 or 5xx, or
+    none (no connection, a reset, a timeout). A local file's error (it has an errno) is not."""
+    if isinstance(e, OSError) and e.errno is not None:
+        return False
+    found = AZURE_ERROR.search(str(e))
+    if found is None:
+        return True
+    status = int(found.group(2))
+    return status in (408, 429) or status >= 500
 
 
 @dataclass(frozen=True)
@@ -172,6 +196,13 @@ class Client:
                 f"no storage token for {who} from the metadata service ({base}): "
                 f"{_one_line(str(e))[:200]}"
             ) from None
+        if expires <= time.time() + 60:
+            # Storage would refuse it (403 AuthenticationFailed), which reads as a missing role.
+            raise StoreError(
+                f"no usable storage token for {who} from the metadata service ({base}): it "
+                f"expired at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(expires))}, before "
+                "it was used (is this machine's clock right?)"
+            )
         self._token = (token, expires)
         return token
 
@@ -216,6 +247,9 @@ class Client:
             if code == "ContainerNotFound":
                 return f"the container {self.store.url} does not exist ({doing})"
             return f"{doing} failed: {status} {code}"
+        no_answer = AZURE_NO_ANSWER.search(text)
+        if no_answer:  # the SDK's own words before it are long and say nothing more
+            return f"{doing} failed: {_one_line(no_answer.group(1))[:200]}"
         first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
         return f"{doing} failed: {_one_line(first)[:300]}"
 
@@ -255,16 +289,14 @@ class Client:
             response.read()
             code = response.getheader("x-ms-error-code") or ""
         except OSError as e:
-            raise StoreError(f"writing {name} failed: {_one_line(str(e))[:300]}") from None
+            raise StoreError(
+                f"writing {name} failed: {_one_line(str(e))[:300]}", transient=True
+            ) from None
         finally:
             conn.close()
         if response.status not in (200, 201):
-            raise StoreError(
-                self.explain(
-                    OSError(f"Azure Error: [{code or 'Error'}] {response.status}"),
-                    f"writing {name}",
-                )
-            )
+            error = OSError(f"Azure Error: [{code or 'Error'}] {response.status}")
+            raise StoreError(self.explain(error, f"writing {name}"), transient(error))
 
     # -- reading -------------------------------------------------------------------------------
     def read(self, name: str) -> bytes | None:
@@ -351,7 +383,33 @@ class Uploader:
             self.mirrored[name] = mark
 
     def checkpoint(self, command: dict[str, Any]) -> None:
+        """Upload a staged checkpoint and publish it; one that failed on something that may
+        pass (no connection, a timeout, 5xx) is uploaded again after each of
+        :data:`RETRY_DELAYS_S`, unless a newer checkpoint waits. Said in one line when it is
+        not published."""
         staged = Path(command["dir"])
+        try:
+            for delay in (*RETRY_DELAYS_S, None):
+                failed = self._checkpoint_once(staged, command)
+                if failed is None:
+                    name = f"{CHECKPOINTS}/{command['name']}"
+                    _emit("published", checkpoint=name, iteration=command.get("iteration"))
+                    return
+                message, may_pass = failed
+                if not may_pass or delay is None or self._newer_checkpoint_waits():
+                    tries = RETRY_DELAYS_S.index(delay) + 1 if delay else len(RETRY_DELAYS_S) + 1
+                    self.error(
+                        f"checkpoint {command['name']} not published: {message}"
+                        + (f" ({tries} tries)" if may_pass and tries > 1 else "")
+                    )
+                    return
+                time.sleep(delay)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+
+    def _checkpoint_once(self, staged: Path, command: dict[str, Any]) -> tuple[str, bool] | None:
+        """One try: every file, then the pointer. None when published, else (why, whether a
+        later try may succeed)."""
         name = f"{CHECKPOINTS}/{command['name']}"
         sizes: dict[str, int] = {}
         try:
@@ -368,17 +426,14 @@ class Uploader:
             }
             self.client.put_blob(LATEST, (json.dumps(pointer, indent=2) + "\n").encode())
         except StoreError as e:
-            self.error(f"checkpoint {command['name']} not published: {e}")
-            return
+            return str(e), e.transient
         except OSError as e:
-            self.error(
-                f"checkpoint {command['name']} not published: "
-                f"{self.client.explain(e, f'uploading {name}')}"
-            )
-            return
-        finally:
-            shutil.rmtree(staged, ignore_errors=True)
-        _emit("published", checkpoint=name, iteration=command.get("iteration"))
+            return self.client.explain(e, f"uploading {name}"), transient(e)
+        return None
+
+    def _newer_checkpoint_waits(self) -> bool:
+        with self.commands.mutex:
+            return any(c and c.get("op") == "checkpoint" for c in self.commands.queue)
 
     def run(self) -> int:
         threading.Thread(target=self.read_stdin, daemon=True).start()

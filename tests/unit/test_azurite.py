@@ -5,7 +5,6 @@ scripts/setup.d/20-azurite.sh (scripts/test.sh runs it)."""
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import os
@@ -19,86 +18,26 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from driver.errors import DriverError
-from fakes.azure_node import (
-    STORAGE_RESOURCE,
-    VAULT_RESOURCE,
-    FakeImds,
-    imds_config,
-    issue_token,
-    tls_certificate,
-)
+from fakes.azure_node import STORAGE_RESOURCE, VAULT_RESOURCE, issue_token
+from fakes.local_blob import CLIENT_ID, Blob, local_blob
 from nodekit import render
-from nodekit.rehearsal.services import Context, azurite, imds, keyvault
-from nodekit.rehearsal.state import State, StateFile
+from nodekit.rehearsal.services import azurite, imds
 
-CLIENT_ID = "7d1e3c52-0c5e-4b8e-9a34-2f6f0e1d9c11"
 API = azurite.API_VERSION
-
-
-@dataclass
-class Blob:
-    url: str
-    """The account's URL, as the nodes get it."""
-    ca: Path
-    imds: FakeImds
-    token_key: bytes
-    data: Path
-
-    @property
-    def port(self) -> int:
-        return int(urllib.parse.urlsplit(self.url).port or 443)
-
-    @property
-    def path(self) -> str:
-        return urllib.parse.urlsplit(self.url).path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def blob(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Blob]:
     """Azurite started by ``azurite.start`` for a cluster on loopback, with what Key Vault's
     stand-in leaves it (the bridge address's certificate, the token key, the CA), and one
-    node's metadata service."""
-    base = tmp_path_factory.mktemp("azurite")
-    cluster = base / "cluster"
-    azure = cluster / "azure"
-    ca, _, _ = tls_certificate(azure / "tls", "127.0.0.1")
-    token_key = secrets.token_bytes(32)
-    (azure / keyvault.SHARED).write_text(json.dumps({"token_key": token_key.hex(), "ca": str(ca)}))
-    state = State(
-        name="blobtest",
-        subnet="",
-        bridge="",
-        host_ip="127.0.0.1",
-        http_port=_free_port() - 5,
-        ssh_key="",
-    )
-    store = StateFile(cluster / "state.json")
-    metadata = FakeImds(base / "imds")
-    (base / "imds" / "config.json").write_text(
-        json.dumps(imds_config(token_key, "vm-0", {CLIENT_ID: "principal-0"}))
-    )
-    metadata.start()
-    try:
-        url = azurite.start(Context("blobtest", cluster, base, state, store))
-        yield Blob(url, ca, metadata, token_key, azurite.data_dir(azure))
-    finally:
-        metadata.stop()
-        for item in state.created:  # what ``down`` would stop: Azurite
-            if item.startswith("pid:"):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(int(item.removeprefix("pid:")), signal.SIGTERM)
+    node's metadata service (fakes/local_blob.py, which the benchmarks use too)."""
+    with local_blob(tmp_path_factory.mktemp("azurite")) as started:
+        yield started
 
 
 def _node_token(blob: Blob, resource: str = STORAGE_RESOURCE) -> str:

@@ -259,32 +259,60 @@ def test_fetching_a_run_the_store_does_not_have_is_one_line(env: Blob, tmp_path:
     assert str(e.value) == f"no run never-ran in {env.url}/results (no never-ran/latest.json)"
 
 
-def _vault_token_answer(blob: Blob) -> str:
-    """What the metadata service would answer with a token storage refuses (for Key Vault)."""
-    now = int(time.time())
+def _token_answer(blob: Blob, resource: str, issued_at: float, lifetime_s: int) -> str:
+    """What the metadata service answers with a token of ours (issued at ``issued_at``)."""
+    when = int(issued_at)
     return json.dumps(
         {
-            "access_token": issue_token(blob.token_key, CLIENT_ID, "principal-0", VAULT_RESOURCE),
+            "access_token": issue_token(
+                blob.token_key, CLIENT_ID, "principal-0", resource, when, lifetime_s
+            ),
             "client_id": CLIENT_ID,
-            "expires_in": "86400",
-            "expires_on": str(now + 86400),
-            "ext_expires_in": "86400",
-            "not_before": str(now),
-            "resource": VAULT_RESOURCE,
+            "expires_in": str(lifetime_s),
+            "expires_on": str(when + lifetime_s),
+            "ext_expires_in": str(lifetime_s),
+            "not_before": str(when),
+            "resource": resource,
             "token_type": "Bearer",
         }
     )
 
 
+def _vault_token_answer(blob: Blob) -> str:
+    """What the metadata service would answer with a token storage refuses (for Key Vault)."""
+    return _token_answer(blob, VAULT_RESOURCE, time.time(), 86400)
+
+
+AN_HOUR_AGO = time.time() - 3600
+
+
+def _expired_token_answer(blob: Blob) -> str:
+    """A storage token that expired 50 minutes ago (as a VM whose clock is off gets them)."""
+    return _token_answer(blob, STORAGE_RESOURCE, AN_HOUR_AGO, 600)
+
+
+def _answer_tokens_with(blob: Blob, body: str) -> Path:
+    faults = blob.imds.state.path / "faults.json"
+    faults.write_text(
+        json.dumps({"/metadata/identity/oauth2/token": {"status": 200, "body": body}})
+    )
+    return faults
+
+
 @pytest.fixture
 def refused(env: Blob) -> Iterator[Blob]:
     """The metadata service hands out tokens storage answers with 403."""
-    faults = env.imds.state.path / "faults.json"
-    faults.write_text(
-        json.dumps(
-            {"/metadata/identity/oauth2/token": {"status": 200, "body": _vault_token_answer(env)}}
-        )
-    )
+    faults = _answer_tokens_with(env, _vault_token_answer(env))
+    try:
+        yield env
+    finally:
+        faults.unlink()
+
+
+@pytest.fixture
+def expired(env: Blob) -> Iterator[Blob]:
+    """The metadata service hands out storage tokens that have already expired."""
+    faults = _answer_tokens_with(env, _expired_token_answer(env))
     try:
         yield env
     finally:
@@ -310,6 +338,12 @@ def refused(env: Blob) -> Iterator[Blob]:
             "AuthenticationFailed): the identity {client} needs the role Storage Blob Data "
             "Contributor on {url}/results",
         ),
+        (
+            "expired",
+            "results store: no usable storage token for the managed identity {client} from the "
+            "metadata service ({imds}): it expired at {expired_at}, before it was used (is this "
+            "machine's clock right?)",
+        ),
     ],
 )
 def test_a_store_that_cannot_be_used_is_one_line_and_training_goes_on(
@@ -325,7 +359,7 @@ def test_a_store_that_cannot_be_used_is_one_line_and_training_goes_on(
     elif case == "missing container":
         monkeypatch.setenv(blobsync.URL_ENV, f"{env.url}/missing")
     else:
-        request.getfixturevalue("refused")
+        request.getfixturevalue(case)
     run = f"run-{case.replace(' ', '-')}-{os.getpid()}"
     folder = _run_folder(tmp_path, run)
     before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
@@ -336,7 +370,12 @@ def test_a_store_that_cannot_be_used_is_one_line_and_training_goes_on(
     up.sync()
     assert not up.finish(60)
     assert lines[1:] == [
-        expected.format(imds=env.imds.url, url=env.url, client=CLIENT_ID),
+        expected.format(
+            imds=env.imds.url,
+            url=env.url,
+            client=CLIENT_ID,
+            expired_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(AN_HOUR_AGO) + 600)),
+        ),
     ], lines
     assert not up.alive()
     after = sorted(
@@ -455,3 +494,73 @@ def test_a_store_lost_mid_run_is_one_line_and_the_run_ends_normally(
     ], lines
     assert [p["iteration"] for p in up.published] == [2]
     assert (folder / "checkpoint" / "harness.json").is_file()
+
+
+def test_a_network_blip_mid_checkpoint_never_publishes_a_checkpoint_that_does_not_restore(
+    env: Blob, tmp_path: Path
+) -> None:
+    """Azurite goes away for a few seconds while a checkpoint's files go up, then comes back on
+    the same port with the same data: the checkpoint is published by a retry or said in one line,
+    and latest.json names a checkpoint that restores either way."""
+    run = f"run-blip-{os.getpid()}"
+    folder = _run_folder(tmp_path, run, files=2)
+    up, lines = start_uploader(folder)
+    up.checkpoint(folder / "checkpoint", {"iteration": 2, "env_steps": 200})
+    _wait(lambda: up.published, "the first checkpoint's pointer")
+    second = tmp_path / "second" / "checkpoint"
+    (second / "learner").mkdir(parents=True)
+    for i in range(200):
+        (second / "learner" / f"part{i:04d}.bin").write_bytes(os.urandom(2000))
+    (second / "harness.json").write_text(json.dumps({"iteration": 4, "env_steps": 400}))
+    up.checkpoint(second, {"iteration": 4, "env_steps": 400})
+    _wait(
+        lambda: sum(f.startswith("checkpoints/000004/") for f in up.uploaded) >= 3,
+        "three files of the second checkpoint",
+    )
+    env.stop()
+    try:
+        time.sleep(3)
+    finally:
+        env.start()
+    assert up.finish(300), lines
+    # Published by a retry (blobsync.RETRY_DELAYS_S), said in no line of its own.
+    assert lines[1:-1] == [
+        f"results store: checkpoint at iteration {i} published as "
+        f"{env.url}/results/{run}/checkpoints/{i:06d}"
+        for i in (2, 4)
+    ], lines
+    pointer = json.loads(_get(env, f"{run}/latest.json")[1])
+    assert (pointer["checkpoint"], len(pointer["files"])) == ("checkpoints/000004", 202)
+    restored = latest_checkpoint(store.fetch_latest(up.store, run, timeout=60))
+    assert restored.state == {"iteration": 4, "env_steps": 400}
+    assert (restored.path / "learner" / "part0199.bin").read_bytes() == (
+        second / "learner" / "part0199.bin"
+    ).read_bytes()
+
+
+def test_storage_gone_longer_than_the_retries_is_one_line_and_the_pointer_restores(
+    env: Blob, tmp_path: Path
+) -> None:
+    """Storage gone for longer than the retries: one line, and latest.json names the previous
+    checkpoint, which restores."""
+    run = f"run-outage-{os.getpid()}"
+    folder = _run_folder(tmp_path, run, files=2)
+    up, lines = start_uploader(folder)
+    up.checkpoint(folder / "checkpoint", {"iteration": 2, "env_steps": 200})
+    _wait(lambda: up.published, "the first checkpoint's pointer")
+    env.stop()
+    try:
+        up.checkpoint(folder / "checkpoint", {"iteration": 4, "env_steps": 400})
+        assert not up.finish(300)
+    finally:
+        env.start()
+    tries = len(blobsync.RETRY_DELAYS_S) + 1
+    assert lines[2:] == [
+        f"results store: checkpoint 000004 not published: uploading checkpoints/000004 failed: "
+        f"Fail to get a new connection for: https://127.0.0.1:{env.port}. Could not connect to "
+        f"server ({tries} tries)",
+        f"results store: uploading ended with 1 failed upload(s), said above; the local run "
+        f"folder {folder} has every result",
+    ], lines
+    restored = latest_checkpoint(store.fetch_latest(up.store, run, timeout=60))
+    assert restored.state == {"iteration": 2, "env_steps": 200}

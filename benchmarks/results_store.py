@@ -1,0 +1,278 @@
+"""Time per checkpoint and CartPole's training throughput with the results store (Blob storage)
+on and off, against Azurite and the fake metadata service on loopback (started here, as the
+tests start them: tests/fakes/local_blob.py; Azurite from scripts/setup.d/20-azurite.sh).
+
+    python benchmarks/results_store.py
+    python benchmarks/results_store.py --repeats 5 --iterations 31
+
+``checkpoint``: PPO on CartPole built in this process (local Ray), its checkpoint saved by the
+harness (``save_checkpoint``: the local run folder) and handed to the harness's uploader
+(``Uploader.checkpoint``) ``--checkpoints`` times. ``local_save_s`` is the save alone (the time
+per checkpoint without a store); ``blocked_s`` is how long ``Uploader.checkpoint`` holds the
+training loop (staging hard links, one command to the helper process); ``published_s`` is the
+wall time from the hand-off until the helper says the checkpoint's pointer (latest.json) is
+written, so a checkpoint with a store takes ``local_save_s + published_s`` until it is safe in
+Blob storage, of which the loop waits ``local_save_s + blocked_s``.
+
+``throughput``: ``examples/cartpole/train.py`` run directly on local Ray (``RAY_ADDRESS=local``),
+``--iterations`` iterations with a checkpoint every 10, the store off and on in turn
+(off, on, off, on, ...: load that comes and goes hits both). Env steps/s come from each run's
+progress.csv as in throughput.py (iteration 1's end to the last one's, so the checkpoints at
+iterations 10, 20, ... and the uploads behind them fall inside); ``outside_training_s`` is the
+rest of the run (Ray's start, the final checkpoint and its upload, Ray's end). ``on_over_off``
+is the median on-run's steps/s over the median off-run's (the issue's target: >= 0.95).
+Prints one JSON object. Timings are only as quiet as the machine: its load is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "cartpole" / "train.py"
+CHECKPOINT_EVERY = 10
+
+
+def store_env(blob: Any) -> dict[str, str]:
+    """A node's environment naming the results container of ``blob`` (as the tests set it)."""
+    from fakes.local_blob import CLIENT_ID
+    from harness import blobsync
+
+    env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_DIR"}
+    return {
+        **env,
+        blobsync.URL_ENV: f"{blob.url}/results",
+        blobsync.CLIENT_ID_ENV: CLIENT_ID,
+        blobsync.IMDS_ENV: blob.imds.url,
+        "SSL_CERT_FILE": str(blob.ca),
+    }
+
+
+def no_store_env() -> dict[str, str]:
+    from harness import blobsync
+
+    return {
+        k: v for k, v in os.environ.items() if k not in (blobsync.URL_ENV, blobsync.CLIENT_ID_ENV)
+    }
+
+
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 4)
+
+
+def checkpoint_times(blob: Any, work: Path, count: int, batch: int) -> dict[str, Any]:
+    """``count`` checkpoints of one CartPole PPO algorithm: saved locally, handed to the
+    uploader, waited for until published."""
+    os.environ.update(store_env(blob))
+    import ray
+
+    sys.path.insert(0, str(EXAMPLE.parent))
+    import train as cartpole  # examples/cartpole/train.py
+
+    from harness import blobsync, store
+    from harness.runs import save_checkpoint
+
+    args = cartpole.parse_args(["--num-env-runners", "0", "--train-batch-size", str(batch)])
+    ray.init(address="local", logging_level="WARNING", include_dashboard=False)
+    try:
+        algo = cartpole.build_config(args).debugging(seed=0).build_algo()
+        result = algo.train()
+        run_dir = work / "checkpoint-run"
+        found = blobsync.from_env()
+        assert found is not None
+        said: list[str] = []
+        uploader = store.Uploader(found, run_dir, said.append).start()
+        local, blocked, published = [], [], []
+        for i in range(count):
+            state = {
+                "iteration": i + 1,
+                "env_steps": int(result["num_env_steps_sampled_lifetime"]),
+                "time_total_s": 0.0,
+            }
+            t0 = time.monotonic()
+            checkpoint = save_checkpoint(algo, run_dir, state)
+            t1 = time.monotonic()
+            uploader.checkpoint(checkpoint, state)
+            t2 = time.monotonic()
+            while len(uploader.published) <= i and uploader.alive():
+                time.sleep(0.002)
+            t3 = time.monotonic()
+            if len(uploader.published) <= i:
+                raise RuntimeError(f"checkpoint {i + 1} was not published: {said}")
+            local.append(t1 - t0)
+            blocked.append(t2 - t1)
+            published.append(t3 - t2)
+        files = [p for p in checkpoint.rglob("*") if p.is_file()]
+        uploader.finish(120)
+        algo.stop()
+    finally:
+        ray.shutdown()
+    return {
+        "checkpoints": count,
+        "checkpoint_files": len(files),
+        "checkpoint_bytes": sum(p.stat().st_size for p in files),
+        "median_local_save_s": _median(local),
+        "median_blocked_s": _median(blocked),
+        "max_blocked_s": round(max(blocked), 4),
+        "median_published_s": _median(published),
+        "median_local_plus_published_s": _median(
+            [a + b for a, b in zip(local, published, strict=True)]
+        ),
+        "local_save_s": [round(x, 4) for x in local],
+        "blocked_s": [round(x, 4) for x in blocked],
+        "published_s": [round(x, 4) for x in published],
+    }
+
+
+def training_run(
+    env: dict[str, str], work: Path, name: str, iterations: int, batch: int
+) -> dict[str, Any]:
+    """One CartPole run of ``iterations`` iterations, a checkpoint every 10, measured from its
+    progress.csv."""
+    run_dir = work / name
+    load_before = os.getloadavg()[0]
+    start = time.monotonic()
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--stop-reward", "none",
+            "--max-iterations", str(iterations),
+            "--checkpoint-every", str(CHECKPOINT_EVERY),
+            "--train-batch-size", str(batch),
+            "--results-dir", str(run_dir),
+        ],
+        env={
+            **env,
+            "RAY_ADDRESS": "local",  # a Ray of its own, not one another process left running
+            "PYTHONPATH": os.pathsep.join([str(REPO / "examples"), str(EXAMPLE.parent)]),
+        },
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    wall = time.monotonic() - start
+    if p.returncode != 0:
+        return {"exit_code": p.returncode, "error": (p.stdout + p.stderr).strip()[-600:]}
+    with (run_dir / "progress.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    first, last = rows[0], rows[-1]
+    steps = int(last["env_steps"]) - int(first["env_steps"])
+    seconds = float(last["time_total_s"]) - float(first["time_total_s"])
+    result = json.loads(
+        next(ln for ln in p.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT ") :]
+    )
+    store_lines = [ln for ln in p.stdout.splitlines() if ln.startswith("results store: ")]
+    return {
+        "env_steps_per_s": round(steps / seconds, 1),
+        "measured_env_steps": steps,
+        "measured_s": round(seconds, 2),
+        "iterations": len(rows),
+        "median_iteration_s": _median([float(r["iteration_time_s"]) for r in rows[1:]]),
+        # Ray's start, the algorithm's build, the final checkpoint and upload, Ray's end.
+        "outside_training_s": round(wall - float(result["wall_time_s"]), 1),
+        "run_wall_s": round(wall, 1),
+        "published": sum("published as" in ln for ln in store_lines),
+        "store_problems": [
+            ln
+            for ln in store_lines
+            if not any(ok in ln for ok in ("published as", "mirroring", "all uploaded"))
+        ][:3],
+        "final_upload": next((ln for ln in store_lines if "all uploaded" in ln), None),
+        "load_1min_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkpoints", type=int, default=8, help="checkpoints timed (default: 8)")
+    ap.add_argument(
+        "--iterations",
+        type=int,
+        default=21,
+        help="iterations per training run (default: 21: checkpoints at 10 and 20 fall inside "
+        "the measured span)",
+    )
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="runs with the store off and on each (default: 3)"
+    )
+    ap.add_argument(
+        "--train-batch-size",
+        type=int,
+        default=1000,
+        help="env steps per iteration (default: 1000; the example's own is 4000: shorter "
+        "iterations make the checkpoints a larger share of the run)",
+    )
+    ap.add_argument("--skip-throughput", action="store_true", help="only the checkpoint times")
+    args = ap.parse_args()
+    sys.path[:0] = [str(REPO / "tests"), str(REPO / "examples")]
+    from fakes.local_blob import local_blob
+
+    out: dict[str, Any] = {
+        "benchmark": "results_store",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_1min_at_start": round(os.getloadavg()[0], 2),
+        },
+        "store": "Azurite over HTTPS with OAuth on loopback, tokens from the fake metadata service",
+        "command": " ".join(["python", "benchmarks/results_store.py", *sys.argv[1:]]),
+        "train_batch_size": args.train_batch_size,
+    }
+    with tempfile.TemporaryDirectory(prefix="results-store-") as tmp:
+        work = Path(tmp)
+        with local_blob(work / "azurite") as blob:
+            out["checkpoint"] = checkpoint_times(
+                blob, work, args.checkpoints, args.train_batch_size
+            )
+            if not args.skip_throughput:
+                runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+                for i in range(args.repeats):
+                    for mode in ("off", "on"):
+                        env = store_env(blob) if mode == "on" else no_store_env()
+                        runs[mode].append(
+                            training_run(
+                                env,
+                                work,
+                                f"cartpole-{mode}-{i}",
+                                args.iterations,
+                                args.train_batch_size,
+                            )
+                        )
+                speeds = {
+                    mode: [r["env_steps_per_s"] for r in rs if "env_steps_per_s" in r]
+                    for mode, rs in runs.items()
+                }
+                summary: dict[str, Any] = {
+                    "iterations": args.iterations,
+                    "checkpoint_every": CHECKPOINT_EVERY,
+                    "order": "off, on, off, on, ...",
+                    "runs": runs,
+                }
+                if speeds["off"] and speeds["on"]:
+                    off, on = statistics.median(speeds["off"]), statistics.median(speeds["on"])
+                    summary["median_env_steps_per_s"] = {"off": off, "on": on}
+                    summary["on_over_off"] = round(on / off, 3)
+                    summary["within_5_percent"] = on / off >= 0.95
+                out["throughput"] = summary
+    out["machine"]["load_1min_at_end"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(out, indent=2))
+    failed = any(
+        "error" in r for rs in out.get("throughput", {}).get("runs", {}).values() for r in rs
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -165,11 +165,28 @@ def test_good_value_deploys_every_resource(variables: dict[str, Any]) -> None:
     expected = 17 + (1 if ray else 0) + (pools - 1) * 2
     if autostop:
         expected += 2 + (0 if ray else 1 + 2 * pools)
-    # Results storage by id: the blob private endpoint, its DNS zone group, the zone and its link.
-    results = bool(variables.get("results_storage_account_id"))
+    # Results storage by id: the blob private endpoint, its DNS zone group, the zone and its
+    # link, and in the account's own resource group the nodes' role on its results container.
+    account_id = variables.get("results_storage_account_id", "")
+    results = bool(account_id)
     endpoints = [r["name"] for r in d.resources if r["type"].endswith("/privateEndpoints")]
     assert ("ray-blob-pe" in endpoints) is results
-    expected += 4 if results else 0
+    on_results = [r for r in assignments if r["_deployment"] == "ray-results-role"]
+    assert len(on_results) == int(results)
+    if results:
+        parts = account_id.split("/")
+        assert d.module_groups["ray-results-role"] == (parts[2], parts[4])
+        [role] = on_results
+        assert role["scope"] == (
+            f"Microsoft.Storage/storageAccounts/{parts[8]}/blobServices/default/containers/results"
+        )
+        assert role["properties"]["roleDefinitionId"].endswith(
+            "/roleDefinitions/ba92f5b4-2d11-453d-a403-e96b0029c9fe"
+        )
+        assert role["properties"]["principalType"] == "ServicePrincipal"
+    else:
+        assert "ray-results-role" not in d.module_groups
+    expected += 5 if results else 0
     assert len(d.resources) == expected
 
 

@@ -392,6 +392,29 @@ def _head_deployment(doc: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _results_role(doc: dict[str, Any]) -> dict[str, Any]:
+    return next(
+        d
+        for d in doc["resources"]
+        if d["name"].endswith("-results-role', parameters('namePrefix'))]")
+    )
+
+
+def _results_role_in_the_cluster_group(doc: dict[str, Any]) -> None:
+    """The role's deployment without its subscriptionId/resourceGroup, the head's dependsOn
+    naming it in the cluster's group."""
+    role = _results_role(doc)
+    for key in ("subscriptionId", "resourceGroup"):
+        role.pop(key)
+    head = _head_deployment(doc)
+    head["dependsOn"] = [
+        dep
+        if "results-role" not in dep
+        else f"[resourceId('Microsoft.Resources/deployments', {role['name'][1:-1]})]"
+        for dep in head["dependsOn"]
+    ]
+
+
 @pytest.mark.parametrize(
     ("edit", "reported"),
     [
@@ -405,6 +428,11 @@ def _head_deployment(doc: dict[str, Any]) -> dict[str, Any]:
          {"head_rights cpu autostop", "head_rights ray autostop"}),
         (lambda d: _secret(d).update(tags="[createObject()]"),
          {"tags Microsoft.KeyVault/vaults/secrets"}),
+        # The nodes' role on the results container: a reader's, or in the cluster's group.
+        (lambda d: _results_role(d)["properties"]["template"]["variables"].update(
+            blobDataContributorRoleId="2a2b9908-6ea1-4ae2-8e65-a410df84e7d1"),
+         {"results_rights with account"}),
+        (_results_role_in_the_cluster_group, {"results_rights with account"}),
     ],
 )  # fmt: skip
 def test_a_template_with_a_difference_put_back_is_reported(edit: Any, reported: set[str]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from terraform_docs import variables
 
-from armeval import ArmError, is_expression, parse_expression
+from armeval import ArmError, deploy, is_expression, parse_expression
 from bicep_support import (
     TERRAFORM_ONLY,
     camel,
@@ -387,3 +387,51 @@ def test_two_pools_are_the_same_scale_sets_in_both_stacks(terraform_inputs: Any)
         assert {k: values[k] for k in pool["deploy_values"]} == pool["deploy_values"], name
         assert values["WORKER_SCALE_SETS"] == "ray-cpu ray-gpu"
         assert values["WORKER_AUTOSCALE_NAME"] == "ray-cpu-autoscale ray-gpu-autoscale"
+
+
+def test_a_nested_deployment_runs_in_its_own_resource_group_or_is_refused() -> None:
+    """armeval deploys a module scoped to another group there (resourceGroup() and resourceId()
+    answer there, its id is off that group), and refuses in one line a group it cannot name."""
+    inner = {
+        "resources": [],
+        "outputs": {
+            "group": {"type": "string", "value": "[resourceGroup().id]"},
+            "id": {
+                "type": "string",
+                "value": "[resourceId('Microsoft.Storage/storageAccounts', 'a')]",
+            },
+        },
+    }
+    doc = {
+        "parameters": {"group": {"type": "string"}},
+        "resources": [
+            {
+                "type": "Microsoft.Resources/deployments",
+                "apiVersion": "2022-09-01",
+                "name": "m",
+                "subscriptionId": "00000000-0000-4000-8000-000000000009",
+                "resourceGroup": "[parameters('group')]",
+                "properties": {
+                    "expressionEvaluationOptions": {"scope": "inner"},
+                    "mode": "Incremental",
+                    "template": inner,
+                },
+            }
+        ],
+        "outputs": {
+            "id": {
+                "type": "string",
+                "value": "[reference(extensionResourceId(format('/subscriptions/{0}/resourceGroups/"
+                "{1}', '00000000-0000-4000-8000-000000000009', parameters('group')), "
+                "'Microsoft.Resources/deployments', 'm'), '2022-09-01').outputs.id.value]",
+            }
+        },
+    }
+    d = deploy(doc, {"group": "rg-other"})
+    group = "/subscriptions/00000000-0000-4000-8000-000000000009/resourceGroups/rg-other"
+    assert d.module_groups["m"] == ("00000000-0000-4000-8000-000000000009", "rg-other")
+    assert d.outputs["id"] == f"{group}/providers/Microsoft.Storage/storageAccounts/a"
+    with pytest.raises(
+        ArmError, match=r"^a nested deployment's resourceGroup 'a/b' is not a name$"
+    ):
+        deploy(doc, {"group": "a/b"})

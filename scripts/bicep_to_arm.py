@@ -11,8 +11,13 @@ What it covers, as ``bicep build`` emits it for a languageVersion 1.0 template: 
 their decorators, variables (a variable that reads a module's outputs or a resource's runtime
 properties, or calls ``reference()``/``list*()``, is inlined where it is used, as ARM variables
 cannot), resources (``parent``, ``scope``, implicit and explicit ``dependsOn``; a scoped one's
-id as ``extensionResourceId()``), modules as nested ``Microsoft.Resources/deployments`` with
-``expressionEvaluationOptions.scope: inner``, conditions (``= if (expr) {...}``) as
+id as ``extensionResourceId()``, its ``scope`` as ``format('Type/{0}/child/{1}', ...)``),
+``existing`` resources (not emitted, never a dependsOn; what names one gets its id, through
+``extensionResourceId(format('/subscriptions/{0}/resourceGroups/{1}', ...), ...)`` when its
+scope is ``resourceGroup(...)``), modules as nested ``Microsoft.Resources/deployments`` with
+``expressionEvaluationOptions.scope: inner`` (``scope: resourceGroup(rg)`` or
+``resourceGroup(sub, rg)`` as the deployment's ``resourceGroup``/``subscriptionId``, its id as
+an ``extensionResourceId()`` off that group), conditions (``= if (expr) {...}``) as
 ``condition``, outputs, string interpolation as ``format()``, operators as ARM functions,
 lambdas as ``lambda()``/``lambdaVariables()``, ``loadTextContent()`` inlined at compile time,
 and loops: resource and module collections (``[for x in arr: {...}]``, ``[for (x, i) in arr:
@@ -24,12 +29,15 @@ name, id or reference, in ``dependsOn`` a whole collection as its loop's name an
 as the item's resourceId, once per indexed reference as bicep build lists them; a variable's or
 output's for-expression as a variable or output ``copy``. Anything else is an error, not a
 guess: one line, ``file:line: construct not supported: what`` (exit 2), for every construct it
-does not compile exactly as ``bicep build`` does (``existing``, property loops and other nested
-for-expressions, a collection named by different indices in one statement or by a lambda's or
-for-expression's variable, ``targetScope`` other than resourceGroup, module ``scope``, a scope
-that is an extension resource, decorators on resources other than ``@batchSize`` on a loop,
-Bicep-only functions such as ``any()``, types, imports, ...). tests/unit/test_bicep_compiler.py
-holds it to the real compiler's output for the public files in tests/fixtures/bicep-corpus/.
+does not compile exactly as ``bicep build`` does (an ``existing`` resource with a condition,
+a loop, a deployed parent or a name that reads a resource or module, property loops and other
+nested for-expressions, a collection named by different indices in one statement or by a
+lambda's or for-expression's variable, ``targetScope`` other than resourceGroup, a module scope
+other than ``resourceGroup(...)`` or on a module collection, a scope that is an extension
+resource or a resource in another group, decorators on resources other than ``@batchSize`` on a
+loop, Bicep-only functions such as ``any()``, types, imports, ...).
+tests/unit/test_bicep_compiler.py holds it to the real compiler's output for the public files in
+tests/fixtures/bicep-corpus/.
 Checkov's skips are not carried into the template (``bicep build`` drops comments): the ARM
 scan's skips live in .checkov.yaml. Its own parser is independent of pycep-parser, which the
 tests use to read main.bicep.
@@ -292,7 +300,10 @@ class Parser:
                     raise BicepError(f"an interpolated {keyword} path", tok.line)
                 stmt["target"] = path[0]
                 if self.peek().kind == "ident" and self.peek().value == "existing":
-                    raise BicepError("existing resources", tok.line)
+                    if keyword != "resource":
+                        raise BicepError("an existing module", tok.line)
+                    self.next()
+                    stmt["existing"] = True
                 self.expect("op", "=")
                 if self.peek().kind == "ident" and self.peek().value == "if":
                     self.next()
@@ -512,9 +523,15 @@ _RESOURCE_KEYS = {"name", "location", "tags", "sku", "kind", "properties", "iden
                   "zones", "plan", "parent", "scope", "dependsOn", "extendedLocation",
                   "managedBy"}  # fmt: skip
 """Resource body properties this stand-in compiles; any other is refused."""
-_MODULE_KEYS = {"name", "params", "dependsOn"}
-"""Module body properties this stand-in compiles (``scope`` is refused: another deployment's
-resourceGroup/subscriptionId, which this stand-in does not emit)."""
+_MODULE_KEYS = {"name", "params", "dependsOn", "scope"}
+"""Module body properties this stand-in compiles (``scope`` only as ``resourceGroup(rg)`` or
+``resourceGroup(subscriptionId, rg)``: the deployment's resourceGroup/subscriptionId)."""
+_EXISTING_KEYS = {"name", "parent", "scope"}
+"""Properties of an ``existing`` resource this stand-in compiles (``scope`` only as
+``resourceGroup(...)``, as a module's)."""
+_GROUP_SCOPE = "'/subscriptions/{0}/resourceGroups/{1}'"
+"""The id of another resource group, as bicep build formats it for a resource or module deployed
+there (``extensionResourceId(format(<this>, sub, rg), type, names...)``)."""
 _ARM_FUNCTIONS = frozenset(
     re.split(
         r"\s+",
@@ -633,6 +650,26 @@ class Compiler:
                     if self._dependencies(loop[3]):
                         raise BicepError("a loop over an array that reads a resource or module")
             for symbol in self.symbols.values():
+                self.line = symbol.stmt["line"]
+                body = symbol.stmt.get("value")
+                if symbol.stmt.get("existing"):
+                    # bicep build leaves it out; what names it gets its id, and no dependsOn
+                    parent = self._prop(body, "parent")
+                    if parent is not None and not self.symbols[parent[1]].stmt.get("existing"):
+                        raise BicepError("an existing resource whose parent is deployed here")
+                    if self._dependencies(
+                        ("object", [(k, v) for k, v in body[1] if k != "parent"])
+                    ):
+                        raise BicepError(
+                            "an existing resource whose name or scope reads a resource or module"
+                        )
+                elif (
+                    symbol.kind == "module"
+                    and self._prop(body, "scope") is not None
+                    and self._dependencies(self._prop(body, "scope"))
+                ):
+                    raise BicepError("a module scope that reads a resource or module")
+            for symbol in self.symbols.values():
                 if symbol.kind == "var":
                     symbol.runtime = self._is_runtime(symbol.stmt["value"], set())
             self.line = None
@@ -683,6 +720,10 @@ class Compiler:
                 raise BicepError(f"a {kind} declared as a {body[0]} (loops)")
             keys = [k for k, _ in body[1]]
             allowed = _RESOURCE_KEYS if kind == "resource" else _MODULE_KEYS
+            if stmt.get("existing"):
+                allowed = _EXISTING_KEYS
+                if "condition" in stmt or "loop" in stmt:
+                    raise BicepError("an existing resource with a condition or a loop")
             for key in keys:
                 if not isinstance(key, str) or key not in allowed:
                     raise BicepError(f"the {kind} property {key!r}")
@@ -692,6 +733,14 @@ class Compiler:
                 raise BicepError("a resource type without an api-version")
             if kind == "module" and not stmt["target"].endswith(".bicep"):
                 raise BicepError(f"the module source {stmt['target']!r} (only local .bicep files)")
+            if kind == "module" and "scope" in keys:
+                if "loop" in stmt:
+                    raise BicepError("a module collection with a scope")
+                self._group_scope(self._prop(body, "scope"))
+            if stmt.get("existing") and "scope" in keys:
+                if "parent" in keys:
+                    raise BicepError("an existing resource with both a parent and a scope")
+                self._group_scope(self._prop(body, "scope"))
             explicit = self._prop(body, "dependsOn")
             if explicit is not None and explicit[0] != "array":
                 raise BicepError("a dependsOn that is not an array literal")
@@ -702,6 +751,29 @@ class Compiler:
                 raise BicepError("module params that are not an object literal with plain keys")
 
     # helpers
+    @staticmethod
+    def _group_scope(scope: Any) -> tuple[Any, Any]:
+        """``resourceGroup(rg)`` or ``resourceGroup(subscriptionId, rg)``: (subscription
+        expression or None, resource group expression); any other scope is refused."""
+        if scope[0] != "call" or scope[1] != "resourceGroup" or len(scope[2]) not in (1, 2):
+            raise BicepError("a scope other than resourceGroup(rg) or resourceGroup(sub, rg)")
+        args = scope[2]
+        return (args[0], args[1]) if len(args) == 2 else (None, args[0])
+
+    def _root_scope(self, name: str) -> Any:
+        """The ``scope:`` of an existing resource or of the existing parent it hangs off."""
+        body = self.symbols[name].stmt["value"]
+        parent = self._prop(body, "parent")
+        if parent is not None:
+            return self._root_scope(parent[1])
+        return self._prop(body, "scope") if self.symbols[name].stmt.get("existing") else None
+
+    def _group_id(self, scope: Any) -> str:
+        """The ARM expression of the resource group a ``resourceGroup(...)`` scope names."""
+        sub, group = self._group_scope(scope)
+        sub_expr = self.expr(sub) if sub is not None else "subscription().subscriptionId"
+        return f"format({_GROUP_SCOPE}, {sub_expr}, {self.expr(group)})"
+
     @staticmethod
     def _prop(obj: Any, key: str) -> Any:
         if obj[0] != "object":
@@ -970,6 +1042,12 @@ class Compiler:
         if symbol.kind == "module":
             with self.at(name, index):
                 mod_name = self.expr(self._prop(symbol.stmt["value"], "name"))
+            scope = self._prop(symbol.stmt["value"], "scope")
+            if scope is not None:  # deployed to another resource group
+                group = self._group_id(scope)
+                return (
+                    f"extensionResourceId({group}, 'Microsoft.Resources/deployments', {mod_name})"
+                )
             return f"resourceId('Microsoft.Resources/deployments', {mod_name})"
         parts = self.name_parts(name, index)
         segments = symbol.resource_type.count("/")
@@ -979,6 +1057,10 @@ class Compiler:
             parts = [f"split({parts[0]}, '/')[{i}]" for i in range(segments)]
         elif len(parts) != segments:
             raise BicepError(f"a {symbol.resource_type} whose name has {len(parts)} parts")
+        group = self._root_scope(name)
+        if group is not None:  # an existing resource in another resource group
+            args = [self._group_id(group), _quote(symbol.resource_type), *parts]
+            return f"extensionResourceId({', '.join(args)})"
         scope = self._prop(symbol.stmt["value"], "scope")
         if scope is not None:  # an extension resource: its id hangs off its scope's
             self._symbol_ref(scope, "resource", "scope")
@@ -1061,7 +1143,11 @@ class Compiler:
             return out
         if kind == "call" and e[1] == "loadTextContent":
             return self.value(("str", [self.load_text(e[2])]))
-        return f"[{self.expr(e)}]"
+        compiled = self.expr(e)
+        literal = re.fullmatch(r"'([^']*)'", compiled)
+        if literal:  # e.g. a resource's literal name (``child.name``): bicep build writes it plain
+            return self.value(("str", [literal[1]]))
+        return f"[{compiled}]"
 
     # the template
     def template(self) -> dict[str, Any]:
@@ -1114,7 +1200,7 @@ class Compiler:
                     copies.append(self.copy(stmt["name"], stmt["value"]))
                 else:
                     variables[stmt["name"]] = self.value(stmt["value"])
-            elif kind == "resource":
+            elif kind == "resource" and not stmt.get("existing"):
                 resources.append(self.resource(stmt))
             elif kind == "module":  # after every resource, as bicep build writes them
                 modules.append(self.module(stmt))
@@ -1183,8 +1269,13 @@ class Compiler:
         if "condition" in stmt and self._dependencies(stmt["condition"]):
             raise BicepError(f"a {stmt['kind']} condition that reads a resource or module")
         refs = self._dependencies(("object", [(k, v) for k, v in body[1] if k in keys]))
+        refs = [r for r in refs if not self.symbols[r[0]].stmt.get("existing")]
         explicit = self._prop(body, "dependsOn")
         for item in explicit[1] if explicit is not None else []:
+            if item[0] == "ident" and getattr(self.symbols.get(item[1]), "stmt", {}).get(
+                "existing"
+            ):
+                raise BicepError("dependsOn: an existing resource")
             if item[0] == "index":
                 target = self._symbol_ref(item[1], "resource|module", "dependsOn")
                 if not target.looped:
@@ -1235,11 +1326,17 @@ class Compiler:
         scope = self._prop(body, "scope")
         if scope is not None:
             target = self._symbol_ref(scope, "resource", "scope")
+            if self._root_scope(scope[1]) is not None:
+                raise BicepError("scope: a resource in another resource group")
             if self._prop(target.stmt["value"], "scope") is not None:
                 raise BicepError("scope: an extension resource (one with a scope of its own)")
-            res["scope"] = (
-                f"[format({_quote(target.resource_type + '/{0}')}, {self.full_name(scope[1])})]"
-            )
+            parts = self.name_parts(scope[1])
+            types = target.resource_type.split("/")
+            if len(parts) != len(types) - 1:
+                raise BicepError("scope: a child resource named with slashes")
+            # Provider/type/{0}/child/{1}/...: each name part one argument, as bicep build has it
+            pattern = "/".join([types[0], *(f"{t}/{{{i}}}" for i, t in enumerate(types[1:]))])
+            res["scope"] = f"[format({_quote(pattern)}, {', '.join(parts)})]"
         res["name"] = f"[{self.full_name(stmt['name'])}]"
         for key, value in body[1]:
             if key in ("name", "parent", "scope", "dependsOn"):
@@ -1267,6 +1364,14 @@ class Compiler:
             "type": "Microsoft.Resources/deployments",
             "apiVersion": self.deployments_api,
             "name": self.value(self._prop(body, "name")),
+        }
+        scope = self._prop(body, "scope")
+        if scope is not None:  # another resource group: the deployment's own properties
+            sub, group = self._group_scope(scope)
+            if sub is not None:
+                res["subscriptionId"] = self.value(sub)
+            res["resourceGroup"] = self.value(group)
+        res |= {
             "properties": {
                 "expressionEvaluationOptions": {"scope": "inner"},
                 "mode": "Incremental",

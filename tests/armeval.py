@@ -17,6 +17,10 @@ functions reference, learn.microsoft.com/azure/azure-resource-manager/templates/
   of at most 800 iterations, resource and module copy loops (each item a resource of its own,
   ``copyIndex()`` its index; a ``dependsOn`` naming the loop waits for every item) and output
   copy loops;
+- a nested deployment with ``subscriptionId``/``resourceGroup`` runs in that resource group:
+  ``resourceGroup()`` and ``resourceId()`` answer there and its id (``extensionResourceId()``
+  off the group, what a ``dependsOn`` names) is there; the group's region is taken to be this
+  one's (nothing here reads another group's location);
 - numbers: integers, and fractions where a value holds one (a Spot price, ``json('0.25')``), which
   comparisons take as they are.
 
@@ -38,7 +42,7 @@ import re
 import string
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -595,6 +599,31 @@ def _resource_id(scope: Scope, rtype: Any, *names: Any) -> str:
     return f"{scope.context.resource_group_id()}/providers/{segments[0]}/{path}"
 
 
+def _extension_resource_id(_: Scope, parent: Any, rtype: Any, *names: Any) -> str:
+    """The id of a resource of ``rtype`` under ``parent`` (a resource or resource group id)."""
+    segments = _str(rtype).split("/")
+    if len(segments) - 1 != len(names):
+        raise ArmError(f"extensionResourceId({rtype!r}) needs {len(segments) - 1} names")
+    path = "/".join(f"{t}/{_str(n)}" for t, n in zip(segments[1:], names, strict=True))
+    return f"{_str(parent).rstrip('/')}/providers/{segments[0]}/{path}"
+
+
+_GROUP_ID = re.compile(r"/subscriptions/([^/]+)/resourceGroups/([^/]+)", re.IGNORECASE)
+
+
+def _elsewhere(scope: Scope, resource: Mapping[str, Any]) -> Context:
+    """The context a nested deployment runs in: its ``subscriptionId``/``resourceGroup`` (another
+    resource group, of this region: no deployment here creates one) or this deployment's."""
+    if "subscriptionId" not in resource and "resourceGroup" not in resource:
+        return scope.context
+    sub = scope.value(resource.get("subscriptionId", scope.context.subscription_id))
+    group = scope.value(resource.get("resourceGroup", scope.context.resource_group))
+    for what, value in (("subscriptionId", sub), ("resourceGroup", group)):
+        if not isinstance(value, str) or not value or "/" in value:
+            raise ArmError(f"a nested deployment's {what} {value!r} is not a name")
+    return replace(scope.context, subscription_id=sub, resource_group=group)
+
+
 def _subscription_resource_id(scope: Scope, rtype: Any, *names: Any) -> str:
     segments = _str(rtype).split("/")
     path = "/".join(f"{t}/{_str(n)}" for t, n in zip(segments[1:], names, strict=True))
@@ -729,6 +758,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "guid": _guid,
     "resourceid": _resource_id,
     "subscriptionresourceid": _subscription_resource_id,
+    "extensionresourceid": _extension_resource_id,
     "reference": _reference,
     "datetimeadd": _date_time_add,
     "datetimetoepoch": _date_time_to_epoch,
@@ -794,6 +824,8 @@ class Deployment:
     outputs: dict[str, Any] = field(default_factory=dict)
     module_parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The parameter values each nested deployment received, by deployment name."""
+    module_groups: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """The (subscription id, resource group) each nested deployment ran in, by deployment name."""
     functions: set[str] = field(default_factory=set)
 
 
@@ -831,7 +863,10 @@ def deploy(
             params = {k: scope.value(v["value"]) for k, v in props.get("parameters", {}).items()}
             result.module_parameters[name] = params
             before = len(result.refused)
-            inner = deploy(props["template"], params, context, stop_when_refused, name, result)
+            # another resource group's deployment: its resources' ids and resourceGroup() there
+            where = _elsewhere(scope, resource)
+            result.module_groups[name] = (where.subscription_id, where.resource_group)
+            inner = deploy(props["template"], params, where, stop_when_refused, name, result)
             if len(result.refused) > before and stop_when_refused:
                 return result
             deployments[name] = {
@@ -947,6 +982,13 @@ def _in_dependency_order(
         names = r["name"]
         value = scope.value(names)
         parts = value.split("/")
+        if r["type"] == "Microsoft.Resources/deployments":
+            where = _elsewhere(scope, r)
+            if where is not scope.context:  # deployed to another resource group: its id there
+                ids.append(
+                    _extension_resource_id(scope, where.resource_group_id(), r["type"], value)
+                )
+                continue
         ids.append(_resource_id(scope, r["type"], *parts))
     order: list[int] = []
     state: dict[int, str] = {}

@@ -387,6 +387,10 @@ var resultsSubscriptionChars = [for i in range(0, resultsIdShaped ? min(length(r
 var resultsGroupChars = [for i in range(0, resultsIdShaped ? min(length(resultsIdParts[4]), 800) : 0): contains('${wordCharacters}-.()', substring(resultsIdParts[4], i, 1))]
 var resultsAccountChars = [for i in range(0, resultsIdShaped ? min(length(resultsIdParts[8]), 800) : 0): contains('${lowerCase}${digits}', substring(resultsIdParts[8], i, 1))]
 var resultsIdValid = resultsIdShaped ? empty(resultsIdParts[0]) && resultsIdParts[1] == 'subscriptions' && length(resultsIdParts[2]) == 36 && !contains(resultsSubscriptionChars, false) && toLower(resultsIdParts[3]) == 'resourcegroups' && length(resultsIdParts[4]) >= 1 && length(resultsIdParts[4]) <= 90 && !contains(resultsGroupChars, false) && toLower(resultsIdParts[5]) == 'providers' && toLower(resultsIdParts[6]) == 'microsoft.storage' && toLower(resultsIdParts[7]) == 'storageaccounts' && length(resultsIdParts[8]) >= 3 && length(resultsIdParts[8]) <= 24 && !contains(resultsAccountChars, false) : false
+// The account's subscription and resource group, where modules/results-role.bicep is deployed (the
+// current ones without an account: a module's scope is evaluated even when it is not deployed).
+var resultsSubscriptionId = resultsIdShaped ? resultsIdParts[2] : subscription().subscriptionId
+var resultsResourceGroup = resultsIdShaped ? resultsIdParts[4] : resourceGroup().name
 var resultsUrl = resultsEnabled ? 'https://${resultsAccountName}.blob.${environment().suffixes.storage}/results' : ''
 var nodeImageIdValid = nodeImageIdShaped ? empty(nodeImageIdParts[0]) && toLower(nodeImageIdParts[1]) == 'subscriptions' && length(nodeImageIdParts[2]) == 36 && !contains(nodeImageSubscriptionChars, false) && toLower(nodeImageIdParts[3]) == 'resourcegroups' && length(nodeImageIdParts[4]) >= 1 && length(nodeImageIdParts[4]) <= 90 && !contains(nodeImageGroupChars, false) && toLower(nodeImageIdParts[5]) == 'providers' && toLower(nodeImageIdParts[6]) == 'microsoft.compute' && toLower(nodeImageIdParts[7]) == 'galleries' && length(nodeImageIdParts[8]) >= 1 && length(nodeImageIdParts[8]) <= 80 && !contains(nodeImageGalleryChars, false) && toLower(nodeImageIdParts[9]) == 'images' && length(nodeImageIdParts[10]) >= 1 && length(nodeImageIdParts[10]) <= 80 && !contains(nodeImageDefinitionChars, false) && toLower(nodeImageIdParts[11]) == 'versions' && length(split(nodeImageIdParts[12], '.')) == 3 && !contains(split(nodeImageIdParts[12], '.'), '') && !contains(nodeImageVersionChars, false) : false
 
@@ -817,6 +821,17 @@ module results 'modules/results.bicep' = if (resultsEnabled) {
   }
 }
 
+// The nodes' identity gets Storage Blob Data Contributor on the account's `results` container
+// only: a role assignment deployed to the account's resource group (Terraform: results.tf).
+module resultsRole 'modules/results-role.bicep' = if (resultsEnabled) {
+  name: '${namePrefix}-results-role'
+  scope: resourceGroup(resultsSubscriptionId, resultsResourceGroup)
+  params: {
+    storageAccountName: resultsAccountName
+    principalId: identity.outputs.principalId
+  }
+}
+
 // Deploy-time values for the rendered cloud-init documents, keyed by exactly the names in
 // cloud-init/placeholders.yaml (tests/unit/test_deploy_values.py holds the lists together).
 var deployValues = {
@@ -876,6 +891,8 @@ module head 'modules/head.bicep' = {
   }
   dependsOn: [
     keyVault
+    // The nodes may write results from their first job on (Terraform's head waits for it too).
+    resultsRole
   ]
 }
 

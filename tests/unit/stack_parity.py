@@ -111,7 +111,17 @@ ARM_TARGETS = {
 START_OUTPUTS = {"head_vm_id": "headVmId", "scale_set_id": "scaleSetId",
                  "autoscale_setting_id": "autoscaleSettingId"}  # fmt: skip
 # Built-in roles by id (Azure's built-in role definitions).
-BUILT_IN_ROLES = {"9980e02c-c2be-4d73-94e8-173b1dc7cf3c": "Virtual Machine Contributor"}
+BUILT_IN_ROLES = {
+    "9980e02c-c2be-4d73-94e8-173b1dc7cf3c": "Virtual Machine Contributor",
+    "ba92f5b4-2d11-453d-a403-e96b0029c9fe": "Storage Blob Data Contributor",
+}
+# A results storage account in a resource group of its own (the results stacks'), for the nodes'
+# rights on it: with it and without one.
+RESULTS_ACCOUNT = (
+    "/subscriptions/00000000-0000-4000-8000-000000000003/resourceGroups/rg-ray-results/providers/"
+    "Microsoft.Storage/storageAccounts/rayresults0123"
+)
+RESULTS_CASES = {"with account": RESULTS_ACCOUNT, "without": ""}
 # The random provider's own default set of special characters (random_password, 3.7).
 RANDOM_SPECIAL = "!@#$%&*()-_=+[]{}<>:?"
 REQUIRED = {
@@ -463,8 +473,57 @@ def terraform_autostop_facts(stack: Path, keys: list[str], answers: list[Any]) -
     return facts
 
 
+def terraform_results_rights(stack: Path) -> dict[str, Any]:
+    """The role assignments whose scope reads results_storage_account_id: for each case, each
+    one's "role on scope (principal type)" where its count is not 0, by terraform console."""
+    values = terraform_locals(stack)
+    keys, expressions = [], []
+    for case, account in RESULTS_CASES.items():
+        given = {"var.results_storage_account_id": account}
+        for rtype, _, body in terraform_blocks(stack, "resource"):
+            scope = _hcl(body.get("scope", ""))
+            if rtype != "azurerm_role_assignment" or "var.results_storage_account_id" not in (
+                expand(scope, values, {})
+            ):
+                continue
+            role = body.get("role_definition_name") or _hcl(body.get("role_definition_id"))
+            principal = str(body.get("principal_type")).strip('"')
+            keys.append((case, f"{role.strip(chr(34))} on {{}} ({principal})"))
+            count = _hcl(body.get("count", 1))
+            expressions.append(f"[{expand(count, values, given)}, {expand(scope, values, given)}]")
+    facts: dict[str, Any] = {f"results_rights {case}": [] for case in RESULTS_CASES}
+    for (case, right), (count, scope) in zip(keys, terraform_console(expressions), strict=True):
+        if count:
+            facts[f"results_rights {case}"].append(right.format(scope))
+    return {k: sorted(v) for k, v in facts.items()}
+
+
+def bicep_results_rights(text: str) -> dict[str, Any]:
+    """The role assignments on the results account (deployed in its resource group, their scope
+    relative to it): "role on full scope (principal type)", for each case."""
+    facts: dict[str, Any] = {}
+    for case, account in RESULTS_CASES.items():
+        d = deploy_template({**REQUIRED, "resultsStorageAccountId": account}, text)
+        assert not d.refused, d.refused
+        rights = []
+        for r in d.resources:
+            scope = str(r.get("scope", ""))
+            if r["type"] != "Microsoft.Authorization/roleAssignments" or "Storage" not in scope:
+                continue
+            sub, group = d.module_groups[r["_deployment"]]
+            role = r["properties"]["roleDefinitionId"].rsplit("/", 1)[-1]
+            rights.append(
+                f"{BUILT_IN_ROLES.get(role, role)} on "
+                f"/subscriptions/{sub}/resourceGroups/{group}/providers/{scope} "
+                f"({r['properties'].get('principalType')})"
+            )
+        facts[f"results_rights {case}"] = sorted(rights)
+    return facts
+
+
 def terraform_facts(stack: Path) -> dict[str, Any]:
     facts: dict[str, Any] = {f"tags {t}": sorted(s) for t, s in terraform_tags(stack).items()}
+    facts.update(terraform_results_rights(stack))
     values = terraform_locals(stack)
     endpoint = _hcl(values["deploy_values"]["ARM_ENDPOINT"])
     name = _hcl(values["key_vault_name"])
@@ -588,6 +647,7 @@ def bicep_autostop_facts(text: str) -> dict[str, Any]:
 def bicep_facts(doc: dict[str, Any]) -> dict[str, Any]:
     facts: dict[str, Any] = {f"tags {t}": sorted(s) for t, s in bicep_tags(doc).items()}
     text = json.dumps(doc)
+    facts.update(bicep_results_rights(text))
     for cloud in CLOUDS:
         d = deploy_template(REQUIRED, text, cloud=cloud)
         assert not d.refused, d.refused

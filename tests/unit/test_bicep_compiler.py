@@ -142,9 +142,15 @@ output id string = subnet.id
     [
         ("param a string\ntargetScope = 'subscription'\n", 2, "targetScope other than"),
         (
-            "module m 'm.bicep' = {\n  name: 'm'\n  scope: resourceGroup('other')\n}\n",
+            "module m 'm.bicep' = {\n  name: 'm'\n  scope: subscription('other')\n}\n",
             1,
-            "the module property 'scope'",
+            "a scope other than resourceGroup(rg) or resourceGroup(sub, rg)",
+        ),
+        (
+            "module m 'm.bicep' = [for i in range(0, 2): {\n  name: 'm${i}'\n"
+            "  scope: resourceGroup('other')\n}]\n",
+            1,
+            "a module collection with a scope",
         ),
         ("param p object\nvar v = any(p.x)\noutput o object = v\n", 2, "the function any()"),
         (
@@ -160,10 +166,31 @@ output id string = subnet.id
             "a for expression",
         ),
         (
+            "param p bool\nresource r 'Microsoft.Network/virtualNetworks@2024-07-01' existing ="
+            " if (p) {\n  name: 'v'\n}\n",
+            2,
+            "an existing resource with a condition or a loop",
+        ),
+        (
             "resource r 'Microsoft.Network/virtualNetworks@2024-07-01' existing = {\n"
-            "  name: 'v'\n}\n",
+            "  name: 'v'\n  location: 'x'\n}\n",
             1,
-            "existing resources",
+            "the resource property 'location'",
+        ),
+        (
+            "resource v 'Microsoft.Network/virtualNetworks@2024-07-01' = {\n  name: 'v'\n}\n"
+            "resource s 'Microsoft.Network/virtualNetworks/subnets@2024-07-01' existing = {\n"
+            "  parent: v\n  name: 's'\n}\n",
+            4,
+            "an existing resource whose parent is deployed here",
+        ),
+        (
+            "resource v 'Microsoft.Network/virtualNetworks@2024-07-01' existing = {\n"
+            "  name: 'v'\n  scope: resourceGroup('other')\n}\n"
+            "resource l 'Microsoft.Authorization/locks@2020-05-01' = {\n"
+            "  name: 'l'\n  scope: v\n  properties: { level: 'CanNotDelete' }\n}\n",
+            5,
+            "scope: a resource in another resource group",
         ),
         ("param a string\nvar b = a =~ 'x'\noutput c bool = b\n", 2, "the =~ operator"),
         (
@@ -497,6 +524,85 @@ def test_a_scope_on_an_extension_resource_is_refused_and_its_id_hangs_off_its_sc
         "  name: 'l2'\n  scope: lock\n}\n",
     )
     assert what.startswith("scope: an extension resource"), what
+
+
+# The shapes of module scope and `existing` are the real compiler's: a module with
+# `scope: resourceGroup(rg)` as corpus bicep/201/wvd-create-hostpool's main.json (its
+# "resourceGroup" and the extensionResourceId of its dependsOn), `resourceGroup(sub, rg)` as the
+# Bicep repository's baselines/ModulesWithScopes_LF ("subscriptionId" after "name") and corpus
+# bicep/101/template-spec-deploy (an existing resource in another group), and a role assignment
+# on an existing container as AVM's storage-account/blob-service/container main.json.
+CONTAINERS = "Microsoft.Storage/storageAccounts/blobServices/containers"
+
+
+def test_a_module_in_another_resource_group_is_a_deployment_with_its_group(
+    tmp_path: Path,
+) -> None:
+    doc = compile_text(
+        tmp_path,
+        "param id string\n"
+        "module m 'm.bicep' = {\n  name: 'm'\n"
+        "  scope: resourceGroup(split(id, '/')[2], split(id, '/')[4])\n}\n"
+        "module n 'm.bicep' = {\n  name: 'n'\n  scope: resourceGroup('other')\n"
+        "  params: { x: m.outputs.o }\n}\n"
+        "output o string = n.outputs.o\n",
+        **{"m.bicep": "param x string = ''\noutput o string = x\n"},
+    )
+    m, n = doc["resources"]
+    assert list(m)[:5] == ["type", "apiVersion", "name", "subscriptionId", "resourceGroup"]
+    assert m["subscriptionId"] == "[split(parameters('id'), '/')[2]]"
+    assert m["resourceGroup"] == "[split(parameters('id'), '/')[4]]"
+    assert "subscriptionId" not in n and n["resourceGroup"] == "other"
+    m_id = (
+        "extensionResourceId(format('/subscriptions/{0}/resourceGroups/{1}', "
+        "split(parameters('id'), '/')[2], split(parameters('id'), '/')[4]), "
+        "'Microsoft.Resources/deployments', 'm')"
+    )
+    assert n["dependsOn"] == [f"[{m_id}]"]
+    assert n["properties"]["parameters"]["x"]["value"] == (
+        f"[reference({m_id}, '{DEPLOYMENTS_API}').outputs.o.value]"
+    )
+    assert doc["outputs"]["o"]["value"] == (
+        "[reference(extensionResourceId(format('/subscriptions/{0}/resourceGroups/{1}', "
+        "subscription().subscriptionId, 'other'), 'Microsoft.Resources/deployments', 'n'), "
+        f"'{DEPLOYMENTS_API}').outputs.o.value]"
+    )
+
+
+def test_an_existing_resource_is_not_emitted_and_what_names_it_gets_its_id(
+    tmp_path: Path,
+) -> None:
+    doc = compile_text(
+        tmp_path,
+        "param account string\nparam principal string\n"
+        "resource a 'Microsoft.Storage/storageAccounts@2024-01-01' existing = {\n"
+        "  name: account\n}\n"
+        "resource b 'Microsoft.Storage/storageAccounts/blobServices@2024-01-01' existing = {\n"
+        "  parent: a\n  name: 'default'\n}\n"
+        f"resource c '{CONTAINERS}@2024-01-01' existing = {{\n"
+        "  parent: b\n  name: 'results'\n}\n"
+        "resource r 'Microsoft.Authorization/roleAssignments@2022-04-01' = {\n"
+        "  name: guid(c.id, principal)\n  scope: c\n"
+        "  properties: { principalId: principal, roleDefinitionId: 'x' }\n}\n"
+        "resource g 'Microsoft.Storage/storageAccounts@2024-01-01' existing = {\n"
+        "  name: 'g'\n  scope: resourceGroup('s', 'other')\n}\n"
+        "output name string = c.name\noutput g string = g.id\n",
+    )
+    (r,) = doc["resources"]
+    assert r["scope"] == (
+        "[format('Microsoft.Storage/storageAccounts/{0}/blobServices/{1}/containers/{2}', "
+        "parameters('account'), 'default', 'results')]"
+    )
+    assert r["name"] == (
+        f"[guid(resourceId('{CONTAINERS}', parameters('account'), 'default', 'results'), "
+        "parameters('principal'))]"
+    )
+    assert "dependsOn" not in r
+    assert doc["outputs"]["name"]["value"] == "results"
+    assert doc["outputs"]["g"]["value"] == (
+        "[extensionResourceId(format('/subscriptions/{0}/resourceGroups/{1}', 's', 'other'), "
+        "'Microsoft.Storage/storageAccounts', 'g')]"
+    )
 
 
 def test_a_literal_is_escaped_only_where_arm_would_read_an_expression(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from bicep_support import (
     template,
 )
 from stack_parity import (
+    RESULTS_ACCOUNT,
     TF_TO_ARM,
     _hcl,
     bicep_tags,
@@ -96,12 +97,15 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 
 def bicep_resources() -> dict[str, list[tuple[str, str]]]:
-    """Each module's resources as (type, apiVersion), sorted; main.bicep declares none."""
+    """Each module's resources as (type, apiVersion), sorted; main.bicep declares none. An
+    ``existing`` resource is only named (bicep build emits none)."""
     found = {}
     for name, module in pycep(MAIN)["modules"].items():
         parsed = pycep(MODULES.parent / module["detail"]["path"])
         found[name] = sorted(
-            (r["type"], r["api_version"]) for r in parsed.get("resources", {}).values()
+            (r["type"], r["api_version"])
+            for r in parsed.get("resources", {}).values()
+            if not r.get("existing")
         )
     return found
 
@@ -265,6 +269,14 @@ def test_the_stacks_decide_alike_except_where_listed() -> None:
     assert facts["arm_endpoint AzureUSGovernment"] == "https://management.usgovcloudapi.net/"
     assert facts["cluster_token"] == {"length": 64, "alphabet": "0123456789abcdef"}
     assert sum(k.startswith("tags ") for k in facts) >= 15
+    # The nodes' one right on the results account, in its own resource group: Storage Blob Data
+    # Contributor on the results container only (both stacks: Bicep's modules/results-role.bicep
+    # deployed to the account's group); none without an account.
+    assert facts["results_rights with account"] == [
+        f"Storage Blob Data Contributor on {RESULTS_ACCOUNT}/blobServices/default/containers/"
+        "results (ServicePrincipal)"
+    ]
+    assert facts["results_rights without"] == []
     # The head's rights: autostop's role on exactly the head VM, the scale set and the autoscale
     # setting in cpu mode; in ray mode Virtual Machine Contributor on the scale set (which holds
     # autostop's actions there) and autostop's role on the head VM; nothing without autostop.
@@ -380,6 +392,29 @@ def _head_deployment(doc: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def _results_role(doc: dict[str, Any]) -> dict[str, Any]:
+    return next(
+        d
+        for d in doc["resources"]
+        if d["name"].endswith("-results-role', parameters('namePrefix'))]")
+    )
+
+
+def _results_role_in_the_cluster_group(doc: dict[str, Any]) -> None:
+    """The role's deployment without its subscriptionId/resourceGroup, the head's dependsOn
+    naming it in the cluster's group."""
+    role = _results_role(doc)
+    for key in ("subscriptionId", "resourceGroup"):
+        role.pop(key)
+    head = _head_deployment(doc)
+    head["dependsOn"] = [
+        dep
+        if "results-role" not in dep
+        else f"[resourceId('Microsoft.Resources/deployments', {role['name'][1:-1]})]"
+        for dep in head["dependsOn"]
+    ]
+
+
 @pytest.mark.parametrize(
     ("edit", "reported"),
     [
@@ -393,6 +428,11 @@ def _head_deployment(doc: dict[str, Any]) -> dict[str, Any]:
          {"head_rights cpu autostop", "head_rights ray autostop"}),
         (lambda d: _secret(d).update(tags="[createObject()]"),
          {"tags Microsoft.KeyVault/vaults/secrets"}),
+        # The nodes' role on the results container: a reader's, or in the cluster's group.
+        (lambda d: _results_role(d)["properties"]["template"]["variables"].update(
+            blobDataContributorRoleId="2a2b9908-6ea1-4ae2-8e65-a410df84e7d1"),
+         {"results_rights with account"}),
+        (_results_role_in_the_cluster_group, {"results_rights with account"}),
     ],
 )  # fmt: skip
 def test_a_template_with_a_difference_put_back_is_reported(edit: Any, reported: set[str]) -> None:

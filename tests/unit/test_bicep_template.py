@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from bicep_support import REPO, template
+from bicep_support import REPO, pycep, template
 
 TYPES = Path("/work/shared/azure-types/arm_types.json")
 if not TYPES.exists():
@@ -105,8 +105,22 @@ def _item(args: list[str]) -> tuple[str, ...]:
     return tuple(re.sub(r"\[(copyIndex\(\)|\d+)\]", "[*]", a) for a in args)
 
 
+def existing_types() -> dict[str, set[str]]:
+    """The types each Bicep file (by its `metadata name`) declares ``existing``: resources it
+    names but does not deploy (bicep build emits none), whose resourceId() then resolves to
+    nothing in the template."""
+    found: dict[str, set[str]] = {}
+    for path in (REPO / "infra" / "bicep").rglob("*.bicep"):
+        [title] = re.findall(r"^metadata name = '(.*)'$", path.read_text(), re.M) or ["?"]
+        for r in pycep(path).get("resources", {}).values():
+            if r.get("existing"):
+                found.setdefault(title, set()).add(r["type"].lower())
+    return found
+
+
 def problems(doc: dict[str, Any]) -> list[str]:
     out = []
+    existing = existing_types()
     all_resources = []
     for _, tpl, _ in scopes(doc):
         all_resources += tpl["resources"]
@@ -128,12 +142,16 @@ def problems(doc: dict[str, Any]) -> list[str]:
                     out.append(f"{name}: {text[:80]}: no variable {args[0]}")
                 if fn == "resourceId":
                     key = (args[0].strip("'").lower(), _item(args[1:]))
-                    if key not in ids:
+                    if key not in ids and key[0] not in existing.get(name, set()):
                         out.append(f"{name}: resourceId{key} declared nowhere")
         local = {(r["type"].lower(), _item(resource_args(r))) for r in tpl["resources"]}
         for r in tpl["resources"]:
             for dep in r.get("dependsOn", []):
-                args = args_of(dep, dep.index("resourceId(") + len("resourceId"))
+                if dep.startswith("[extensionResourceId("):
+                    # a deployment in another group: extensionResourceId(group, type, names)
+                    args = args_of(dep, len("[extensionResourceId"))[1:]
+                else:
+                    args = args_of(dep, dep.index("resourceId(") + len("resourceId"))
                 if (args[0].strip("'").lower(), _item(args[1:])) not in local:
                     out.append(f"{name}: {r['name']} dependsOn {dep}, not in its template")
     return out
@@ -275,6 +293,11 @@ def resource_errors(doc: dict[str, Any], types: dict[str, Any]) -> tuple[list[st
                     continue
                 key = newer[0]
             body = {k: v for k, v in r.items() if k not in ARM_ONLY_KEYS}
+            if r["type"] == "Microsoft.Resources/deployments":
+                # a nested deployment's target group, a template-level key of deployments
+                body = {
+                    k: v for k, v in body.items() if k not in ("subscriptionId", "resourceGroup")
+                }
             errors += type_errors(body, types["resources"][key]["body"], types, key)
     return errors, unchecked
 

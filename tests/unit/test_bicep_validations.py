@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from terraform_docs import variables
 
-from armeval import ArmError, is_expression, parse_expression
+from armeval import ArmError, deploy, is_expression, parse_expression
 from bicep_support import (
     TERRAFORM_ONLY,
     camel,
@@ -165,11 +165,28 @@ def test_good_value_deploys_every_resource(variables: dict[str, Any]) -> None:
     expected = 17 + (1 if ray else 0) + (pools - 1) * 2
     if autostop:
         expected += 2 + (0 if ray else 1 + 2 * pools)
-    # Results storage by id: the blob private endpoint, its DNS zone group, the zone and its link.
-    results = bool(variables.get("results_storage_account_id"))
+    # Results storage by id: the blob private endpoint, its DNS zone group, the zone and its
+    # link, and in the account's own resource group the nodes' role on its results container.
+    account_id = variables.get("results_storage_account_id", "")
+    results = bool(account_id)
     endpoints = [r["name"] for r in d.resources if r["type"].endswith("/privateEndpoints")]
     assert ("ray-blob-pe" in endpoints) is results
-    expected += 4 if results else 0
+    on_results = [r for r in assignments if r["_deployment"] == "ray-results-role"]
+    assert len(on_results) == int(results)
+    if results:
+        parts = account_id.split("/")
+        assert d.module_groups["ray-results-role"] == (parts[2], parts[4])
+        [role] = on_results
+        assert role["scope"] == (
+            f"Microsoft.Storage/storageAccounts/{parts[8]}/blobServices/default/containers/results"
+        )
+        assert role["properties"]["roleDefinitionId"].endswith(
+            "/roleDefinitions/ba92f5b4-2d11-453d-a403-e96b0029c9fe"
+        )
+        assert role["properties"]["principalType"] == "ServicePrincipal"
+    else:
+        assert "ray-results-role" not in d.module_groups
+    expected += 5 if results else 0
     assert len(d.resources) == expected
 
 
@@ -370,3 +387,51 @@ def test_two_pools_are_the_same_scale_sets_in_both_stacks(terraform_inputs: Any)
         assert {k: values[k] for k in pool["deploy_values"]} == pool["deploy_values"], name
         assert values["WORKER_SCALE_SETS"] == "ray-cpu ray-gpu"
         assert values["WORKER_AUTOSCALE_NAME"] == "ray-cpu-autoscale ray-gpu-autoscale"
+
+
+def test_a_nested_deployment_runs_in_its_own_resource_group_or_is_refused() -> None:
+    """armeval deploys a module scoped to another group there (resourceGroup() and resourceId()
+    answer there, its id is off that group), and refuses in one line a group it cannot name."""
+    inner = {
+        "resources": [],
+        "outputs": {
+            "group": {"type": "string", "value": "[resourceGroup().id]"},
+            "id": {
+                "type": "string",
+                "value": "[resourceId('Microsoft.Storage/storageAccounts', 'a')]",
+            },
+        },
+    }
+    doc = {
+        "parameters": {"group": {"type": "string"}},
+        "resources": [
+            {
+                "type": "Microsoft.Resources/deployments",
+                "apiVersion": "2022-09-01",
+                "name": "m",
+                "subscriptionId": "00000000-0000-4000-8000-000000000009",
+                "resourceGroup": "[parameters('group')]",
+                "properties": {
+                    "expressionEvaluationOptions": {"scope": "inner"},
+                    "mode": "Incremental",
+                    "template": inner,
+                },
+            }
+        ],
+        "outputs": {
+            "id": {
+                "type": "string",
+                "value": "[reference(extensionResourceId(format('/subscriptions/{0}/resourceGroups/"
+                "{1}', '00000000-0000-4000-8000-000000000009', parameters('group')), "
+                "'Microsoft.Resources/deployments', 'm'), '2022-09-01').outputs.id.value]",
+            }
+        },
+    }
+    d = deploy(doc, {"group": "rg-other"})
+    group = "/subscriptions/00000000-0000-4000-8000-000000000009/resourceGroups/rg-other"
+    assert d.module_groups["m"] == ("00000000-0000-4000-8000-000000000009", "rg-other")
+    assert d.outputs["id"] == f"{group}/providers/Microsoft.Storage/storageAccounts/a"
+    with pytest.raises(
+        ArmError, match=r"^a nested deployment's resourceGroup 'a/b' is not a name$"
+    ):
+        deploy(doc, {"group": "a/b"})

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import yaml
+from bicep_to_arm import TARGETS
 from compare_arm import compare
 
 from support import REPO
@@ -52,6 +53,27 @@ def test_the_workflow_builds_lints_and_compares_with_least_permissions() -> None
         r"--framework arm",
         script,
     ), script
+    # the results storage's template (infra/bicep/results.bicep -> results.json) the same way,
+    # under the name .checkov.yaml's results skips match
+    assert (
+        "bicep build infra/bicep/results.bicep "
+        '--outfile "$RUNNER_TEMP/bicep-results/results.json"' in script
+    )
+    assert "bicep lint infra/bicep/results.bicep" in script
+    assert (
+        'scripts/compare_arm.py "$RUNNER_TEMP/bicep-results/results.json" '
+        "infra/bicep/results.json" in script
+    )
+    assert re.search(
+        r'checkov" --config-file \.checkov\.yaml \\\s+--directory "\$RUNNER_TEMP/bicep-results" '
+        r"--framework arm",
+        script,
+    ), script
+    # every committed template the stand-in writes is one the workflow builds and compares
+    for source, output in TARGETS:
+        rel = output.relative_to(REPO).as_posix()
+        assert f"bicep build {source.relative_to(REPO).as_posix()} " in script, source
+        assert re.search(rf'compare_arm\.py "\$RUNNER_TEMP/[\w-]+/{output.name}" {rel}\n', script)
     # checkov's arm framework on what the real compiler wrote, under the name .checkov.yaml's
     # template skips match (tests/unit/test_bicep_checkov.py), with the repository's config
     assert (

@@ -205,7 +205,7 @@ def test_deployed_without_a_principal_grants_nobody() -> None:
     # Storage Blob Data Reader, on the container only.
     assert role["properties"]["roleDefinitionId"].endswith("2a2b9908-6ea1-4ae2-8e65-a410df84e7d1")
     assert re.fullmatch(
-        r"Microsoft\.Storage/storageAccounts/blobServices/containers/rayres[a-z0-9]{13}/default/results",
+        r"Microsoft\.Storage/storageAccounts/rayres[a-z0-9]{13}/blobServices/default/containers/results",
         role["scope"],
     )
 

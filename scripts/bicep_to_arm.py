@@ -52,8 +52,11 @@ MAIN = BICEP_DIR / "main.bicep"
 OUTPUT = BICEP_DIR / "azuredeploy.json"
 IMAGE_MAIN = BICEP_DIR / "image" / "main.bicep"
 IMAGE_OUTPUT = BICEP_DIR / "image" / "azuredeploy.json"
-TARGETS = ((MAIN, OUTPUT), (IMAGE_MAIN, IMAGE_OUTPUT))
-"""Each committed template and the Bicep it is compiled from: the cluster and the node image."""
+RESULTS_MAIN = BICEP_DIR / "results.bicep"
+RESULTS_OUTPUT = BICEP_DIR / "results.json"
+TARGETS = ((MAIN, OUTPUT), (IMAGE_MAIN, IMAGE_OUTPUT), (RESULTS_MAIN, RESULTS_OUTPUT))
+"""Each committed template and the Bicep it is compiled from: the cluster, the node image and
+the results storage."""
 SCHEMA = "https://schema.management.azure.com/schemas/2019-04-01/deploymentTemplate.json#"
 DEPLOYMENTS_API = "2022-09-01"
 """The api-version ``bicep build`` (0.34) gives module deployments."""

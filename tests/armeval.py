@@ -268,17 +268,17 @@ CLOUDS: dict[str, dict[str, Any]] = {
     "AzureCloud": {
         "resourceManager": "https://management.azure.com/",
         "authentication": {"loginEndpoint": "https://login.microsoftonline.com/"},
-        "suffixes": {"keyvaultDns": ".vault.azure.net"},
+        "suffixes": {"keyvaultDns": ".vault.azure.net", "storage": "core.windows.net"},
     },
     "AzureUSGovernment": {
         "resourceManager": "https://management.usgovcloudapi.net/",
         "authentication": {"loginEndpoint": "https://login.microsoftonline.us/"},
-        "suffixes": {"keyvaultDns": ".vault.usgovcloudapi.net"},
+        "suffixes": {"keyvaultDns": ".vault.usgovcloudapi.net", "storage": "core.usgovcloudapi.net"},
     },
     "AzureChinaCloud": {
         "resourceManager": "https://management.chinacloudapi.cn/",
         "authentication": {"loginEndpoint": "https://login.chinacloudapi.cn/"},
-        "suffixes": {"keyvaultDns": ".vault.azure.cn"},
+        "suffixes": {"keyvaultDns": ".vault.azure.cn", "storage": "core.chinacloudapi.cn"},
     },
 }
 

@@ -166,6 +166,9 @@ param torchIndexUrl string = 'https://download.pytorch.org/whl/cpu'
 @maxLength(512)
 param aptSource string = ''
 
+@description('Optional. Resource ID of the storage account that keeps the jobs\' results (the separate stack infra/bicep/results.bicep creates it; its output storageAccountId). Empty (the default): no results storage, results stay on the head\'s disk only. Set: the cluster gets a private endpoint to the account\'s blob service in its subnet (the subnet\'s 6th host) with the privatelink.blob.core.windows.net zone, and jobs the container\'s URL (RAYDRIVER_RESULTS_URL); grant the nodes\' identity Storage Blob Data Contributor on the results container (infra/bicep/README.md). Deleting the cluster leaves the account and its results alone.')
+param resultsStorageAccountId string = ''
+
 @description('Optional. Leave it out: the Ray cluster token (RAY_AUTH_MODE=token), 64 random hexadecimal characters made at deployment. It is written to the cluster\'s Key Vault and kept nowhere else (deployment history does not keep secure parameter values). Every deployment that leaves it out writes a new token: see infra/bicep/README.md, "Redeploying".')
 @secure()
 @minLength(32)
@@ -282,6 +285,9 @@ var headAddress = subnet.address + 4
 var headPrivateIp = '${headAddress / 16777216}.${headAddress / 65536 % 256}.${headAddress / 256 % 256}.${headAddress % 256}'
 var keyVaultAddress = subnet.address + 5
 var keyVaultPrivateIp = '${keyVaultAddress / 16777216}.${keyVaultAddress / 65536 % 256}.${keyVaultAddress / 256 % 256}.${keyVaultAddress % 256}'
+// The results storage's private endpoint takes the subnet's 6th host.
+var resultsAddress = subnet.address + 6
+var resultsPrivateIp = '${resultsAddress / 16777216}.${resultsAddress / 65536 % 256}.${resultsAddress / 256 % 256}.${resultsAddress % 256}'
 
 // The SSH key, decoded: the SSH wire format (RFC 4253 section 6.6, RFC 8709 for ed25519) is a
 // string (uint32 length + bytes) holding the key type, then for ssh-ed25519 one string of 32
@@ -372,6 +378,16 @@ var nodeImageGroupChars = [for i in range(0, nodeImageIdShaped ? min(length(node
 var nodeImageGalleryChars = [for i in range(0, nodeImageIdShaped ? min(length(nodeImageIdParts[8]), 800) : 0): contains('${wordCharacters}.', substring(nodeImageIdParts[8], i, 1))]
 var nodeImageDefinitionChars = [for i in range(0, nodeImageIdShaped ? min(length(nodeImageIdParts[10]), 800) : 0): contains('${wordCharacters}-.', substring(nodeImageIdParts[10], i, 1))]
 var nodeImageVersionChars = [for i in range(0, nodeImageIdShaped ? min(length(nodeImageIdParts[12]), 800) : 0): contains('${digits}.', substring(nodeImageIdParts[12], i, 1))]
+// resultsStorageAccountId: /subscriptions/SUB/resourceGroups/RG/providers/Microsoft.Storage/storageAccounts/NAME.
+var resultsIdParts = split(resultsStorageAccountId, '/')
+var resultsIdShaped = length(resultsIdParts) == 9
+var resultsEnabled = !empty(resultsStorageAccountId)
+var resultsAccountName = resultsIdShaped ? resultsIdParts[8] : ''
+var resultsSubscriptionChars = [for i in range(0, resultsIdShaped ? min(length(resultsIdParts[2]), 800) : 0): contains('${digits}abcdef-', toLower(substring(resultsIdParts[2], i, 1)))]
+var resultsGroupChars = [for i in range(0, resultsIdShaped ? min(length(resultsIdParts[4]), 800) : 0): contains('${wordCharacters}-.()', substring(resultsIdParts[4], i, 1))]
+var resultsAccountChars = [for i in range(0, resultsIdShaped ? min(length(resultsIdParts[8]), 800) : 0): contains('${lowerCase}${digits}', substring(resultsIdParts[8], i, 1))]
+var resultsIdValid = resultsIdShaped ? empty(resultsIdParts[0]) && resultsIdParts[1] == 'subscriptions' && length(resultsIdParts[2]) == 36 && !contains(resultsSubscriptionChars, false) && toLower(resultsIdParts[3]) == 'resourcegroups' && length(resultsIdParts[4]) >= 1 && length(resultsIdParts[4]) <= 90 && !contains(resultsGroupChars, false) && toLower(resultsIdParts[5]) == 'providers' && toLower(resultsIdParts[6]) == 'microsoft.storage' && toLower(resultsIdParts[7]) == 'storageaccounts' && length(resultsIdParts[8]) >= 3 && length(resultsIdParts[8]) <= 24 && !contains(resultsAccountChars, false) : false
+var resultsUrl = resultsEnabled ? 'https://${resultsAccountName}.blob.${environment().suffixes.storage}/results' : ''
 var nodeImageIdValid = nodeImageIdShaped ? empty(nodeImageIdParts[0]) && toLower(nodeImageIdParts[1]) == 'subscriptions' && length(nodeImageIdParts[2]) == 36 && !contains(nodeImageSubscriptionChars, false) && toLower(nodeImageIdParts[3]) == 'resourcegroups' && length(nodeImageIdParts[4]) >= 1 && length(nodeImageIdParts[4]) <= 90 && !contains(nodeImageGroupChars, false) && toLower(nodeImageIdParts[5]) == 'providers' && toLower(nodeImageIdParts[6]) == 'microsoft.compute' && toLower(nodeImageIdParts[7]) == 'galleries' && length(nodeImageIdParts[8]) >= 1 && length(nodeImageIdParts[8]) <= 80 && !contains(nodeImageGalleryChars, false) && toLower(nodeImageIdParts[9]) == 'images' && length(nodeImageIdParts[10]) >= 1 && length(nodeImageIdParts[10]) <= 80 && !contains(nodeImageDefinitionChars, false) && toLower(nodeImageIdParts[11]) == 'versions' && length(split(nodeImageIdParts[12], '.')) == 3 && !contains(split(nodeImageIdParts[12], '.'), '') && !contains(nodeImageVersionChars, false) : false
 
 // Names the VM images already use, or that the cluster uses (infra/terraform/variables.tf says
@@ -612,6 +628,7 @@ var check = {
   extraAptPackagesLength: length(join(extraAptPackages, ' ')) <= 1024 ? 'ok' : 'extraAptPackages must come to 1,024 characters or fewer (joined by spaces).'
   pipIndexUrl: length(pipIndexUrl) <= 512 && (take(pipIndexUrl, 7) == 'http://' && length(pipIndexUrl) > 7 || take(pipIndexUrl, 8) == 'https://' && length(pipIndexUrl) > 8) && empty(filter(unsafeCharacters, u => contains(pipIndexUrl, u))) ? 'ok' : 'pipIndexUrl must be one http(s) URL of at most 512 characters without spaces, single quotes or backslashes, e.g. "https://pypi.org/simple".'
   torchIndexUrl: length(torchIndexUrl) <= 512 && (take(torchIndexUrl, 7) == 'http://' && length(torchIndexUrl) > 7 || take(torchIndexUrl, 8) == 'https://' && length(torchIndexUrl) > 8) && empty(filter(unsafeCharacters, u => contains(torchIndexUrl, u))) ? 'ok' : 'torchIndexUrl must be one http(s) URL of at most 512 characters without spaces, single quotes or backslashes, e.g. "https://download.pytorch.org/whl/cpu".'
+  resultsStorageAccountId: empty(resultsStorageAccountId) || resultsIdValid ? 'ok' : 'resultsStorageAccountId must be empty or a storage account\'s resource id, /subscriptions/GUID/resourceGroups/GROUP/providers/Microsoft.Storage/storageAccounts/NAME (3-24 lower-case letters and digits), e.g. the output storageAccountId of infra/bicep/results.bicep.'
   aptSource: empty(aptSource) || length(aptSource) <= 512 && (take(aptSource, 4) == 'deb ' && length(aptSource) > 4 || take(aptSource, 8) == 'deb-src ' && length(aptSource) > 8) && empty(filter([
     '\r'
     '\n'
@@ -729,6 +746,7 @@ module checks 'modules/checks.bicep' = {
       check.pipIndexUrl
       check.torchIndexUrl
       check.aptSource
+      check.resultsStorageAccountId
     ]
   }
 }
@@ -781,6 +799,23 @@ module keyVault 'modules/keyvault.bicep' = {
   }
 }
 
+// Results storage (optional, resultsStorageAccountId): the private endpoint to the account's blob
+// service and its DNS zone, in the cluster's resource group (they go with the cluster; the account
+// and its results stay).
+module results 'modules/results.bicep' = if (resultsEnabled) {
+  name: '${namePrefix}-results'
+  params: {
+    location: location
+    namePrefix: namePrefix
+    tags: tags
+    vnetId: network.outputs.vnetId
+    subnetId: network.outputs.subnetId
+    privateIp: resultsPrivateIp
+    storageAccountId: resultsStorageAccountId
+    url: resultsUrl
+  }
+}
+
 // Deploy-time values for the rendered cloud-init documents, keyed by exactly the names in
 // cloud-init/placeholders.yaml (tests/unit/test_deploy_values.py holds the lists together).
 var deployValues = {
@@ -811,6 +846,8 @@ var deployValues = {
   WORKER_POOL: pools[0].name
   RAY_RESOURCES: pools[0].rayResources
   RAY_LABELS: pools[0].rayLabels
+  // The results container (modules/results.bicep), '' without resultsStorageAccountId.
+  RESULTS_URL: resultsEnabled ? results.outputs.url : ''
 }
 
 // The first boot installs packages (the subnet's NAT gateway and NSG must be in place) and reads
@@ -945,3 +982,6 @@ output resourceGroupName string = resourceGroup().name
 
 @description('Submit the CartPole example to this cluster (from the repository root).')
 output driverCommand string = 'python -m driver submit examples/cartpole/train.py --head ${adminUsername}@${head.outputs.publicIp}'
+
+@description('URL of the results container the jobs write to (RAYDRIVER_RESULTS_URL on the nodes), \'\' without resultsStorageAccountId (results on the head\'s disk only).')
+output resultsUrl string = resultsUrl

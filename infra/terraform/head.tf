@@ -90,6 +90,10 @@ resource "azurerm_linux_virtual_machine" "head" {
     azurerm_role_assignment.nodes_secrets_user,
     azurerm_private_endpoint.key_vault,
     azurerm_private_dns_zone_virtual_network_link.key_vault,
+    # The results storage's endpoint takes its fixed address before any worker could (results.tf).
+    azurerm_private_endpoint.blob,
+    azurerm_private_dns_zone_virtual_network_link.blob,
+    azurerm_role_assignment.nodes_results_contributor,
   ]
 
   lifecycle {

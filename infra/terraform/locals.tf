@@ -78,6 +78,8 @@ locals {
     WORKER_POOL   = local.first_pool_name
     RAY_RESOURCES = local.first_pool.deploy_values.RAY_RESOURCES
     RAY_LABELS    = local.first_pool.deploy_values.RAY_LABELS
+    # The results container (results.tf), "" without results_storage_account_id.
+    RESULTS_URL = local.results_url
   }
 
   # The autoscaler's Resource Manager endpoint, in the cloud the stack deploys to (Bicep:

@@ -56,3 +56,8 @@ output "driver_command" {
   description = "Submit the CartPole example to this cluster (from the repository root)."
   value       = "python -m driver submit examples/cartpole/train.py --head ${local.ssh_target}"
 }
+
+output "results_url" {
+  description = "URL of the results container the jobs write to (RAYDRIVER_RESULTS_URL on the nodes), \"\" without results_storage_account_id (results on the head's disk only)."
+  value       = local.results_url
+}

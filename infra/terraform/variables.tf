@@ -193,7 +193,7 @@ variable "vnet_address_space" {
 variable "subnet_address_prefix" {
   type        = string
   default     = "10.42.1.0/24"
-  description = "(Optional) The cluster's subnet inside vnet_address_space, an IPv4 network address between /8 and /28 in a private range (the head takes its 4th host, e.g. 10.42.1.4, the Key Vault's private endpoint its 5th; workers take the rest)."
+  description = "(Optional) The cluster's subnet inside vnet_address_space, an IPv4 network address between /8 and /28 in a private range (the head takes its 4th host, e.g. 10.42.1.4, the Key Vault's private endpoint its 5th, the results storage's private endpoint its 6th; workers take the rest)."
 
   validation {
     condition     = can(regex(local.ipv4_cidr_pattern, var.subnet_address_prefix)) && try(cidrhost(var.subnet_address_prefix, 0) == split("/", var.subnet_address_prefix)[0] && tonumber(split("/", var.subnet_address_prefix)[1]) >= 8 && tonumber(split("/", var.subnet_address_prefix)[1]) <= 28, false)
@@ -701,5 +701,17 @@ variable "apt_source" {
   validation {
     condition     = var.apt_source == "" || (can(regex("^deb(-src)? [^\\r\\n'\\\\]+$", var.apt_source)) && length(var.apt_source) <= 512)
     error_message = "apt_source must be empty or one line of at most 512 characters starting with \"deb \", without single quotes or backslashes, e.g. \"deb [trusted=yes] http://10.0.0.5/debian ./\"."
+  }
+}
+
+variable "results_storage_account_id" {
+  type        = string
+  default     = ""
+  nullable    = false
+  description = "(Optional) Resource id of the storage account that keeps the jobs' results (the separate stack in infra/terraform/results creates it; its output storage_account_id). Empty (the default): no results storage, results stay on the head's disk only. Set: the cluster gets a private endpoint to the account's blob service in its subnet (the subnet's 6th host) with the privatelink.blob.core.windows.net zone, the nodes' identity Storage Blob Data Contributor on its `results` container only, and jobs the container's URL (RAYDRIVER_RESULTS_URL). Destroying the cluster leaves the account and its results alone."
+
+  validation {
+    condition     = var.results_storage_account_id == "" || can(regex("^/subscriptions/[0-9a-fA-F-]{36}/(?i:resourceGroups)/[-\\w.()]{1,90}/(?i:providers/Microsoft\\.Storage/storageAccounts)/[a-z0-9]{3,24}$", var.results_storage_account_id))
+    error_message = "results_storage_account_id must be empty or a storage account's resource id, /subscriptions/GUID/resourceGroups/GROUP/providers/Microsoft.Storage/storageAccounts/NAME (3-24 lower-case letters and digits), e.g. the output storage_account_id of infra/terraform/results."
   }
 }

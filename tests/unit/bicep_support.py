@@ -80,6 +80,7 @@ OUTPUTS = {
     "resource_group_name": "resourceGroupName",
     "driver_command": "driverCommand",
     "worker_pools": "workerPools",
+    "results_url": "resultsUrl",
 }
 
 
@@ -130,6 +131,7 @@ PARAMETERS: dict[str, str | None] = {
     "pip_index_url": "pipIndexUrl",
     "torch_index_url": "torchIndexUrl",
     "apt_source": "aptSource",
+    "results_storage_account_id": "resultsStorageAccountId",
 }
 
 

@@ -37,6 +37,11 @@ ROLES = {"head": "-head", "worker": "-workers"}
 REQUIRED = {"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519}
 DEPLOY_JSON = "/etc/ray-cluster/deploy.json"
 
+RESULTS_ACCOUNT_ID = (
+    "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/ray-results/providers/"
+    "Microsoft.Storage/storageAccounts/rayresults0123456789"
+)
+
 CASES: list[dict[str, Any]] = [
     {},
     {
@@ -70,6 +75,8 @@ CASES: list[dict[str, Any]] = [
         "autostopIdleMinutes": 10080,
     },
     {"autostopIdleMinutes": 0, "namePrefix": "rlx"},
+    # Results storage: its container's URL reaches the nodes.
+    {"resultsStorageAccountId": RESULTS_ACCOUNT_ID},
     # Two pools: the CPU workers (the head's, the first) with resources, and a Spot GPU pool.
     {
         "workerPools": [
@@ -143,6 +150,12 @@ def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, st
         "WORKER_POOL": first["name"],
         "RAY_RESOURCES": json.dumps(first.get("rayResources", {}), separators=(",", ":")),
         "RAY_LABELS": ",".join(f"{k}={v}" for k, v in first.get("rayLabels", {}).items()),
+        # results.tf: the account's name (the id's last segment) in the public cloud's suffix.
+        "RESULTS_URL": (
+            f"https://{account.rsplit('/', 1)[-1]}.blob.core.windows.net/results"
+            if (account := parameters.get("resultsStorageAccountId"))
+            else ""
+        ),
     }
 
 

@@ -300,3 +300,46 @@ def test_the_gpu_pool_field_adds_a_pool_next_to_the_cpu_workers_and_it_deploys()
         and r["properties"]["roleDefinitionId"].endswith(vm_contributor)
     ) == ["ray-gpu", "ray-workers"]
     assert "gpuPoolInRayMode" not in elements()
+
+
+RESULTS_ACCOUNT = (
+    "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/ray-results/providers/"
+    "Microsoft.Storage/storageAccounts/rayres0123456789abcdef01"
+)
+RESULTS_ACCOUNTS_BAD = [
+    RESULTS_ACCOUNT + "/",
+    RESULTS_ACCOUNT.replace("rayres0123456789abcdef01", "RayRes01"),  # upper case
+    RESULTS_ACCOUNT.replace("rayres0123456789abcdef01", "ra"),  # too short
+    RESULTS_ACCOUNT.replace("rayres0123456789abcdef01", "a" * 25),  # too long
+    RESULTS_ACCOUNT.replace("Microsoft.Storage/storageAccounts", "Microsoft.KeyVault/vaults"),
+    RESULTS_ACCOUNT + "/blobServices/default/containers/results",  # the container, not the account
+    "rayres0123456789abcdef01",  # a name, not an id
+]
+
+
+def test_the_results_field_is_optional_and_a_template_parameter() -> None:
+    field = elements()["resultsStorageAccountId"]
+    assert field["constraints"]["required"] is False
+    assert (
+        field["defaultValue"]
+        == template()["parameters"]["resultsStorageAccountId"]["defaultValue"]
+        == ""
+    )
+    outputs = ui()["parameters"]["outputs"]
+    assert outputs["resultsStorageAccountId"] == "[steps('results').resultsStorageAccountId]"
+
+
+@pytest.mark.parametrize("value", [RESULTS_ACCOUNT, ""])
+def test_results_accounts_the_form_accepts_deploy(value: str) -> None:
+    assert pattern("resultsStorageAccountId").match(value)
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "resultsStorageAccountId": value})  # fmt: skip
+    assert check_results(d) == []
+
+
+@pytest.mark.parametrize("value", RESULTS_ACCOUNTS_BAD)
+def test_results_accounts_the_form_refuses_the_template_refuses(value: str) -> None:
+    assert not pattern("resultsStorageAccountId").match(value)
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "resultsStorageAccountId": value})  # fmt: skip
+    assert d.refused or check_results(d)

@@ -88,6 +88,9 @@ MAX_VALUE_LENGTHS = {
     # entry ("a":1,) takes 6 characters or more, 2 of them quotes.
     "RAY_RESOURCES": 64 + 2 * (64 // 6 + 1),
     "RAY_LABELS": 64,  # worker_pools validation: 64 characters of key=value pairs
+    # https://ACCOUNT.blob.SUFFIX/results: a 24-character account name (the
+    # results_storage_account_id validation), the longest cloud's suffix (core.usgovcloudapi.net).
+    "RESULTS_URL": len("https://") + 24 + len(".blob.core.usgovcloudapi.net/results"),
 }
 """The longest value each placeholder can receive from the stack's validated variables."""
 

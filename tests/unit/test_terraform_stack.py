@@ -30,6 +30,7 @@ OUTPUT_CONTRACT = {
     "resource_group_name",
     "driver_command",
     "worker_pools",
+    "results_url",
 }
 # Terraform's own: Bicep deploys into a resource group given to `az deployment group create`, and
 # writes the token secret through Azure Resource Manager (control plane), so it needs neither a

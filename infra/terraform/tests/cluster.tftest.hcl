@@ -451,6 +451,8 @@ run "custom_data_is_filled" {
           WORKER_POOL       = "workers"
           RAY_RESOURCES     = "{}"
           RAY_LABELS        = ""
+          # No results storage by default (results.tf).
+          RESULTS_URL = ""
         },
       ]
     ]))

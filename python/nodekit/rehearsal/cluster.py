@@ -338,6 +338,8 @@ class Rehearsal:
             "WORKER_POOL": "workers",
             "RAY_RESOURCES": "{}",
             "RAY_LABELS": "",
+            # No results storage (the stacks' default): results stay on the head's disk.
+            "RESULTS_URL": "",
         }
 
     def scale_set_id(self, state: State) -> str:

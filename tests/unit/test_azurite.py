@@ -92,7 +92,7 @@ def blob(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Blob]:
     metadata.start()
     try:
         url = azurite.start(Context("blobtest", cluster, base, state, store))
-        yield Blob(url, ca, metadata, token_key, azurite.data_dir(azure))
+        yield Blob(url, ca, metadata, token_key, azurite.data_dir(base, "blobtest"))
     finally:
         metadata.stop()
         for item in state.created:  # what ``down`` would stop: Azurite

@@ -273,7 +273,10 @@ CLOUDS: dict[str, dict[str, Any]] = {
     "AzureUSGovernment": {
         "resourceManager": "https://management.usgovcloudapi.net/",
         "authentication": {"loginEndpoint": "https://login.microsoftonline.us/"},
-        "suffixes": {"keyvaultDns": ".vault.usgovcloudapi.net", "storage": "core.usgovcloudapi.net"},
+        "suffixes": {
+            "keyvaultDns": ".vault.usgovcloudapi.net",
+            "storage": "core.usgovcloudapi.net",
+        },
     },
     "AzureChinaCloud": {
         "resourceManager": "https://management.chinacloudapi.cn/",

@@ -137,7 +137,10 @@ def test_bicep_account_has_the_same_settings() -> None:
     assert props["minimumTlsVersion"] == "TLS1_2"
     assert props["allowBlobPublicAccess"] is False
     assert props["supportsHttpsTrafficOnly"] is True
-    assert props["publicNetworkAccess"] == "[if(empty(parameters('allowedCidrs')), 'Disabled', 'Enabled')]"
+    assert (
+        props["publicNetworkAccess"]
+        == "[if(empty(parameters('allowedCidrs')), 'Disabled', 'Enabled')]"
+    )
     assert props["networkAcls"]["defaultAction"] == "Deny"
     blob = arm_resource("Microsoft.Storage/storageAccounts/blobServices")["properties"]
     for policy in ("deleteRetentionPolicy", "containerDeleteRetentionPolicy"):
@@ -196,7 +199,9 @@ def test_deployed_without_a_principal_grants_nobody() -> None:
     assert account["properties"]["publicNetworkAccess"] == "Disabled"
     granted = deploy(arm(), {"deployerPrincipalId": "00000000-0000-4000-8000-00000000000a"},
                      context())  # fmt: skip
-    [role] = [r for r in granted.resources if r["type"] == "Microsoft.Authorization/roleAssignments"]
+    [role] = [
+        r for r in granted.resources if r["type"] == "Microsoft.Authorization/roleAssignments"
+    ]
     # Storage Blob Data Reader, on the container only.
     assert role["properties"]["roleDefinitionId"].endswith("2a2b9908-6ea1-4ae2-8e65-a410df84e7d1")
     assert re.fullmatch(
@@ -227,9 +232,8 @@ def test_cluster_endpoint_is_blob_on_the_subnets_sixth_host() -> None:
 
 
 def test_bicep_cluster_with_an_account_gets_the_endpoint_and_the_url() -> None:
-    from test_bicep_custom_data import REQUIRED
-
     from bicep_support import deploy_template
+    from test_bicep_custom_data import REQUIRED
 
     none = deploy_template(dict(REQUIRED))
     assert not any(r["type"] == "Microsoft.Network/privateEndpoints" and "blob" in r["name"]

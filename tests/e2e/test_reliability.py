@@ -37,9 +37,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from driver import layout
+from driver import hostkeys, layout
 from driver.procs import pid_alive
 from fakes.azure_node import STORAGE_RESOURCE, FakeImds, StateFolder, imds_config, issue_token
+from nodekit.rehearsal import trust
 from nodekit.rehearsal.cluster import Rehearsal
 from nodekit.rehearsal.services import keyvault
 from rehearsal_cluster import RehearsalCluster
@@ -442,6 +443,12 @@ def test_after_the_head_is_replaced_with_its_disk_workers_rejoin_and_resume_from
     cluster.replace_head()
     # A fresh disk: the run's folder (its local checkpoints) went with the old one.
     assert not _head_file(cluster, f"{layout.RESULTS_DIR}/{first}").exists()
+    # A fresh head has new host keys: the driver refuses it until told (as `ssh-keygen -R`
+    # after a head re-created on Azure); replace_head recorded them in this process's
+    # known_hosts, and this is the test driver's own.
+    hostkeys.replace(
+        rehearsal.head_ip, trust.head_keys(cluster.node("head").root), home / "known_hosts"
+    )
     _until(
         lambda: workers <= _alive_workers(rehearsal),
         600,

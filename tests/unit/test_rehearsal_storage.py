@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from driver.errors import DriverError
 from nodekit.cli import build_parser
 from nodekit.rehearsal.cluster import Node, Rehearsal, State
-from nodekit.rehearsal.services import azurite
+from nodekit.rehearsal.services import Context, azurite
+from nodekit.rehearsal.state import StateFile
 from support import REPO
 
 URL = "https://10.213.0.1:8475/rehearsalresults/results"
@@ -181,6 +183,12 @@ def test_storage_serves_the_kept_data_again_and_once(tmp_path: Path) -> None:
             "error: the results storage of 'kept' is being served already (its cluster is up, "
             "or another `rehearse storage` runs): use that one"
         ]
+        # Nor does a cluster's up serve it meanwhile.
+        cluster = tmp_path / "clusters" / "kept"
+        with pytest.raises(
+            DriverError, match=r"is being served \(`rehearse storage --name kept`\)"
+        ):
+            azurite.start(Context("kept", cluster, tmp_path, _state(), StateFile(cluster / "s")))
     finally:
         assert first.stop() == 0
     second = _Served(tmp_path, "kept")

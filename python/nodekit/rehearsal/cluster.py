@@ -674,7 +674,8 @@ class Rehearsal:
         removed += [f"container pid {p}" for p in sorted(pids)]
         # 2. the services on the bridge.
         host_ip = state.host_ip if state else network.host_ip(self.subnet)
-        for pid in running_services(self.dir, host_ip, state):
+        services = running_services(self.dir, host_ip, state)
+        for pid in services:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
             removed.append(f"server pid {pid}")
@@ -686,6 +687,11 @@ class Rehearsal:
         if self.dir.exists():
             shutil.rmtree(self.dir)
             removed.append(f"folder {self.dir}")
+        if delete_results and set(azurite.serving(self.results_dir)) - services:
+            raise DriverError(
+                f"the results storage {self.results_dir} is being served (`rehearse storage "
+                f"--name {self.name}`): stop that, then run down --delete-results again"
+            )
         if delete_results and self.results_dir.exists():
             shutil.rmtree(self.results_dir)
             removed.append(f"results storage {self.results_dir}")

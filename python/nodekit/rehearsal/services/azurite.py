@@ -126,10 +126,15 @@ def start(ctx: Context) -> str:
     """Blob storage on the bridge with its container (after :func:`keyvault.start`, whose
     certificate it serves and whose token key signs the deployment's token); the account's
     URL."""
+    data = data_dir(ctx.base, ctx.name)
+    if serving(data):
+        raise DriverError(
+            f"the results storage {data} is being served (`rehearse storage --name {ctx.name}`): "
+            "stop that first"
+        )
     azure = ctx.azure_dir
     shared = keyvault.shared(azure)
     cert, key = keyvault.tls(azure)
-    data = data_dir(ctx.base, ctx.name)
     data.mkdir(parents=True, exist_ok=True)
     blob_port = ctx.port("azurite")
     pid = ctx.spawn(
@@ -195,7 +200,7 @@ def serve(
         raise DriverError(
             f"rehearsal cluster {name!r} has no kept results storage ({data} does not exist)"
         )
-    if pids_with_cmdline(f"--location {data}"):
+    if serving(data):
         raise DriverError(
             f"the results storage of {name!r} is being served already (its cluster is up, or "
             "another `rehearse storage` runs): use that one"
@@ -245,6 +250,11 @@ def serve(
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def serving(data: Path) -> list[int]:
+    """The Azurite processes serving ``data`` (a cluster's, or :func:`serve`'s)."""
+    return pids_with_cmdline(f"--location {data}")
 
 
 def _free_port() -> int:

@@ -184,6 +184,14 @@ def register_rehearse(verbs: Any) -> None:
         "deallocated (its container powers off; the fake Compute's start boots it again); "
         "default 0, off",
     )
+    up.add_argument(
+        "--no-results-storage",
+        dest="results_storage",
+        action="store_false",
+        help="no Blob storage for results: jobs keep their results on the head's disk only, as "
+        "a stack deployed with results storage none (default: Azurite on the bridge, its "
+        "container the nodes' RESULTS_URL, its data kept by down)",
+    )
     up.set_defaults(func=cmd_rehearse_up)
     hook = actions.add_parser(
         "scale-set",
@@ -233,10 +241,45 @@ def register_rehearse(verbs: Any) -> None:
         power.add_argument("--name", default="rehearsal")
         power.add_argument("--node", required=True, help="head, worker-1, worker-2, ...")
         power.set_defaults(func=cmd_rehearse_power, power=verb)
+    replace = actions.add_parser(
+        "replace-head",
+        help="Delete the head with its disk and boot a fresh one from the same documents (as a "
+        "head VM re-created on Azure); the workers rejoin it at the same address.",
+    )
+    replace.add_argument("--name", default="rehearsal")
+    replace.add_argument(
+        "--timeout",
+        type=float,
+        default=1800,
+        help="seconds to wait for the new head to be ready (default: 1800)",
+    )
+    replace.set_defaults(func=cmd_rehearse_replace_head)
     down = actions.add_parser("down", help="Remove every container, namespace, mount and file.")
     down.add_argument("--name", default="rehearsal")
     down.add_argument("--subnet", default=DEFAULT_SUBNET)
+    down.add_argument(
+        "--delete-results",
+        action="store_true",
+        help="remove the cluster's results storage too (default: kept, as a storage account "
+        "outlives the compute; `rehearse storage` serves it)",
+    )
     down.set_defaults(func=cmd_rehearse_down)
+    storage = actions.add_parser(
+        "storage",
+        help="Serve the results storage a cluster kept after down, on loopback, until Ctrl-C.",
+        description=(
+            "Serve the results storage (Azurite's data) that `rehearse down` kept for the "
+            "cluster NAME, with the cluster down, on 127.0.0.1 over HTTPS with OAuth, with a "
+            "metadata service on loopback for tokens (as `az login` for a storage account on "
+            "Azure). Prints the container's URL and the environment for `python -m driver "
+            "runs|download|plot --results-url URL`."
+        ),
+    )
+    storage.add_argument("--name", default="rehearsal")
+    storage.add_argument(
+        "--port", type=int, default=0, help="Azurite's port on 127.0.0.1 (default: a free one)"
+    )
+    storage.set_defaults(func=cmd_rehearse_storage)
     st = actions.add_parser("status", help="Show the cluster's nodes (JSON).")
     st.add_argument("--name", default="rehearsal")
     st.set_defaults(func=cmd_rehearse_status)
@@ -262,6 +305,7 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
         idle_timeout_minutes=args.idle_timeout_minutes,
         image=args.image,
         autostop_idle_minutes=args.autostop_idle_minutes,
+        results_storage=args.results_storage,
     )
     head = state.head
     print(f"head: {state.admin_user}@{head.ip}")
@@ -327,11 +371,30 @@ def cmd_rehearse_power(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_rehearse_replace_head(args: argparse.Namespace) -> int:
+    from nodekit.rehearsal.cluster import Rehearsal
+
+    head = Rehearsal(args.name).replace_head(timeout=args.timeout, progress=say)
+    say(f"rehearsal cluster {args.name!r}: a fresh head runs at {head.ip}")
+    return EXIT_OK
+
+
 def cmd_rehearse_down(args: argparse.Namespace) -> int:
     from nodekit.rehearsal.cluster import Rehearsal
 
-    removed = Rehearsal(args.name, subnet=args.subnet).down(progress=say)
+    removed = Rehearsal(args.name, subnet=args.subnet).down(
+        progress=say, delete_results=args.delete_results
+    )
     say(f"rehearsal cluster {args.name!r}: removed {len(removed)} item(s)")
+    return EXIT_OK
+
+
+def cmd_rehearse_storage(args: argparse.Namespace) -> int:
+    from nodekit.rehearsal.cluster import Rehearsal
+    from nodekit.rehearsal.services import azurite
+
+    r = Rehearsal(args.name)  # a checked name
+    azurite.serve(r.base, r.name, args.port, say=lambda line: print(line, flush=True))
     return EXIT_OK
 
 

@@ -39,7 +39,7 @@ def nodekit(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
 def up(image: bool = True) -> subprocess.CompletedProcess[str]:
     """The cluster, its nodes booted from the node image (``image=False``: installing at boot,
     ``--no-image``)."""
-    nodekit("rehearse", "down", "--name", NAME, "--subnet", SUBNET, timeout=600)
+    nodekit("rehearse", "down", "--name", NAME, "--subnet", SUBNET, "--delete-results", timeout=600)
     return nodekit(
         "rehearse",
         "up",
@@ -63,7 +63,9 @@ def up(image: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def down() -> subprocess.CompletedProcess[str]:
-    return nodekit("rehearse", "down", "--name", NAME, "--subnet", SUBNET, timeout=600)
+    return nodekit(
+        "rehearse", "down", "--name", NAME, "--subnet", SUBNET, "--delete-results", timeout=600
+    )
 
 
 @dataclass

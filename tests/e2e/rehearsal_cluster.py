@@ -95,6 +95,9 @@ def leftovers(name: str, cluster_dir: Path) -> list[str]:
         if m.split()[1].startswith(str(cluster_dir))
     ]
     found += [f"process {pid}" for pid in pids_with_cmdline(str(cluster_dir))]
+    # The results storage's data is kept (documented), its server is not.
+    results = cluster_dir.parent.parent / "results" / name
+    found += [f"process {pid}" for pid in pids_with_cmdline(f"--location {results}")]
     if cluster_dir.exists():
         found.append(f"folder {cluster_dir}")
     return found
@@ -116,3 +119,13 @@ def down_and_check(cluster_dir: Path) -> None:
     ]
     assert state["known_hosts"], "up recorded no host keys for the driver"
     assert left == [], f"rehearse down left things behind: {left}"
+    # What `down` keeps, as documented: the results storage's data, outside the cluster folder
+    # (the next `up` of this name serves it again); `down --delete-results` removes it too.
+    results = cluster_dir.parent.parent / "results" / NAME
+    if state.get("results_url"):
+        assert results.is_dir() and any(results.iterdir()), f"down lost the results: {results}"
+    again = driver(
+        "rehearse", "down", "--name", NAME, "--subnet", SUBNET, "--delete-results", timeout=600
+    )
+    assert again.returncode == 0, again.stderr
+    assert not results.exists(), f"down --delete-results left {results}"

@@ -127,7 +127,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         pytest.fail("the rehearsal cluster needs root (CI runs as root)")
     from fakes.azure_node import FakeImds, imds_config
 
-    nodekit("rehearse", "down", "--name", NAME, "--subnet", SUBNET, timeout=600)
+    nodekit("rehearse", "down", "--name", NAME, "--subnet", SUBNET, "--delete-results", timeout=600)
     up = nodekit("rehearse", "up", "--name", NAME, "--subnet", SUBNET, "--workers", "0",
                  "--scaling-mode", "ray", "--min-workers", "0", "--max-workers", "1",
                  "--idle-timeout-minutes", "1", "--autostop-idle-minutes", str(AUTOSTOP_MINUTES),
@@ -179,7 +179,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         if imds is not None:
             imds.stop()
         if os.environ.get("RAYDRIVER_KEEP_REHEARSAL") != "1":
-            down = nodekit("rehearse", "down", "--name", NAME, "--subnet", SUBNET, timeout=600)
+            down = nodekit(
+                "rehearse",
+                "down",
+                "--name",
+                NAME,
+                "--subnet",
+                SUBNET,
+                "--delete-results",
+                timeout=600,
+            )
             assert down.returncode == 0, down.stderr
 
 

@@ -106,7 +106,7 @@ def local_blob(base: Path) -> Iterator[Blob]:
     context = Context("blobtest", cluster, base, state, StateFile(cluster / "state.json"))
     try:
         url = azurite.start(context)
-        yield Blob(url, ca, metadata, token_key, azurite.data_dir(azure), context)
+        yield Blob(url, ca, metadata, token_key, azurite.data_dir(base, "blobtest"), context)
     finally:
         metadata.stop()
         _stop(context)

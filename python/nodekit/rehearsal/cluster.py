@@ -35,7 +35,7 @@ from nodekit import render
 from nodekit.rehearsal import bake, mirrors, network, nodes, trust
 from nodekit.rehearsal.image import ImageCache, document_requirements
 from nodekit.rehearsal.nodes import wait_ready as _wait_ready
-from nodekit.rehearsal.services import Context, compute, imds, keyvault, packages
+from nodekit.rehearsal.services import Context, azurite, compute, imds, keyvault, packages
 from nodekit.rehearsal.services import running as running_services
 from nodekit.rehearsal.state import BASE_ENV, DEFAULT_BASE, Node, State, StateFile, default_base
 from nodekit.rehearsal.system import require_root_linux, unmount_under
@@ -119,6 +119,7 @@ class Rehearsal:
         idle_timeout_minutes: int = 5,
         image: bool = True,
         autostop_idle_minutes: int = 0,
+        results_storage: bool = True,
     ) -> State:
         """Build what is missing, boot head + ``workers`` and wait until Ray runs on all.
 
@@ -127,7 +128,11 @@ class Rehearsal:
         here; the ``workers`` booted now are its first instances.
 
         ``image``: boot the nodes from the node image, the install phase baked once per install
-        digest (:mod:`nodekit.rehearsal.bake`); without it every node installs at boot."""
+        digest (:mod:`nodekit.rehearsal.bake`); without it every node installs at boot.
+
+        ``results_storage``: Blob storage on the bridge (Azurite), its container's URL the
+        deploy-time value RESULTS_URL, so every job mirrors its run folder there; its data is
+        kept by ``down`` (:func:`azurite.data_dir`). Off: results stay on the head's disk."""
         require_root_linux()
         if not 0 <= workers <= 50:
             raise DriverError(f"--workers must be between 0 and 50, got {workers}")
@@ -219,6 +224,10 @@ class Rehearsal:
         packages.start_torch_index(ctx, self.cache.torch_index)
         packages.start_mirrors(ctx, proxpi)
         keyvault.start(ctx, (self.dir / "token").read_text())
+        if results_storage:
+            state.results_url = f"{azurite.start(ctx)}/{azurite.CONTAINER}"
+            self._save(state)
+            progress(f"results storage: {state.results_url} (kept by down: {self.results_dir})")
         new = [self._plan_node(state, "head"), *[self._plan_node(state) for _ in range(workers)]]
         if scaling_mode == "ray" or autostop_idle_minutes > 0:
             compute.start(ctx, new[1:], network.worker_pool(self.subnet))
@@ -338,8 +347,10 @@ class Rehearsal:
             "WORKER_POOL": "workers",
             "RAY_RESOURCES": "{}",
             "RAY_LABELS": "",
-            # No results storage (the stacks' default): results stay on the head's disk.
-            "RESULTS_URL": "",
+            # The results container on the bridge (Azurite), as a stack with results storage
+            # passes its container's URL; "" with `up --no-results-storage` (the stacks'
+            # default): results stay on the head's disk.
+            "RESULTS_URL": state.results_url,
         }
 
     def scale_set_id(self, state: State) -> str:
@@ -354,6 +365,12 @@ class Rehearsal:
 
     def _check_subnet_free(self) -> None:
         network.check_subnet_free(self.subnet)
+
+    @property
+    def results_dir(self) -> Path:
+        """The cluster's Blob storage data: outside its folder, kept across ``down`` (as a
+        storage account outlives the compute), removed by ``down(delete_results=True)``."""
+        return azurite.data_dir(self.base, self.name)
 
     @property
     def mirror_cache(self) -> Path:
@@ -519,6 +536,36 @@ class Rehearsal:
         network.detach_node(node)
         nodes.remove_folder(node)
 
+    def replace_head(self, timeout: float = 1800, progress: Progress = silent) -> Node:
+        """As the head's VM deleted with its OS disk and created again from the same documents
+        (a re-created head on Azure): its container, disk (everything it wrote), metadata
+        service and network go, and a fresh head boots at the same address from the
+        cluster's documents and deploy-time values; returns once its Ray runs. What the
+        cluster keeps outside the head (Key Vault, the results storage, the workers) stays.
+        Its new SSH host keys replace the old ones where ``up`` recorded them."""
+        require_root_linux()
+        with self._state_lock():
+            state = self.load()
+            if state is None:
+                raise DriverError(f"no rehearsal cluster {self.name!r}: run `rehearse up` first")
+            self.subnet = ipaddress.IPv4Network(state.subnet)
+            head = state.head
+            self._remove_node(head)
+            head.pid = None
+            self._save(state)
+            progress(f"removed the head's container and disk ({head.dir})")
+            self._create_node(state, head)
+        progress("booted a fresh head from the same documents; waiting for cloud-init and Ray")
+        self.wait_ready(state, timeout, progress, nodes=[head])
+        keys, known_hosts = trust.record(head.ip, head.root, self.dir)
+        with self._state_lock():
+            state = self.load()
+            assert state is not None
+            state.head_host_keys, state.known_hosts = [list(k) for k in keys], str(known_hosts)
+            self._save(state)
+        progress(f"recorded the new head's host keys in {known_hosts}")
+        return head
+
     # -- the head's fake VM (autostop) ------------------------------------------------------
     def vm_deallocate(self) -> None:
         """The head's VM deallocated (the fake Compute's hook): its container shuts down and
@@ -602,8 +649,10 @@ class Rehearsal:
         _wait_ready(self.name, nodes or state.nodes, timeout, progress)
 
     # -- down ------------------------------------------------------------------------------
-    def down(self, progress: Progress = silent) -> list[str]:
-        """Remove every container, mount, namespace, link, process and file of the cluster."""
+    def down(self, progress: Progress = silent, delete_results: bool = False) -> list[str]:
+        """Remove every container, mount, namespace, link, process and file of the cluster;
+        its results storage's data (:attr:`results_dir`) stays, as a storage account outlives
+        the compute, unless ``delete_results``."""
         require_root_linux()
         state = self.load()
         removed: list[str] = []
@@ -625,7 +674,8 @@ class Rehearsal:
         removed += [f"container pid {p}" for p in sorted(pids)]
         # 2. the services on the bridge.
         host_ip = state.host_ip if state else network.host_ip(self.subnet)
-        for pid in running_services(self.dir, host_ip, state):
+        services = running_services(self.dir, host_ip, state)
+        for pid in services:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
             removed.append(f"server pid {pid}")
@@ -637,8 +687,21 @@ class Rehearsal:
         if self.dir.exists():
             shutil.rmtree(self.dir)
             removed.append(f"folder {self.dir}")
+        if delete_results and set(azurite.serving(self.results_dir)) - services:
+            raise DriverError(
+                f"the results storage {self.results_dir} is being served (`rehearse storage "
+                f"--name {self.name}`): stop that, then run down --delete-results again"
+            )
+        if delete_results and self.results_dir.exists():
+            shutil.rmtree(self.results_dir)
+            removed.append(f"results storage {self.results_dir}")
         for r in removed:
             progress(f"removed {r}")
+        if self.results_dir.exists():
+            progress(
+                f"kept the results storage {self.results_dir} (serve it: python -m nodekit "
+                f"rehearse storage --name {self.name}; remove it: down --delete-results)"
+            )
         return removed
 
     # -- status ----------------------------------------------------------------------------

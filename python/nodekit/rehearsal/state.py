@@ -81,6 +81,9 @@ class State:
     idle_timeout_minutes: int = 5
     autostop_idle_minutes: int = 0
     """The head's autostop (AUTOSTOP_IDLE_MINUTES): 0, off, unless ``up`` was told otherwise."""
+    results_url: str = ""
+    """The results container's URL (Azurite's, on the bridge) the nodes mirror every job's run
+    folder to (RESULTS_URL); ``""``: ``up --no-results-storage``, results on the head's disk."""
     nodes: list[Node] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
     head_host_keys: list[list[str]] = field(default_factory=list)

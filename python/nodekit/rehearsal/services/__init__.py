@@ -13,7 +13,9 @@ log, launcher) there needs no teardown of its own.
 - :mod:`.imds`: each node's instance metadata service, inside its network namespace;
 - :mod:`.compute`: Azure Compute for the workers' scale set (scaling mode ray);
 - :mod:`.azurite`: Blob storage, played by Azurite, Azure's own emulator, over HTTPS with OAuth
-  (not started by ``up`` yet).
+  (the results storage; unless ``up --no-results-storage``). Its data lives outside the cluster
+  folder and outlives ``down`` (its process does not: it is started with the cluster folder's
+  certificate).
 
 Played by the repository's test fakes (:mod:`.fakes`), Blob storage by Azurite. Adding a
 stand-in: a module here with ``start(ctx)`` and the URL the nodes use, its port offset

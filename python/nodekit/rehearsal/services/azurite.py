@@ -16,21 +16,35 @@ It serves what a storage account with Entra ID only serves a VM:
 Its URL is the account's, in Azurite's path style (``https://HOST:PORT/ACCOUNT``, not
 ``https://ACCOUNT.blob.core.windows.net``): a client is given the account name and the
 authority ``HOST:PORT`` (pyarrow's ``AzureFileSystem(account, blob_storage_authority=...,
-dfs_storage_authority=...)``, azure-storage-blob's ``BlobServiceClient(url)``). Its data stays
-in the cluster folder (``azure/blob``).
+dfs_storage_authority=...)``, azure-storage-blob's ``BlobServiceClient(url)``).
+
+Its data outlives the cluster, as a storage account outlives the compute on Azure (the stacks
+keep results in their own resource group): it lives in ``<base>/results/<name>``
+(:func:`data_dir`), outside the cluster folder, so ``down`` stops Azurite (its command line names
+the cluster folder's certificate) and keeps the blobs unless told ``--delete-results``; and
+:func:`serve` serves the kept blobs on loopback with the cluster gone (``rehearse storage``).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import json
 import os
 import secrets
+import signal
+import socket
 import ssl
+import subprocess
+import tempfile
+import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from driver.errors import DriverError
+from driver.procs import pids_with_cmdline, spawn
 from nodekit import render
 from nodekit.rehearsal.services import Context, fakes, keyvault, port, wait_for_port
 from nodekit.rehearsal.state import State
@@ -64,9 +78,14 @@ def account_url(host: str, blob_port: int) -> str:
     return f"https://{host}:{blob_port}/{ACCOUNT}"
 
 
-def data_dir(azure_dir: Path) -> Path:
-    """The blobs and Azurite's metadata (in the cluster's Azure folder)."""
-    return azure_dir / "blob"
+RESULTS = "results"
+"""Under the rehearsal's base folder: one folder of kept blobs per cluster name."""
+
+
+def data_dir(base: Path, name: str) -> Path:
+    """The blobs and Azurite's metadata of cluster ``name``: outside its cluster folder, kept
+    by ``down`` (unless ``--delete-results``)."""
+    return base / RESULTS / name
 
 
 def command(host: str, blob_port: int, cert: Path, key: Path, data: Path) -> list[str]:
@@ -107,10 +126,15 @@ def start(ctx: Context) -> str:
     """Blob storage on the bridge with its container (after :func:`keyvault.start`, whose
     certificate it serves and whose token key signs the deployment's token); the account's
     URL."""
+    data = data_dir(ctx.base, ctx.name)
+    if serving(data):
+        raise DriverError(
+            f"the results storage {data} is being served (`rehearse storage --name {ctx.name}`): "
+            "stop that first"
+        )
     azure = ctx.azure_dir
     shared = keyvault.shared(azure)
     cert, key = keyvault.tls(azure)
-    data = data_dir(azure)
     data.mkdir(parents=True, exist_ok=True)
     blob_port = ctx.port("azurite")
     pid = ctx.spawn(
@@ -151,3 +175,89 @@ def create_container(account: str, name: str, token: str, ca: Path) -> None:
         ) from None
     except OSError as e:
         raise DriverError(f"Azurite at {account} did not answer: {e}") from None
+
+
+READER_CLIENT_ID = "00000000-0000-4000-8000-00000000a11c"
+"""The identity :func:`serve`'s metadata service gives tokens to (a person's, on Azure)."""
+
+
+def serve(
+    base: Path,
+    name: str,
+    blob_port: int = 0,
+    say: Callable[[str], None] = print,
+    stop: threading.Event | None = None,
+) -> None:
+    """Serve the results storage cluster ``name`` kept (:func:`data_dir`) on loopback, with
+    the cluster down, until ``stop`` is set (or SIGINT/SIGTERM): Azurite over HTTPS with OAuth
+    on 127.0.0.1 (a certificate made now, signed by a CA made now), and a metadata service on
+    loopback that gives this machine's processes tokens for it, as ``az login`` does a person
+    on Azure. ``say`` gets the account's container URL and the environment that makes the
+    driver's DefaultAzureCredential use that metadata service. Refused while the cluster's own
+    Azurite serves the data (two servers on one folder would corrupt it)."""
+    data = data_dir(base, name)
+    if not data.is_dir():
+        raise DriverError(
+            f"rehearsal cluster {name!r} has no kept results storage ({data} does not exist)"
+        )
+    if serving(data):
+        raise DriverError(
+            f"the results storage of {name!r} is being served already (its cluster is up, or "
+            "another `rehearse storage` runs): use that one"
+        )
+    node_fake = fakes.node_fake()
+    blob_port = blob_port or _free_port()
+    with tempfile.TemporaryDirectory(prefix=f"rehearsal-storage-{name}-") as tmp:
+        folder = Path(tmp)
+        ca, cert, key = node_fake.tls_certificate(folder / "tls", "127.0.0.1")
+        token_key = secrets.token_bytes(32)
+        (folder / "imds").mkdir()
+        (folder / "imds" / "config.json").write_text(
+            json.dumps(node_fake.imds_config(token_key, "laptop", {READER_CLIENT_ID: "reader"}))
+        )
+        metadata = node_fake.FakeImds(folder / "imds").start()
+        proc = spawn(
+            command("127.0.0.1", blob_port, cert, key, data),
+            folder / "azurite.log",
+            environment(new_account_key()),
+        )
+        stop = stop or threading.Event()
+        main = threading.current_thread() is threading.main_thread()
+        previous = {s: signal.signal(s, lambda *_: stop.set()) for s in _SIGNALS if main}
+        try:
+            wait_for_port("127.0.0.1", blob_port, "the results storage (Azurite)", pid=proc.pid)
+            say(f"results storage of rehearsal cluster {name!r} ({data}), until Ctrl-C:")
+            say(f"url: {account_url('127.0.0.1', blob_port)}/{CONTAINER}")
+            say(
+                "env: AZURE_TOKEN_CREDENTIALS=ManagedIdentityCredential "
+                f"AZURE_POD_IDENTITY_AUTHORITY_HOST={metadata.url} "
+                f"AZURE_CLIENT_ID={READER_CLIENT_ID} REQUESTS_CA_BUNDLE={ca}"
+            )
+            while not stop.wait(0.5):
+                if proc.poll() is not None:
+                    raise DriverError(f"Azurite ended (exit {proc.returncode}); see its log")
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            metadata.stop()
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def serving(data: Path) -> list[int]:
+    """The Azurite processes serving ``data`` (a cluster's, or :func:`serve`'s)."""
+    return pids_with_cmdline(f"--location {data}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

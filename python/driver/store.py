@@ -154,7 +154,10 @@ class StoreDownload:
     left_out: tuple[str, ...] = ()
     """Blobs not downloaded: names that are not plain relative paths."""
     unpublished: int = 0
-    """Blobs of checkpoints the pointer does not name (newer ones still uploading)."""
+    """Blobs of checkpoints newer than the one the pointer names (still uploading, or their
+    uploader stopped), and blobs in its folder that it does not list."""
+    older: int = 0
+    """Blobs of checkpoints older than the published one (published before; not downloaded)."""
 
 
 def safe_name(name: str) -> bool:
@@ -312,7 +315,8 @@ class Store:
     def published(
         self, run: str
     ) -> tuple[dict[str, Any] | None, bytes, list[Wanted], list[str], int]:
-        """(pointer, its bytes, the files to download, names left out, unpublished blobs)."""
+        """(pointer, its bytes, the files to download, names left out, unpublished blobs, blobs
+        of older checkpoints)."""
         pointer, data = self._pointer(run)
         blobs: dict[str, Any] = {}
         with self.errors(f"listing {run} in {self.url.url}"):
@@ -322,7 +326,7 @@ class Store:
             raise DriverError(f"no run {run} in {self.url.url} (see `runs` for the runs there)")
         wanted: list[Wanted] = []
         left_out: list[str] = []
-        unpublished = 0
+        unpublished = older = 0
         checkpoint = f"{pointer['checkpoint']}/" if pointer else None
         for name, blob in sorted(blobs.items()):
             if name == LATEST:
@@ -332,7 +336,12 @@ class Store:
                 continue
             if name.startswith(f"{CHECKPOINTS}/"):
                 if checkpoint is None or not name.startswith(checkpoint):
-                    unpublished += 1
+                    # checkpoints/NNNNNN/...: the same width, so the names sort as the numbers
+                    folder = "/".join(name.split("/")[:2]) + "/"
+                    if checkpoint is not None and folder < checkpoint:
+                        older += 1
+                    else:
+                        unpublished += 1
                     continue
                 if pointer and name[len(checkpoint) :] not in pointer["files"]:
                     unpublished += 1  # not part of the published checkpoint
@@ -350,7 +359,7 @@ class Store:
                         + ("missing" if name not in have else f"{have[name]} bytes")
                         + f", the published checkpoint ({LATEST}) says {size} bytes"
                     )
-        return pointer, data, wanted, left_out, unpublished
+        return pointer, data, wanted, left_out, unpublished, older
 
     def fetch_progress(self, run: str, folder: Path) -> Path:
         """RUN's mirrored progress.csv into ``folder`` (made here), for plotting."""
@@ -379,7 +388,7 @@ class Store:
     def download(
         self, run: str, destination: Path, progress: ByteProgress | None = None
     ) -> StoreDownload:
-        pointer, data, wanted, left_out, unpublished = self.published(run)
+        pointer, data, wanted, left_out, unpublished, older = self.published(run)
         try:
             destination.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -430,6 +439,7 @@ class Store:
             done,
             tuple(left_out),
             unpublished,
+            older,
         )
 
     def _fetch(self, run: str, w: Wanted, local: Path, start: int, step: Any) -> None:

@@ -105,8 +105,10 @@ def test_runs_download_and_plot_read_the_store_with_no_cluster(env: Blob, tmp_pa
     run = f"remote-{os.getpid()}"
     folder = _mirrored(tmp_path, run)
     url = f"{env.url}/results"
-    # A newer checkpoint still uploading (no pointer names it), and names a job could plant.
+    # A newer checkpoint still uploading (no pointer names it), an older one published before,
+    # and names a job could plant.
     _put(env, f"{run}/checkpoints/000004/checkpoint/harness.json", b"{}")
+    _put(env, f"{run}/checkpoints/000001/checkpoint/harness.json", b"{}")
     planted = [f"{run}/x/../../y", f"{run}//absolute"]  # a backslash: Azure makes it /
     for name in planted:
         _put(env, name, b"planted")
@@ -118,7 +120,7 @@ def test_runs_download_and_plot_read_the_store_with_no_cluster(env: Blob, tmp_pa
     as_json = _driver(env, "runs", "--json", cwd=tmp_path, extra={"RAYDRIVER_RESULTS_URL": url})
     mine = next(r for r in json.loads(as_json.stdout) if r["id"] == run)
     assert (mine["checkpoint"], mine["iteration"]) == ("checkpoints/000002", 2)
-    stored = sum(len(_get(env, f"{run}/{n}")[1]) for n in RUN_FILES) + 2 + 2 * len("planted")
+    stored = sum(len(_get(env, f"{run}/{n}")[1]) for n in RUN_FILES) + 4 + 2 * len("planted")
     assert mine["size"] == stored
 
     # download: the plain files and the published checkpoint; nothing else, nothing outside.
@@ -134,6 +136,8 @@ def test_runs_download_and_plot_read_the_store_with_no_cluster(env: Blob, tmp_pa
     assert done.stderr.splitlines() == [
         f"Downloaded 8 files ({_size(local, RUN_FILES)}) from {url}/{run} to "
         f"results/{run}: checkpoint checkpoints/000002 (iteration 2)",
+        "Left out 1 file of older checkpoints (published before; only the one latest.json "
+        "names is downloaded)",
         "Left out 1 file of checkpoints not published (newer than latest.json: still "
         "uploading, or their uploader stopped)",
         "Left out 2 blobs whose names are not plain relative paths: '/absolute', 'x/../../y'",

@@ -158,6 +158,11 @@ def download_from_store(url: StoreUrl, sid: str, results: Path) -> StoreDownload
         + (f"; {report.resumed} resumed" if report.resumed else "")
         + (f"; {report.skipped} already there" if report.skipped else "")
     )
+    if report.older:
+        say(
+            f"Left out {plural(report.older, 'file')} of older checkpoints (published before; "
+            "only the one latest.json names is downloaded)"
+        )
     if report.unpublished:
         say(
             f"Left out {plural(report.unpublished, 'file')} of checkpoints not published "

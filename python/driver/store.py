@@ -314,7 +314,7 @@ class Store:
 
     def published(
         self, run: str
-    ) -> tuple[dict[str, Any] | None, bytes, list[Wanted], list[str], int]:
+    ) -> tuple[dict[str, Any] | None, bytes, list[Wanted], list[str], int, int]:
         """(pointer, its bytes, the files to download, names left out, unpublished blobs, blobs
         of older checkpoints)."""
         pointer, data = self._pointer(run)

@@ -39,7 +39,14 @@ import pytest
 
 from driver import hostkeys, layout
 from driver.procs import pid_alive
-from fakes.azure_node import STORAGE_RESOURCE, FakeImds, StateFolder, imds_config, issue_token
+from fakes.azure_node import (
+    STORAGE_RESOURCE,
+    FakeImds,
+    StateFolder,
+    imds_config,
+    issue_token,
+    laptop_env,
+)
 from nodekit.rehearsal import trust
 from nodekit.rehearsal.cluster import Rehearsal
 from nodekit.rehearsal.services import keyvault
@@ -620,12 +627,7 @@ def test_with_every_node_powered_off_download_and_plot_read_the_results_storage(
     )
     laptop.start()
     try:
-        environment = {
-            "AZURE_TOKEN_CREDENTIALS": "ManagedIdentityCredential",
-            "AZURE_POD_IDENTITY_AUTHORITY_HOST": laptop.url,
-            "AZURE_CLIENT_ID": CLIENT_ID,
-            "REQUESTS_CA_BUNDLE": str(store.ca),
-        }
+        environment = laptop_env(laptop.url, CLIENT_ID, store.ca)
         home = tmp_path / "home"
         done = run_driver(
             "download", STORED_RUN, "--results-url", store.url,

@@ -413,6 +413,19 @@ def scheduled_event(
     }
 
 
+def laptop_env(imds_url: str, client_id: str, ca: Path) -> dict[str, str]:
+    """The environment in which azure-identity's DefaultAzureCredential, as a laptop's driver
+    uses it, gets its tokens from the fake metadata service at ``imds_url`` (its own variables;
+    the product code sets none of them) and trusts the rehearsal's CA ``ca``."""
+    return {
+        # checkov:skip=CKV_SECRET_6:The name of azure-identity's credential, not a secret
+        "AZURE_TOKEN_CREDENTIALS": "ManagedIdentityCredential",
+        "AZURE_POD_IDENTITY_AUTHORITY_HOST": imds_url,
+        "AZURE_CLIENT_ID": client_id,
+        "REQUESTS_CA_BUNDLE": str(ca),
+    }
+
+
 def imds_config(
     token_key: bytes,
     name: str,

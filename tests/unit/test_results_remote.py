@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from driver.store import safe_name
+from fakes.azure_node import laptop_env
 from test_azurite import CLIENT_ID, Blob, _request, blob
 from test_results_store import _get, _token, env, refused, start_uploader
 
@@ -75,10 +76,7 @@ def _laptop_env(blob: Blob) -> dict[str, str]:
     return {
         **{k: v for k, v in os.environ.items() if k not in strip and not k.startswith("AZURE_")},
         "PYTHONPATH": str(REPO / "python"),
-        "AZURE_TOKEN_CREDENTIALS": "ManagedIdentityCredential",
-        "AZURE_POD_IDENTITY_AUTHORITY_HOST": blob.imds.url,
-        "AZURE_CLIENT_ID": CLIENT_ID,
-        "REQUESTS_CA_BUNDLE": str(blob.ca),
+        **laptop_env(blob.imds.url, CLIENT_ID, blob.ca),
     }
 
 

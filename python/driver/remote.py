@@ -34,12 +34,19 @@ READY_POLL_S = 3.0
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 """Changes with every boot: a readiness marker names the boot it was written in."""
 PROGRESS_EVERY_S = 30.0
+JOBS_API_GRACE_S = 45.0
+"""How long the Jobs API may take to answer after a head that this command waited for became
+ready (a head that just booted or restarted: on a loaded VM its dashboard can come up, or come
+back, after the ready marker). A head that was ready at the first look gets no grace."""
+JOBS_API_POLL_S = 3.0
 
 
 @dataclass(frozen=True)
 class ReadyState:
     status: dict[str, Any]
     waited_s: float
+    waited: bool = False
+    """Whether the marker was missing (or of an earlier boot) at the first look."""
 
 
 def cloud_init_status(session: SshSession) -> str:
@@ -83,7 +90,7 @@ def wait_until_ready(
             marker_boot = status.get("boot_id")
             this_boot = (session.read_text(BOOT_ID) or "").strip() if marker_boot else ""
             if not marker_boot or marker_boot == this_boot:
-                return ReadyState(status, time.monotonic() - started)
+                return ReadyState(status, time.monotonic() - started, waited=bool(said))
             # Written before the head last restarted: Ray is coming back; wait for the new one.
             stale = "the head restarted and Ray is coming back"
         ci = stale or f"cloud-init: {cloud_init_status(session)}"
@@ -173,14 +180,21 @@ class RemoteCluster:
             raise DriverError(f"the cluster token {layout.TOKEN_FILE} on the head is empty")
         return token
 
-    def _check_jobs_api(self, local_url: str, token: str) -> None:
+    def _check_jobs_api(self, local_url: str, token: str, grace: float = 0.0) -> None:
         """Fail with a clear line if nothing (or nothing sane) answers on the head's 8265.
 
         Waits at most the connect timeout: Ray's own client has no timeout at all, so a hung
-        dashboard would otherwise hang every command.
+        dashboard would otherwise hang every command. Nothing listening there is looked at
+        again for ``grace`` seconds (a head that just became ready).
         """
         limit = self.ssh_options.connect_timeout
+        deadline = time.monotonic() + grace
         why = self.session.reachable(layout.RAY_DASHBOARD_PORT)
+        if why is not None and grace > 0:
+            self.progress(f"waiting for Ray's Jobs API on the head ({why}); at most {grace:.0f} s")
+        while why is not None and time.monotonic() < deadline:
+            time.sleep(min(JOBS_API_POLL_S, max(0.0, deadline - time.monotonic())))
+            why = self.session.reachable(layout.RAY_DASHBOARD_PORT)
         if why is not None:
             raise DriverError(
                 f"the Ray Jobs API is not answering on the head (127.0.0.1:"
@@ -215,10 +229,10 @@ class RemoteCluster:
 
     def jobs(self) -> JobsClient:
         if self._jobs is None:
-            self.ensure_ready()
+            ready = self.ensure_ready()
             token = self._token()
             fwd = self.session.forward(layout.RAY_DASHBOARD_PORT)
-            self._check_jobs_api(fwd.url, token)
+            self._check_jobs_api(fwd.url, token, JOBS_API_GRACE_S if ready.waited else 0.0)
             self._jobs = JobsClient(
                 fwd.url,
                 token,

@@ -55,9 +55,13 @@ for pid in sims:
     for inode, pids in owner.items():
         if pid in pids:
             peers |= owner.get(peer[inode], set())
-    out.append({"pid": pid, "display": environ(pid).get("DISPLAY"),
+    try:  # a simulator may end while this looks (its job's last iteration is done)
+        seen = {"pid": pid, "display": environ(pid).get("DISPLAY"),
                 "user": os.stat(f"/proc/{pid}").st_uid,
-                "x_server": xvfb if xvfb in peers else None})
+                "x_server": xvfb if xvfb in peers else None}
+    except OSError:
+        continue
+    out.append(seen)
 print(json.dumps({"xvfb": xvfb, "xvfb_cmd": open(f"/proc/{xvfb}/cmdline").read().split("\0")
                   if xvfb else None, "simulators": out}))
 """

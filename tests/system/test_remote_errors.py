@@ -49,9 +49,14 @@ def one_error(r: subprocess.CompletedProcess[str], code: int = 2) -> str:
 
 
 def _drive_then_ready(
-    home: Path, head: HeadHost, *argv: str, timeout: float = 120
+    home: Path,
+    head: HeadHost,
+    *argv: str,
+    timeout: float = 120,
+    on_grace: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the driver; write the head's ready marker once the driver printed that it waits."""
+    """Run the driver; write the head's ready marker once the driver printed that it waits
+    (and call ``on_grace`` once it says it waits for the Jobs API of the just-ready head)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "driver", *argv],
         cwd=REPO,
@@ -68,6 +73,8 @@ def _drive_then_ready(
             lines.append(ln)
             if "waiting for the head to finish bootstrapping" in ln:
                 head.write_ready()
+            if on_grace is not None and "waiting for Ray's Jobs API on the head" in ln:
+                on_grace()
 
     out: list[str] = []
     readers = [
@@ -324,15 +331,41 @@ def test_missing_token_is_reported(make_head_host: Callable[[], HeadHost], tmp_p
     )
 
 
+FAKE_JOBS_API = """\
+import http.server, json
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/api/version":
+            body = json.dumps({"version": "4", "ray_version": "2.60.0", "ray_commit": "x",
+                               "session_name": "s"}).encode()
+            self.send_response(200)
+        else:
+            body = b"Job x does not exist"
+            self.send_response(404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", 8265), H).serve_forever()
+"""
+"""What answers on a head's 8265 once its dashboard is up, enough for ``status``."""
+
+
 def test_jobs_api_not_answering(make_head_host: Callable[[], HeadHost], tmp_path: Path) -> None:
     head = make_head_host()  # ready and with a token, but no Ray behind 127.0.0.1:8265
     home = _home(tmp_path, head)
 
     # The head becomes ready while the driver waits (once it has said so, not after a fixed
     # sleep that a loaded machine outruns): it goes on, then finds no Jobs API.
-    r = _drive_then_ready(home, head, "status", "x", *head.cli_args, "--ready-timeout", "60")
+    # A head this command waited for gets its grace (its dashboard may come up after the
+    # marker), then the one line.
+    r = _drive_then_ready(
+        home, head, "status", "x", *head.cli_args, "--ready-timeout", "60", timeout=300
+    )
     line = one_error(r)
     assert "waiting for the head to finish bootstrapping" in r.stderr
+    assert "waiting for Ray's Jobs API on the head (Connect failed); at most 45 s" in r.stderr
     assert line.startswith("error: the Ray Jobs API is not answering on the head (127.0.0.1:8265")
     assert "Connect failed" in line and "is Ray running there?" in line
 
@@ -345,6 +378,7 @@ def test_jobs_api_not_answering(make_head_host: Callable[[], HeadHost], tmp_path
             "print('up', flush=True); c=[s.accept() for _ in range(100)]",
         ],
         stdout=subprocess.PIPE,
+        start_new_session=True,  # nsenter's child too: the port must be free again after it
     )
     try:
         assert hung.stdout is not None and hung.stdout.readline().strip() == b"up"
@@ -353,8 +387,27 @@ def test_jobs_api_not_answering(make_head_host: Callable[[], HeadHost], tmp_path
         assert line.startswith("error: the Ray Jobs API on the head (127.0.0.1:8265 there) is")
         assert "not answering: request timed out after 2 s" in line
     finally:
-        hung.kill()
+        os.killpg(hung.pid, signal.SIGKILL)
         hung.wait()
+
+    # The Jobs API coming up within the grace: the command goes on to the API (which knows no
+    # job x), as after a head VM started again.
+    head.clear_ready()
+    api: list[subprocess.Popen[bytes]] = []
+    try:
+        r = _drive_then_ready(
+            home, head, "status", "x", *head.cli_args, "--ready-timeout", "60", timeout=300,
+            on_grace=lambda: api.append(
+                head.popen([sys.executable, "-c", FAKE_JOBS_API], start_new_session=True)
+            ),
+        )  # fmt: skip
+    finally:
+        for p in api:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert api, r.stderr
+    line = one_error(r)
+    assert "not answering" not in line and "no such job" in line, r.stderr
 
 
 # -- Ctrl-C at the stages before a job runs (in-process: this process must be left clean) -------

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from driver.errors import DriverError
-from driver.localray import LocalRay
+from driver.localray import STARTS, LocalRay
 
 FAKE_RAY = textwrap.dedent(
     """\
@@ -107,13 +107,13 @@ def test_a_node_that_misses_rays_30_s_is_started_again_and_ready_only_once_ray_s
         local.stop()
 
 
-def test_a_node_that_misses_it_twice_ends_in_rays_line(
+def test_a_node_that_misses_it_every_time_ends_in_rays_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    local = _local_ray(tmp_path, monkeypatch, failures=2)
+    local = _local_ray(tmp_path, monkeypatch, failures=STARTS)
     with pytest.raises(DriverError) as failed:
         local.start(timeout=300)
     assert str(failed.value).startswith("local Ray did not start: 'ray start' exited with code 1")
     assert "timed out during startup" in str(failed.value)
-    assert (tmp_path / "tries").read_text() == "2"
+    assert (tmp_path / "tries").read_text() == str(STARTS)
     assert local.running() is None

@@ -110,6 +110,18 @@ def test_terraform_results_stack_is_formatted() -> None:
     assert result.returncode == 0, result.stdout
 
 
+def test_terraform_and_azurerm_versions_are_the_cluster_stacks() -> None:
+    """One fact, two roots: the results stack asks for the Terraform and azurerm versions the
+    cluster stack asks for (infra/terraform/versions.tf, whose own test says why those)."""
+
+    def pins(folder: Path) -> tuple[Any, Any]:
+        [terraform] = unquote(hcl2.load((folder / "versions.tf").open())["terraform"])
+        azurerm = terraform["required_providers"][0]["azurerm"]
+        return terraform["required_version"], (azurerm["source"], azurerm["version"])
+
+    assert pins(TF) == pins(TF.parent)
+
+
 def test_the_provider_uses_entra_id_for_the_data_plane() -> None:
     [provider] = [unquote(p)["azurerm"] for p in hcl2.load((TF / "versions.tf").open())["provider"]]
     assert provider["storage_use_azuread"] is True

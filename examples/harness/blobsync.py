@@ -63,6 +63,9 @@ CHECKPOINTS = "checkpoints"
 SYNC_INTERVAL_S = 10.0
 """The run folder's plain files go up at most this often while training (and at every
 checkpoint and at the end)."""
+UPLOADER_NICENESS = 10
+"""The uploader runs this much nicer than training: on a node whose cores the env runners and
+the learner keep busy, uploads take the CPU they leave (benchmarks/results_store.py)."""
 CHUNK = 4 << 20
 AZURE_ERROR = re.compile(r"Azure Error: \[(\w*)\] (\d{3})")
 AZURE_NO_ANSWER = re.compile(r"Azure Error: \[\w*\] (\D.*)")
@@ -534,6 +537,7 @@ def main(argv: list[str]) -> int:
         _emit("fetched", **found)
         return 0
     _emit("ready")
+    os.nice(UPLOADER_NICENESS)
     return Uploader(client, Path(args.dir)).run()
 
 

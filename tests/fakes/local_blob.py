@@ -51,6 +51,13 @@ class Blob:
     def path(self) -> str:
         return urllib.parse.urlsplit(self.url).path
 
+    @property
+    def process_groups(self) -> list[int]:
+        """Azurite's process groups (each process it started leads one)."""
+        return [
+            int(i.removeprefix("pid:")) for i in self.context.state.created if i.startswith("pid:")
+        ]
+
     def stop(self) -> None:
         """Stop Azurite (what ``down`` stops); its data stays."""
         _stop(self.context)

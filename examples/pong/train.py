@@ -2,10 +2,15 @@
 
 CPU env runners on the workers step ``ALE/Pong-v5`` (ale-py ships the ROM) through RLlib's
 Atari preprocessing (64x64 grey frames, 4 stacked by connectors, clipped rewards); the learner
-runs in the job's main process on the head, on its GPU with ``--num-gpus-per-learner 1``:
+runs in the job's main process on the head, on its GPU with ``--num-gpus-per-learner 1``, or, with
+``--num-learners 1``, in an actor of its own that Ray places on a node with a free GPU (a GPU
+worker pool, which Ray's autoscaler scales out for it); ``--env-runner-resources`` keeps the env
+runners on the pool that offers a resource of its own:
 
     python -m driver submit examples/pong/train.py
     python -m driver submit examples/pong/train.py --head azureuser@HEAD -- --num-env-runners 13
+    python -m driver submit examples/pong/train.py --head azureuser@HEAD -- --num-env-runners 13 \
+        --num-learners 1 --num-gpus-per-learner 1 --env-runner-resources '{"cpu_pool": 1}'
     python -m driver submit examples/pong/train.py -- --algo impala
 
 It stops at a mean return of 18, after an hour of training or after 10 million env steps,
@@ -15,6 +20,7 @@ whichever comes first (``--stop-reward``, ``--stop-seconds``, ``--max-env-steps`
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -55,8 +61,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0,
         help="GPUs for the learner in the job's main process on the head (default: 0, CPU)",
     )
+    p.add_argument(
+        "--num-learners",
+        type=int,
+        choices=range(0, 9),
+        default=0,
+        metavar="N",
+        help="0: the learner in the job's main process, on the head (default); N >= 1: N "
+        "learner actors, each with --num-gpus-per-learner GPUs, placed by Ray (a GPU pool)",
+    )
+    p.add_argument(
+        "--env-runner-resources",
+        type=_resources,
+        default={},
+        metavar="JSON",
+        help="custom Ray resources each env runner asks for, e.g. '{\"cpu_pool\": 1}' to keep "
+        "the runners on the pool that offers cpu_pool (default: none)",
+    )
     p.add_argument("--lr", type=float, default=5e-4, help="learning rate (default: 5e-4)")
     return p.parse_args(argv)
+
+
+def _resources(text: str) -> dict[str, float]:
+    """A JSON object of custom resource names to amounts (CPU and GPU have flags of their own)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and k and type(v) in (int, float) and v > 0 for k, v in value.items()
+    ):
+        raise argparse.ArgumentTypeError(
+            f"expected a JSON object of resource names to amounts > 0, got {text!r}"
+        )
+    if {"CPU", "GPU"} & set(value):
+        raise argparse.ArgumentTypeError(
+            "CPU and GPU are not custom resources: each env runner takes 1 CPU, and the learner "
+            "--num-gpus-per-learner GPUs"
+        )
+    return {str(k): float(v) for k, v in value.items()}
 
 
 def make_pong(env_config: dict[str, Any]) -> Any:
@@ -111,10 +154,11 @@ def build_config(args: argparse.Namespace) -> Any:
             num_env_runners=args.num_env_runners,
             num_envs_per_env_runner=args.envs_per_env_runner,
             num_cpus_per_env_runner=1,
+            custom_resources_per_env_runner=args.env_runner_resources,
             env_to_module_connector=_env_to_module,
         )
         .learners(
-            num_learners=0,
+            num_learners=args.num_learners,
             num_gpus_per_learner=args.num_gpus_per_learner,
             learner_connector=_learner_connector,
         )

@@ -177,6 +177,14 @@ def register_rehearse(verbs: Any) -> None:
         "--idle-timeout-minutes", type=int, default=5, help="ray mode: idle_timeout_minutes (5)"
     )
     up.add_argument(
+        "--gpu-pool-max",
+        type=int,
+        default=0,
+        help="ray mode: a second worker pool 'gpu' (min 0, max N, its own fake scale set, size "
+        "Standard_NC4as_T4_v3) whose containers declare one GPU to Ray without hardware "
+        "(default: 0, the default pool alone)",
+    )
+    up.add_argument(
         "--autostop-idle-minutes",
         type=int,
         default=0,
@@ -199,6 +207,9 @@ def register_rehearse(verbs: Any) -> None:
     )
     hook.add_argument("action", choices=("create", "delete"))
     hook.add_argument("--name", default="rehearsal")
+    hook.add_argument(
+        "--scale-set", default="", help="the instance's scale set (default: the default pool's)"
+    )
     hook.add_argument("--instance-id", required=True)
     hook.add_argument("--ip", required=True)
     hook.set_defaults(func=cmd_rehearse_scale_set)
@@ -306,6 +317,7 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
         image=args.image,
         autostop_idle_minutes=args.autostop_idle_minutes,
         results_storage=args.results_storage,
+        gpu_pool_max=args.gpu_pool_max,
     )
     head = state.head
     print(f"head: {state.admin_user}@{head.ip}")
@@ -340,10 +352,10 @@ def cmd_rehearse_scale_set(args: argparse.Namespace) -> int:
 
     r = Rehearsal(args.name)
     if args.action == "create":
-        node = r.scale_set_create(args.instance_id, args.ip)
+        node = r.scale_set_create(args.instance_id, args.ip, scale_set=args.scale_set)
         say(f"scale set: instance {args.instance_id} is {node.name} at {node.ip}")
     else:
-        r.scale_set_delete(args.instance_id)
+        r.scale_set_delete(args.instance_id, scale_set=args.scale_set)
         say(f"scale set: instance {args.instance_id} deleted")
     return EXIT_OK
 

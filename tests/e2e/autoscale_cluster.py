@@ -1,16 +1,20 @@
 """A rehearsal cluster in scaling mode ray, for tests/e2e/test_autoscale.py and
 benchmarks/autoscale.py: the head only at first, Ray's autoscaler on it, and the fake Azure
 Compute on the bridge, whose capacity raise boots a worker container and whose instance delete
-removes that container (``rehearse up --scaling-mode ray``).
+removes that container (``rehearse up --scaling-mode ray``). Two worker pools, each its own
+fake scale set and Ray node type: the default pool ``workers`` (CPU) and ``gpu``
+(``--gpu-pool-max``), whose containers declare a GPU to Ray without hardware.
 
-What it reads, from this machine: the fake scale set's instances (``azure/compute/
-instances.json`` of the cluster folder) and the rehearsal's state (which containers run).
+What it reads, from this machine: each fake scale set's instances (``azure/compute/
+instances.json`` of the cluster folder), the requests the fake Compute got
+(``requests.jsonl``) and the rehearsal's state (which containers run, of which pool).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -18,12 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodekit.rehearsal.cluster import Rehearsal
+from nodekit.rehearsal.services import compute
+from nodekit.rehearsal.state import DEFAULT_POOL
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = os.environ.get("RAYDRIVER_AUTOSCALE_REHEARSAL", "") or "asc"
 SUBNET = os.environ.get("RAYDRIVER_AUTOSCALE_SUBNET", "") or "10.218.0.0/24"
 IDLE_TIMEOUT_MINUTES = 1
 MAX_WORKERS = 2
+GPU_POOL_MAX = 1
 
 
 def nodekit(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -55,6 +62,8 @@ def up(image: bool = True) -> subprocess.CompletedProcess[str]:
         "0",
         "--max-workers",
         str(MAX_WORKERS),
+        "--gpu-pool-max",
+        str(GPU_POOL_MAX),
         "--idle-timeout-minutes",
         str(IDLE_TIMEOUT_MINUTES),
         *([] if image else ["--no-image"]),
@@ -87,17 +96,40 @@ class Cluster:
     def cluster_args(self) -> list[str]:
         return ["--head", f"{self.admin_user}@{self.head_ip}", "-i", str(self.ssh_key)]
 
-    def instances(self) -> list[dict]:
-        """The fake scale set's instances: instanceId, ip, state."""
+    def instances(self, pool: str = DEFAULT_POOL) -> list[dict]:
+        """A pool's fake scale set's instances: instanceId, ip, state."""
         path = self.dir / "azure" / "compute" / "instances.json"
         data = json.loads(path.read_text())
-        return next(iter(data.values()), [])
+        return list(data[compute.scale_set_name(self.name, pool).lower()])
 
-    def containers(self) -> dict[str, str]:
-        """Worker containers running here: name -> IP."""
+    def containers(self, pool: str | None = None) -> dict[str, str]:
+        """Worker containers running here (of ``pool``; None: of every pool): name -> IP."""
         state = Rehearsal(self.name).load()
         assert state is not None
-        return {n.name: n.ip for n in state.nodes if n.role == "worker"}
+        return {
+            n.name: n.ip
+            for n in state.nodes
+            if n.role == "worker" and (pool is None or n.pool == pool)
+        }
+
+    def writes(self, since: float) -> list[tuple[str, str]]:
+        """The writes to the scale sets the fake Compute got since ``since`` (its clock):
+        (what, pool) with what ``capacity`` (PATCH or PUT of the scale set) or ``delete``
+        (instances deleted)."""
+        scale_set = re.compile(r"/virtualmachinescalesets/([^/]+)(/delete)?$", re.IGNORECASE)
+        found = []
+        path = self.dir / "azure" / "compute" / "requests.jsonl"
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            m = scale_set.search(r["path"])
+            if not m or r["time"] < since:
+                continue
+            pool = compute.pool_of(self.name, m[1])
+            if m[2] and r["method"] == "POST":
+                found.append(("delete", pool))
+            elif not m[2] and r["method"] in ("PATCH", "PUT"):
+                found.append(("capacity", pool))
+        return found
 
     def wait(self, what: str, check: object, timeout: float) -> float:
         """Poll ``check()`` until true; the time it became true."""
@@ -142,6 +174,26 @@ print("RESULT " + json.dumps({"actor": actor_ip, "burst": burst_ip, "done": time
       flush=True)
 while True:
     time.sleep(5)
+"""
+
+
+GPU_JOB = """\
+import json, time
+import ray
+ray.init()
+# A GPU, which only the GPU pool's workers offer: Ray's autoscaler adds one of those.
+@ray.remote(num_gpus=1)
+def where():
+    return {
+        "ip": ray.util.get_node_ip_address(),
+        "node_id": ray.get_runtime_context().get_node_id(),
+        "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+        "started": time.time(),
+    }
+out = ray.get(where.remote())
+node = next(n for n in ray.nodes() if n["NodeID"] == out["node_id"])
+print("RESULT " + json.dumps({**out, "labels": node.get("Labels", {}),
+                              "resources": node["Resources"]}), flush=True)
 """
 
 

@@ -5,8 +5,11 @@ identity, and that fake booting a worker container when the capacity rises and r
 the container of a deleted instance (tests/e2e/autoscale_cluster.py).
 
 One cluster for the module (its own name and subnet, not the session's): head only at first,
-max 2 workers, idle timeout 1 minute. RAYDRIVER_REUSE_AUTOSCALE=1 runs against one already up
-(``rehearse up --name asc --subnet 10.218.0.0/24 --scaling-mode ray ...``) and keeps it.
+two worker pools, each its own scale set and Ray node type: the default (CPU) pool, max 2
+workers, and the GPU pool, max 1, whose containers declare a GPU to Ray without hardware (no
+GPU, no driver: the GPU bootstrap is proven in tests/unit/test_gpu_node.py); idle timeout 1
+minute. RAYDRIVER_REUSE_AUTOSCALE=1 runs against one already up (``rehearse up --name asc
+--subnet 10.218.0.0/24 --scaling-mode ray --gpu-pool-max 1 ...``) and keeps it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import autoscale_cluster as ac
+from nodekit.rehearsal.state import GPU_POOL
 from support import run_driver
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
@@ -55,6 +59,8 @@ def test_demand_adds_a_worker_that_runs_the_job_and_idle_removes_it(
 ) -> None:
     home = tmp_path / "home"
     assert cluster.instances() == [] and cluster.containers() == {}
+    assert cluster.instances(GPU_POOL) == []
+    t0 = time.time()
 
     # The cluster as the driver shows it: Ray's autoscaler reports (after its first round), the
     # head alone.
@@ -65,7 +71,7 @@ def test_demand_adds_a_worker_that_runs_the_job_and_idle_removes_it(
 
     cluster.wait("the autoscaler's first report", lambda: "Autoscaler status" in status(), 120)
     text = status()
-    assert "1 ray.head.default" in text and "ray.worker.default" not in text, text
+    assert "1 ray.head.default" in text and "ray.worker." not in text, text
     job = ac.write_job(tmp_path / "demand", ac.DEMAND_JOB)
     r = run_driver(
         "submit", *cluster.cluster_args, "--submission-id", "demand-1", str(job),
@@ -77,6 +83,9 @@ def test_demand_adds_a_worker_that_runs_the_job_and_idle_removes_it(
     # The task ran on the worker the autoscaler added: the fake's new instance, a container here.
     assert out["ip"] == instance["ip"] != cluster.head_ip
     assert list(cluster.containers().values()) == [instance["ip"]]
+    # CPU demand scaled the CPU pool only: the GPU pool's scale set stayed at 0, never written.
+    assert cluster.instances(GPU_POOL) == [] and cluster.containers(GPU_POOL) == {}
+    assert set(cluster.writes(t0)) == {("capacity", "workers")}
     # Idle now: drained and deleted within the idle timeout (plus the autoscaler's rounds and
     # the Terminate notice the worker acknowledges), its container gone.
     gone = cluster.wait(
@@ -85,7 +94,10 @@ def test_demand_adds_a_worker_that_runs_the_job_and_idle_removes_it(
         IDLE_S + 300,
     )
     assert gone - out["started"] >= IDLE_S - 5  # not before the idle timeout
-    assert "ray.worker.default" not in status()
+    assert "ray.worker." not in status()
+    # Both pools at their minimum (0); the GPU pool's scale set was never touched.
+    assert cluster.instances(GPU_POOL) == [] and cluster.containers(GPU_POOL) == {}
+    assert {pool for _, pool in cluster.writes(t0)} == {"workers"}
 
 
 def test_a_worker_hosting_a_running_actor_is_never_chosen(
@@ -124,3 +136,42 @@ def test_a_worker_hosting_a_running_actor_is_never_chosen(
         lambda: cluster.instances() == [] and cluster.containers() == {},
         IDLE_S + 300,
     )
+    assert cluster.instances(GPU_POOL) == []  # CPU demand never went to the GPU pool
+
+
+def test_gpu_demand_scales_only_the_gpu_pool_lands_there_and_idle_returns_it_to_zero(
+    cluster: ac.Cluster, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    assert cluster.instances(GPU_POOL) == [] and cluster.containers() == {}
+    assert cluster.instances() == []
+    t0 = time.time()
+    job = ac.write_job(tmp_path / "gpu", ac.GPU_JOB)
+    r = run_driver(
+        "submit", *cluster.cluster_args, "--submission-id", "gpu-1", str(job),
+        home=home, timeout=BOOT_S + 300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = result(r.stdout)
+    # The GPU pool's scale set got one more instance, a container of that pool here ...
+    [instance] = cluster.instances(GPU_POOL)
+    assert cluster.containers() == {f"gpu-{instance['instanceId']}": instance["ip"]}
+    assert cluster.containers(GPU_POOL) == cluster.containers()
+    # ... where the task ran: a Ray node of pool gpu offering the GPU its stand-in declared.
+    assert out["ip"] == instance["ip"] != cluster.head_ip
+    assert out["labels"].get("pool") == GPU_POOL, out
+    assert out["resources"].get("GPU") == 1 and len(out["gpu_ids"]) == 1, out
+    # Only the GPU pool scaled: the CPU pool's scale set stayed at 0, never written.
+    assert cluster.instances() == []
+    assert set(cluster.writes(t0)) == {("capacity", GPU_POOL)}
+    # Idle now: the GPU worker is drained and deleted after the idle timeout, its container
+    # gone; the GPU pool is back at its minimum, 0.
+    gone = cluster.wait(
+        "the idle GPU worker is deleted",
+        lambda: cluster.instances(GPU_POOL) == [] and cluster.containers() == {},
+        IDLE_S + 300,
+    )
+    assert gone - out["started"] >= IDLE_S - 5  # not before the idle timeout
+    assert ("delete", GPU_POOL) in cluster.writes(t0)
+    assert {pool for _, pool in cluster.writes(t0)} == {GPU_POOL}
+    assert cluster.instances() == []

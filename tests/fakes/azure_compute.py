@@ -45,8 +45,9 @@ scale set — else ARM's 401 ``AuthenticationFailed`` / 403 ``AuthorizationFaile
 
 State lives in a folder (:class:`StateFolder`): ``config.json`` (what the test sets),
 ``instances.json`` (what the fake made), ``requests.jsonl`` (what arrived). Hooks are callables
-in-process or, run as a process, commands given ``INSTANCE_ID``, ``INSTANCE_NAME`` and
-``PRIVATE_IP`` in their environment (the rehearsal boots or removes a worker container there).
+in-process or, run as a process, commands given ``INSTANCE_ID``, ``INSTANCE_NAME``,
+``PRIVATE_IP`` and ``SCALE_SET`` (the scale set's name) in their environment (the rehearsal
+boots or removes a worker container of that scale set's pool there).
 
     python tests/fakes/azure_compute.py --bind IP --port 8472 --state DIR --cert C --key K \
         [--on-create CMD] [--on-delete CMD]
@@ -737,6 +738,7 @@ def _command_hook(command: str) -> Hook:
             INSTANCE_ID=info["instanceId"],
             INSTANCE_NAME=info["name"],
             PRIVATE_IP=info["ip"],
+            SCALE_SET=info["scale_set"],
         )
         subprocess.run(["/bin/sh", "-c", command], env=env, check=True, timeout=1800)
 

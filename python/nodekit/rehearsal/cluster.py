@@ -32,12 +32,22 @@ from driver.errors import DriverError
 from driver.procs import pid_alive, pids_with_cmdline
 from driver.progress import Progress, silent
 from nodekit import render
+from nodekit.node.azure_vmss_provider import vm_size_gpus
 from nodekit.rehearsal import bake, mirrors, network, nodes, trust
 from nodekit.rehearsal.image import ImageCache, document_requirements
 from nodekit.rehearsal.nodes import wait_ready as _wait_ready
 from nodekit.rehearsal.services import Context, azurite, compute, imds, keyvault, packages
 from nodekit.rehearsal.services import running as running_services
-from nodekit.rehearsal.state import BASE_ENV, DEFAULT_BASE, Node, State, StateFile, default_base
+from nodekit.rehearsal.state import (
+    BASE_ENV,
+    DEFAULT_BASE,
+    DEFAULT_POOL,
+    GPU_POOL,
+    Node,
+    State,
+    StateFile,
+    default_base,
+)
 from nodekit.rehearsal.system import require_root_linux, unmount_under
 
 __all__ = [
@@ -57,6 +67,15 @@ TERMINATE_ACK_TIMEOUT_S = 120
 """How long a deleted worker may take to acknowledge its Terminate event (the scale set's
 termination notice; the watcher on the worker drains, stops Ray and acknowledges)."""
 NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,8}$")
+GPU_VM_SIZE = "Standard_NC4as_T4_v3"
+"""The GPU pool's VM size: the smallest of the node provider's GPU sizes (GPU_SIZES), one GPU
+as its containers declare to Ray. The provider plans its 4 vCPUs; a container offers this
+machine's CPUs (``nproc``), as the default pool's containers do (README "Rehearsal")."""
+GPU_POOL_ADDRESSES = 10
+"""The GPU pool's workers take the last addresses of the worker range (nodes 41 to 50), the
+default pool's the others: the scale sets never hand out one address twice."""
+GPU_STAND_IN_ENV = "/etc/ray-rehearsal/gpu.env"
+"""Where a GPU pool container's stand-in sets RAY_NUM_GPUS (:func:`gpu_stand_in`)."""
 
 
 class Rehearsal:
@@ -120,6 +139,7 @@ class Rehearsal:
         image: bool = True,
         autostop_idle_minutes: int = 0,
         results_storage: bool = True,
+        gpu_pool_max: int = 0,
     ) -> State:
         """Build what is missing, boot head + ``workers`` and wait until Ray runs on all.
 
@@ -132,7 +152,12 @@ class Rehearsal:
 
         ``results_storage``: Blob storage on the bridge (Azurite), its container's URL the
         deploy-time value RESULTS_URL, so every job mirrors its run folder there; its data is
-        kept by ``down`` (:func:`azurite.data_dir`). Off: results stay on the head's disk."""
+        kept by ``down`` (:func:`azurite.data_dir`). Off: results stay on the head's disk.
+
+        ``gpu_pool_max`` (scaling mode ray): a second worker pool ``gpu`` (min 0, max N), its
+        own fake scale set (size :data:`GPU_VM_SIZE`) whose instances boot from the same worker
+        document filled with that pool's values; its containers declare one GPU to Ray without
+        hardware (:func:`gpu_stand_in`). 0: the default pool alone."""
         require_root_linux()
         if not 0 <= workers <= 50:
             raise DriverError(f"--workers must be between 0 and 50, got {workers}")
@@ -143,6 +168,13 @@ class Rehearsal:
                 f"--min-workers {min_workers} / --max-workers {max_workers}: need "
                 "0 <= min <= max, 1 <= max <= 40"
             )
+        if not 0 <= gpu_pool_max <= GPU_POOL_ADDRESSES:
+            raise DriverError(
+                f"--gpu-pool-max must be between 0 (no GPU pool) and {GPU_POOL_ADDRESSES}, "
+                f"got {gpu_pool_max}"
+            )
+        if gpu_pool_max and scaling_mode != "ray":
+            raise DriverError("--gpu-pool-max needs --scaling-mode ray (Ray's autoscaler)")
         if not 1 <= idle_timeout_minutes <= 1440:
             raise DriverError(f"--idle-timeout-minutes must be 1-1440, got {idle_timeout_minutes}")
         if not 0 <= autostop_idle_minutes <= 10080:
@@ -214,6 +246,7 @@ class Rehearsal:
             max_workers=max_workers,
             idle_timeout_minutes=idle_timeout_minutes,
             autostop_idle_minutes=autostop_idle_minutes,
+            gpu_pool_max=gpu_pool_max,
         )
         self._save(state)
         network.create_bridge(
@@ -230,7 +263,7 @@ class Rehearsal:
             progress(f"results storage: {state.results_url} (kept by down: {self.results_dir})")
         new = [self._plan_node(state, "head"), *[self._plan_node(state) for _ in range(workers)]]
         if scaling_mode == "ray" or autostop_idle_minutes > 0:
-            compute.start(ctx, new[1:], network.worker_pool(self.subnet))
+            compute.start(ctx, new[1:], self.pools(state))
         if image:
             self._bake(state, progress)
         for node in new:
@@ -279,14 +312,20 @@ class Rehearsal:
         return new
 
     def _plan_node(
-        self, state: State, role: str = "worker", index: int | None = None, ip: str | None = None
+        self,
+        state: State,
+        role: str = "worker",
+        index: int | None = None,
+        ip: str | None = None,
+        name: str = "",
     ) -> Node:
-        """The next node; a scale set's instance comes with its own index and address."""
+        """The next node; a scale set's instance comes with its own index and address (and
+        another pool's with its own name)."""
         if index is None:
             index = len(state.nodes)
             if (role == "head") != (index == 0):
                 raise AssertionError("the head is node 0")
-        name = "head" if role == "head" else f"worker-{index}"
+        name = name or ("head" if role == "head" else f"worker-{index}")
         if any(n.name == name for n in state.nodes):
             raise DriverError(f"rehearsal cluster {self.name!r} has a {name} already")
         node = Node(
@@ -319,18 +358,20 @@ class Rehearsal:
             # The containers share this machine's CPUs: a size with as many, so Ray's autoscaler
             # plans with what a new worker really brings.
             "WORKER_VM_SIZE": f"Standard_D{os.cpu_count() or 1}s_v5",
-            # One pool, as a stack's default (below): what Ray's autoscaler plans with.
+            # The default pool, as a stack's default, and the GPU pool if there is one (below):
+            # what Ray's autoscaler plans with, one node type per pool.
             "AUTOSCALER_POOLS": json.dumps(
                 [
                     {
-                        "labels": "",
-                        "max": state.max_workers,
-                        "min": state.min_workers,
-                        "name": "workers",
-                        "resources": {},
-                        "scale_set": self.scale_set_id(state).rsplit("/", 1)[-1],
-                        "vm_size": f"Standard_D{os.cpu_count() or 1}s_v5",
+                        "labels": self.pool_values(state, pool)["RAY_LABELS"],
+                        "max": high,
+                        "min": low,
+                        "name": pool,
+                        "resources": json.loads(self.pool_values(state, pool)["RAY_RESOURCES"]),
+                        "scale_set": compute.scale_set_name(state.name, pool),
+                        "vm_size": size,
                     }
+                    for pool, (size, low, high) in self.pool_sizes(state).items()
                 ],
                 separators=(",", ":"),
             ),
@@ -341,27 +382,69 @@ class Rehearsal:
             "AUTOSTOP_IDLE_MINUTES": str(state.autostop_idle_minutes),
             # The rehearsal has no Azure Monitor autoscale (scaling mode cpu has no scale set).
             "WORKER_AUTOSCALE_NAME": "",
-            # One worker pool, as a stack's default: the fake scale set, its workers offering
-            # one simulator slot per CPU and no other resource or label.
-            "WORKER_SCALE_SETS": self.scale_set_id(state).rsplit("/", 1)[-1],
-            "WORKER_POOL": "workers",
-            "RAY_RESOURCES": "{}",
-            "RAY_LABELS": "",
+            # Every pool's fake scale set; the default pool's own values (each pool's workers get
+            # theirs, :meth:`pool_values`), as a stack fills them.
+            "WORKER_SCALE_SETS": " ".join(
+                compute.scale_set_name(state.name, pool) for pool in self.pool_sizes(state)
+            ),
+            **self.pool_values(state, DEFAULT_POOL),
             # The results container on the bridge (Azurite), as a stack with results storage
             # passes its container's URL; "" with `up --no-results-storage` (the stacks'
             # default): results stay on the head's disk.
             "RESULTS_URL": state.results_url,
         }
 
-    def scale_set_id(self, state: State) -> str:
-        """The fake scale set the rehearsal's workers belong to (scaling mode ray)."""
-        return compute.scale_set_id(state.name)
+    def scale_set_id(self, state: State, pool: str = DEFAULT_POOL) -> str:
+        """The fake scale set of a worker pool (scaling mode ray)."""
+        return compute.scale_set_id(state.name, pool)
+
+    @staticmethod
+    def pool_sizes(state: State) -> dict[str, tuple[str, int, int]]:
+        """Each worker pool's (VM size, min, max), the default pool first. The default pool's
+        containers share this machine's CPUs: a size with as many, so Ray's autoscaler plans
+        with what a new worker really brings; the GPU pool's is :data:`GPU_VM_SIZE`."""
+        pools = {
+            DEFAULT_POOL: (
+                f"Standard_D{os.cpu_count() or 1}s_v5",
+                state.min_workers,
+                state.max_workers,
+            )
+        }
+        if state.gpu_pool_max:
+            pools[GPU_POOL] = (GPU_VM_SIZE, 0, state.gpu_pool_max)
+        return pools
+
+    @staticmethod
+    def pool_values(state: State, pool: str) -> dict[str, str]:
+        """A pool's own deploy-time values, over the cluster's in its workers' documents (as
+        the stacks fill each pool's custom data): its name, and no resources or labels beyond
+        what every worker offers (CPUs and GPUs, a simulator slot per CPU, pool=NAME)."""
+        if pool != DEFAULT_POOL and not (pool == GPU_POOL and state.gpu_pool_max):
+            raise DriverError(f"rehearsal cluster {state.name!r} has no worker pool {pool!r}")
+        return {"WORKER_POOL": pool, "RAY_RESOURCES": "{}", "RAY_LABELS": ""}
+
+    def pools(self, state: State) -> dict[str, tuple[str, list[str]]]:
+        """Each pool's fake scale set: its VM size and the addresses its instances get."""
+        addresses = network.worker_pool(ipaddress.IPv4Network(state.subnet))
+        if not state.gpu_pool_max:
+            return {DEFAULT_POOL: (self.pool_sizes(state)[DEFAULT_POOL][0], addresses)}
+        split = len(addresses) - GPU_POOL_ADDRESSES
+        sizes = self.pool_sizes(state)
+        return {
+            DEFAULT_POOL: (sizes[DEFAULT_POOL][0], addresses[:split]),
+            GPU_POOL: (sizes[GPU_POOL][0], addresses[split:]),
+        }
 
     def _user_data(self, state: State, role: str, values: dict[str, str] | None = None) -> str:
         """The committed document for ``role``, filled as Terraform and Bicep fill it (with
         ``values`` over the cluster's)."""
-        text = (Path(state.documents_dir) / f"{role}.yaml").read_text()
-        return render.fill(text, {**self.deploy_values(state), **(values or {})})
+        return render.fill(
+            self._document(state, role), {**self.deploy_values(state), **(values or {})}
+        )
+
+    @staticmethod
+    def _document(state: State, role: str) -> str:
+        return (Path(state.documents_dir) / f"{role}.yaml").read_text()
 
     def _check_subnet_free(self) -> None:
         network.check_subnet_free(self.subnet)
@@ -392,6 +475,15 @@ class Rehearsal:
         layers = [state.image] if image and state.image else []
         nodes.mount_root(node, [Path(p) for p in (*layers, state.rootfs)])
         imds.start(self._services(state), node)
+        if node.role == "worker":
+            values = {**self.pool_values(state, node.pool), **(values or {})}
+        if node.role == "worker" and node.pool == GPU_POOL:
+            gpus = vm_size_gpus(GPU_VM_SIZE)
+            for path, text in gpu_stand_in(self._document(state, "worker"), gpus).items():
+                target = node.root / path.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text)
+                target.chmod(0o644)
         nodes.seed(
             node,
             f"rehearsal-{self.name}-{node.name}-{secrets.token_hex(4)}",
@@ -463,37 +555,56 @@ class Rehearsal:
         with self.store.locked():
             yield
 
-    def scale_set_create(self, instance_id: str, ip: str, timeout: float = 1800) -> Node:
-        """A new instance of the fake scale set: a worker container at ``ip``, booted from the
-        worker document like any other; returns once its Ray runs (Azure says Succeeded)."""
+    def scale_set_create(
+        self, instance_id: str, ip: str, timeout: float = 1800, scale_set: str = ""
+    ) -> Node:
+        """A new instance of a pool's fake scale set (``scale_set``, default the default
+        pool's): a worker container at ``ip``, booted from the worker document like any other
+        (filled with its pool's values); returns once its Ray runs (Azure says Succeeded)."""
         require_root_linux()
         if not instance_id.isdigit():
             raise DriverError(f"--instance-id must be a number, got {instance_id!r}")
+        pool = self._pool_of(scale_set)
         with self._state_lock():
             state = self.load()
             if state is None:
                 raise DriverError(f"no rehearsal cluster {self.name!r}")
             self.subnet = ipaddress.IPv4Network(state.subnet)
-            # Node 0 is the head: instance N is the node of index N + 1 (its names: worker-N+1,
-            # its metadata service calls it rh-NAME-workers_N, as Azure names the VM).
-            node = self._plan_node(state, "worker", index=int(instance_id) + 1, ip=ip)
-            node.instance_id = instance_id
+            if pool == DEFAULT_POOL:
+                # Node 0 is the head: instance N is the node of index N + 1 (its names:
+                # worker-N+1, its metadata service calls it rh-NAME-workers_N, as Azure names
+                # the VM).
+                node = self._plan_node(state, "worker", index=int(instance_id) + 1, ip=ip)
+            else:
+                # Another pool's instance N is POOL-N, its index (namespace, link) its
+                # address's, which no other node has.
+                self.pool_values(state, pool)  # a pool this cluster has
+                node = self._plan_node(
+                    state,
+                    "worker",
+                    index=network.node_index(self.subnet, ip),
+                    ip=ip,
+                    name=f"{pool}-{instance_id}",
+                )
+            node.instance_id, node.pool = instance_id, pool
             self._save(state)
             self._create_node(state, node)
         self.wait_ready(state, timeout, silent, nodes=[node])
         return node
 
-    def scale_set_delete(self, instance_id: str) -> None:
-        """An instance of the fake scale set deleted: as Azure does with a termination notice,
-        the worker gets a Terminate scheduled event and its watcher drains it, stops Ray and
-        acknowledges (or the notice runs out); then the container and all it had go."""
+    def scale_set_delete(self, instance_id: str, scale_set: str = "") -> None:
+        """An instance of a pool's fake scale set deleted (``scale_set``, default the default
+        pool's): as Azure does with a termination notice, the worker gets a Terminate scheduled
+        event and its watcher drains it, stops Ray and acknowledges (or the notice runs out);
+        then the container and all it had go."""
         require_root_linux()
+        pool = self._pool_of(scale_set)
         state = self.load()
         node = next(
             (
                 n
                 for n in (state.nodes if state else [])
-                if n.role == "worker" and compute.instance_id(n) == instance_id
+                if n.role == "worker" and n.pool == pool and compute.instance_id(n) == instance_id
             ),
             None,
         )
@@ -513,6 +624,15 @@ class Rehearsal:
             if state is not None:
                 state.nodes = [n for n in state.nodes if n.name != node.name]
                 self._save(state)
+
+    def _pool_of(self, scale_set: str) -> str:
+        """The pool of a scale set's name ("": the default pool's)."""
+        if not scale_set:
+            return DEFAULT_POOL
+        try:
+            return compute.pool_of(self.name, scale_set)
+        except ValueError as e:
+            raise DriverError(str(e)) from None
 
     def remove(self, name: str) -> None:
         """A worker deleted: it shuts down cleanly (its Ray leaves the cluster), then its
@@ -716,6 +836,7 @@ class Rehearsal:
                 {
                     "name": n.name,
                     "role": n.role,
+                    "pool": n.pool if n.role == "worker" else "",
                     "ip": n.ip,
                     "running": pid_alive(n.pid),
                     "ready": marker is not None,
@@ -758,3 +879,43 @@ def _new_ssh_key(path: Path) -> str:
     )
     path.with_suffix(".pub").write_text(public + "\n")
     return public
+
+
+def gpu_stand_in(worker_document: str, gpus: int) -> dict[str, str]:
+    """The rehearsal's stand-in for GPUs the bootstrap found and checked, written into a GPU
+    pool container before it boots (the documents stay as Azure runs them): a drop-in for the
+    worker's Ray unit (the unit in ``worker_document`` that runs ``ray-cluster-start worker``)
+    whose later ``EnvironmentFile`` sets RAY_NUM_GPUS (Ray starts with ``--num-gpus``; a later
+    file wins over node.env's empty value), and whose ExecStartPre list is reset to the steps
+    other than the GPU check (which needs the NVIDIA driver and hardware): the node-ip step.
+    ``{path: text}``."""
+    files = render.document_files(worker_document)
+    units = [
+        path
+        for path, text in files.items()
+        if path.startswith("/etc/systemd/system/")
+        and re.search(r"^ExecStart=\S*ray-cluster-start worker\b", text, re.M)
+    ]
+    if len(units) != 1:
+        raise DriverError(f"the worker document has {len(units)} units that start Ray, not 1")
+    pre = re.findall(r"^ExecStartPre=(.+)$", files[units[0]], re.M)
+    kept = [p for p in pre if not re.search(r"\bgpu\b", p)]
+    if len(kept) == len(pre) or not kept:
+        raise DriverError(
+            f"{units[0]} in the worker document has no GPU check to stand in for, or nothing "
+            "else before Ray starts"
+        )
+    drop_in = "".join(
+        [
+            "# The rehearsal's stand-in for GPUs the bootstrap found and checked (a\n",
+            "# container has none): Ray starts with --num-gpus, without the GPU check.\n",
+            "[Service]\n",
+            f"EnvironmentFile={GPU_STAND_IN_ENV}\n",
+            "ExecStartPre=\n",
+            *(f"ExecStartPre={p}\n" for p in kept),
+        ]
+    )
+    return {
+        f"{units[0]}.d/50-rehearsal-gpu.conf": drop_in,
+        GPU_STAND_IN_ENV: f"RAY_NUM_GPUS={gpus}\n",
+    }

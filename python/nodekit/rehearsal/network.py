@@ -37,6 +37,14 @@ def node_ip(subnet: ipaddress.IPv4Network, index: int) -> str:
     return str(list(subnet.hosts())[9 + index])
 
 
+def node_index(subnet: ipaddress.IPv4Network, ip: str) -> int:
+    """The index of the node at ``ip`` (:func:`node_ip`'s inverse)."""
+    index = int(ipaddress.IPv4Address(ip)) - int(subnet.network_address) - 10
+    if not 0 <= index < MAX_NODES:
+        raise DriverError(f"{ip} is no node address of {subnet}")
+    return index
+
+
 def bake_ip(subnet: ipaddress.IPv4Network) -> str:
     """The container that bakes the node image: the address below the head's."""
     return str(list(subnet.hosts())[8])

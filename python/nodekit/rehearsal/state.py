@@ -18,6 +18,10 @@ from nodekit.rehearsal.image import ADMIN_USER
 
 BASE_ENV = "RAYDRIVER_REHEARSAL_DIR"
 DEFAULT_BASE = Path("/var/lib/ray-azure-rl/rehearsal")
+DEFAULT_POOL = "workers"
+"""The default worker pool, as a stack's default (the cluster of before pools)."""
+GPU_POOL = "gpu"
+"""The optional second pool (``rehearse up --gpu-pool-max N``), whose workers offer Ray GPUs."""
 
 
 def default_base() -> Path:
@@ -36,6 +40,8 @@ class Node:
     pid: int | None = None
     instance_id: str = ""
     """Scaling mode ray: the node's instance id in the fake scale set (its VM name's suffix)."""
+    pool: str = DEFAULT_POOL
+    """A worker's pool, whose scale set it is an instance of (the head's: meaningless)."""
 
     @property
     def root(self) -> Path:
@@ -79,6 +85,8 @@ class State:
     min_workers: int = 0
     max_workers: int = 4
     idle_timeout_minutes: int = 5
+    gpu_pool_max: int = 0
+    """Scaling mode ray: the GPU pool's max (:data:`GPU_POOL`, min 0); 0: no GPU pool."""
     autostop_idle_minutes: int = 0
     """The head's autostop (AUTOSTOP_IDLE_MINUTES): 0, off, unless ``up`` was told otherwise."""
     results_url: str = ""

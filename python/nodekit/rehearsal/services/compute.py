@@ -1,10 +1,12 @@
-"""Azure Compute for the workers' scale set (scaling mode ray) and the head's VM (autostop), on
-the bridge over HTTPS with Key Vault's certificate (same address, a CA the nodes trust). Raising
-the scale set's capacity or deleting an instance runs ``nodekit rehearse scale-set
-create|delete`` here, which boots or removes a worker container (``Rehearsal.scale_set_create``
-/ ``scale_set_delete``); deallocating or starting the head's VM runs ``nodekit rehearse vm
-deallocate|start``, which powers its container off (its disk stays) or boots it again
-(``Rehearsal.vm_deallocate`` / ``vm_start``)."""
+"""Azure Compute for the workers' scale sets (scaling mode ray) and the head's VM (autostop), on
+the bridge over HTTPS with Key Vault's certificate (same address, a CA the nodes trust). One
+scale set per worker pool (the default pool ``workers``; with ``rehearse up --gpu-pool-max N``
+also ``gpu``), in one resource group. Raising a scale set's capacity or deleting an instance
+runs ``nodekit rehearse scale-set create|delete --scale-set NAME`` here, which boots or removes
+a worker container of that pool (``Rehearsal.scale_set_create`` / ``scale_set_delete``);
+deallocating or starting the head's VM runs ``nodekit rehearse vm deallocate|start``, which
+powers its container off (its disk stays) or boots it again (``Rehearsal.vm_deallocate`` /
+``vm_start``)."""
 
 from __future__ import annotations
 
@@ -17,11 +19,20 @@ import uuid
 from nodekit import render
 from nodekit.node.azure_vmss_provider import parse_scale_set_id
 from nodekit.rehearsal.services import Context, fakes, keyvault, port, wait_for_port
-from nodekit.rehearsal.state import BASE_ENV, Node, State
+from nodekit.rehearsal.state import BASE_ENV, DEFAULT_POOL, Node, State
 
 
-def scale_set_name(cluster: str) -> str:
-    return f"rh-{cluster}-workers"
+def scale_set_name(cluster: str, pool: str = DEFAULT_POOL) -> str:
+    """The fake scale set of ``pool`` (``rh-NAME-workers``, ``rh-NAME-gpu``)."""
+    return f"rh-{cluster}-{pool}"
+
+
+def pool_of(cluster: str, scale_set: str) -> str:
+    """The pool whose scale set is ``scale_set`` (case-insensitive, as ARM names match)."""
+    prefix = f"rh-{cluster}-"
+    if not scale_set.lower().startswith(prefix):
+        raise ValueError(f"{scale_set!r} is no scale set of rehearsal cluster {cluster!r}")
+    return scale_set[len(prefix) :].lower()
 
 
 def instance_id(node: Node) -> str:
@@ -33,15 +44,15 @@ def vm_name(cluster: str, node: Node) -> str:
     """The node's VM name, as Azure names a scale set's instances (``SCALESET_N``)."""
     if node.role == "head":
         return f"rh-{cluster}-head"
-    return f"{scale_set_name(cluster)}_{instance_id(node)}"
+    return f"{scale_set_name(cluster, node.pool)}_{instance_id(node)}"
 
 
-def scale_set_id(cluster: str) -> str:
-    """The fake scale set the rehearsal's workers belong to."""
+def scale_set_id(cluster: str, pool: str = DEFAULT_POOL) -> str:
+    """The fake scale set of ``pool`` (all in the cluster's one resource group)."""
     subscription = uuid.uuid5(uuid.NAMESPACE_DNS, f"rehearsal/{cluster}")
     return (
         f"/subscriptions/{subscription}/resourceGroups/rh-{cluster}"
-        f"/providers/Microsoft.Compute/virtualMachineScaleSets/{scale_set_name(cluster)}"
+        f"/providers/Microsoft.Compute/virtualMachineScaleSets/{scale_set_name(cluster, pool)}"
     )
 
 
@@ -61,6 +72,10 @@ def head_vm_id(cluster: str) -> str:
     )
 
 
+HOOK_ARGS = '--scale-set "$SCALE_SET" --instance-id "$INSTANCE_ID" --ip "$PRIVATE_IP"'
+"""What the fake's hooks pass to ``rehearse scale-set create|delete`` (its environment)."""
+
+
 def writers(state: State) -> list[str]:
     """Who may change the scale set and the head's VM: the head's autoscaler identity (scaling
     mode ray), else the nodes' identity (the identity autostop uses in mode cpu)."""
@@ -71,16 +86,17 @@ def arm_endpoint(state: State) -> str:
     return f"https://{state.host_ip}:{port(state, 'compute')}"
 
 
-def start(ctx: Context, workers: list[Node], pool: list[str]) -> None:
-    """Compute with one scale set whose instances are ``workers``; new instances get the
-    addresses of ``pool`` not in use. Key Vault runs (its TLS and token key are used)."""
+def start(ctx: Context, workers: list[Node], pools: dict[str, tuple[str, list[str]]]) -> None:
+    """Compute with a scale set per pool of ``pools`` (name -> (VM size, addresses)) whose
+    instances are ``workers`` (each in its node's pool); a pool's new instances get its
+    addresses not in use. Key Vault runs (its TLS and token key are used)."""
     sys.path.insert(0, str(render.repo_root() / "tests" / "fakes"))
     fake_path = fakes.path(fakes.COMPUTE_FAKE)
     compute = fakes.load(fakes.COMPUTE_FAKE, "rehearsal_azure_compute")
     state = ctx.state
     folder = ctx.azure_dir / "compute"
     folder.mkdir(parents=True)
-    sub, group, name = parse_scale_set_id(scale_set_id(ctx.name))
+    sub, group = resource_group(ctx.name)
     used = {n.ip for n in state.nodes}
     config = compute.compute_config(
         keyvault.token_key(ctx.azure_dir),
@@ -88,18 +104,28 @@ def start(ctx: Context, workers: list[Node], pool: list[str]) -> None:
         writers(state),
         [
             compute.scale_set_config(
-                sub, group, name, [ip for ip in pool if ip not in used], location="rehearsal"
+                sub,
+                group,
+                scale_set_name(ctx.name, pool),
+                [ip for ip in addresses if ip not in used],
+                sku=size,
+                location="rehearsal",
             )
+            for pool, (size, addresses) in pools.items()
         ],
         [compute.vm_config(sub, group, f"rh-{ctx.name}-head", location="rehearsal")],
     )
     (folder / "config.json").write_text(json.dumps(config))
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    instances = [
-        {"instanceId": instance_id(n), "ip": n.ip, "state": "Succeeded", "created": now}
-        for n in workers
-    ]
-    (folder / "instances.json").write_text(json.dumps({name.lower(): instances}))
+    instances = {
+        scale_set_name(ctx.name, pool).lower(): [
+            {"instanceId": instance_id(n), "ip": n.ip, "state": "Succeeded", "created": now}
+            for n in workers
+            if n.pool == pool
+        ]
+        for pool in pools
+    }
+    (folder / "instances.json").write_text(json.dumps(instances))
     hook = shlex.join(
         [sys.executable, "-m", "nodekit", "rehearse", "scale-set", "--name", ctx.name]
     )
@@ -124,9 +150,9 @@ def start(ctx: Context, workers: list[Node], pool: list[str]) -> None:
             "--key",
             str(cert_key),
             "--on-create",
-            f'{hook} create --instance-id "$INSTANCE_ID" --ip "$PRIVATE_IP"',
+            f"{hook} create {HOOK_ARGS}",
             "--on-delete",
-            f'{hook} delete --instance-id "$INSTANCE_ID" --ip "$PRIVATE_IP"',
+            f"{hook} delete {HOOK_ARGS}",
             "--on-deallocate",
             f"{vm_hook} deallocate",
             "--on-start",

@@ -47,7 +47,9 @@ def start(ctx: Context, node: Node) -> None:
             **_placement(ctx.name, node),
             "name": compute.vm_name(ctx.name, node),
             "vmId": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{ctx.name}/{node.name}")),
-            "vmScaleSetName": "" if node.role == "head" else compute.scale_set_name(ctx.name),
+            "vmScaleSetName": (
+                "" if node.role == "head" else compute.scale_set_name(ctx.name, node.pool)
+            ),
             "location": "rehearsal",
             "osType": "Linux",
         },

@@ -63,6 +63,11 @@ CHECKPOINTS = "checkpoints"
 SYNC_INTERVAL_S = 10.0
 """The run folder's plain files go up at most this often while training (and at every
 checkpoint and at the end)."""
+MIRROR_SHARE = 0.05
+"""At most this share of the uploader's time goes to mirroring: a mirror that took D seconds
+waits D / MIRROR_SHARE before the next one. Changed files go up whole (as Ray Tune's syncer
+does), and a week's progress.csv and TensorBoard files grow to many megabytes: their uploads
+then come less often instead of taking ever more of the node."""
 UPLOADER_NICENESS = 10
 """The uploader runs this much nicer than training: on a node whose cores the env runners and
 the learner keep busy, uploads take the CPU they leave (benchmarks/results_store.py)."""
@@ -345,6 +350,8 @@ class Uploader:
         self.commands: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.mirrored: dict[str, tuple[int, int]] = {}
         self.last_sync = 0.0
+        self.sync_every = SYNC_INTERVAL_S
+        """Seconds between mirrors: SYNC_INTERVAL_S, or longer after a long mirror."""
         self.reported: set[str] = set()
         self.failures = 0
 
@@ -365,6 +372,13 @@ class Uploader:
     def mirror(self) -> None:
         """The run folder's plain files (not checkpoints, not dot entries) that changed."""
         self.last_sync = time.monotonic()
+        try:
+            self._mirror()
+        finally:
+            took = time.monotonic() - self.last_sync
+            self.sync_every = max(SYNC_INTERVAL_S, took / MIRROR_SHARE)
+
+    def _mirror(self) -> None:
         for path, name in _files(self.run_dir):
             top = name.split("/")[0]
             if top.startswith(".") or top.startswith("checkpoint"):
@@ -443,7 +457,7 @@ class Uploader:
         pending: dict[str, Any] | None = None
         sync = finishing = False
         while True:
-            timeout = None if not sync else max(0.0, SYNC_INTERVAL_S - self._since_sync())
+            timeout = None if not sync else max(0.0, self.sync_every - self._since_sync())
             try:
                 command = self.commands.get(timeout=0 if finishing else timeout)
             except queue.Empty:
@@ -468,7 +482,7 @@ class Uploader:
                 self.checkpoint(pending)
                 pending, sync = None, False
                 continue
-            if sync and (finishing or self._since_sync() >= SYNC_INTERVAL_S):
+            if sync and (finishing or self._since_sync() >= self.sync_every):
                 self.mirror()
                 sync = False
             if finishing and self.commands.empty():

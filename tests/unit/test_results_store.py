@@ -259,6 +259,53 @@ def test_fetching_a_run_the_store_does_not_have_is_one_line(env: Blob, tmp_path:
     assert str(e.value) == f"no run never-ran in {env.url}/results (no never-ran/latest.json)"
 
 
+MIRROR_SHARE_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import blobsync
+
+client = blobsync.Client(blobsync.from_env(), "share-run")
+client.connect()
+real = client.put_file
+
+def slow(path, name):  # a slow link: each file's upload takes 0.4 s longer
+    time.sleep(0.4)
+    return real(path, name)
+
+client.put_file = slow
+up = blobsync.Uploader(client, Path(sys.argv[2]))
+up.mirror()
+first = up.sync_every
+up.mirror()  # nothing changed: nothing to upload
+print(json.dumps({"first": first, "second": up.sync_every}))
+"""
+
+
+def test_mirroring_takes_at_most_its_share_of_the_uploaders_time(env: Blob, tmp_path: Path) -> None:
+    folder = _run_folder(tmp_path, "share-run", files=1)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            MIRROR_SHARE_SCRIPT,
+            str(REPO / "examples" / "harness"),
+            str(folder),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    waits = json.loads(p.stdout.strip().splitlines()[-1])
+    # Two files went up (progress.csv, the TensorBoard file; not the checkpoint) in >= 0.8 s:
+    # the next mirror waits >= 0.8 s / MIRROR_SHARE (16 s), longer than the usual interval ...
+    assert _listing(env, "share-run") == ["events.out.tfevents.1.host", "progress.csv"]
+    assert waits["first"] >= 0.8 / blobsync.MIRROR_SHARE > blobsync.SYNC_INTERVAL_S, waits
+    # ... and a quick one (nothing changed) brings it back to the usual interval.
+    assert waits["second"] == blobsync.SYNC_INTERVAL_S, waits
+
+
 def _token_answer(blob: Blob, resource: str, issued_at: float, lifetime_s: int) -> str:
     """What the metadata service answers with a token of ours (issued at ``issued_at``)."""
     when = int(issued_at)

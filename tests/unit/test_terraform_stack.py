@@ -14,9 +14,12 @@ import hcl2
 import pytest
 from terraform_docs import outputs, variables
 
+from bicep_support import TERRAFORM_ONLY_OUTPUTS
+
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "infra" / "terraform"
 MODULE = STACK / "modules" / "cluster"
+EXAMPLE = STACK / "examples" / "as-module"
 
 # Read by `python -m driver --terraform-dir` (head_public_ip, admin_username) and mirrored by the
 # Bicep stack in camelCase (headPublicIp, ...): renaming one breaks a consumer.
@@ -32,19 +35,6 @@ OUTPUT_CONTRACT = {
     "driver_command",
     "worker_pools",
     "results_url",
-}
-# The ids a caller of the module wires on (issue 22): Terraform's own, Bicep does not output them.
-WIRING_OUTPUTS = {
-    "resource_group_id",
-    "vnet_id",
-    "vnet_name",
-    "subnet_id",
-    "network_security_group_id",
-    "scale_set_ids",
-    "node_identity",
-    "head_identity",
-    "key_vault_id",
-    "key_vault_uri",
 }
 # Terraform's own: Bicep deploys into a resource group given to `az deployment group create`, and
 # writes the token secret through Azure Resource Manager (control plane), so it needs neither a
@@ -142,7 +132,7 @@ def test_variable_names_translate_to_bicep_camel_case() -> None:
 
 def test_outputs_are_the_contract_each_with_a_description() -> None:
     found = outputs()
-    assert set(found) == OUTPUT_CONTRACT | WIRING_OUTPUTS
+    assert set(found) == OUTPUT_CONTRACT | TERRAFORM_ONLY_OUTPUTS
     for name, spec in found.items():
         assert _unquote(spec.get("description", "")), name
         assert "sensitive" not in spec, f"{name}: nothing secret belongs in an output"
@@ -210,9 +200,13 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
                     for k in b
                 }
     assert set(module_outputs) == {"worker_pool"}
+    example_outputs = {
+        k.strip('"') for b in hcl2.load((EXAMPLE / "main.tf").open())["output"] for k in b
+    }
     files = sorted((STACK / "tests").glob("*.tftest.hcl"))
     assert len(files) >= 2
     runs = 0
+    targets: dict[str, set[str | None]] = {}
     for path in files:
         text = path.read_text()
         doc = hcl2.load(path.open())
@@ -225,6 +219,11 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
         for block in doc["run"]:
             for name, run in block.items():
                 runs += 1
+                # The module itself (every file but root.tftest.hcl: they name its resources),
+                # the root (None) or a root of one's own that calls the module.
+                [source] = [_unquote(m["source"]) for m in run.get("module", [])] or [None]
+                assert source in (None, "./modules/cluster", "./examples/as-module"), source
+                targets.setdefault(path.name, set()).add(source)
                 assert run.get("command") == "plan", f"{path.name} {name}: plan only"
                 assert run.get("assert") or run.get("expect_failures"), f"{path.name} {name}"
                 for variables_block in run.get("variables", []):
@@ -238,8 +237,10 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
         # A child module's values are its outputs: module.NAME["KEY"].OUTPUT, declared there.
         for name, output in re.findall(r"\bmodule\.(\w+)\[[^\]]+\]\.(\w+)", text):
             assert output in module_outputs.get(name, set()), f"{path.name}: module.{name}.{output}"
-        assert set(re.findall(r"\boutput\.(\w+)", text)) <= known_outputs
+        assert set(re.findall(r"\boutput\.(\w+)", text)) <= known_outputs | example_outputs
     assert runs >= 20
+    assert targets.pop("root.tftest.hcl") == {None, "./examples/as-module"}
+    assert targets and all(t == {"./modules/cluster"} for t in targets.values()), targets
 
 
 def _locals() -> dict[str, object]:

@@ -246,3 +246,92 @@ def test_a_head_replaced_inside_the_module_is_named() -> None:
     assert (ROOT / terraform.CLUSTER_MODULE_DIR / "checks.tf").is_file()
     assert f"module.{terraform_root.NAME}" == terraform.CLUSTER_MODULE
     assert ROOT / terraform.CLUSTER_MODULE_DIR == MODULE
+
+
+# -- the moved blocks with real terraform, offline ----------------------------------------------
+# The stack's resources need azurerm, which cannot be downloaded here; terraform_data is built
+# into Terraform. So: a small stack of the same shape (resources with and without count, a
+# module call with for_each, and before that a single resource that became the default pool's),
+# applied with a local state, then moved into a module with the root that scripts/terraform_root.py
+# generates for it, and planned: everything moves, nothing is created or destroyed.
+POOL = 'resource "terraform_data" "this" {\n  input = "pool"\n}\n'
+VARIABLES = 'variable "name" {\n  type    = string\n  default = "ray"\n}\n'
+RESOURCES = """resource "terraform_data" "head" {
+  input = var.name
+}
+
+resource "terraform_data" "optional" {
+  count = 1
+  input = "optional"
+}
+
+module "worker_pool" {
+  source   = "SOURCE"
+  for_each = toset(["workers", "gpu"])
+}
+"""
+OUTPUTS = (
+    'output "head" {\n  description = "The head."\n  value       = terraform_data.head.output\n}\n'
+)
+BEFORE_POOLS = 'resource "terraform_data" "workers" {\n  input = "pool"\n}\n'
+
+
+def _terraform(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["terraform", *args, "-no-color"],
+        cwd=folder, env=_terraform_env(folder.parent), capture_output=True, text=True,
+        timeout=180,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("history", ["pools", "before_pools"])
+def test_an_existing_state_moves_into_the_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, history: str
+) -> None:
+    if shutil.which("terraform") is None:
+        pytest.fail("terraform is not on PATH")
+    old = tmp_path / "old"
+    (old / "modules" / "worker_pool").mkdir(parents=True)
+    (old / "modules" / "worker_pool" / "main.tf").write_text(POOL)
+    if history == "pools":
+        resources = RESOURCES.replace("SOURCE", "./modules/worker_pool")
+        (old / "main.tf").write_text(VARIABLES + resources + OUTPUTS)
+    else:  # the root of before pools: one scale set of its own
+        (old / "main.tf").write_text(BEFORE_POOLS)
+    for step in (("init", "-input=false"), ("apply", "-auto-approve", "-input=false")):
+        result = _terraform(old, *step)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+    new = tmp_path / "new"
+    module = new / "modules" / "cluster"
+    module.mkdir(parents=True)
+    shutil.copytree(old / "modules" / "worker_pool", new / "modules" / "worker_pool")
+    (module / "variables.tf").write_text(VARIABLES)
+    (module / "main.tf").write_text(RESOURCES.replace("SOURCE", "../worker_pool"))
+    (module / "outputs.tf").write_text(OUTPUTS)
+    monkeypatch.setattr(terraform_root, "ROOT", new)
+    monkeypatch.setattr(terraform_root, "MODULE", module)
+    monkeypatch.setattr(
+        terraform_root, "BEFORE_POOLS", {"terraform_data.workers": "terraform_data.this"}
+    )
+    assert terraform_root.main([]) == 0 and terraform_root.stale() == []
+    shutil.copy(old / "terraform.tfstate", new / "terraform.tfstate")
+    init = _terraform(new, "init", "-input=false")
+    assert init.returncode == 0, init.stdout + init.stderr
+    plan = _terraform(new, "plan", "-input=false")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    moved = {line.split("# ")[1] for line in plan.stdout.splitlines() if "has moved to" in line}
+    if history == "pools":
+        assert "Plan: 0 to add, 0 to change, 0 to destroy." in plan.stdout, plan.stdout
+        assert {m.split(" has moved to ")[0] for m in moved} == {
+            "terraform_data.head",
+            "terraform_data.optional[0]",
+            'module.worker_pool["gpu"].terraform_data.this',
+            'module.worker_pool["workers"].terraform_data.this',
+        }, plan.stdout
+    else:  # the pool "workers" is what the single scale set was; the rest is new
+        assert moved == {
+            'terraform_data.workers has moved to module.cluster.module.worker_pool["workers"]'
+            ".terraform_data.this"
+        }, plan.stdout
+        assert "0 to destroy" in plan.stdout and "to add" in plan.stdout

@@ -63,7 +63,7 @@ run "the_root_passes_the_outputs_through" {
   }
 
   assert {
-    condition     = keys(output.scale_set_ids) == ["workers"] && keys(output.worker_pools) == ["workers"]
+    condition     = join(",", keys(output.scale_set_ids)) == "workers" && join(",", keys(output.worker_pools)) == "workers"
     error_message = "Without worker_pools the root outputs one pool, \"workers\"."
   }
 
@@ -73,8 +73,8 @@ run "the_root_passes_the_outputs_through" {
   }
 
   assert {
-    condition     = output.head_identity == null
-    error_message = "With scaling_mode = \"cpu\" and no autostop the head has no identity of its own."
+    condition     = output.head_identity.principal_id == "66666666-7777-4888-8999-aaaaaaaaaaaa"
+    error_message = "Autostop is on by default: the head has an identity of its own."
   }
 
   assert {
@@ -87,7 +87,7 @@ run "the_root_passes_the_variables_through" {
   command = plan
 
   variables {
-    scaling_mode = "ray"
+    autostop_idle_minutes = 0
     worker_pools = {
       cpu = { spot_enabled = true, max_count = 6 }
       gpu = { vm_size = "Standard_NC4as_T4_v3", min_count = 0, default_count = 0, max_count = 1 }
@@ -95,8 +95,8 @@ run "the_root_passes_the_variables_through" {
   }
 
   assert {
-    condition     = keys(output.scale_set_ids) == ["cpu", "gpu"] && output.head_identity != null
-    error_message = "worker_pools / scaling_mode did not reach the module."
+    condition     = join(",", keys(output.scale_set_ids)) == "cpu,gpu" && output.head_identity == null
+    error_message = "worker_pools / autostop_idle_minutes did not reach the module (without autostop, in scaling_mode cpu, the head has no identity)."
   }
 }
 
@@ -118,7 +118,7 @@ run "a_root_of_ones_own_wires_on_the_module_outputs" {
   }
 
   assert {
-    condition     = keys(output.cluster_scale_set_ids) == ["cpu", "gpu"]
+    condition     = join(",", keys(output.cluster_scale_set_ids)) == "cpu,gpu"
     error_message = "examples/as-module: one scale set per pool."
   }
 

@@ -410,9 +410,11 @@ def check_files(paths: list[Path], schema: dict[str, Any]) -> Report:
 
 
 def check_dir(directory: Path, schema: dict[str, Any]) -> Report:
-    """The stack's .tf files and those of its local child modules (modules/*/)."""
+    """The stack's .tf files, those of its local child modules (modules/*/) and of the roots
+    that call them (examples/*/)."""
     root = Path(directory)
-    return check_files(sorted(root.glob("*.tf")) + sorted(root.glob("modules/*/*.tf")), schema)
+    paths = [*root.glob("*.tf"), *root.glob("modules/*/*.tf"), *root.glob("examples/*/*.tf")]
+    return check_files(sorted(paths), schema)
 
 
 # --------------------------------------------------------------------------------------------

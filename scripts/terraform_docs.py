@@ -20,6 +20,9 @@ import hcl2
 REPO = Path(__file__).resolve().parents[1]
 STACK = REPO / "infra" / "terraform"
 README = STACK / "README.md"
+MODULE = STACK / "modules" / "cluster"
+"""The tables describe the cluster module: the root (STACK) has the same inputs and outputs
+(scripts/terraform_root.py copies them) and calls it."""
 BEGIN, END = "<!-- BEGIN_TF_DOCS -->", "<!-- END_TF_DOCS -->"
 
 
@@ -58,7 +61,7 @@ def _name(kind: str, name: str) -> str:
 
 def _blocks(section: str) -> list[tuple[str, dict[str, Any]]]:
     found = []
-    for path in sorted(STACK.glob("*.tf")):
+    for path in sorted(MODULE.glob("*.tf")):
         for block in hcl2.load(path.open()).get(section, []):
             found += [(k.strip('"'), v) for k, v in block.items() if not k.startswith("__")]
     return found
@@ -144,7 +147,7 @@ def tables() -> str:
 
 def _terraform_blocks() -> list[dict[str, Any]]:
     found = []
-    for path in sorted(STACK.glob("*.tf")):
+    for path in sorted(MODULE.glob("*.tf")):
         found += hcl2.load(path.open()).get("terraform", [])
     return found
 

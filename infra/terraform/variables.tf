@@ -1,11 +1,41 @@
+# GENERATED from modules/cluster by scripts/terraform_root.py. Do not edit: change the
+# module and run `.venv/bin/python scripts/terraform_root.py` (tests/unit/
+# test_terraform_module.py fails while this file is stale).
+# This file: a copy of its variables.tf.
+
 # Inputs. Names translate 1:1 to the Bicep stack's parameters in camelCase
 # (allowed_ssh_cidrs -> allowedSshCidrs); resource_group_name and create_resource_group are
 # Terraform's own (Bicep deploys into a resource group given to `az deployment group create`).
 # Each validation names its variable and shows the expected form; rules that compare two inputs
-# are preconditions in checks.tf, which also holds the constants the validations share (CIDR
-# pattern, private ranges, base64 alphabet). A condition refers to its own variable and to
-# constants only: a local derived from the variable would make a cycle, hence the
-# `for x in [expression] : ...` bindings in the longer conditions.
+# are preconditions in checks.tf. The constants the validations share (CIDR pattern, private
+# ranges, base64 alphabet) are the locals below, in this file, so that it stands alone: the root
+# (infra/terraform/variables.tf) is a generated copy of it (scripts/terraform_root.py). A
+# condition refers to its own variable and to constants only: a local derived from the variable
+# would make a cycle, hence the `for x in [expression] : ...` bindings in the longer conditions.
+
+# The constants the validations share.
+locals {
+  # An IPv4 CIDR in canonical form: four decimal octets 0-255 without leading zeros, a prefix
+  # length 0-32 without a leading zero. cidrhost() alone accepts 010.0.0.1/32 or 0.0.0.0/00.
+  ipv4_cidr_pattern = "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(3[0-2]|[12][0-9]|[0-9])$"
+
+  # Where a virtual network may take its addresses: RFC 1918 and RFC 6598's shared space, the
+  # ranges Azure's virtual network FAQ names as private.
+  private_ipv4_ranges = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"]
+
+  # One OpenSSH public key line, ed25519 or RSA (the key types Azure takes), comment optional.
+  ssh_public_key_pattern = "^(ssh-ed25519|ssh-rsa) [A-Za-z0-9+/]+={0,3}( [^\\r\\n]*)?$"
+
+  # Addresses Key Vault's firewall never sees as a client's public address: "this network",
+  # RFC 1918, RFC 6598, loopback, link-local, and 224.0.0.0/3 (multicast 224.0.0.0/4 and the
+  # reserved 240.0.0.0/4).
+  non_public_ipv4_ranges = ["0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/3"]
+
+  # For decoding an SSH key blob in admin_ssh_public_key's validation: base64 character ->
+  # value, and the ASCII codes of the characters a key type name uses.
+  base64_values = { for i in range(64) : substr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", i, 1) => i }
+  ascii_codes   = merge({ "-" = 45 }, { for i in range(10) : tostring(i) => 48 + i }, { for i in range(26) : substr("abcdefghijklmnopqrstuvwxyz", i, 1) => 97 + i })
+}
 
 # ---------------------------------------------------------------------------------------------
 # Required

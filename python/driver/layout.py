@@ -20,7 +20,7 @@ HEALTH_PORT = 8790
 """A worker's health endpoint for the scale set's Application Health extension, bound to
 127.0.0.1 (the extension probes from inside the VM); no NSG rule names it. Below Ray's worker
 ports (10002-19999) and the kernel's ephemeral range. The Terraform stack's copy
-(infra/terraform/locals.tf) is held to this one by a test."""
+(infra/terraform/modules/cluster/locals.tf) is held to this one by a test."""
 HEALTH_PATH = "/health"
 
 # Accounts.

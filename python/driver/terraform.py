@@ -24,7 +24,13 @@ from typing import Any
 from driver.errors import DriverError
 
 INPUT_FILES = ("variables.tf", "checks.tf")
-"""The stack's variables and the checks between them: they plan alone, without providers."""
+"""The stack's variables and the checks between them: they plan alone, without providers. A file
+the folder lacks is taken from its :data:`CLUSTER_MODULE_DIR` (infra/terraform keeps its checks
+in the module it calls; its variables.tf is a copy of the module's)."""
+CLUSTER_MODULE_DIR = Path("modules") / "cluster"
+"""Where infra/terraform's cluster module lives, relative to the root that calls it."""
+CLUSTER_MODULE = "module.cluster"
+"""The address of that module call in infra/terraform (its resources are under it)."""
 AUTO_VAR_FILES = (
     "terraform.tfvars",
     "terraform.tfvars.json",
@@ -33,7 +39,13 @@ AUTO_VAR_FILES = (
 )
 """The variable files Terraform loads by itself from the configuration's folder."""
 HEAD_VM = "azurerm_linux_virtual_machine.head"
-"""The head VM of infra/terraform: replacing it loses what is on its disk."""
+"""The head VM of the cluster module: replacing it loses what is on its disk."""
+
+
+def is_head_vm(address: str) -> bool:
+    """Whether ``address`` is the head VM: at the root (a configuration made before the module)
+    or in :data:`CLUSTER_MODULE`."""
+    return address in (HEAD_VM, f"{CLUSTER_MODULE}.{HEAD_VM}")
 
 
 @dataclass(frozen=True)
@@ -42,7 +54,8 @@ class PlanSummary:
     change: int = 0
     destroy: int = 0
     replaced_head: tuple[str, ...] = field(default_factory=tuple)
-    """Addresses of resources named ``head`` that the plan deletes or replaces."""
+    """Addresses of resources named ``head`` (at the root or in :data:`CLUSTER_MODULE`) that the
+    plan deletes or replaces."""
     variables: dict[str, Any] = field(default_factory=dict, compare=False)
     """The root module's input variables as the plan resolved them (defaults included)."""
 
@@ -112,7 +125,7 @@ def summarize(plan: dict[str, Any]) -> PlanSummary:
             add += 1
         if "delete" in actions:
             destroy += 1
-            if rc.get("name") == "head" and not rc.get("module_address"):
+            if rc.get("name") == "head" and rc.get("module_address", "") in ("", CLUSTER_MODULE):
                 replaced.append(rc["address"])
         if actions == ["update"]:
             change += 1
@@ -157,13 +170,17 @@ def input_values(directory: str, variables: dict[str, str], var_files: list[str]
     """The values Terraform gives the configuration's input variables — defaults, the folder's
     own ``terraform.tfvars``/``*.auto.tfvars``, ``TF_VAR_*``, ``-var-file``, ``-var``, with every
     validation and cross-input check run — without providers or Azure: :data:`INPUT_FILES`
-    (and the auto-loaded variable files) planned alone in a scratch folder."""
+    (the folder's own, else its cluster module's) and the auto-loaded variable files planned
+    alone in a scratch folder."""
     path = _check_inputs(directory, var_files)
     if not (path / INPUT_FILES[0]).is_file():
         raise DriverError(f"--terraform-dir: {path} has no {INPUT_FILES[0]}")
     with tempfile.TemporaryDirectory(prefix="raydriver-inputs-") as tmp:
         scratch = Path(tmp)
-        copied = [path / name for name in INPUT_FILES if (path / name).is_file()]
+        copied = []
+        for name in INPUT_FILES:
+            own, module = path / name, path / CLUSTER_MODULE_DIR / name
+            copied += [own] if own.is_file() else [module] if module.is_file() else []
         for pattern in AUTO_VAR_FILES:
             copied += sorted(path.glob(pattern))
         for f in copied:

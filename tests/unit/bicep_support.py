@@ -82,6 +82,22 @@ OUTPUTS = {
     "worker_pools": "workerPools",
     "results_url": "resultsUrl",
 }
+# Terraform's own outputs: the ids a root that calls infra/terraform/modules/cluster wires on
+# (issue 22: "outputs with the ids people wire on", as Azure Verified Modules have). An ARM
+# deployment is not called as a module from Terraform, and Bicep's own modules are not part of
+# this comparison: the Bicep stack does not output them.
+TERRAFORM_ONLY_OUTPUTS = {
+    "resource_group_id",
+    "vnet_id",
+    "vnet_name",
+    "subnet_id",
+    "network_security_group_id",
+    "scale_set_ids",
+    "node_identity",
+    "head_identity",
+    "key_vault_id",
+    "key_vault_uri",
+}
 
 
 # The one table between the stacks: every Terraform variable and the Bicep parameter that takes

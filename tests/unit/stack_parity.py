@@ -154,8 +154,8 @@ def _parse(text: str) -> dict[str, Any]:
 
 def terraform_blocks(stack: Path, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
     """(type, name, body) of every ``kind`` block (resource, ephemeral) in the stack's .tf files,
-    and in those of each local child module it calls (modules/*), as the root would write them:
-    the module's ``var.X`` replaced by the call's argument (module_body())."""
+    and in those of each local child module it calls (../worker_pool), as the stack would write
+    them: the module's ``var.X`` replaced by the call's argument (module_body())."""
     found = []
     for path in sorted(stack.glob("*.tf")):
         for block in _parse(path.read_text()).get(kind, []):
@@ -180,7 +180,7 @@ def module_calls(stack: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
         for block in _parse(path.read_text()).get("module", []):
             for name, body in block.items():
                 source = _unquote(str(body.get("source", "")))
-                if source.startswith("./"):
+                if source.startswith(("./", "../")):
                     found[_unquote(name)] = (stack / source, body)
     return found
 

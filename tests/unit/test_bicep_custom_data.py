@@ -96,8 +96,9 @@ CASES: list[dict[str, Any]] = [
 
 
 def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, str]:
-    """The deploy-time values infra/terraform/locals.tf computes for the same inputs (the
-    first pool's: the head's, and the workers' of the pool "workers" when it is the first)."""
+    """The deploy-time values infra/terraform/modules/cluster/locals.tf computes for the same
+    inputs (the first pool's: the head's, and the workers' of the pool "workers" when it is the
+    first)."""
     subnet = ipaddress.ip_network(parameters.get("subnetAddressPrefix", "10.42.1.0/24"))
     prefix = parameters.get("namePrefix", "ray")
     pools = parameters.get("workerPools") or [{"name": "workers"}]

@@ -31,6 +31,7 @@ from bicep_support import (
     OUTPUTS,
     PARAMETERS,
     TERRAFORM_ONLY,
+    TERRAFORM_ONLY_OUTPUTS,
     camel,
     pycep,
     template,
@@ -49,7 +50,8 @@ from stack_parity import (
     terraform_tags,
 )
 
-STACK = MAIN.parents[1] / "terraform"
+# The cluster module (infra/terraform calls it and passes everything through).
+STACK = MAIN.parents[1] / "terraform" / "modules" / "cluster"
 
 LIMITS = {"min_value": "minValue", "max_value": "maxValue", "min_length": "minLength",
           "max_length": "maxLength", "allowed": "allowedValues"}  # fmt: skip
@@ -190,7 +192,8 @@ def test_the_table_names_every_terraform_variable_and_every_bicep_parameter() ->
     assert {k for k, v in PARAMETERS.items() if v is None} == set(TERRAFORM_ONLY)
     # The naming rule holds for every pair: snake_case -> camelCase.
     assert all(v == camel(k) for k, v in PARAMETERS.items() if v is not None)
-    assert set(OUTPUTS) == set(tf_outputs())
+    assert set(OUTPUTS) | TERRAFORM_ONLY_OUTPUTS == set(tf_outputs())
+    assert not set(OUTPUTS) & TERRAFORM_ONLY_OUTPUTS
     assert set(OUTPUTS.values()) == set(pycep(MAIN)["outputs"]) == set(template()["outputs"])
 
 
@@ -308,9 +311,11 @@ def test_the_type_table_names_every_resource_type_of_the_terraform_stack() -> No
 
 
 def _copy_terraform(tmp_path: Path) -> Path:
+    """A copy of infra/terraform; its cluster module (with worker_pool beside it) returned."""
     stack = tmp_path / "terraform"
-    shutil.copytree(STACK, stack, ignore=shutil.ignore_patterns(".terraform*", "tests"))
-    return stack
+    skip = shutil.ignore_patterns(".terraform*", "tests", "examples", "results")
+    shutil.copytree(STACK.parents[1], stack, ignore=skip)
+    return stack / STACK.relative_to(STACK.parents[1])
 
 
 SECRET_TAGS = (
@@ -340,12 +345,12 @@ TOKEN_48 = 'ephemeral "random_password" "cluster_token" {\n  length  = 48\n  spe
          lambda t: t.replace('    "Microsoft.Insights/autoscaleSettings/write",\n', ""),
          {"autostop_role cpu autostop", "autostop_role ray autostop"}),
         # Autostop's own assignment on the scale set in ray mode too.
-        ("modules/worker_pool/main.tf",
+        ("../worker_pool/main.tf",
          lambda t: t.replace('var.autostop.enabled && var.scaling_mode != "ray" ? 1 : 0',
                              "var.autostop.enabled ? 1 : 0"),
          {"head_rights ray autostop"}),
         # The autoscale setting's id as null (not "") in ray mode.
-        ("modules/worker_pool/outputs.tf",
+        ("../worker_pool/outputs.tf",
          lambda t: t.replace('try(azurerm_monitor_autoscale_setting.this[0].id, "")',
                              "one(azurerm_monitor_autoscale_setting.this[*].id)"),
          {"start_outputs ray autostop"}),

@@ -360,7 +360,7 @@ def test_workers_health_probe_and_repair_policy_match_terraform() -> None:
     from driver import layout
 
     terraform: dict[str, Any] = {}
-    for block in hcl2.load((REPO / "infra/terraform/locals.tf").open())["locals"]:
+    for block in hcl2.load((REPO / "infra/terraform/modules/cluster/locals.tf").open())["locals"]:
         terraform.update(block)
     arm = template()
     probe = arm["variables"]["workerHealthProbe"]

@@ -27,7 +27,7 @@ from bicep_support import (
     template,
     template_text,
 )
-from test_terraform_validations import BAD, GOOD, REQUIRED, STACK, _case_id, _messages
+from test_terraform_validations import BAD, GOOD, MODULE, REQUIRED, _case_id, _messages
 
 VARIABLES = set(variables())
 # Terraform's rules about its Key Vault firewall: Bicep's vault has no public endpoint.
@@ -230,7 +230,7 @@ def test_every_message_is_terraform_s_in_camel_case() -> None:
     camelCase), up to the first interpolated value."""
     terraform = [
         bicep_message(m.replace('\\"', '"')).split("${")[0]
-        for path, kind in ((STACK / "variables.tf", "validation"), (STACK / "checks.tf", "p"))
+        for path, kind in ((MODULE / "variables.tf", "validation"), (MODULE / "checks.tf", "p"))
         for m in _messages(path, kind)
     ]
     for name, start in rule_messages().items():
@@ -328,7 +328,7 @@ def terraform_inputs(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     work = tmp_path_factory.mktemp("tf-pools")
     for name in ("variables.tf", "checks.tf"):
-        shutil.copy(STACK / name, work / name)
+        shutil.copy(MODULE / name, work / name)
     init = subprocess.run(
         ["terraform", "init", "-input=false", "-no-color"],
         cwd=work, env=_env(work), capture_output=True, text=True, timeout=120,

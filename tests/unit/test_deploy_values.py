@@ -1,10 +1,10 @@
 """The deploy-time contract: cloud-init/placeholders.yaml lists every value once, and each
 place that fills the rendered documents fills exactly those names.
 
-Fillers: Terraform's ``local.deploy_values`` (infra/terraform/locals.tf), the rehearsal cluster
-(:meth:`nodekit.rehearsal.cluster.Rehearsal.deploy_values`), the Bicep stack's ``deployValues``
-(infra/bicep/main.bicep) and the compiled ARM template (infra/bicep/azuredeploy.json; what it
-fills in, evaluated: test_bicep_custom_data.py).
+Fillers: Terraform's ``local.deploy_values`` (infra/terraform/modules/cluster/locals.tf), the
+rehearsal cluster (:meth:`nodekit.rehearsal.cluster.Rehearsal.deploy_values`), the Bicep
+stack's ``deployValues`` (infra/bicep/main.bicep) and the compiled ARM template
+(infra/bicep/azuredeploy.json; what it fills in, evaluated: test_bicep_custom_data.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from nodekit.node.azure_vmss_provider import WORKER_TYPE, autoscaling_config
 from nodekit.rehearsal.cluster import Node, Rehearsal, State
 from support import REPO
 
-STACK = REPO / "infra" / "terraform"
+STACK = REPO / "infra" / "terraform" / "modules" / "cluster"
 BICEP = REPO / "infra" / "bicep"
 POOL_VALUES = ("WORKER_POOL", "RAY_RESOURCES", "RAY_LABELS")
 """What each worker pool's workers get of their own, over the cluster's values."""

@@ -100,10 +100,10 @@ def test_every_image_reference_resolves() -> None:
 
 def test_the_base_image_table_is_one_table_in_three_places() -> None:
     """The image is built on the marketplace image the cluster stacks boot without it:
-    infra/terraform/locals.tf, infra/bicep/main.bicep and infra/bicep/image/main.bicep hold the
-    same os image -> publisher/offer/sku table."""
+    infra/terraform/modules/cluster/locals.tf, infra/bicep/main.bicep and
+    infra/bicep/image/main.bicep hold the same os image -> publisher/offer/sku table."""
     terraform: dict[str, Any] = {}
-    for block in hcl2.load((REPO / "infra/terraform/locals.tf").open())["locals"]:
+    for block in hcl2.load((REPO / "infra/terraform/modules/cluster/locals.tf").open())["locals"]:
         terraform.update(block)
     tf = {
         json.loads(os_image): {**{k: json.loads(x) for k, x in v.items()}, "version": "latest"}
@@ -279,12 +279,13 @@ def test_checkov_passes_the_image_template_and_its_bicep(tmp_path: Path) -> None
 def test_terraform_creates_the_gallery_and_definition_the_image_template_builds_into(
     prefix: str, os_image: str
 ) -> None:
-    """create_image_gallery (infra/terraform/image.tf) makes what infra/bicep/image/ declares,
-    so the image template deployed into the cluster's resource group adds its versions there:
-    names (evaluated by terraform console) and every property both set."""
+    """create_image_gallery (infra/terraform/modules/cluster/image.tf) makes what
+    infra/bicep/image/ declares, so the image template deployed into the cluster's resource
+    group adds its versions there: names (evaluated by terraform console) and every property
+    both set."""
     from stack_parity import _hcl, expand, terraform_blocks, terraform_console
 
-    stack = REPO / "infra" / "terraform"
+    stack = REPO / "infra" / "terraform" / "modules" / "cluster"
     bodies = {t: b for t, _, b in terraform_blocks(stack, "resource") if "shared_image" in t}
     gallery, definition = bodies["azurerm_shared_image_gallery"], bodies["azurerm_shared_image"]
     given = {"var.name_prefix": prefix, "var.os_image": os_image}

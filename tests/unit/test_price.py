@@ -149,8 +149,9 @@ def test_the_folders_own_tfvars_count_as_terraform_counts_them(
 ) -> None:
     stack = tmp_path / "stack"
     stack.mkdir()
-    for name in ("variables.tf", "checks.tf"):
-        (stack / name).write_text((STACK / name).read_text())
+    # The root's variables and the checks of the module it calls (a copied stack of one folder).
+    for source in (STACK / "variables.tf", STACK / "modules" / "cluster" / "checks.tf"):
+        (stack / source.name).write_text(source.read_text())
     (stack / "terraform.tfvars").write_text(TFVARS.read_text())
     (stack / "spot.auto.tfvars").write_text('worker_spot_enabled = true\nlocation = "eastus"\n')
     r = driver(fake.url, tmp_path, "--terraform-dir", str(stack))

@@ -26,7 +26,7 @@ from bicep_support import REPO, camel
 from test_bicep_template import TYPES, resource_errors
 
 TF = REPO / "infra" / "terraform" / "results"
-CLUSTER_TF = REPO / "infra" / "terraform"
+CLUSTER_TF = REPO / "infra" / "terraform" / "modules" / "cluster"
 BICEP = REPO / "infra" / "bicep" / "results.bicep"
 ARM = REPO / "infra" / "bicep" / "results.json"
 SCHEMA = REPO / ".tools" / "azurerm-schema" / "schema.json"

@@ -25,7 +25,7 @@ from driver import layout
 from nodekit import render
 
 REPO = Path(__file__).resolve().parents[2]
-STACK = REPO / "infra" / "terraform"
+STACK = REPO / "infra" / "terraform" / "modules" / "cluster"
 PLACEHOLDERS = REPO / "cloud-init" / "placeholders.yaml"
 ROLES = ("head", "worker")
 
@@ -150,13 +150,13 @@ def test_one_replace_puts_the_values_json_in_place_of_the_placeholder() -> None:
 
 def test_file_paths_are_the_committed_rendered_documents() -> None:
     local = locals_block()
-    assert local["cloud_init_dir"] == '"${path.module}/../../cloud-init/rendered"'
+    assert local["cloud_init_dir"] == '"${path.module}/../../../../cloud-init/rendered"'
     assert re.fullmatch(
         r'\$\{\{for role in \["head", "worker"\] : role => '
         r'file\("\$\{local\.cloud_init_dir\}/\$\{role\}\.yaml"\)\}\}',
         local["cloud_init"],
     ), local["cloud_init"]
-    rendered = (STACK / "../../cloud-init/rendered").resolve()
+    rendered = (STACK / "../../../../cloud-init/rendered").resolve()
     assert rendered == REPO / "cloud-init" / "rendered"
     tracked = subprocess.run(
         ["git", "ls-files", "--error-unmatch", *(f"cloud-init/rendered/{r}.yaml" for r in ROLES)],
@@ -184,7 +184,7 @@ def test_vm_gets_its_document_as_plain_base64() -> None:
     # Plain base64: Bicep has no gzip, and both stacks must send the same bytes.
     assert head["custom_data"] == '${base64encode(local.custom_data["head"])}'
     # Each worker pool's scale set: its pool's document (pool_custom_data), as plain base64.
-    [pool] = _vm_bodies(STACK / "modules" / "worker_pool" / "main.tf")
+    [pool] = _vm_bodies(STACK.parent / "worker_pool" / "main.tf")
     assert pool["custom_data"] == "${base64encode(var.custom_data)}"
     [call] = [
         b for block in hcl2.load((STACK / "workers.tf").open())["module"] for b in block.values()

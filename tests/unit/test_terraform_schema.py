@@ -197,3 +197,24 @@ def test_command_line_exit_codes(schema: dict[str, Any], tmp_path: Path) -> None
     )
     assert bad.returncode == 1 and "termination_notice" in bad.stdout
     assert json.loads(SCHEMA.read_text())["format"] == 2
+
+
+def test_the_module_and_the_root_of_ones_own_are_checked_too(
+    schema: dict[str, Any], tmp_path: Path
+) -> None:
+    """check_dir covers the cluster module (modules/cluster, where every resource is now) and
+    examples/as-module (a root that calls it with a provider block of its own): a wrong
+    argument in either is reported."""
+    import shutil
+
+    copy = tmp_path / "terraform"
+    shutil.copytree(STACK, copy, ignore=shutil.ignore_patterns(".terraform*", "tests", "results"))
+    assert check_dir(copy, schema).problems == []
+    example = copy / "examples" / "as-module" / "main.tf"
+    example.write_text(example.read_text().replace("features {}", "features {}\n  bogus = 1", 1))
+    network = copy / "modules" / "cluster" / "network.tf"
+    network.write_text(network.read_text().replace("resource_group_name", "resource_group", 1))
+    problems = check_dir(copy, schema).problems
+    assert len(problems) == 3, problems  # the unknown argument, and the required one missing
+    assert any("main.tf: provider azurerm: 'bogus' is not a known argument" in p for p in problems)
+    assert any(p.startswith("network.tf") and "'resource_group'" in p for p in problems)

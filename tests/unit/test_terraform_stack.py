@@ -14,8 +14,12 @@ import hcl2
 import pytest
 from terraform_docs import outputs, variables
 
+from bicep_support import TERRAFORM_ONLY_OUTPUTS
+
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "infra" / "terraform"
+MODULE = STACK / "modules" / "cluster"
+EXAMPLE = STACK / "examples" / "as-module"
 
 # Read by `python -m driver --terraform-dir` (head_public_ip, admin_username) and mirrored by the
 # Bicep stack in camelCase (headPublicIp, ...): renaming one breaks a consumer.
@@ -71,8 +75,10 @@ def test_terraform_fmt_check_passes(tmp_path: Path) -> None:
     assert bad.returncode != 0 and "main.tf" in bad.stdout
 
 
-def test_versions_pin_terraform_and_azurerm_4() -> None:
-    [terraform] = hcl2.load((STACK / "versions.tf").open())["terraform"]
+@pytest.mark.parametrize("folder", [STACK, MODULE], ids=["root", "module"])
+def test_versions_pin_terraform_and_azurerm_4(folder: Path) -> None:
+    """The root and the cluster module pin the same (the module's callers get its pins)."""
+    [terraform] = hcl2.load((folder / "versions.tf").open())["terraform"]
     # ephemeral resources (1.10) and write-only arguments (1.11)
     assert _unquote(terraform["required_version"]) == ">= 1.11"
     providers = {k: v for k, v in terraform["required_providers"][0].items() if k[:2] != "__"}
@@ -87,7 +93,7 @@ def test_versions_pin_terraform_and_azurerm_4() -> None:
     assert _unquote(providers["time"]["version"]) == "~> 0.13"
     # Every provider a resource or ephemeral block of the stack uses is pinned, and no other.
     used = set()
-    for path in STACK.glob("*.tf"):
+    for path in MODULE.glob("*.tf"):
         doc = hcl2.load(path.open())
         for section in ("resource", "data", "ephemeral"):
             for block in doc.get(section, []):
@@ -126,16 +132,16 @@ def test_variable_names_translate_to_bicep_camel_case() -> None:
 
 def test_outputs_are_the_contract_each_with_a_description() -> None:
     found = outputs()
-    assert set(found) == OUTPUT_CONTRACT
+    assert set(found) == OUTPUT_CONTRACT | TERRAFORM_ONLY_OUTPUTS
     for name, spec in found.items():
         assert _unquote(spec.get("description", "")), name
         assert "sensitive" not in spec, f"{name}: nothing secret belongs in an output"
-    assert "cluster_token" not in (STACK / "outputs.tf").read_text()
+    assert "cluster_token" not in (MODULE / "outputs.tf").read_text()
 
 
 def test_driver_command_is_exactly_the_submit_line() -> None:
     local = {}
-    for block in hcl2.load((STACK / "locals.tf").open())["locals"]:
+    for block in hcl2.load((MODULE / "locals.tf").open())["locals"]:
         local.update(block)
     assert local["ssh_target"] == '"${var.admin_username}@${azurerm_public_ip.head.ip_address}"'
     found = outputs()
@@ -158,8 +164,9 @@ def test_tfvars_example_sets_exactly_the_required_inputs() -> None:
 def test_tfvars_example_passes_the_validations(tmp_path: Path) -> None:
     if shutil.which("terraform") is None:
         pytest.fail("terraform is not on PATH")
-    for name in ("variables.tf", "checks.tf"):
-        shutil.copy(STACK / name, tmp_path / name)
+    # The root's variables (a copy of the module's) and the module's checks, as `price` plans them.
+    shutil.copy(STACK / "variables.tf", tmp_path / "variables.tf")
+    shutil.copy(MODULE / "checks.tf", tmp_path / "checks.tf")
     shutil.copy(STACK / "terraform.tfvars.example", tmp_path / "example.tfvars")
     env = terraform_env(tmp_path)
     for command in (
@@ -176,16 +183,16 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
     """terraform test runs only on GitHub; here at least every address a test names must exist:
     resources, variables in expect_failures and run variables, outputs, mocked providers."""
     resources = set()
-    for path in STACK.glob("*.tf"):
+    for path in MODULE.glob("*.tf"):
         for block in hcl2.load(path.open()).get("resource", []):
             for rtype, instances in block.items():
                 resources |= {f"{rtype.strip(chr(34))}.{n.strip(chr(34))}" for n in instances}
     known_vars, known_outputs = set(variables()), set(outputs())
     module_outputs: dict[str, set[str]] = {}
-    for path in STACK.glob("*.tf"):
+    for path in MODULE.glob("*.tf"):
         for block in hcl2.load(path.open()).get("module", []):
             for name, call in block.items():
-                source = STACK / call["source"].strip('"')
+                source = MODULE / call["source"].strip('"')
                 module_outputs[name.strip('"')] = {
                     k.strip('"')
                     for p in source.glob("*.tf")
@@ -193,9 +200,13 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
                     for k in b
                 }
     assert set(module_outputs) == {"worker_pool"}
+    example_outputs = {
+        k.strip('"') for b in hcl2.load((EXAMPLE / "main.tf").open())["output"] for k in b
+    }
     files = sorted((STACK / "tests").glob("*.tftest.hcl"))
     assert len(files) >= 2
     runs = 0
+    targets: dict[str, set[str | None]] = {}
     for path in files:
         text = path.read_text()
         doc = hcl2.load(path.open())
@@ -208,6 +219,11 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
         for block in doc["run"]:
             for name, run in block.items():
                 runs += 1
+                # The module itself (every file but root.tftest.hcl: they name its resources),
+                # the root (None) or a root of one's own that calls the module.
+                [source] = [_unquote(m["source"]) for m in run.get("module", [])] or [None]
+                assert source in (None, "./modules/cluster", "./examples/as-module"), source
+                targets.setdefault(path.name, set()).add(source)
                 assert run.get("command") == "plan", f"{path.name} {name}: plan only"
                 assert run.get("assert") or run.get("expect_failures"), f"{path.name} {name}"
                 for variables_block in run.get("variables", []):
@@ -221,13 +237,15 @@ def test_tftest_files_reference_what_the_stack_has() -> None:
         # A child module's values are its outputs: module.NAME["KEY"].OUTPUT, declared there.
         for name, output in re.findall(r"\bmodule\.(\w+)\[[^\]]+\]\.(\w+)", text):
             assert output in module_outputs.get(name, set()), f"{path.name}: module.{name}.{output}"
-        assert set(re.findall(r"\boutput\.(\w+)", text)) <= known_outputs
+        assert set(re.findall(r"\boutput\.(\w+)", text)) <= known_outputs | example_outputs
     assert runs >= 20
+    assert targets.pop("root.tftest.hcl") == {None, "./examples/as-module"}
+    assert targets and all(t == {"./modules/cluster"} for t in targets.values()), targets
 
 
 def _locals() -> dict[str, object]:
     found: dict[str, object] = {}
-    for block in hcl2.load((STACK / "locals.tf").open())["locals"]:
+    for block in hcl2.load((MODULE / "locals.tf").open())["locals"]:
         found.update(block)
     return found
 
@@ -247,7 +265,7 @@ def test_health_probe_targets_the_endpoint_layout_names() -> None:
     assert 5 <= probe["intervalInSeconds"] <= 60 and 1 <= probe["numberOfProbes"] <= 24
     assert render.TOKEN_TIMEOUT_S + render.READY_TIMEOUT_S < probe["gracePeriod"] <= 14400
     # Every pool's scale set gets it (modules/worker_pool, called from workers.tf).
-    workers = (STACK / "workers.tf").read_text()
+    workers = (MODULE / "workers.tf").read_text()
     assert "health_probe = local.worker_health_probe" in workers
     pool = (STACK / "modules" / "worker_pool" / "main.tf").read_text()
     assert "settings                   = jsonencode(var.health_probe)" in pool
@@ -258,7 +276,7 @@ def test_no_network_rule_opens_the_health_port() -> None:
     cluster's own traffic name every port, '*', and the endpoint does not listen there)."""
     from driver import layout
 
-    network = hcl2.load((STACK / "network.tf").open())
+    network = hcl2.load((MODULE / "network.tf").open())
     rules = [
         rule
         for block in network["resource"]
@@ -270,4 +288,4 @@ def test_no_network_rule_opens_the_health_port() -> None:
         ports = [rule.get("destination_port_range", ""), *rule.get("destination_port_ranges", [])]
         for port in ports:
             assert str(layout.HEALTH_PORT) not in str(port), rule
-    assert str(layout.HEALTH_PORT) not in (STACK / "network.tf").read_text()
+    assert str(layout.HEALTH_PORT) not in (MODULE / "network.tf").read_text()

@@ -26,6 +26,7 @@ from test_terraform_custom_data import MAX_VALUE_LENGTHS
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "infra" / "terraform"
+MODULE = STACK / "modules" / "cluster"
 
 ED25519 = (
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIP4S9mbJDa3rbswrgZDZPW0SvS6zPUB0LvnB0IkRZLgc you@example"
@@ -542,7 +543,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.fail("terraform is not on PATH (the validations are checked with the real binary)")
     work = tmp_path_factory.mktemp("tf-variables")
     for name in ("variables.tf", "checks.tf"):
-        shutil.copy(STACK / name, work / name)
+        shutil.copy(MODULE / name, work / name)
     init = subprocess.run(
         ["terraform", "init", "-input=false", "-no-color"],
         cwd=work,
@@ -670,7 +671,7 @@ def test_every_rule_is_exercised(
 ) -> None:
     """No validation or precondition of the stack goes without a bad case above."""
     observed = {e["detail"] for variables, _ in BAD for e in bad_plans(variables)[1]}
-    messages = _messages(STACK / file, kind)
+    messages = _messages(MODULE / file, kind)
     assert len(messages) >= (20 if kind == "validation" else 4)
     untested = [m for m in messages if not any(_prefix(m) in seen for seen in observed)]
     assert not untested, f"{kind}s no bad case triggers: {untested}"
@@ -719,7 +720,8 @@ def test_key_vault_firewall_rules(workdir: Path, variables: dict, rules: list[st
 
 # -- worker pools: the default pool is the single scale set of before ----------------------------
 # The addresses of the resources a cluster made before worker pools holds in its state
-# (git show 2b843b6:infra/terraform/{workers,autoscale,identity}.tf), and their names then.
+# (git show 2b843b6:infra/terraform/{workers,autoscale,identity}.tf), and their names then. The
+# root's moved.tf (scripts/terraform_root.py) takes them into the module's default pool.
 BEFORE_POOLS = {
     "azurerm_linux_virtual_machine_scale_set.workers": "linux_virtual_machine_scale_set",
     "azurerm_monitor_autoscale_setting.workers": "monitor_autoscale_setting",
@@ -731,21 +733,23 @@ BEFORE_POOLS = {
 
 def test_moved_blocks_take_the_single_scale_set_into_the_default_pool(workdir: Path) -> None:
     """Offline, what `terraform plan` on an existing state would rely on: every resource of
-    before has a moved block into the same resource in module.worker_pool["workers"], that
-    pool is what the defaults make, under the names of before (a changed name or host name
-    prefix would replace the scale set), and the pool's resources exist in the module."""
+    before has a moved block (the root's moved.tf) into the same resource in
+    module.cluster.module.worker_pool["workers"], that pool is what the defaults make, under the
+    names of before (a changed name or host name prefix would replace the scale set), and the
+    pool's resources exist in the module."""
     module: set[str] = set()
     for path in (STACK / "modules" / "worker_pool").glob("*.tf"):
         for block in hcl2.load(path.open()).get("resource", []):
             for rtype, instances in block.items():
                 module |= {f"{rtype.strip(chr(34))}.{n.strip(chr(34))}" for n in instances}
-    moved = {
+    every = {
         m["from"].strip("${}"): m["to"].strip("${}")
-        for m in hcl2.load((STACK / "workers.tf").open())["moved"]
+        for m in hcl2.load((STACK / "moved.tf").open())["moved"]
     }
+    moved = {k: v for k, v in every.items() if k in BEFORE_POOLS}
     assert set(moved) == set(BEFORE_POOLS)
     for old, new in moved.items():
-        prefix = 'module.worker_pool["workers"].'
+        prefix = 'module.cluster.module.worker_pool["workers"].'
         assert new.startswith(prefix), new
         inner = new.removeprefix(prefix)
         assert inner in module, inner

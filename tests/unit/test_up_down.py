@@ -166,8 +166,9 @@ def test_up_shows_the_price_of_the_planned_variables_before_asking(tmp_path: Pat
     the plan's variables (defaults, terraform.tfvars, -var) are what is priced."""
     stack = tmp_path / "tf"
     stack.mkdir()
-    for name in ("variables.tf", "checks.tf"):
-        (stack / name).write_text((REPO / "infra" / "terraform" / name).read_text())
+    tf = REPO / "infra" / "terraform"
+    for source in (tf / "variables.tf", tf / "modules" / "cluster" / "checks.tf"):
+        (stack / source.name).write_text(source.read_text())
     (stack / "terraform.tfvars").write_text(
         (REPO / "infra" / "terraform" / "terraform.tfvars.example").read_text()
     )

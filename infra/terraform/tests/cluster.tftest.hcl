@@ -58,6 +58,9 @@ variables {
 
 run "nsg_allows_only_ssh_from_allowed_cidrs_to_the_head" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   assert {
     condition     = length(azurerm_network_security_group.this.security_rule) == 3
@@ -111,6 +114,9 @@ run "nsg_allows_only_ssh_from_allowed_cidrs_to_the_head" {
 
 run "autoscale_thresholds_and_capacity" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   assert {
     condition = (
@@ -160,6 +166,9 @@ run "autoscale_thresholds_and_capacity" {
 
 run "autoscale_follows_its_variables" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     worker_min_count           = 1
@@ -191,6 +200,9 @@ run "autoscale_follows_its_variables" {
 
 run "regular_workers_get_a_termination_notice" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   assert {
     condition     = module.worker_pool["workers"].scale_set.priority == "Regular" && module.worker_pool["workers"].scale_set.eviction_policy == null
@@ -227,6 +239,9 @@ run "regular_workers_get_a_termination_notice" {
 
 run "workers_report_their_health_and_are_repaired" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   assert {
     condition = (
@@ -265,6 +280,9 @@ run "workers_report_their_health_and_are_repaired" {
 
 run "repair_follows_its_variables" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     worker_automatic_repair_enabled              = false
@@ -284,6 +302,9 @@ run "repair_follows_its_variables" {
 
 run "idle_timeout_follows_its_variable" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     tcp_idle_timeout_minutes = 4
@@ -297,6 +318,9 @@ run "idle_timeout_follows_its_variable" {
 
 run "spot_workers" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     worker_spot_enabled = true
@@ -319,6 +343,9 @@ run "spot_workers" {
 
 run "head_network_and_image" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     os_image = "debian-12"
@@ -359,6 +386,9 @@ run "head_network_and_image" {
 
 run "marketplace_image_without_a_node_image" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   assert {
     condition = (
@@ -378,6 +408,9 @@ run "marketplace_image_without_a_node_image" {
 
 run "node_image_boots_the_head_and_every_worker" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     node_image_id        = "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/rg-ray/providers/Microsoft.Compute/galleries/ray_nodes/images/ray-node-ubuntu-22.04/versions/1.0.3"
@@ -408,6 +441,9 @@ run "node_image_boots_the_head_and_every_worker" {
 
 run "custom_data_is_filled" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     extra_pip_packages = ["minigrid==3.0.0", "ale-py"]
@@ -470,6 +506,9 @@ run "custom_data_is_filled" {
 
 run "key_vault_is_private_with_a_firewall_for_the_deployer" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   assert {
     condition = (
@@ -522,6 +561,9 @@ run "key_vault_is_private_with_a_firewall_for_the_deployer" {
 
 run "cluster_token_is_a_write_only_secret" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   assert {
     condition = (
@@ -553,6 +595,9 @@ run "cluster_token_is_a_write_only_secret" {
 
 run "key_vault_follows_its_variables" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     allowed_ssh_cidrs             = ["10.0.0.0/8"]
@@ -580,6 +625,9 @@ run "key_vault_follows_its_variables" {
 
 run "outputs" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   assert {
     condition     = output.head_public_ip == "20.61.1.2" && output.head_private_ip == "10.42.1.4"
@@ -613,6 +661,9 @@ run "outputs" {
 
 run "existing_resource_group" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     create_resource_group = false
@@ -632,6 +683,9 @@ run "existing_resource_group" {
 
 run "cpu_mode_without_autostop_has_cpu_rules_and_no_head_identity" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     autostop_idle_minutes = 0
@@ -668,6 +722,9 @@ run "cpu_mode_without_autostop_has_cpu_rules_and_no_head_identity" {
 
 run "autostop_in_cpu_mode_may_stop_the_head_the_workers_and_their_autoscale" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     autostop_idle_minutes = 30
@@ -727,6 +784,9 @@ run "autostop_in_cpu_mode_may_stop_the_head_the_workers_and_their_autoscale" {
 
 run "autostop_in_ray_mode_adds_only_the_head_vm" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     scaling_mode = "ray"
@@ -751,6 +811,9 @@ run "autostop_in_ray_mode_adds_only_the_head_vm" {
 
 run "ray_mode_hands_the_scale_set_to_rays_autoscaler" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     scaling_mode             = "ray"
@@ -795,6 +858,9 @@ run "ray_mode_hands_the_scale_set_to_rays_autoscaler" {
 
 run "one_pool_by_default_is_the_scale_set_of_before" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   assert {
     condition = (
@@ -814,6 +880,9 @@ run "one_pool_by_default_is_the_scale_set_of_before" {
 
 run "two_pools_spot_cpu_and_gpu" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     autostop_idle_minutes = 30
@@ -916,6 +985,9 @@ run "two_pools_spot_cpu_and_gpu" {
 
 run "two_pools_in_ray_mode" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     scaling_mode = "ray"
@@ -951,6 +1023,9 @@ run "two_pools_in_ray_mode" {
 
 run "gpu_head" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     head_vm_size = "Standard_NC4as_T4_v3"

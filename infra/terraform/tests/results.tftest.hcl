@@ -54,6 +54,9 @@ variables {
 
 run "no_results_storage_by_default" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   assert {
     condition     = length(azurerm_private_endpoint.blob) == 0 && length(azurerm_private_dns_zone.blob) == 0 && length(azurerm_private_dns_zone_virtual_network_link.blob) == 0 && length(azurerm_role_assignment.nodes_results_contributor) == 0
@@ -68,6 +71,9 @@ run "no_results_storage_by_default" {
 
 run "results_storage_by_id" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     results_storage_account_id = "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/ray-results/providers/Microsoft.Storage/storageAccounts/rayres0123456789abcdef01"
@@ -101,6 +107,9 @@ run "results_storage_by_id" {
 
 run "a_wrong_results_storage_account_id_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
 
   variables {
     results_storage_account_id = "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/ray-results/providers/Microsoft.KeyVault/vaults/ray-kv"

@@ -14,6 +14,9 @@ variables {
 
 run "ssh_from_the_whole_internet_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     allowed_ssh_cidrs = ["0.0.0.0/0"]
   }
@@ -22,6 +25,9 @@ run "ssh_from_the_whole_internet_is_refused" {
 
 run "ssh_from_star_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     allowed_ssh_cidrs = ["*"]
   }
@@ -30,6 +36,9 @@ run "ssh_from_star_is_refused" {
 
 run "ssh_from_internet_tag_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     allowed_ssh_cidrs = ["Internet"]
   }
@@ -38,6 +47,9 @@ run "ssh_from_internet_tag_is_refused" {
 
 run "empty_ssh_cidrs_are_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     allowed_ssh_cidrs = []
   }
@@ -46,6 +58,9 @@ run "empty_ssh_cidrs_are_refused" {
 
 run "key_path_instead_of_key_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     admin_ssh_public_key = "~/.ssh/id_ed25519.pub"
   }
@@ -54,6 +69,9 @@ run "key_path_instead_of_key_is_refused" {
 
 run "reserved_admin_username_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     admin_username = "admin"
   }
@@ -62,6 +80,9 @@ run "reserved_admin_username_is_refused" {
 
 run "unknown_os_image_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     os_image = "ubuntu-20.04"
   }
@@ -70,6 +91,9 @@ run "unknown_os_image_is_refused" {
 
 run "subnet_with_host_bits_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     subnet_address_prefix = "10.42.1.5/24"
   }
@@ -78,6 +102,9 @@ run "subnet_with_host_bits_is_refused" {
 
 run "quote_in_pip_package_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     extra_pip_packages = ["it's"]
   }
@@ -86,6 +113,9 @@ run "quote_in_pip_package_is_refused" {
 
 run "multi_line_apt_source_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     apt_source = "deb http://a ./\ndeb http://b ./"
   }
@@ -94,6 +124,9 @@ run "multi_line_apt_source_is_refused" {
 
 run "termination_notice_out_of_range_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     worker_termination_notice_minutes = 20
   }
@@ -102,6 +135,9 @@ run "termination_notice_out_of_range_is_refused" {
 
 run "repair_grace_period_out_of_range_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     worker_automatic_repair_grace_period_minutes = 5
   }
@@ -110,6 +146,9 @@ run "repair_grace_period_out_of_range_is_refused" {
 
 run "repair_by_restart_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     worker_automatic_repair_action = "Restart"
   }
@@ -118,6 +157,9 @@ run "repair_by_restart_is_refused" {
 
 run "min_above_default_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     worker_min_count     = 3
     worker_default_count = 2
@@ -127,6 +169,9 @@ run "min_above_default_is_refused" {
 
 run "default_above_max_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     worker_default_count = 5
     worker_max_count     = 4
@@ -136,6 +181,9 @@ run "default_above_max_is_refused" {
 
 run "scale_in_threshold_above_scale_out_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     scale_in_cpu_percent  = 80
     scale_out_cpu_percent = 70
@@ -145,6 +193,9 @@ run "scale_in_threshold_above_scale_out_is_refused" {
 
 run "subnet_outside_the_vnet_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     subnet_address_prefix = "10.43.1.0/24"
   }
@@ -154,6 +205,9 @@ run "subnet_outside_the_vnet_is_refused" {
 # allowed_ssh_cidrs: the whole Internet in other spellings, judged by numbers.
 run "ssh_from_a_zero_padded_prefix_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     allowed_ssh_cidrs = ["0.0.0.0/00"]
   }
@@ -162,6 +216,9 @@ run "ssh_from_a_zero_padded_prefix_is_refused" {
 
 run "ssh_cidr_with_leading_zero_octet_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     allowed_ssh_cidrs = ["010.0.0.1/32"]
   }
@@ -170,6 +227,9 @@ run "ssh_cidr_with_leading_zero_octet_is_refused" {
 
 run "ssh_cidr_with_host_bits_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     allowed_ssh_cidrs = ["1.2.3.4/1"]
   }
@@ -178,6 +238,9 @@ run "ssh_cidr_with_host_bits_is_refused" {
 
 run "ssh_from_two_halves_of_the_internet_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     allowed_ssh_cidrs = ["0.0.0.0/1", "128.0.0.0/1"]
   }
@@ -186,6 +249,9 @@ run "ssh_from_two_halves_of_the_internet_is_refused" {
 
 run "ssh_from_more_than_a_slash_8_in_all_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     allowed_ssh_cidrs = ["10.0.0.0/8", "203.0.113.7/32"]
   }
@@ -196,6 +262,9 @@ run "ssh_from_more_than_a_slash_8_in_all_is_refused" {
 # A real 1024-bit RSA key (ssh-keygen -t rsa -b 1024).
 run "short_rsa_key_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     admin_ssh_public_key = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQDKO7EiRUcoBV9uzAMHreNQWNNsY9JTBlGH/Qku8PROgqgqRd77LrhqVl7PqN45Ytyi9/rVG8Qr9QO8N53nYR1lA0AAiMav7PuYWrVjjF0EMk/usIcSRFSR+TEtZ79VCINxXVnSUie95NDOq5dOv/4C/XxtkUuq4KyeLAvcL5HG7Q== short@example"
   }
@@ -204,6 +273,9 @@ run "short_rsa_key_is_refused" {
 
 run "truncated_key_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     admin_ssh_public_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIP4S9mbJDa3rbswrgZDZPW0SvS6zPUB0LvnB0IkR you@example"
   }
@@ -212,6 +284,9 @@ run "truncated_key_is_refused" {
 
 run "key_of_another_type_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     admin_ssh_public_key = "ssh-rsa AAAAC3NzaC1lZDI1NTE5AAAAIP4S9mbJDa3rbswrgZDZPW0SvS6zPUB0LvnB0IkRZLgc you@example"
   }
@@ -220,6 +295,9 @@ run "key_of_another_type_is_refused" {
 
 run "ray_as_admin_username_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     admin_username = "ray"
   }
@@ -228,6 +306,9 @@ run "ray_as_admin_username_is_refused" {
 
 run "image_account_as_admin_username_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     admin_username = "ubuntu"
   }
@@ -236,6 +317,9 @@ run "image_account_as_admin_username_is_refused" {
 
 run "public_vnet_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     vnet_address_space    = "20.42.0.0/16"
     subnet_address_prefix = "20.42.1.0/24"
@@ -245,6 +329,9 @@ run "public_vnet_is_refused" {
 
 run "link_local_vnet_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     vnet_address_space    = "169.254.0.0/16"
     subnet_address_prefix = "169.254.1.0/24"
@@ -254,6 +341,9 @@ run "link_local_vnet_is_refused" {
 
 run "pip_option_as_package_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     extra_pip_packages = ["--index-url=https://mirror.example/simple"]
   }
@@ -262,6 +352,9 @@ run "pip_option_as_package_is_refused" {
 
 run "idle_timeout_beyond_the_public_ip_maximum_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     tcp_idle_timeout_minutes = 31
   }
@@ -270,6 +363,9 @@ run "idle_timeout_beyond_the_public_ip_maximum_is_refused" {
 
 run "private_range_on_the_key_vault_firewall_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     key_vault_allowed_cidrs = ["10.1.0.0/16"]
   }
@@ -278,6 +374,9 @@ run "private_range_on_the_key_vault_firewall_is_refused" {
 
 run "empty_key_vault_firewall_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     key_vault_allowed_cidrs = []
   }
@@ -286,6 +385,9 @@ run "empty_key_vault_firewall_is_refused" {
 
 run "ssh_from_private_ranges_only_needs_a_key_vault_address" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     allowed_ssh_cidrs = ["10.0.0.0/8"]
   }
@@ -294,6 +396,9 @@ run "ssh_from_private_ranges_only_needs_a_key_vault_address" {
 
 run "cluster_token_version_zero_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     cluster_token_version = 0
   }
@@ -302,6 +407,9 @@ run "cluster_token_version_zero_is_refused" {
 
 run "cluster_token_expiration_beyond_ten_years_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     cluster_token_expiration_days = 3651
   }
@@ -310,6 +418,9 @@ run "cluster_token_expiration_beyond_ten_years_is_refused" {
 
 run "rbac_wait_beyond_fifteen_minutes_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     rbac_propagation_wait_seconds = 901
   }
@@ -318,6 +429,9 @@ run "rbac_wait_beyond_fifteen_minutes_is_refused" {
 
 run "unknown_scaling_mode_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     scaling_mode = "memory"
   }
@@ -326,6 +440,9 @@ run "unknown_scaling_mode_is_refused" {
 
 run "zero_idle_timeout_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     ray_idle_timeout_minutes = 0
   }
@@ -334,6 +451,9 @@ run "zero_idle_timeout_is_refused" {
 
 run "node_image_that_is_not_a_gallery_image_version_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     node_image_id = "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/rg-ray/providers/Microsoft.Compute/galleries/ray_nodes/images/ray-node-ubuntu-22.04"
   }
@@ -342,6 +462,9 @@ run "node_image_that_is_not_a_gallery_image_version_is_refused" {
 
 run "autostop_under_ten_minutes_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     autostop_idle_minutes = 5
   }
@@ -350,6 +473,9 @@ run "autostop_under_ten_minutes_is_refused" {
 
 run "autostop_beyond_a_week_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     autostop_idle_minutes = 10081
   }
@@ -358,6 +484,9 @@ run "autostop_beyond_a_week_is_refused" {
 
 run "two_pools_in_ray_mode_are_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     scaling_mode = "ray"
     worker_pools = {
@@ -370,6 +499,9 @@ run "two_pools_in_ray_mode_are_refused" {
 
 run "bad_pool_name_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     worker_pools = { "GPU_pool" = {} }
   }
@@ -378,6 +510,9 @@ run "bad_pool_name_is_refused" {
 
 run "pool_counts_out_of_order_are_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     worker_pools = { gpu = { min_count = 3, default_count = 1, max_count = 4 } }
   }
@@ -386,6 +521,9 @@ run "pool_counts_out_of_order_are_refused" {
 
 run "spot_price_on_a_regular_pool_is_refused" {
   command = plan
+  module {
+    source = "./modules/cluster"
+  }
   variables {
     worker_pools = { cpu = { max_price = 0.1 } }
   }

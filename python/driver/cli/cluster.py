@@ -413,7 +413,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                     f"WARNING: this plan REPLACES {address}: the head's disk goes with it — "
                     f"results and checkpoints under {layout.RESULTS_DIR} are lost; download "
                     "them first (python -m driver download ID)"
-                    if address == terraform.HEAD_VM
+                    if terraform.is_head_vm(address)
                     else f"WARNING: this plan replaces {address} (the head's address may change)"
                 )
             show_for_up(summary.variables, False, url, None)

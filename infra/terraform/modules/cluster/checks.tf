@@ -1,30 +1,7 @@
-# Input checks that need no provider: the constants the validations in variables.tf share, and
-# the rules that compare two inputs, as preconditions of terraform_data (built into Terraform):
-# `terraform plan` stops on them before anything is created in Azure.
+# Input checks that need no provider: the rules that compare two inputs, as preconditions of
+# terraform_data (built into Terraform): `terraform plan` stops on them before anything is
+# created in Azure.
 # (tests/unit/test_terraform_validations.py plans variables.tf + checks.tf alone, offline.)
-
-locals {
-  # An IPv4 CIDR in canonical form: four decimal octets 0-255 without leading zeros, a prefix
-  # length 0-32 without a leading zero. cidrhost() alone accepts 010.0.0.1/32 or 0.0.0.0/00.
-  ipv4_cidr_pattern = "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(3[0-2]|[12][0-9]|[0-9])$"
-
-  # Where a virtual network may take its addresses: RFC 1918 and RFC 6598's shared space, the
-  # ranges Azure's virtual network FAQ names as private.
-  private_ipv4_ranges = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"]
-
-  # One OpenSSH public key line, ed25519 or RSA (the key types Azure takes), comment optional.
-  ssh_public_key_pattern = "^(ssh-ed25519|ssh-rsa) [A-Za-z0-9+/]+={0,3}( [^\\r\\n]*)?$"
-
-  # Addresses Key Vault's firewall never sees as a client's public address: "this network",
-  # RFC 1918, RFC 6598, loopback, link-local, and 224.0.0.0/3 (multicast 224.0.0.0/4 and the
-  # reserved 240.0.0.0/4).
-  non_public_ipv4_ranges = ["0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/3"]
-
-  # For decoding an SSH key blob in admin_ssh_public_key's validation: base64 character ->
-  # value, and the ASCII codes of the characters a key type name uses.
-  base64_values = { for i in range(64) : substr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", i, 1) => i }
-  ascii_codes   = merge({ "-" = 45 }, { for i in range(10) : tostring(i) => 48 + i }, { for i in range(26) : substr("abcdefghijklmnopqrstuvwxyz", i, 1) => 97 + i })
-}
 
 # The worker pools (workers.tf): worker_pools, each pool's settings with what it leaves out
 # taken from the worker_* variables; no pool given = one pool "workers" made of the worker_*

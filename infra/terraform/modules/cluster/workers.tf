@@ -5,7 +5,7 @@
 # the CPU autoscale setting (scaling_mode = "cpu") and the head's roles on them.
 
 module "worker_pool" {
-  source   = "./modules/worker_pool"
+  source   = "../worker_pool"
   for_each = local.worker_pools
 
   name                 = each.value.scale_set_name
@@ -66,32 +66,4 @@ module "worker_pool" {
     azurerm_private_dns_zone_virtual_network_link.key_vault,
     azurerm_linux_virtual_machine.head,
   ]
-}
-
-# Before worker pools, the single scale set, its autoscale setting and the head's roles on them
-# were resources of this root module: an existing cluster's state moves into the pool
-# "workers" (the default pool, same names), so nothing is replaced.
-moved {
-  from = azurerm_linux_virtual_machine_scale_set.workers
-  to   = module.worker_pool["workers"].azurerm_linux_virtual_machine_scale_set.this
-}
-
-moved {
-  from = azurerm_monitor_autoscale_setting.workers
-  to   = module.worker_pool["workers"].azurerm_monitor_autoscale_setting.this
-}
-
-moved {
-  from = azurerm_role_assignment.autoscaler_scale_set
-  to   = module.worker_pool["workers"].azurerm_role_assignment.autoscaler_scale_set
-}
-
-moved {
-  from = azurerm_role_assignment.autostop_scale_set
-  to   = module.worker_pool["workers"].azurerm_role_assignment.autostop_scale_set
-}
-
-moved {
-  from = azurerm_role_assignment.autostop_autoscale
-  to   = module.worker_pool["workers"].azurerm_role_assignment.autostop_autoscale
 }

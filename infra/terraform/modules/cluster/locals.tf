@@ -100,7 +100,7 @@ locals {
   # placeholder filled. Sent as plain base64: Azure allows 87,380 base64 characters of custom
   # data, the documents use about a third of that (tests prove the bound for the longest values
   # the variables accept).
-  cloud_init_dir = "${path.module}/../../cloud-init/rendered"
+  cloud_init_dir = "${path.module}/../../../../cloud-init/rendered"
   cloud_init     = { for role in ["head", "worker"] : role => file("${local.cloud_init_dir}/${role}.yaml") }
   custom_data    = { for role, text in local.cloud_init : role => replace(text, "@@DEPLOY_VALUES@@", base64encode(jsonencode(local.deploy_values))) }
   # Each worker pool's document: the same values with the pool's own over them (WORKER_POOL,

@@ -394,8 +394,9 @@ var resultsResourceGroup = resultsIdShaped ? resultsIdParts[4] : resourceGroup()
 var resultsUrl = resultsEnabled ? 'https://${resultsAccountName}.blob.${environment().suffixes.storage}/results' : ''
 var nodeImageIdValid = nodeImageIdShaped ? empty(nodeImageIdParts[0]) && toLower(nodeImageIdParts[1]) == 'subscriptions' && length(nodeImageIdParts[2]) == 36 && !contains(nodeImageSubscriptionChars, false) && toLower(nodeImageIdParts[3]) == 'resourcegroups' && length(nodeImageIdParts[4]) >= 1 && length(nodeImageIdParts[4]) <= 90 && !contains(nodeImageGroupChars, false) && toLower(nodeImageIdParts[5]) == 'providers' && toLower(nodeImageIdParts[6]) == 'microsoft.compute' && toLower(nodeImageIdParts[7]) == 'galleries' && length(nodeImageIdParts[8]) >= 1 && length(nodeImageIdParts[8]) <= 80 && !contains(nodeImageGalleryChars, false) && toLower(nodeImageIdParts[9]) == 'images' && length(nodeImageIdParts[10]) >= 1 && length(nodeImageIdParts[10]) <= 80 && !contains(nodeImageDefinitionChars, false) && toLower(nodeImageIdParts[11]) == 'versions' && length(split(nodeImageIdParts[12], '.')) == 3 && !contains(split(nodeImageIdParts[12], '.'), '') && !contains(nodeImageVersionChars, false) : false
 
-// Names the VM images already use, or that the cluster uses (infra/terraform/variables.tf says
-// where each comes from); "ray" runs Ray and every job.
+// Names the VM images already use, or that the cluster uses
+// (infra/terraform/modules/cluster/variables.tf says where each comes from); "ray" runs Ray and
+// every job.
 var azureReservedUsernames = [
   '1'
   '123'
@@ -645,7 +646,7 @@ var check = {
 // -----------------------------------------------------------------------------------------------
 // What the nodes boot from: the committed, rendered cloud-init documents (python -m nodekit render
 // writes them) with their one placeholder filled with the deploy-time values of
-// cloud-init/placeholders.yaml, exactly as infra/terraform/locals.tf fills them.
+// cloud-init/placeholders.yaml, exactly as infra/terraform/modules/cluster/locals.tf fills them.
 // -----------------------------------------------------------------------------------------------
 
 // os image -> marketplace image. Every one is a generation 2 image.

@@ -64,7 +64,7 @@ param aptSource string = ''
 
 // -----------------------------------------------------------------------------------------------
 // The base image: the cluster stack's os image -> marketplace image (infra/bicep/main.bicep and
-// infra/terraform/locals.tf hold the same table; tests/unit/test_image_template.py holds the
+// infra/terraform/modules/cluster/locals.tf hold the same table; tests/unit/test_image_template.py holds the
 // three copies equal). Every one is a generation 2 image.
 // -----------------------------------------------------------------------------------------------
 var osImages = {

@@ -110,16 +110,35 @@ def test_terraform_results_stack_is_formatted() -> None:
     assert result.returncode == 0, result.stdout
 
 
-def test_terraform_and_azurerm_versions_are_the_cluster_stacks() -> None:
-    """One fact, two roots: the results stack asks for the Terraform and azurerm versions the
-    cluster stack asks for (infra/terraform/versions.tf, whose own test says why those)."""
+def test_terraform_and_provider_versions_are_the_cluster_stacks_everywhere() -> None:
+    """One fact, written in every root and module (Terraform wants it in each): the results
+    stack, the cluster module, the worker pool module and the example root ask for the
+    Terraform and provider versions the cluster stack's root asks for
+    (infra/terraform/versions.tf, whose own test says why those)."""
+    root = TF.parent
 
-    def pins(folder: Path) -> tuple[Any, Any]:
-        [terraform] = unquote(hcl2.load((folder / "versions.tf").open())["terraform"])
-        azurerm = terraform["required_providers"][0]["azurerm"]
-        return terraform["required_version"], (azurerm["source"], azurerm["version"])
+    def pins(path: Path) -> dict[str, Any]:
+        [terraform] = unquote(hcl2.load(path.open())["terraform"])
+        providers = {
+            k: (v["source"], v["version"])
+            for k, v in terraform["required_providers"][0].items()
+            if not k.startswith("__")  # the parser's own keys (comments)
+        }
+        return {"terraform": terraform["required_version"], **providers}
 
-    assert pins(TF) == pins(TF.parent)
+    expected = pins(root / "versions.tf")
+    files = [
+        TF / "versions.tf",
+        root / "modules" / "cluster" / "versions.tf",
+        root / "modules" / "worker_pool" / "versions.tf",
+        *sorted((root / "examples").glob("*/main.tf")),
+    ]
+    assert len(files) >= 4
+    for path in files:
+        found = pins(path)
+        # Each asks for the providers it uses, at the root's versions.
+        assert found == {k: expected[k] for k in found}, path
+        assert "terraform" in found and "azurerm" in found, path
 
 
 def test_the_provider_uses_entra_id_for_the_data_plane() -> None:

@@ -52,12 +52,14 @@ module "ray" {
   name_prefix          = "rl"
   resource_group_name  = "rl-cluster-rg"
 
-  # Two pools: Spot CPU env runners, and GPU nodes for the learner that scale from zero.
+  # Two pools: Spot CPU env runners, and GPU nodes for the learner that scale from zero. The
+  # CPU pool's own resource holds env runners that ask for it there (examples/pong/README.md).
   worker_pools = {
     cpu = {
-      vm_size      = "Standard_D4s_v5"
-      max_count    = 8
-      spot_enabled = true
+      vm_size       = "Standard_D4s_v5"
+      max_count     = 8
+      spot_enabled  = true
+      ray_resources = { cpu_pool = 100 }
     }
     gpu = {
       vm_size       = "Standard_NC4as_T4_v3"

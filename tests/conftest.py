@@ -5,12 +5,21 @@ tests/e2e (the rehearsal cluster, root); their own conftest.py files add their f
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# A suite started in the background of a script (`.ci/run &`, `nohup ... &`) inherits an ignored
+# SIGINT, and so would every process its tests start: Python keeps an ignored SIGINT, so the
+# driver would never see the Ctrl-C the tests send it as a user does (scripts/test.sh cannot undo
+# it: bash keeps a signal ignored at its start). A handler here is reset to the default in every
+# process started from now on.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -188,6 +188,22 @@ def test_a_run_is_mirrored_and_its_checkpoint_published_by_a_pointer_written_las
     assert (folder / store.HELPER_LOG).read_text() == ""
 
 
+def _second_checkpoint_under_way(up: store.Uploader, tmp_path: Path, files: int) -> Path:
+    """A second checkpoint (iteration 4) of ``files`` files of 2,000 bytes handed to ``up``,
+    returned once three of its files are up (the rest still to go)."""
+    second = tmp_path / "second" / "checkpoint"
+    (second / "learner").mkdir(parents=True)
+    for i in range(files):
+        (second / "learner" / f"part{i:04d}.bin").write_bytes(os.urandom(2000))
+    (second / "harness.json").write_text(json.dumps({"iteration": 4, "env_steps": 400}))
+    up.checkpoint(second, {"iteration": 4, "env_steps": 400})
+    _wait(
+        lambda: sum(f.startswith("checkpoints/000004/") for f in up.uploaded) >= 3,
+        "three files of the second checkpoint",
+    )
+    return second
+
+
 def test_killing_the_uploader_mid_checkpoint_keeps_the_previous_pointer(
     env: Blob, tmp_path: Path
 ) -> None:
@@ -199,16 +215,7 @@ def test_killing_the_uploader_mid_checkpoint_keeps_the_previous_pointer(
     _wait(lambda: up.published, "the first checkpoint's pointer")
     first = json.loads(_get(env, f"{run}/latest.json")[1])
     # A second, bigger checkpoint: killed once three of its 60 files are up.
-    second = tmp_path / "second" / "checkpoint"
-    (second / "learner").mkdir(parents=True)
-    for i in range(60):
-        (second / "learner" / f"part{i:04d}.bin").write_bytes(os.urandom(2000))
-    (second / "harness.json").write_text(json.dumps({"iteration": 4, "env_steps": 400}))
-    up.checkpoint(second, {"iteration": 4, "env_steps": 400})
-    _wait(
-        lambda: sum(f.startswith("checkpoints/000004/") for f in up.uploaded) >= 3,
-        "three files of the second checkpoint",
-    )
+    second = _second_checkpoint_under_way(up, tmp_path, 60)
     assert up.pid is not None
     os.kill(up.pid, signal.SIGKILL)
     _wait(lambda: not up.alive(), "the uploader's end")
@@ -554,16 +561,7 @@ def test_a_network_blip_mid_checkpoint_never_publishes_a_checkpoint_that_does_no
     up, lines = start_uploader(folder)
     up.checkpoint(folder / "checkpoint", {"iteration": 2, "env_steps": 200})
     _wait(lambda: up.published, "the first checkpoint's pointer")
-    second = tmp_path / "second" / "checkpoint"
-    (second / "learner").mkdir(parents=True)
-    for i in range(200):
-        (second / "learner" / f"part{i:04d}.bin").write_bytes(os.urandom(2000))
-    (second / "harness.json").write_text(json.dumps({"iteration": 4, "env_steps": 400}))
-    up.checkpoint(second, {"iteration": 4, "env_steps": 400})
-    _wait(
-        lambda: sum(f.startswith("checkpoints/000004/") for f in up.uploaded) >= 3,
-        "three files of the second checkpoint",
-    )
+    second = _second_checkpoint_under_way(up, tmp_path, 200)
     env.stop()
     try:
         time.sleep(3)

@@ -18,7 +18,8 @@ tests/unit/test_learner_update.py checks the model against RLlib's module for th
 Not measured: the learner connector (frame stacking, done on the CPU before the update), the
 circular buffer and Ray's actors around it. ``ms_per_update`` has the batch on the device
 already; ``ms_per_update_with_copy`` (CUDA) copies it from pageable host memory first, as the
-learner does with each batch. Each update is timed alone (cuda synchronized), after warm-up
+learner does with each batch; ``ms_per_update_with_pinned_copy`` from page-locked memory. Each
+update is timed alone (cuda synchronized), after warm-up
 updates; the median is reported, with the 1-minute load average before and after the run.
 ``env_steps_per_s`` is what one learner absorbs: samples per second over the 2 updates each
 env step feeds (circular_buffer_iterations_per_batch).
@@ -232,6 +233,13 @@ def run_device(device: str, sizes: list[int], warmup: int, repeats: int) -> dict
             copied = measure(learner, cpu_batch, warmup, repeats)
             out[str(size)]["ms_per_update_with_copy"] = copied["ms_per_update"]
             out[str(size)]["env_steps_per_s_with_copy"] = copied["env_steps_per_s"]
+            # The same copy from page-locked host memory (the GPU reads it directly, no
+            # staging through a pinned buffer): what a learner that pins its batches gets.
+            pinned = {k: v.pin_memory() for k, v in cpu_batch.items()}
+            from_pinned = measure(learner, pinned, warmup, repeats)
+            out[str(size)]["ms_per_update_with_pinned_copy"] = from_pinned["ms_per_update"]
+            out[str(size)]["env_steps_per_s_with_pinned_copy"] = from_pinned["env_steps_per_s"]
+            del pinned
             out[str(size)]["peak_memory_mib"] = round(torch.cuda.max_memory_allocated() / 2**20)
         del resident
     return out

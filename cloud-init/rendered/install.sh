@@ -578,7 +578,7 @@ PY
     eval "$values"
 }
 
-INSTALL_INPUTS_DIGEST=6f8482d3b410a5a3b00bd5d0bce3b98cce2016795fa6363a0b1e049116725a3b
+INSTALL_INPUTS_DIGEST=77e93732199f908562786c8b6eba8f637a227372320032073cb7b2435f839f3a
 # ---- The INSTALL phase ------------------------------------------------------------------------
 INSTALL_MARKER=/var/lib/ray-cluster/installed.json
 INSTALL_VALUE_NAMES=(PIP_INDEX_URL TORCH_INDEX_URL APT_SOURCE EXTRA_PIP_PACKAGES EXTRA_APT_PACKAGES)
@@ -682,7 +682,8 @@ install_phase() {
         ${pip_host:+--trusted-host "$pip_host"} "uv==0.13.9"
 
     phase install_torch
-    export UV_CACHE_DIR=/var/cache/ray-cluster/uv UV_NO_PROGRESS=1 UV_HTTP_TIMEOUT=300
+    export UV_CACHE_DIR=/var/cache/ray-cluster/uv UV_NO_PROGRESS=1 UV_HTTP_TIMEOUT=300 \
+        UV_COMPILE_BYTECODE=1
     if [ "$NODE_GPU" = nvidia ]; then
         retry "$VENV/bin/uv" pip install --python "$VENV/bin/python" --index-url "$PIP_INDEX_URL" \
             --require-hashes --no-deps -r /etc/ray-cluster/requirements-cuda.lock

@@ -106,14 +106,14 @@ fi
 #   autoscale: the autoscale e2e tests (a cluster of their own, scaling mode ray), then the
 #              system tests and the wheel test;
 #   autostop:  the autostop e2e tests (a cluster of their own; mostly waiting for idle
-#              periods), then the unit tests that train on a local Ray head of their own;
-#   unit:      the other unit tests, with their output here.
+#              periods), then most unit tests that train on a local Ray head of their own;
+#   unit:      the other unit tests (test_local_jobs.py among them), with their output here.
 # The lanes take about equally long on 2 cores: the end-to-end tests mostly wait (booting
 # containers, Ray's and autostop's idle timeouts), the unit tests mostly compute.
 # scripts/lanes.py prints the background lanes' logs and one closing line for all.
 LANES=.pytest_cache/lanes
 AUTOSCALE=(tests/e2e/test_autoscale.py tests/system tests/unit/test_wheel.py)
-AUTOSTOP=(tests/e2e/test_autostop.py tests/unit/test_examples.py tests/unit/test_local_jobs.py
+AUTOSTOP=(tests/e2e/test_autostop.py tests/unit/test_examples.py
     tests/unit/test_driver_local_fallback.py tests/unit/test_local_heads.py)
 OWN_CLUSTERS=(tests/e2e/test_autoscale.py tests/e2e/test_autostop.py)
 rm -rf "$LANES" && mkdir -p "$LANES"

@@ -55,6 +55,19 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _optional_seconds(text: str) -> float | None:
+    """A number of seconds, 0 or more, or ``none`` for the algorithm's own default."""
+    if text.lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected 0 or more seconds, got {text!r}")
+    return value
+
+
 def _run(text: str) -> str:
     try:
         return check_run(text)
@@ -150,6 +163,15 @@ def parser(
         metavar="N",
         help=f"remote env runners sampling in parallel, 0 samples in the learner's process "
         f"(default: {num_env_runners})",
+    )
+    g.add_argument(
+        "--min-iteration-seconds",
+        type=_optional_seconds,
+        default=None,
+        metavar="S",
+        help="each training iteration samples and learns for at least S seconds before it "
+        "reports (RLlib's min_time_s_per_iteration; default: the algorithm's own, 10 for APPO "
+        "and IMPALA, none for PPO and DQN)",
     )
     g.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     g.add_argument(

@@ -56,7 +56,8 @@ def _first_return(rows: list[dict[str, str]]) -> float | None:
 
 
 def apply_harness_settings(config: Any, args: argparse.Namespace) -> Any:
-    """What every example's config gets, whatever the example set.
+    """What every example's config gets, whatever the example set (and
+    ``--min-iteration-seconds`` over the example's own reporting).
 
     Env runners lost to a preempted Spot VM or a crash are restarted as identical copies
     (RLlib's default is to fail the run). On a cluster, the algorithm and its learner stay on the
@@ -67,6 +68,8 @@ def apply_harness_settings(config: Any, args: argparse.Namespace) -> Any:
     import ray
 
     config = config.fault_tolerance(restart_failed_env_runners=True).debugging(seed=args.seed)
+    if args.min_iteration_seconds is not None:
+        config = config.reporting(min_time_s_per_iteration=args.min_iteration_seconds)
     if ray.cluster_resources().get(HEAD_RESOURCE, 0) > 0:
         config = config.resources(custom_resources_for_main_process={HEAD_RESOURCE: 0.001})
     return config

@@ -38,9 +38,13 @@ SMALL = {
         "1",
         "--stop-reward",
         "none",
+        "--min-iteration-seconds",
+        "0",
     ],
 }
-"""Flags that keep each example's iterations small; the stop conditions are the test's."""
+"""Flags that keep each example's iterations small; the stop conditions are the test's. (APPO
+and IMPALA iterate for at least 10 s by default: pong's iterations end once they have a batch,
+its min_sample_timesteps_per_iteration.)"""
 
 
 def result_of(stdout: str) -> dict:

@@ -10,7 +10,7 @@ import pytest
 
 from driver.jobs import _SUBMISSION_ID, check_submission_id
 from harness import flags, runs
-from harness.loop import stop_reason
+from harness.loop import apply_harness_settings, stop_reason
 
 
 def test_submission_id_rule_is_the_drivers() -> None:
@@ -103,6 +103,20 @@ def test_flags_defaults_and_none() -> None:
     assert _args(["--upload-timeout", "30"]).upload_timeout == 30.0
     args = _args(["--target", "none", "--max-iterations", "2", "--resume", "cabs-1"])
     assert (args.stop_reward, args.max_iterations, args.resume) == (None, 2, "cabs-1")
+    assert _args([]).min_iteration_seconds is None
+    assert _args(["--min-iteration-seconds", "0"]).min_iteration_seconds == 0.0
+    assert _args(["--min-iteration-seconds", "none"]).min_iteration_seconds is None
+
+
+def test_min_iteration_seconds_replaces_the_algorithms_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+    from ray.rllib.algorithms.appo import APPOConfig
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {})  # local Ray: no head resource
+    kept = apply_harness_settings(APPOConfig(), _args([]))
+    assert kept.min_time_s_per_iteration == 10  # RLlib's default for APPO
+    config = apply_harness_settings(APPOConfig(), _args(["--min-iteration-seconds", "0.5"]))
+    assert config.min_time_s_per_iteration == 0.5
 
 
 @pytest.mark.parametrize(
@@ -114,6 +128,9 @@ def test_flags_defaults_and_none() -> None:
         ["--upload-timeout", "0"],
         ["--upload-timeout", "inf"],
         ["--upload-timeout", "soon"],
+        ["--min-iteration-seconds", "-1"],
+        ["--min-iteration-seconds", "inf"],
+        ["--min-iteration-seconds", "soon"],
     ],
 )
 def test_bad_flags_exit_2(argv: list[str]) -> None:

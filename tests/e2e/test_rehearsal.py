@@ -38,7 +38,8 @@ def test_cloud_init_finished_without_errors_on_every_node(rehearsal: RehearsalCl
         assert marker["node_ip"] == ip
         # The session's nodes boot from the node image (`rehearse up` bakes the install phase
         # once per digest): each found there the install its bootstrap expects and skipped it.
-        # (The cold path: test_add_worker_scales_the_running_cluster_out, --no-image.)
+        # (The cold path: test_node_image.py's worker whose install digest differs installs at
+        # boot; the bake runs the install phase on the bare root filesystem whenever it changes.)
         assert marker["install"] == "image", (ip, marker.get("install"))
         _, out, _ = rehearsal.ssh(ip, f"cat {layout.INSTALL_MARKER}")
         installed = json.loads(out)
@@ -524,33 +525,32 @@ def test_up_recorded_the_heads_current_host_keys_for_the_driver_and_openssh(
 
 
 def test_add_worker_scales_the_running_cluster_out(rehearsal: RehearsalCluster) -> None:
-    """`rehearse add-worker` boots one more worker that joins the running head (a scale-out).
-    It boots without the node image (--no-image), so the suite keeps a cold-path boot: the
-    worker installs everything at boot, as a VM from the stacks' base image.
+    """`rehearse add-worker` boots one more worker that joins the running head (a scale-out),
+    from the cluster's node image, as a scale set's new VM boots from the stacks' image id.
+    (The suite's cold-path boot, installing at boot: test_node_image.py.)
 
     Last in this module: the cluster has one more node afterwards."""
     p = subprocess.run(
-        [sys.executable, "-m", "driver", "rehearse", "add-worker", "--name", rehearsal.name,
-         "--no-image"],
+        [sys.executable, "-m", "driver", "rehearse", "add-worker", "--name", rehearsal.name],
         capture_output=True,
         text=True,
         timeout=1200,
         cwd=REPO,
-    )  # fmt: skip
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     new_ip = p.stdout.strip().split("@")[-1]
     assert new_ip not in (rehearsal.head_ip, *rehearsal.worker_ips)
     _, out, _ = rehearsal.ssh(new_ip, f"cat {layout.READY_MARKER}")
     marker = json.loads(out)
-    assert marker["install"] == "fresh", marker.get("install")
+    assert marker["install"] == "image", marker.get("install")
     assert marker["install_digest"] == _expected_install_digest(rehearsal)
     assert marker["node_ip"] == new_ip
-    # Its disk is the bare root filesystem's overlay: no image layer under it.
+    # Its disk is the image layer over the bare root filesystem, its own writes above them.
     state = json.loads((rehearsal.dir / "state.json").read_text())
     root = next(f"{n['dir']}/root" for n in state["nodes"] if n["ip"] == new_ip)
     mount = next(m for m in Path("/proc/mounts").read_text().splitlines() if m.split()[1] == root)
     lower = mount.split()[3].split("lowerdir=")[1].split(",")[0]
-    assert lower == state["rootfs"], lower
+    assert lower == f"{state['image']}:{state['rootfs']}", lower
     code, out, err = rehearsal.ssh(rehearsal.head_ip, "ray list nodes --format json")
     assert code == 0, err
     alive = {n["node_ip"] for n in json.loads(out) if n["state"] == "ALIVE"}

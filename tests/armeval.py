@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import hashlib
 import json
 import re
 import string
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -60,9 +61,8 @@ _TOKEN = re.compile(
 def _tokens(text: str) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     pos = 0
-    while pos < len(text):
-        if text[pos:].strip() == "":
-            break
+    end = len(text.rstrip())  # (the token pattern skips the blanks before a token)
+    while pos < end:
         m = _TOKEN.match(text, pos)
         if not m:
             raise ArmError(f"cannot read expression at {text[pos : pos + 30]!r}")
@@ -117,7 +117,7 @@ class _Parser:
                 if self.peek() == ("op", ","):
                     self.pos += 1
             self.pos += 1
-            node = ("call", value, args)
+            node = ("call", value, tuple(args))
         else:
             raise ArmError(f"unexpected {value!r}")
         while True:
@@ -142,7 +142,10 @@ def is_expression(value: Any) -> bool:
     )
 
 
+@functools.lru_cache(maxsize=8192)
 def parse_expression(value: str) -> Any:
+    """The syntax tree of an expression string (nested tuples: one parse per distinct string,
+    however often a template is deployed)."""
     return _Parser(value[1:-1]).parse()
 
 
@@ -433,16 +436,16 @@ class Scope:
 _PENDING = object()
 
 
-def _if(scope: Scope, args: list[Any]) -> Any:
+def _if(scope: Scope, args: Sequence[Any]) -> Any:
     return scope.eval(args[1]) if _bool(scope.eval(args[0])) else scope.eval(args[2])
 
 
-def _lambda(scope: Scope, args: list[Any]) -> Lambda:
+def _lambda(scope: Scope, args: Sequence[Any]) -> Lambda:
     names = [_str(scope.eval(a)) for a in args[:-1]]
     return Lambda(names, args[-1], scope)
 
 
-def _copy_index(scope: Scope, args: list[Any]) -> int:
+def _copy_index(scope: Scope, args: Sequence[Any]) -> int:
     # copyIndex() without a name: the resource's (or output's) own loop.
     name = _str(scope.eval(args[0])) if args else ""
     if name not in scope.copy_index:
@@ -450,14 +453,14 @@ def _copy_index(scope: Scope, args: list[Any]) -> int:
     return scope.copy_index[name]
 
 
-def _lambda_variables(scope: Scope, args: list[Any]) -> Any:
+def _lambda_variables(scope: Scope, args: Sequence[Any]) -> Any:
     name = _str(scope.eval(args[0]))
     if name not in scope.lambda_vars:
         raise ArmError(f"lambdaVariables({name!r}) outside its lambda")
     return scope.lambda_vars[name]
 
 
-_LAZY: dict[str, Callable[[Scope, list[Any]], Any]] = {
+_LAZY: dict[str, Callable[[Scope, Sequence[Any]], Any]] = {
     "if": _if,
     "lambda": _lambda,
     "lambdavariables": _lambda_variables,

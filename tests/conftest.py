@@ -4,13 +4,18 @@ tests/e2e (the rehearsal cluster, root); their own conftest.py files add their f
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import hcl2
+import hcl2.api
 import pytest
 
 # A suite started in the background of a script (`.ci/run &`, `nohup ... &`) inherits an ignored
@@ -20,6 +25,27 @@ import pytest
 # process started from now on.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# python-hcl2 is pure Python (lark): ~0.1 s of CPU for one of the stacks' files, and the tests
+# (and the scripts they import) parse the same files hundreds of times in a run, 505 times in
+# test_terraform_validations.py and test_terraform_module.py alone. Each distinct text is parsed
+# once per test process; every caller gets its own deep copy, as from a parse of its own.
+_hcl2_loads = hcl2.api.loads
+
+
+@functools.lru_cache(maxsize=1024)
+def _hcl2_parsed(text: str) -> dict[str, Any]:
+    return _hcl2_loads(text)
+
+
+def _hcl2_loads_once(text: str, *, serialization_options: Any = None) -> dict[str, Any]:
+    if serialization_options is not None:
+        return _hcl2_loads(text, serialization_options=serialization_options)
+    return copy.deepcopy(_hcl2_parsed(text))
+
+
+hcl2.api.loads = hcl2.loads = _hcl2_loads_once  # hcl2.load reads its file and calls this
 
 
 @pytest.fixture(scope="session")

@@ -57,13 +57,8 @@ def _seconds(text: str) -> float:
 
 def _optional_seconds(text: str) -> float | None:
     """A number of seconds, 0 or more, or ``none`` for the algorithm's own default."""
-    if text.lower() == "none":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value >= 0 or math.isinf(value):
+    value = _optional_float(text)
+    if value is not None and (value < 0 or math.isinf(value)):
         raise argparse.ArgumentTypeError(f"expected 0 or more seconds, got {text!r}")
     return value
 

@@ -7,6 +7,7 @@ GitHub; here the files are checked offline, and the root's variables plan alone.
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -46,6 +47,18 @@ def _named(folder: Path, section: str) -> dict[str, Any]:
         for block in doc.get(section, []):
             found |= {_unquote(k): _plain(v) for k, v in block.items() if not k.startswith("__")}
     return found
+
+
+def test_each_hcl_parse_is_the_callers_own() -> None:
+    """conftest.py parses each HCL text once per process: a caller that changes what it got
+    must not change what the next one gets."""
+    text = (ROOT / "versions.tf").read_text()
+    first = hcl2.loads(text)
+    expected = copy.deepcopy(first)
+    first.clear()
+    again = hcl2.loads(text)
+    assert again == expected and again
+    assert again is not hcl2.loads(text)
 
 
 def test_the_generated_root_files_are_current() -> None:

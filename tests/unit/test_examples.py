@@ -15,7 +15,7 @@ from support import run_driver
 pytestmark = pytest.mark.slow
 
 SMALL = {
-    "cartpole": ["--train-batch-size", "500", "--stop-reward", "none"],
+    "cartpole": ["--train-batch-size", "500", "--stop-reward", "none", "--num-env-runners", "0"],
     "cabs": [
         "--learning-starts",
         "200",
@@ -26,9 +26,16 @@ SMALL = {
         "--eval-episodes",
         "1",
     ],
-    "mobile": ["--train-batch-size", "300", "--eval-episodes", "1"],
+    "mobile": ["--train-batch-size", "300", "--eval-episodes", "1", "--num-env-runners", "0"],
     # One simulator process per env, in a private Xvfb (the test's machine has no DISPLAY).
-    "pixels": ["--train-batch-size", "200", "--envs-per-env-runner", "1"],
+    "pixels": [
+        "--train-batch-size",
+        "200",
+        "--envs-per-env-runner",
+        "1",
+        "--num-env-runners",
+        "0",
+    ],
     "pong": [
         "--train-batch-size",
         "100",
@@ -44,7 +51,10 @@ SMALL = {
 }
 """Flags that keep each example's iterations small; the stop conditions are the test's. (APPO
 and IMPALA iterate for at least 10 s by default: pong's iterations end once they have a batch,
-its min_sample_timesteps_per_iteration.)"""
+its min_sample_timesteps_per_iteration.) cartpole, mobile and pixels sample in the job's own
+process (``--num-env-runners 0``: one Ray worker process fewer to start, ~10 CPU s a run); pong
+keeps one remote env runner here, and the end-to-end tests run cartpole's and pixels' runners
+on the rehearsal's workers."""
 
 
 def result_of(stdout: str) -> dict:

@@ -1,8 +1,16 @@
 """Submit RLlib jobs to a Ray cluster on Azure (or to local Ray) and bring the results back."""
 
-from importlib.metadata import PackageNotFoundError, version
 
-try:
-    __version__ = version("azure-ray-rl")
-except PackageNotFoundError:  # pragma: no cover - run from a source tree without installing
-    __version__ = "0+unknown"
+def __getattr__(name: str) -> str:
+    """``__version__``, read from the installed package's metadata when first asked for
+    (importlib.metadata costs more than the rest of a short command's start-up)."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("azure-ray-rl")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree without installing
+        value = "0+unknown"
+    globals()["__version__"] = value
+    return value

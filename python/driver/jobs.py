@@ -7,7 +7,6 @@ and follows logs until the job ends. The token travels only in the ``Authorizati
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import logging
@@ -156,6 +155,8 @@ _SERVER_ERROR = re.compile(r"(status code|HTTP) 5\d\d\b")
 
 def _is_connection_error(e: BaseException) -> bool:
     """Whether ``e`` (or what caused it) says the connection broke, not what the server said."""
+    import asyncio
+
     import aiohttp
     import requests
 
@@ -491,6 +492,8 @@ class JobsClient:
         KeyboardInterrupt propagates with the job untouched.
         """
         stream.restart()
+
+        import asyncio
 
         async def tail() -> None:
             async for chunk in self._client.tail_job_logs(submission_id):

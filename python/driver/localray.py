@@ -35,8 +35,6 @@ import stat
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -130,6 +128,9 @@ def session_pids(session_id: int) -> list[int]:
 
 
 def _dashboard_up(port: int, timeout: float = 2.0) -> bool:
+    import urllib.error  # here: urllib.request costs every command's start-up
+    import urllib.request
+
     try:
         with urllib.request.urlopen(
             f"http://127.0.0.1:{port}/api/gcs_healthz", timeout=timeout

@@ -24,12 +24,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
-import http.client
 import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,6 +216,11 @@ def _first_url(url: str, region: str, vm_sizes: Iterable[str]) -> str:
 
 
 def _get_json(url: str, timeout: float) -> dict[str, Any]:
+    # Imported here: http.client and the email parser behind it cost every command's start-up.
+    import http.client
+    import urllib.error
+    import urllib.request
+
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:

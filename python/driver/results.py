@@ -33,12 +33,13 @@ import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
-
-import paramiko
+from typing import TYPE_CHECKING, BinaryIO
 
 from driver.errors import DriverError
 from driver.progress import ByteProgress
+
+if TYPE_CHECKING:  # paramiko is imported where it is used: short commands never need it
+    import paramiko
 
 STALL_TIMEOUT_S = 120.0
 """Give up when the head's SFTP server sends nothing for this long during a download."""
@@ -196,6 +197,8 @@ def _quiet_prefetch_threads() -> None:
     global _prefetch_quieted
     if _prefetch_quieted:
         return
+    import paramiko
+
     previous = threading.excepthook
 
     def hook(args: threading.ExceptHookArgs) -> None:
@@ -217,6 +220,8 @@ def download_tree(
     local_root: Path,
     progress: ByteProgress | None = None,
 ) -> DownloadReport:
+    import paramiko
+
     try:
         attrs = sftp.lstat(remote_root)
     except FileNotFoundError:

@@ -4,6 +4,7 @@ client whose command line loads neither Ray nor the toolkit nor any repository f
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -132,6 +133,25 @@ def test_the_command_line_loads_neither_ray_nor_the_toolkit(tmp_path: Path) -> N
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
+
+
+def test_the_command_line_starts_without_what_only_some_commands_use(tmp_path: Path) -> None:
+    """Every command starts by building the parser: SSH, asyncio, HTTP and the package
+    metadata (a quarter of a second together) are imported where a command uses them."""
+    heavy = ("paramiko", "asyncio", "http.client", "urllib.request", "importlib.metadata")
+    code = (
+        "import sys\n"
+        "from driver.cli import build_parser\n"
+        "build_parser().format_help()\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+    p = subprocess.run(
+        [sys.executable, "-m", "driver", "--version"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert p.returncode == 0 and re.fullmatch(r"python -m driver \S+\n", p.stdout), p
 
 
 def test_help_works_outside_the_checkout(tmp_path: Path) -> None:

@@ -13,11 +13,29 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from driver import __version__
 from driver.cli import cluster, image, jobs, local, node, power, price, results
 from driver.cli.options import EPILOG, Parser
 from driver.cli.output import PROG, say
 from driver.errors import DriverError, run_main
+
+
+class _Version(argparse.Action):
+    """``--version``: argparse's own action, with the version read only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="show program's version number and exit",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        import driver
+
+        print(f"{parser.prog} {driver.__version__}")  # stdout, as argparse's own action
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action=_Version)
     verbs = parser.add_subparsers(dest="verb", metavar="COMMAND", parser_class=Parser)
     verbs.required = True
     jobs.register(verbs)

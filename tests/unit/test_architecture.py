@@ -154,6 +154,21 @@ def test_the_command_line_starts_without_what_only_some_commands_use(tmp_path: P
     assert p.returncode == 0 and re.fullmatch(r"python -m driver \S+\n", p.stdout), p
 
 
+def test_the_toolkits_command_line_starts_without_ray(tmp_path: Path) -> None:
+    """``python -m nodekit`` (the rehearsal's commands, run many times by the tests) loads Ray's
+    autoscaler only where the scale set's node provider is used (half a second a command)."""
+    code = (
+        "import sys\n"
+        "from nodekit.cli import build_parser\n"
+        "build_parser().format_help()\n"
+        "import nodekit.rehearsal.cluster\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'torch'}))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+
+
 def test_help_works_outside_the_checkout(tmp_path: Path) -> None:
     """Nothing reads repository files at import or parse time."""
     for module in ("driver", "nodekit"):

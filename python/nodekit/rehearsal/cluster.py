@@ -32,7 +32,6 @@ from driver.errors import DriverError
 from driver.procs import pid_alive, pids_with_cmdline
 from driver.progress import Progress, silent
 from nodekit import render
-from nodekit.node.azure_vmss_provider import vm_size_gpus
 from nodekit.rehearsal import bake, mirrors, network, nodes, trust
 from nodekit.rehearsal.image import ImageCache, document_requirements
 from nodekit.rehearsal.nodes import wait_ready as _wait_ready
@@ -478,6 +477,9 @@ class Rehearsal:
         if node.role == "worker":
             values = {**self.pool_values(state, node.pool), **(values or {})}
         if node.role == "worker" and node.pool == GPU_POOL:
+            # Imported here: the provider's module loads Ray's autoscaler (0.5 s a command).
+            from nodekit.node.azure_vmss_provider import vm_size_gpus
+
             gpus = vm_size_gpus(GPU_VM_SIZE)
             for path, text in gpu_stand_in(self._document(state, "worker"), gpus).items():
                 target = node.root / path.lstrip("/")

@@ -17,7 +17,6 @@ import time
 import uuid
 
 from nodekit import render
-from nodekit.node.azure_vmss_provider import parse_scale_set_id
 from nodekit.rehearsal.services import Context, fakes, keyvault, port, wait_for_port
 from nodekit.rehearsal.state import BASE_ENV, DEFAULT_POOL, Node, State
 
@@ -58,6 +57,9 @@ def scale_set_id(cluster: str, pool: str = DEFAULT_POOL) -> str:
 
 def resource_group(cluster: str) -> tuple[str, str]:
     """(subscription, resource group) of the rehearsal's fake resources."""
+    # Imported here: the provider's module loads Ray's autoscaler (0.5 s a command).
+    from nodekit.node.azure_vmss_provider import parse_scale_set_id
+
     sub, group, _ = parse_scale_set_id(scale_set_id(cluster))
     return sub, group
 

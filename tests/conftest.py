@@ -48,14 +48,46 @@ def _hcl2_loads_once(text: str, *, serialization_options: Any = None) -> dict[st
 hcl2.api.loads = hcl2.loads = _hcl2_loads_once  # hcl2.load reads its file and calls this
 
 
-@pytest.fixture(scope="session")
-def driver_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A RAYDRIVER_HOME for the whole run; the local Ray head it holds is stopped at the end."""
-    home = tmp_path_factory.mktemp("driver-home")
-    yield home
+def _stop_local_head(home: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "driver", "local", "stop"],
         env={**os.environ, "RAYDRIVER_HOME": str(home)},
         capture_output=True,
         timeout=120,
     )
+
+
+@pytest.fixture(scope="session")
+def driver_home(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Path]:
+    """A RAYDRIVER_HOME for the whole run; the local Ray head it holds is stopped after the
+    last test that uses it (an idle head costs ~4 CPU s a minute), and at the end."""
+    home = tmp_path_factory.mktemp("driver-home")
+    request.session.stash[_DRIVER_HOME] = home
+    yield home
+    _stop_local_head(home)
+
+
+_LAST_USER = pytest.StashKey[str]()
+"""The node id of the run's last test that uses driver_home."""
+_DRIVER_HOME = pytest.StashKey[Path]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    users = [item.nodeid for item in session.items if "driver_home" in _fixtures(item)]
+    if users:
+        session.stash[_LAST_USER] = users[-1]
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if item.session.stash.get(_LAST_USER, None) != item.nodeid or nextitem is None:
+        return  # no next test: the fixture's own teardown stops it
+    home = item.session.stash.get(_DRIVER_HOME, None)
+    if home is not None:
+        _stop_local_head(home)
+
+
+def _fixtures(item: pytest.Item) -> list[str]:
+    return list(getattr(item, "fixturenames", ()))

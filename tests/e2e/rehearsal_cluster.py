@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
@@ -61,6 +62,36 @@ class RehearsalCluster:
             return code, out.read().decode(), err.read().decode()
         finally:
             client.close()
+
+    def ray_list(
+        self, what: str, *, detail: bool = False, limit: int = 10000, timeout: float = 60
+    ) -> list[dict[str, Any]]:
+        """What ``ray list <what> --format json`` prints on the head (the same rows: Ray's state
+        API, which the CLI calls), asked of the head's dashboard with the cluster token by the
+        node's own python3: ~0.05 s of CPU where the CLI takes ~1 s, for the tests that poll."""
+        code, out, err = self.ssh(
+            self.head_ip,
+            f"python3 -c {_quote(_RAY_LIST)} {what} {limit} {int(detail)}",
+            timeout=timeout,
+        )
+        if code != 0:
+            raise RuntimeError(f"ray list {what} on the head: {err.strip()[-2000:]}")
+        return list(json.loads(out))
+
+
+_RAY_LIST = """
+import json, os, sys, urllib.request
+what, limit, detail = sys.argv[1:]
+token = open(os.environ["RAY_AUTH_TOKEN_PATH"]).read().strip()
+url = f"{os.environ['RAY_API_SERVER_ADDRESS']}/api/v0/{what}?limit={limit}&detail={detail}"
+request = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the head's own port
+with direct.open(request, timeout=30) as answer:
+    reply = json.load(answer)
+if not reply["result"]:
+    sys.exit(reply["msg"])
+print(json.dumps(reply["data"]["result"]["result"]))
+"""
 
 
 def _quote(s: str) -> str:

@@ -25,12 +25,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
 SID = "cartpole-rehearsal"
 
 
-def _ray_state(rehearsal: RehearsalCluster, what: str) -> list[dict]:
-    code, out, err = rehearsal.ssh(rehearsal.head_ip, f"ray list {what} --format json")
-    assert code == 0, err
-    return json.loads(out)
-
-
 def test_cartpole_trains_on_the_workers_and_download_brings_the_checkpoint_back(
     rehearsal: RehearsalCluster, tmp_path: Path
 ) -> None:
@@ -60,16 +54,14 @@ def test_cartpole_trains_on_the_workers_and_download_brings_the_checkpoint_back(
     assert result["checkpoint"] == f"/var/lib/ray-cluster/results/{SID}/checkpoint"
 
     # Where the env runners ran, from Ray's own state on the head (not the script's say-so).
-    job_id = next(
-        j["job_id"] for j in _ray_state(rehearsal, "jobs") if j.get("submission_id") == SID
-    )
-    node_list = _ray_state(rehearsal, "nodes --limit 1000")
+    job_id = next(j["job_id"] for j in rehearsal.ray_list("jobs") if j.get("submission_id") == SID)
+    node_list = rehearsal.ray_list("nodes")
     nodes = {n["node_id"]: n["node_ip"] for n in node_list}
     workers = {n["node_ip"] for n in node_list if not n["is_head_node"]}
     assert rehearsal.head_ip not in workers and set(rehearsal.worker_ips) <= workers
     runners = [
         a
-        for a in _ray_state(rehearsal, "actors --limit 10000 --detail")
+        for a in rehearsal.ray_list("actors", detail=True)
         if a["class_name"] == "SingleAgentEnvRunner" and a["job_id"] == job_id
     ]
     assert len(runners) == 2, runners

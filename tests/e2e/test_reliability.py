@@ -77,16 +77,8 @@ def _until(check: Callable[[], T | None], timeout: float, what: str, every: floa
 def _ray_nodes(rehearsal: RehearsalCluster) -> list[dict[str, Any]] | None:
     """Ray's node table from the head, or None while the head's Ray cannot answer."""
     try:
-        code, out, _ = rehearsal.ssh(
-            rehearsal.head_ip, "ray list nodes --limit 1000 --format json", timeout=60
-        )
-    except Exception:  # the head is rebooting: no SSH yet
-        return None
-    if code != 0:
-        return None
-    try:
-        return list(json.loads(out))
-    except ValueError:
+        return rehearsal.ray_list("nodes")
+    except Exception:  # the head is rebooting: no SSH yet, or no Ray yet
         return None
 
 
@@ -97,17 +89,16 @@ def _alive_workers(rehearsal: RehearsalCluster) -> set[str]:
 
 def _runner_nodes(rehearsal: RehearsalCluster, sid: str) -> list[str]:
     """The IPs of the nodes the job's live env runners are on (Ray's actor table)."""
-    code, out, _ = rehearsal.ssh(
-        rehearsal.head_ip, "ray list actors --limit 10000 --detail --format json", timeout=60
-    )
-    if code != 0:
+    try:
+        actors = rehearsal.ray_list("actors", detail=True)
+        jobs = rehearsal.ray_list("jobs")
+    except RuntimeError:
         return []
-    code, jobs, _ = rehearsal.ssh(rehearsal.head_ip, "ray list jobs --format json", timeout=60)
-    job_ids = {j["job_id"] for j in json.loads(jobs) if j.get("submission_id") == sid}
+    job_ids = {j["job_id"] for j in jobs if j.get("submission_id") == sid}
     nodes = {n["node_id"]: n["node_ip"] for n in _ray_nodes(rehearsal) or []}
     return sorted(
         nodes.get(a["node_id"], "?")
-        for a in json.loads(out)
+        for a in actors
         if a["class_name"] == "SingleAgentEnvRunner"
         and a["job_id"] in job_ids
         and a["state"] == "ALIVE"

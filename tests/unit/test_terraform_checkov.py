@@ -187,48 +187,16 @@ def test_checkov_config_is_shared_by_every_stack() -> None:
 
 
 @pytest.fixture(scope="module")
-def secrets_report() -> dict[str, Any]:
-    return run_checkov(None, "secrets")
-
-
-def test_no_secret_in_the_repository(secrets_report: dict[str, Any]) -> None:
-    summary = secrets_report["summary"]
-    failed = [
-        f"{c['check_id']} {c['file_path']}:{c['file_line_range'][0]}: {c['check_name']}"
-        for c in secrets_report["results"]["failed_checks"]
-    ]
-    assert summary["failed"] == 0, failed
-    assert summary["parsing_errors"] == 0
-    # The secrets framework reports findings only, so its resource count is the number of
-    # findings: here the skipped ones (secret *names* that look like secrets, in Python and
-    # tftest files), proof that the scan reached those files.
-    assert summary["resource_count"] > 0
-    assert summary["skipped"] == summary["resource_count"]
-
-
-def test_every_secret_skip_is_next_to_its_line_with_a_reason(secrets_report: dict) -> None:
-    skipped = secrets_report["results"]["skipped_checks"]
-    assert skipped
-    for check in skipped:
-        reason = check["check_result"]["suppress_comment"]
-        where = f"{check['file_path']}:{check['file_line_range'][0]}"
-        assert len(reason) >= 40, f"{where} {check['check_id']}: the reason is missing or too short"
-        lines = (REPO / check["file_path"].lstrip("/")).read_text().splitlines()
-        first = check["file_line_range"][0]
-        # checkov reads the skip on the line before, the line of, or the line after a finding.
-        around = lines[max(0, first - 2) : first + 1]
-        assert any(f"checkov:skip={check['check_id']}:{reason}" in line for line in around), where
-
-
-def test_secrets_scan_reaches_every_part_of_the_repository(tmp_path: Path) -> None:
-    """A planted credential in every top-level folder of the tracked files (hidden ones too)
-    and in the root, in file types checkov skips by default, is found; one in the deliberately
-    broken fixtures is not. Scanned in a copy of the tracked files with the repository's own
-    .checkov.yaml, so nothing local (tool environments, caches) decides the outcome."""
+def secrets_scan(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], set[str]]:
+    """One secrets scan of a copy of the tracked files, with the repository's own .checkov.yaml
+    (nothing local, tool environments or caches, decides the outcome), and a credential planted
+    in every top-level folder (hidden ones too) and in the root, in file types checkov skips by
+    default, and in the deliberately broken fixtures, which are not scanned. The report, and
+    the planted files it must find."""
     tracked = subprocess.run(
         ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.split("\0")
-    copy = tmp_path / "repo"
+    copy = tmp_path_factory.mktemp("secrets") / "repo"
     for name in filter(None, tracked):
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, copy / name)
@@ -241,7 +209,48 @@ def test_secrets_scan_reaches_every_part_of_the_repository(tmp_path: Path) -> No
     planted.add("planted-root.md")
     for name in planted | {"tests/fixtures/terraform/broken/planted.py"}:
         (copy / name).write_text(f'aws_access_key_id = "{key}"\n')
-    report = run_checkov(None, "secrets", root=copy)
+    return run_checkov(None, "secrets", root=copy), planted
+
+
+def test_no_secret_in_the_repository(secrets_scan: tuple[dict[str, Any], set[str]]) -> None:
+    report, planted = secrets_scan
+    summary = report["summary"]
+    failed = [
+        f"{c['check_id']} {c['file_path']}:{c['file_line_range'][0]}: {c['check_name']}"
+        for c in report["results"]["failed_checks"]
+        if c["file_path"].lstrip("/") not in planted
+    ]
+    assert failed == []
+    assert summary["parsing_errors"] == 0
+    # The secrets framework reports findings only, so its resource count is the number of
+    # findings: the planted ones, and the skipped ones (secret *names* that look like secrets,
+    # in Python and tftest files), proof that the scan reached those files.
+    assert summary["failed"] == len(planted)
+    assert summary["skipped"] > 0
+    assert summary["skipped"] + summary["failed"] == summary["resource_count"]
+
+
+def test_every_secret_skip_is_next_to_its_line_with_a_reason(
+    secrets_scan: tuple[dict[str, Any], set[str]],
+) -> None:
+    skipped = secrets_scan[0]["results"]["skipped_checks"]
+    assert skipped
+    for check in skipped:
+        reason = check["check_result"]["suppress_comment"]
+        where = f"{check['file_path']}:{check['file_line_range'][0]}"
+        assert len(reason) >= 40, f"{where} {check['check_id']}: the reason is missing or too short"
+        lines = (REPO / check["file_path"].lstrip("/")).read_text().splitlines()
+        first = check["file_line_range"][0]
+        # checkov reads the skip on the line before, the line of, or the line after a finding.
+        around = lines[max(0, first - 2) : first + 1]
+        assert any(f"checkov:skip={check['check_id']}:{reason}" in line for line in around), where
+
+
+def test_secrets_scan_reaches_every_part_of_the_repository(
+    secrets_scan: tuple[dict[str, Any], set[str]],
+) -> None:
+    """Every planted credential is found; the one in the deliberately broken fixtures is not."""
+    report, planted = secrets_scan
     found = {c["file_path"].lstrip("/") for c in report["results"]["failed_checks"]}
     assert found == planted
 

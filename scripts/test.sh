@@ -34,6 +34,38 @@ else
     log "not root (or no apt-get): skipping Debian packages ${APT_PACKAGES[*]}"
 fi
 
+# The tools (checkov's environment, then scripts/setup.d) are set up in the background while
+# .venv is brought up to date: on a fresh machine each installs for a minute or more, mostly on
+# one core. They use the system Python, never .venv. Their output is printed once both are done.
+tools() {
+    # Built once per machine and requirements file, outside the checkout (a fresh clone, as CI's,
+    # reuses it), and linked as .tools/checkov.
+    CHECKOV_KEY=$(cat scripts/checkov-requirements.txt <("$PYTHON" -VV) | sha256sum | cut -c1-16)
+    CHECKOV_ENV="${XDG_CACHE_HOME:-$HOME/.cache}/azure-ray-rl/checkov-$CHECKOV_KEY"
+    log "checkov tool environment (.tools/checkov -> $CHECKOV_ENV)"
+    if [ ! -x "$CHECKOV_ENV/complete" ]; then
+        rm -rf "$CHECKOV_ENV"
+        "$PYTHON" -m venv "$CHECKOV_ENV"
+        "$CHECKOV_ENV/bin/python" -m pip install -q --disable-pip-version-check \
+            -r scripts/checkov-requirements.txt
+        install -m 0755 /dev/null "$CHECKOV_ENV/complete"
+    fi
+    mkdir -p .tools
+    [ -L .tools/checkov ] || rm -rf .tools/checkov
+    ln -sfn "$CHECKOV_ENV" .tools/checkov
+
+    # Further set-up steps (one file per concern, e.g. tool downloads), in name order.
+    for step in scripts/setup.d/*.sh; do
+        [ -e "$step" ] || continue
+        log "$step"
+        PYTHON="$PYTHON" bash "$step"
+    done
+}
+TOOLS_LOG=$(mktemp)
+tools >"$TOOLS_LOG" 2>&1 &
+tools_pid=$!
+trap 'kill "$tools_pid" 2>/dev/null || true; rm -f "$TOOLS_LOG"' EXIT
+
 # .venv: a checkout's own environment (a real folder, e.g. a developer's) is brought up to date
 # in place. Otherwise (a fresh clone, as CI's) it links to an environment built once per machine
 # and dependency set, outside the checkout (installing torch and Ray into a new one takes minutes),
@@ -71,28 +103,15 @@ else
     rm -rf .venv && ln -s "$VENV_ENV" .venv
 fi
 
-# Built once per machine and requirements file, outside the checkout (a fresh clone, as CI's,
-# reuses it), and linked as .tools/checkov.
-CHECKOV_KEY=$(cat scripts/checkov-requirements.txt <("$PYTHON" -VV) | sha256sum | cut -c1-16)
-CHECKOV_ENV="${XDG_CACHE_HOME:-$HOME/.cache}/azure-ray-rl/checkov-$CHECKOV_KEY"
-log "checkov tool environment (.tools/checkov -> $CHECKOV_ENV)"
-if [ ! -x "$CHECKOV_ENV/complete" ]; then
-    rm -rf "$CHECKOV_ENV"
-    "$PYTHON" -m venv "$CHECKOV_ENV"
-    "$CHECKOV_ENV/bin/python" -m pip install -q --disable-pip-version-check \
-        -r scripts/checkov-requirements.txt
-    install -m 0755 /dev/null "$CHECKOV_ENV/complete"
+rc_tools=0
+wait "$tools_pid" || rc_tools=$?
+cat "$TOOLS_LOG" >&2
+rm -f "$TOOLS_LOG"
+trap - EXIT
+if [ "$rc_tools" != 0 ]; then
+    echo "setting up the tools failed (exit $rc_tools): see above" >&2
+    exit "$rc_tools"
 fi
-mkdir -p .tools
-[ -L .tools/checkov ] || rm -rf .tools/checkov
-ln -sfn "$CHECKOV_ENV" .tools/checkov
-
-# Further set-up steps (one file per concern, e.g. tool downloads), in name order.
-for step in scripts/setup.d/*.sh; do
-    [ -e "$step" ] || continue
-    log "$step"
-    bash "$step"
-done
 
 export RAYDRIVER_CHECKOV="$ROOT/.tools/checkov/bin/checkov"
 if [ $# -gt 0 ]; then

@@ -123,31 +123,26 @@ def test_the_graph_sees_imports() -> None:
     assert "driver.cli.options" in graph["driver.cli.jobs"]
 
 
-def test_the_command_line_loads_neither_ray_nor_the_toolkit(tmp_path: Path) -> None:
-    code = (
-        "import sys\n"
-        "from driver.cli import build_parser\n"
-        "build_parser().format_help()\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'torch', 'nodekit'}))\n"
-    )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+def _loaded(setup: str, modules: tuple[str, ...], cwd: Path) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has loaded after running ``setup``."""
+    code = f"import sys\n{setup}\nprint(sorted(m for m in {modules!r} if m in sys.modules))\n"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "[]"
+    return list(ast.literal_eval(p.stdout.strip()))
+
+
+PARSER = "from driver.cli import build_parser\nbuild_parser().format_help()"
+
+
+def test_the_command_line_loads_neither_ray_nor_the_toolkit(tmp_path: Path) -> None:
+    assert _loaded(PARSER, ("ray", "torch", "nodekit"), tmp_path) == []
 
 
 def test_the_command_line_starts_without_what_only_some_commands_use(tmp_path: Path) -> None:
     """Every command starts by building the parser: SSH, asyncio, HTTP and the package
     metadata (a quarter of a second together) are imported where a command uses them."""
     heavy = ("paramiko", "asyncio", "http.client", "urllib.request", "importlib.metadata")
-    code = (
-        "import sys\n"
-        "from driver.cli import build_parser\n"
-        "build_parser().format_help()\n"
-        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
-    )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "[]"
+    assert _loaded(PARSER, heavy, tmp_path) == []
     p = subprocess.run(
         [sys.executable, "-m", "driver", "--version"], capture_output=True, text=True, cwd=tmp_path
     )
@@ -157,16 +152,12 @@ def test_the_command_line_starts_without_what_only_some_commands_use(tmp_path: P
 def test_the_toolkits_command_line_starts_without_ray(tmp_path: Path) -> None:
     """``python -m nodekit`` (the rehearsal's commands, run many times by the tests) loads Ray's
     autoscaler only where the scale set's node provider is used (half a second a command)."""
-    code = (
-        "import sys\n"
+    setup = (
         "from nodekit.cli import build_parser\n"
         "build_parser().format_help()\n"
-        "import nodekit.rehearsal.cluster\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'torch'}))\n"
+        "import nodekit.rehearsal.cluster"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "[]"
+    assert _loaded(setup, ("ray", "torch"), tmp_path) == []
 
 
 def test_help_works_outside_the_checkout(tmp_path: Path) -> None:

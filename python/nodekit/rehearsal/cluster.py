@@ -22,7 +22,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -797,10 +796,11 @@ class Rehearsal:
         # 2. the services on the bridge.
         host_ip = state.host_ip if state else network.host_ip(self.subnet)
         services = running_services(self.dir, host_ip, state)
-        for pid in services:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-            removed.append(f"server pid {pid}")
+        # Each is waited for (SIGTERM, then SIGKILL): down returns when they are gone.
+        still = nodes.stop(set(services))
+        if still:
+            raise DriverError(f"services did not stop (pids {still}); run down again")
+        removed += [f"server pid {pid}" for pid in sorted(services)]
         # 3. mounts under the cluster folder (deepest first).
         removed += [f"mount {m}" for m in unmount_under(self.dir)]
         # 4. network namespaces and links with the cluster's prefix.

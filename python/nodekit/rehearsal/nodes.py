@@ -92,8 +92,10 @@ def start(node: Node, binds: list[str]) -> int:
 
 # -- remove ----------------------------------------------------------------------------------
 def stop(pids: set[int]) -> list[int]:
-    """Stop supervisors and their containers: a clean poweroff first (15 s), then the whole
-    PID namespace goes (60 s); the pids still running after that."""
+    """Stop supervisors and their containers (or any processes, e.g. the services on the
+    bridge): SIGTERM (a container's clean poweroff) first, 15 s, then SIGKILL with their
+    children (a container's init: its whole PID namespace goes), 60 s; the pids still running
+    after that."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)

@@ -145,24 +145,39 @@ import json, ray, subprocess, time
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 ray.init(logging_level="ERROR")
 
+def xmessage():
+    return subprocess.Popen(["xmessage", "-name", "rehearsal-probe", "hello from Ray"],
+                            stderr=subprocess.PIPE, text=True)
+
 @ray.remote(num_cpus=1)
 def open_window():
     import os
-    win = subprocess.Popen(["xmessage", "-name", "rehearsal-probe", "hello from Ray"],
-                           stderr=subprocess.PIPE, text=True)
+    win = xmessage()
     try:
         # Up to 60 s: on a loaded machine (2 cores, three containers) xmessage can take more
-        # than the 10 s this waited before (CI saw no window and no error once).
+        # than the 10 s this waited before (CI saw no window and no error once). A display that
+        # cannot be opened is tried again within that time: ray-xvfb.service restarts the X
+        # server 2 s after it ends (a loaded run saw "Can't open display" once).
         deadline = time.monotonic() + 60
         while True:
             tree = subprocess.run(["xwininfo", "-root", "-tree"], capture_output=True, text=True)
             if "rehearsal-probe" in tree.stdout:
                 return {"display": os.environ.get("DISPLAY"), "window": True,
                         "node": ray.util.get_node_ip_address()}
-            if win.poll() is not None or time.monotonic() > deadline:
+            ended = win.poll() is not None
+            if ended and time.monotonic() < deadline:
+                err = win.stderr.read()
+                if "open display" in err:
+                    print("PROBE-RETRY " + err.strip(), flush=True)
+                    time.sleep(1)
+                    win = xmessage()
+                    continue
+                return {"display": os.environ.get("DISPLAY"), "window": False, "err": tree.stderr,
+                        "xmessage_exit": win.poll(), "xmessage_err": err}
+            if ended or time.monotonic() > deadline:
                 return {"display": os.environ.get("DISPLAY"), "window": False,
                         "err": tree.stderr, "xmessage_exit": win.poll(),
-                        "xmessage_err": win.stderr.read() if win.poll() is not None else ""}
+                        "xmessage_err": win.stderr.read() if ended else ""}
             time.sleep(0.2)
     finally:
         win.kill()

@@ -66,9 +66,10 @@ class RehearsalCluster:
     def ray_list(
         self, what: str, *, detail: bool = False, limit: int = 10000, timeout: float = 60
     ) -> list[dict[str, Any]]:
-        """What ``ray list <what> --format json`` prints on the head (the same rows: Ray's state
-        API, which the CLI calls), asked of the head's dashboard with the cluster token by the
-        node's own python3: ~0.05 s of CPU where the CLI takes ~1 s, for the tests that poll."""
+        """The rows ``ray list <what> --format json`` prints on the head, from Ray's state API
+        (which the CLI calls; without ``detail`` the API leaves out the CLI's start and end
+        times), asked of the head's dashboard with the cluster token by the node's own python3:
+        ~0.2 s of CPU where the CLI takes ~1.6 s, for the tests that poll."""
         code, out, err = self.ssh(
             self.head_ip,
             f"python3 -c {_quote(_RAY_LIST)} {what} {limit} {int(detail)}",

@@ -120,7 +120,8 @@ def test_the_plain_model_is_rllibs_module_for_the_example(pong: dict[str, Any]) 
 
 def test_updates_are_appo_torch_learners_updates(pong: dict[str, Any]) -> None:
     """From the same weights, three updates on one batch: the same loss each time and the same
-    parameters after each (RLlib's loss, gradient clipping and Adam against the benchmark's)."""
+    parameters after each, to rounding (RLlib's loss, gradient clipping and Adam against the
+    benchmark's)."""
     rl_learner, module = pong["learner"], pong["module"]
     config = rl_learner.config.get_config_for_module(MODULE_ID)
     ours = bench.Learner("cpu")
@@ -151,7 +152,13 @@ def test_updates_are_appo_torch_learners_updates(pong: dict[str, Any]) -> None:
         for (_, mine), (_, rllib) in zip(
             ours.model.named_parameters(), _main_parameters(module), strict=True
         ):
-            torch.testing.assert_close(mine, rllib, rtol=0, atol=1e-5)
+            # Adam divides each gradient element by its running RMS: an element whose gradient
+            # is at the level of rounding noise (each CPU's BLAS sums in its own order; 2e-5
+            # was seen on an AMD EPYC) takes a step of another size, up to lr. Another loss,
+            # clipping or optimizer moves most elements by a good part of lr.
+            diff = (mine - rllib).abs()
+            assert diff.max() <= bench.LR / 10, diff.max()
+            assert (diff > 1e-5).float().mean() <= 0.01, (diff > 1e-5).sum()
     assert losses[-1] < losses[0]  # the same batch three times: the loss goes down
     assert all(not torch.equal(b, a) for b, a in zip(before, ours.model.parameters(), strict=True))
 

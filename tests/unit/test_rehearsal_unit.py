@@ -8,6 +8,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
+import urllib.parse
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -18,8 +21,9 @@ import yaml
 from driver.errors import DriverError
 from nodekit import render
 from nodekit.rehearsal import bake, system
-from nodekit.rehearsal.cluster import Rehearsal
-from nodekit.rehearsal.image import document_requirements, write_simple_index
+from nodekit.rehearsal.cluster import Node, Rehearsal, State
+from nodekit.rehearsal.image import ETC_HOSTS, document_requirements, write_simple_index
+from nodekit.rehearsal.services import packages
 from support import REPO
 
 
@@ -139,6 +143,59 @@ def test_the_image_is_keyed_by_the_digest_the_nodes_bootstrap_expects() -> None:
     assert bake.install_values(values) == {n: values[n] for n in render.INSTALL_VALUE_NAMES}
     other = {**values, "EXTRA_APT_PACKAGES": values["EXTRA_APT_PACKAGES"] + " xvfb"}
     assert bake.install_digest(docs, other) != bake.install_digest(docs, values)
+
+
+def _cluster_values(tmp_path: Path, name: str, subnet: str, http_port: int = 8470) -> dict:
+    r = Rehearsal(name, base=tmp_path, subnet=subnet, http_port=http_port)
+    r.dir.mkdir(parents=True)
+    (r.dir / "token").write_text("t" * 64)
+    net = ipaddress.IPv4Network(subnet)
+    host = str(next(net.hosts()))
+    state = State(name, subnet, f"rh-{name}", host, http_port, "k")
+    state.nodes = [Node("head", "head", str(list(net.hosts())[9]), "ns", "veth", str(tmp_path))]
+    return {"values": r.deploy_values(state), "state": state}
+
+
+def test_clusters_side_by_side_share_one_image_and_each_resolves_its_torch_index(
+    tmp_path: Path,
+) -> None:
+    """TORCH_INDEX_URL, part of the install digest, names the torch index instead of the
+    bridge's address: clusters on other subnets with the same --http-port (the test lanes')
+    expect one node image, and each node's /etc/hosts resolves the name on its own bridge."""
+    docs = _rendered()
+    a = _cluster_values(tmp_path, "a", "10.213.0.0/24")
+    b = _cluster_values(tmp_path, "b", "10.214.0.0/24")
+    other_port = _cluster_values(tmp_path, "c", "10.215.0.0/24", http_port=8490)
+    assert a["values"]["PIP_INDEX_URL"] != b["values"]["PIP_INDEX_URL"]  # not in the digest
+    assert bake.install_digest(docs, a["values"]) == bake.install_digest(docs, b["values"])
+    assert bake.install_digest(docs, other_port["values"]) != bake.install_digest(docs, a["values"])
+    host = urllib.parse.urlsplit(a["values"]["TORCH_INDEX_URL"]).hostname
+    hosts = packages.etc_hosts(b["state"], ETC_HOSTS)
+    assert hosts.startswith(ETC_HOSTS)
+    assert hosts.splitlines()[-1].split() == ["10.214.0.1", host]
+
+
+def test_a_bake_under_way_is_waited_for_and_said(tmp_path: Path) -> None:
+    """A second `up` of the same digest waits for the first one's bake, and says so."""
+    images = bake.Images(tmp_path / "images")
+    digest = "ab" * 32
+    said: list[str] = []
+    entered = threading.Event()
+
+    def second() -> None:
+        with images.locked(digest, said.append):
+            entered.set()
+
+    with images.locked(digest):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert said == [f"node image {digest[:12]}: being baked by another `up`; waiting"]
+        assert not entered.is_set()
+    waiter.join(10)
+    assert entered.is_set()
 
 
 def _with_bootstrap(document: str, change: Callable[[str], str]) -> str:

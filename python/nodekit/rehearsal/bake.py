@@ -96,8 +96,12 @@ class Images:
         return None
 
     @contextlib.contextmanager
-    def locked(self, digest: str) -> Iterator[None]:
-        with _locked(self.root / f"{digest[:16]}.lock"):
+    def locked(self, digest: str, progress: Progress | None = None) -> Iterator[None]:
+        def busy() -> None:
+            if progress is not None:
+                progress(f"node image {digest[:12]}: being baked by another `up`; waiting")
+
+        with _locked(self.root / f"{digest[:16]}.lock", busy):
             yield
 
     def ensure(
@@ -106,13 +110,15 @@ class Images:
         rootfs: Path,
         customizer: Path,
         values: dict[str, str],
+        etc_hosts: str,
         bake_node: Callable[[], Node],
         progress: Progress,
     ) -> Path:
         """The layer for ``digest``: baked earlier, or now by :func:`bake` in the node that
         ``bake_node`` makes (a namespace on the bridge, a folder in the cluster folder); its
-        ``tree``."""
-        with self.locked(digest):
+        ``tree``. Another cluster baking the same digest is waited for (clusters whose
+        install values agree share one layer)."""
+        with self.locked(digest, progress):
             if self.complete(digest):
                 os.utime(self.folder(digest) / ".complete")
                 progress(f"node image {digest[:12]} baked earlier: {self.layer(digest)}")
@@ -125,7 +131,7 @@ class Images:
             scratch = self.root / f".{digest[:16]}.bake"
             _clear(scratch)
             try:
-                upper = bake(rootfs, scratch, customizer, values, bake_node(), progress)
+                upper = bake(rootfs, scratch, customizer, values, etc_hosts, bake_node(), progress)
                 marker = _read_marker(upper)
                 if marker is None or marker.get("digest") != digest:
                     raise DriverError(
@@ -199,11 +205,13 @@ def bake(
     scratch: Path,
     customizer: Path,
     values: dict[str, str],
+    etc_hosts: str,
     node: Node,
     progress: Progress,
 ) -> Path:
     """Run ``customizer`` with ``values`` as root in a container on an overlay of ``rootfs``
     in ``node``'s network namespace; the overlay's upper folder (what the install wrote).
+    ``etc_hosts`` is the container's /etc/hosts (bound read-only: not part of the layer).
 
     The customizer and its values are copied into ``node.dir`` and bound read-only into the
     container, so the container's command line names the cluster folder (``down`` stops it)."""
@@ -214,6 +222,7 @@ def bake(
     inputs.mkdir(parents=True, exist_ok=True)
     shutil.copy(customizer, inputs / "install.sh")
     (inputs / "values.json").write_text(json.dumps(values))
+    (inputs / "hosts").write_text(etc_hosts)
     log = inputs / "bake.log"
     mount_overlay(rootfs, upper, work, root, "mounting the image to bake")
     try:
@@ -230,6 +239,7 @@ def bake(
             "--link-journal=no",
             "--console=pipe",
             f"--bind-ro={inputs}:{INSIDE}",
+            f"--bind-ro={inputs / 'hosts'}:/etc/hosts",
             "--setenv=LC_ALL=C",
             "/bin/bash",
             f"{INSIDE}/install.sh",

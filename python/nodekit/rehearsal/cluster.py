@@ -472,6 +472,8 @@ class Rehearsal:
         self.store.record(state, f"mount:{node.root}")
         layers = [state.image] if image and state.image else []
         nodes.mount_root(node, [Path(p) for p in (*layers, state.rootfs)])
+        hosts = node.root / "etc/hosts"
+        hosts.write_text(packages.etc_hosts(state, hosts.read_text()))
         imds.start(self._services(state), node)
         if node.role == "worker":
             values = {**self.pool_values(state, node.pool), **(values or {})}
@@ -539,6 +541,7 @@ class Rehearsal:
                 Path(state.rootfs),
                 customizer,
                 bake.install_values(values),
+                packages.etc_hosts(state, (Path(state.rootfs) / "etc/hosts").read_text()),
                 attach,
                 progress,
             )

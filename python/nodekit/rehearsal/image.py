@@ -24,7 +24,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,11 +72,17 @@ def _key(*parts: object) -> str:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """One builder at a time per cache folder (a test run and a user may share it)."""
+def _locked(path: Path, busy: Callable[[], object] | None = None) -> Iterator[None]:
+    """One builder at a time per cache folder (a test run and a user may share it); ``busy``
+    is called once if another holds the lock, before waiting for it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if busy is not None:
+                busy()
+            fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -135,8 +141,11 @@ class ImageCache:
     def rootfs(self) -> Path:
         return self.root / f"rootfs-{self.rootfs_key}"
 
+    def _waiting(self, progress: Progress) -> Callable[[], object]:
+        return lambda: progress(f"another `up` is building what {self.root} caches; waiting")
+
     def ensure_rootfs(self, progress: Progress) -> Path:
-        with _locked(self.lock):
+        with _locked(self.lock, self._waiting(progress)):
             if (self.rootfs / ".complete").exists():
                 return self.rootfs
             progress(f"building the Debian 12 image (debootstrap from {self.mirror}, ~2 min)")
@@ -211,7 +220,7 @@ class ImageCache:
         """
         serve = self.torch_index
         marker = serve / f".complete-{_key(torch_requirement, torch_index_url)}"
-        with _locked(self.lock):
+        with _locked(self.lock, self._waiting(progress)):
             if marker.exists():
                 return serve
             files = serve / "files"

@@ -21,8 +21,22 @@ PROXPI_LAUNCHER = (
 )
 
 
+TORCH_INDEX_HOST = "torch-index.rehearsal.internal"
+"""The torch index's name on every cluster's bridge, as Azure's DNS resolves PyTorch's index:
+each node's and the bake's ``/etc/hosts`` map it to the bridge's host address
+(:func:`etc_hosts`). The URL is then the same on every cluster with the same ``--http-port``
+(the tests' clusters), and TORCH_INDEX_URL, part of the install digest, lets them share one
+node image: every cluster serves the same cached index (``ImageCache.torch_index``)."""
+
+
 def torch_index_url(state: State) -> str:
-    return f"http://{state.host_ip}:{port(state, 'packages')}/simple/"
+    """TORCH_INDEX_URL as the nodes see it (by name)."""
+    return f"http://{TORCH_INDEX_HOST}:{port(state, 'packages')}/simple/"
+
+
+def etc_hosts(state: State, hosts: str) -> str:
+    """``hosts`` (a node's /etc/hosts) with the torch index's name on this bridge."""
+    return hosts.rstrip("\n") + f"\n{state.host_ip}\t{TORCH_INDEX_HOST}\n"
 
 
 def pip_index_url(state: State) -> str:
@@ -62,7 +76,7 @@ def start_torch_index(ctx: Context, index: Path) -> None:
     log.close()
     state.http_pid = proc.pid
     ctx.store.record(state, f"pid:{proc.pid}")
-    url = torch_index_url(state)
+    url = f"http://{state.host_ip}:{ctx.port('packages')}/simple/"
     deadline = time.monotonic() + PORT_WAIT_S
     while True:
         try:

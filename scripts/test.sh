@@ -123,17 +123,19 @@ fi
 # collection order:
 #   e2e:       the end-to-end tests on the session's rehearsal cluster;
 #   autoscale: the autoscale e2e tests (a cluster of their own, scaling mode ray), then the
-#              system tests and the wheel test;
+#              examples' local runs (on a local Ray head of the lane's own);
 #   autostop:  the autostop e2e tests (a cluster of their own; mostly waiting for idle
-#              periods), then most unit tests that train on a local Ray head of their own;
-#   unit:      the other unit tests (test_local_jobs.py among them), with their output here.
-# The lanes take about equally long on 2 cores: the end-to-end tests mostly wait (booting
+#              periods), then the system tests (mostly waiting on the network) and the local
+#              heads' own tests;
+#   unit:      the other unit tests (test_local_jobs.py and the wheel among them), with their
+#              output here.
+# The lanes take about equally long on 2 cores (within ~60 s of each other, cold, in run 39's
+# figures), so the CPUs stay busy to the end: the end-to-end tests mostly wait (booting
 # containers, Ray's and autostop's idle timeouts), the unit tests mostly compute.
 # scripts/lanes.py prints the background lanes' logs and one closing line for all.
 LANES=.pytest_cache/lanes
-AUTOSCALE=(tests/e2e/test_autoscale.py tests/system tests/unit/test_wheel.py)
-AUTOSTOP=(tests/e2e/test_autostop.py tests/unit/test_examples.py
-    tests/unit/test_driver_local_fallback.py tests/unit/test_local_heads.py)
+AUTOSCALE=(tests/e2e/test_autoscale.py tests/unit/test_examples.py)
+AUTOSTOP=(tests/e2e/test_autostop.py tests/system tests/unit/test_local_heads.py)
 OWN_CLUSTERS=(tests/e2e/test_autoscale.py tests/e2e/test_autostop.py)
 rm -rf "$LANES" && mkdir -p "$LANES"
 log "pytest, four lanes: e2e, autoscale and autostop (logs in $LANES/), unit (here)"

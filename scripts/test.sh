@@ -64,7 +64,18 @@ tools() {
 TOOLS_LOG=$(mktemp)
 tools >"$TOOLS_LOG" 2>&1 &
 tools_pid=$!
-trap 'kill "$tools_pid" 2>/dev/null || true; rm -f "$TOOLS_LOG"' EXIT
+# What the rehearsal clusters of the e2e tests boot from (the Debian image through debootstrap,
+# the torch index, the mirror tool: ~1.5 min once per machine, mostly waiting on downloads) is
+# built meanwhile too, as root, with the system Python, when it has what nodekit's image code
+# imports (PyYAML); else, or if it fails, the first cluster's `up` builds it as ever.
+PREPARE_LOG=$(mktemp)
+prepare_pid=
+if [ "$(id -u)" = 0 ] && command -v debootstrap >/dev/null && "$PYTHON" -c 'import yaml' 2>/dev/null
+then
+    PYTHONPATH="$ROOT/python" "$PYTHON" -m nodekit rehearse prepare >"$PREPARE_LOG" 2>&1 &
+    prepare_pid=$!
+fi
+trap 'kill "$tools_pid" $prepare_pid 2>/dev/null || true; rm -f "$TOOLS_LOG" "$PREPARE_LOG"' EXIT
 
 # .venv: a checkout's own environment (a real folder, e.g. a developer's) is brought up to date
 # in place. Otherwise (a fresh clone, as CI's) it links to an environment built once per machine
@@ -106,7 +117,12 @@ fi
 rc_tools=0
 wait "$tools_pid" || rc_tools=$?
 cat "$TOOLS_LOG" >&2
-rm -f "$TOOLS_LOG"
+if [ -n "$prepare_pid" ]; then
+    log "python -m nodekit rehearse prepare (in the background since the start)"
+    wait "$prepare_pid" || echo "(not prepared: the clusters' up builds it)" >&2
+    cat "$PREPARE_LOG" >&2
+fi
+rm -f "$TOOLS_LOG" "$PREPARE_LOG"
 trap - EXIT
 if [ "$rc_tools" != 0 ]; then
     echo "setting up the tools failed (exit $rc_tools): see above" >&2

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -291,9 +292,34 @@ def register_rehearse(verbs: Any) -> None:
         "--port", type=int, default=0, help="Azurite's port on 127.0.0.1 (default: a free one)"
     )
     storage.set_defaults(func=cmd_rehearse_storage)
+    prep = actions.add_parser(
+        "prepare",
+        help="Build what every cluster boots from, once per machine, without booting anything.",
+        description=(
+            "Build into the cache what every `up` needs first and otherwise builds itself: the "
+            "Debian 12 root filesystem (debootstrap), the index with the documents' torch and "
+            "the PyPI mirror's tool environment. A second `prepare` or `up` meanwhile waits for "
+            "it; later ones find it built."
+        ),
+    )
+    prep.add_argument(
+        "--torch-index-url",
+        default=None,
+        help="where the host fetches torch for the nodes (default: as for up)",
+    )
+    prep.set_defaults(func=cmd_rehearse_prepare)
     st = actions.add_parser("status", help="Show the cluster's nodes (JSON).")
     st.add_argument("--name", default="rehearsal")
     st.set_defaults(func=cmd_rehearse_status)
+
+
+def cmd_rehearse_prepare(args: argparse.Namespace) -> int:
+    from nodekit.rehearsal.cluster import Rehearsal
+
+    t0 = time.monotonic()
+    rootfs, _ = Rehearsal().prepare(torch_index_url=args.torch_index_url, progress=say)
+    print(f"ready in {time.monotonic() - t0:.0f} s: {rootfs}")
+    return EXIT_OK
 
 
 def cmd_rehearse_up(args: argparse.Namespace) -> int:

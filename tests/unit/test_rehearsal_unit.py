@@ -289,6 +289,17 @@ def test_rehearse_up_and_add_worker_take_no_image() -> None:
     assert parser.parse_args(["rehearse", "add-worker", "--no-image"]).image is False
 
 
+def test_prepare_as_a_user_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nodekit.cli import main
+
+    monkeypatch.setattr(system.os, "geteuid", lambda: 1000)
+    assert main(["rehearse", "prepare"]) != 0
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "needs root" in line
+
+
 def test_a_documents_folder_without_its_customizer_is_refused_in_one_line(
     tmp_path: Path,
 ) -> None:

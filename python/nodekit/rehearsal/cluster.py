@@ -196,23 +196,11 @@ class Rehearsal:
                 raise DriverError(f"--apt {package!r}: expected one Debian package name")
         self._check_subnet_free()
         documents_dir = documents_dir or render.rendered_dir()
-        documents = {r: (documents_dir / f"{r}.yaml").read_text() for r in render.ROLES}
-        needs = document_requirements(documents)
-        torch_req = next((r for r in needs.requirements if r.startswith("torch==")), None)
-        if torch_req is None:
-            raise DriverError("the rendered documents do not pin torch")
         if image:
             self._customizer(documents_dir)
 
         t0 = time.monotonic()
-        rootfs = self.cache.ensure_rootfs(progress)
-        self.cache.ensure_torch(
-            torch_req,
-            # Where Azure nodes get torch by default is where the host fetches it for the nodes.
-            torch_index_url or render.deploy_value_defaults()["TORCH_INDEX_URL"],
-            progress,
-        )
-        proxpi = mirrors.ensure_proxpi(self.base / "tools", progress)
+        rootfs, proxpi = self.prepare(documents_dir, torch_index_url, progress)
         progress(f"image, torch and mirror tools ready ({time.monotonic() - t0:.0f} s)")
 
         self.dir.mkdir(parents=True)
@@ -277,6 +265,33 @@ class Rehearsal:
         progress(f"recorded the head's host keys in {known_hosts}")
         progress(f"rehearsal cluster {self.name!r} is up ({time.monotonic() - t0:.0f} s)")
         return state
+
+    def prepare(
+        self,
+        documents_dir: Path | None = None,
+        torch_index_url: str | None = None,
+        progress: Progress = silent,
+    ) -> tuple[Path, Path]:
+        """What every cluster boots from, built once per machine into the cache (``up`` calls
+        it; ``rehearse prepare`` alone, e.g. while a test run sets up): the Debian root
+        filesystem, the index with the documents' torch, and the PyPI mirror's tool
+        environment. Each under its lock: a second caller waits and finds it built. The root
+        filesystem and proxpi's python."""
+        require_root_linux()
+        documents_dir = documents_dir or render.rendered_dir()
+        documents = {r: (documents_dir / f"{r}.yaml").read_text() for r in render.ROLES}
+        needs = document_requirements(documents)
+        torch_req = next((r for r in needs.requirements if r.startswith("torch==")), None)
+        if torch_req is None:
+            raise DriverError("the rendered documents do not pin torch")
+        rootfs = self.cache.ensure_rootfs(progress)
+        self.cache.ensure_torch(
+            torch_req,
+            # Where Azure nodes get torch by default is where the host fetches it for the nodes.
+            torch_index_url or render.deploy_value_defaults()["TORCH_INDEX_URL"],
+            progress,
+        )
+        return rootfs, mirrors.ensure_proxpi(self.base / "tools", progress)
 
     def add_workers(
         self,

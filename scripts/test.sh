@@ -145,8 +145,8 @@ fi
 #              heads' own tests;
 #   unit:      the other unit tests (test_local_jobs.py and the wheel among them), with their
 #              output here.
-# The lanes take about equally long on 2 cores (within ~60 s of each other, cold, in run 39's
-# figures), so the CPUs stay busy to the end: the end-to-end tests mostly wait (booting
+# The lanes take about equally long on 2 cores (1,026-1,118 s in two cold runs, within 90 s of
+# each other), so the CPUs stay busy to the end: the end-to-end tests mostly wait (booting
 # containers, Ray's and autostop's idle timeouts), the unit tests mostly compute.
 # scripts/lanes.py prints the background lanes' logs and one closing line for all.
 LANES=.pytest_cache/lanes

@@ -145,7 +145,7 @@ fi
 #              heads' own tests;
 #   unit:      the other unit tests (test_local_jobs.py and the wheel among them), with their
 #              output here.
-# The lanes take about equally long on 2 cores (1,026-1,118 s in two cold runs, within 90 s of
+# The lanes take about equally long on 2 cores (987-1,119 s in three cold runs, within 135 s of
 # each other), so the CPUs stay busy to the end: the end-to-end tests mostly wait (booting
 # containers, Ray's and autostop's idle timeouts), the unit tests mostly compute.
 # scripts/lanes.py prints the background lanes' logs and one closing line for all.

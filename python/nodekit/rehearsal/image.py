@@ -142,7 +142,9 @@ class ImageCache:
         return self.root / f"rootfs-{self.rootfs_key}"
 
     def _waiting(self, progress: Progress) -> Callable[[], object]:
-        return lambda: progress(f"another `up` is building what {self.root} caches; waiting")
+        return lambda: progress(
+            f"another `up` or `prepare` is building what {self.root} caches; waiting"
+        )
 
     def ensure_rootfs(self, progress: Progress) -> Path:
         with _locked(self.lock, self._waiting(progress)):

@@ -31,5 +31,23 @@ def run_driver(
     )
 
 
+def job_failure(r: subprocess.CompletedProcess[str], width: int = 300) -> str:
+    """A failed ``submit``'s story for an assertion message: the job's last traceback, if it
+    printed one, then the tail of its output and the driver's stderr, each line cut to
+    ``width`` characters (an exception can carry a megabyte of arrays in its message)."""
+
+    def cut(text: str) -> str:
+        return "\n".join(
+            line if len(line) <= width else line[:width] + f" ... ({len(line)} chars)"
+            for line in text.splitlines()
+        )
+
+    out = r.stdout or ""
+    start = out.rfind("Traceback (most recent call last)")
+    traceback = cut(out[start:])[:6000] if start >= 0 else "(no traceback in the job's output)"
+    end, stderr = cut(out)[-2000:], cut(r.stderr)[-2000:]
+    return f"{traceback}\n--- output's end:\n{end}\n--- stderr:\n{stderr}"
+
+
 def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness import learner_lock
 from harness.metrics import ProgressWriter
 from harness.runs import (
     PROGRESS_CSV,
@@ -138,6 +139,7 @@ def run(
 
     ray.init(logging_level="WARNING", ignore_reinit_error=True)
     algo = apply_harness_settings(build_config(args), args).build_algo()
+    learner_lock.guard(algo)  # checkpoints wait for an APPO/IMPALA update in progress
     time_before = 0.0
     if resume:
         algo.restore_from_path(str(resume.path))

@@ -24,7 +24,7 @@ import pytest
 
 import autoscale_cluster as ac
 from nodekit.rehearsal.state import GPU_POOL
-from support import run_driver
+from support import job_failure, run_driver
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
 
@@ -77,7 +77,7 @@ def test_demand_adds_a_worker_that_runs_the_job_and_idle_removes_it(
         "submit", *cluster.cluster_args, "--submission-id", "demand-1", str(job),
         home=home, timeout=BOOT_S + 300,
     )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, job_failure(r)
     out = result(r.stdout)
     [instance] = cluster.instances()
     # The task ran on the worker the autoscaler added: the fake's new instance, a container here.
@@ -151,7 +151,7 @@ def test_gpu_demand_scales_only_the_gpu_pool_lands_there_and_idle_returns_it_to_
         "submit", *cluster.cluster_args, "--submission-id", "gpu-1", str(job),
         home=home, timeout=BOOT_S + 300,
     )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, job_failure(r)
     out = result(r.stdout)
     # The GPU pool's scale set got one more instance, a container of that pool here ...
     [instance] = cluster.instances(GPU_POOL)

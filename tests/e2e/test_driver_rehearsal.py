@@ -18,7 +18,7 @@ import pytest
 import ray
 
 from rehearsal_cluster import RehearsalCluster
-from support import REPO, run_driver
+from support import REPO, job_failure, run_driver
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
 
@@ -42,7 +42,7 @@ def test_cartpole_trains_on_the_workers_and_download_brings_the_checkpoint_back(
         home=home,
         timeout=1800,
     )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, job_failure(r)
     # First contact with the head: its host key was trusted once, with the fingerprint shown.
     assert "SHA256:" in r.stderr
     result = json.loads(
@@ -109,7 +109,7 @@ def test_rllibs_own_example_trains_to_its_target_with_two_env_runners(
         home=tmp_path / "home",
         timeout=2400,
     )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, job_failure(r)
     assert "`env_runners/episode_return_mean` of 0.9 reached!" in r.stdout
 
 
@@ -133,7 +133,7 @@ def test_a_pip_package_not_in_the_image_comes_through_the_mirror_and_exec_runs_r
         home=home,
         timeout=1200,
     )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, job_failure(r)
     assert "moo" in r.stdout
     cached = list(
         (rehearsal.dir.parents[1] / "cache" / "mirrors" / rehearsal.name / "pypi").rglob(

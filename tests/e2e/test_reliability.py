@@ -52,7 +52,7 @@ from nodekit.rehearsal import trust
 from nodekit.rehearsal.cluster import Rehearsal
 from nodekit.rehearsal.services import keyvault
 from rehearsal_cluster import RehearsalCluster
-from support import REPO, run_driver
+from support import REPO, job_failure, run_driver
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal, pytest.mark.disruptive]
 
@@ -157,7 +157,7 @@ def _follow(rehearsal: RehearsalCluster, home: Path, sid: str) -> dict[str, Any]
         "logs", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), "-f", sid,
         home=home, timeout=1800,
     )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, job_failure(r)
     line = next(ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("RESULT "))
     return dict(json.loads(line[len("RESULT ") :]))
 
@@ -469,7 +469,7 @@ def test_after_the_head_is_replaced_with_its_disk_workers_rejoin_and_resume_from
         "--max-env-steps", "300000",
         home=home, timeout=2400,
     )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, job_failure(r)
     result = json.loads(
         next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT ") :]
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from support import run_driver
+from support import job_failure, run_driver
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +89,7 @@ def test_two_iterations_checkpoint_then_resume(
 ) -> None:
     first_id, second_id = f"{example}-first", f"{example}-resumed"
     r = submit(example, first_id, tmp_path, driver_home, "--max-iterations", "2")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.returncode == 0, job_failure(r)
     assert "Uploading module" in r.stderr and "harness" in r.stderr  # py_modules shipped it
     first = result_of(r.stdout)
     run = tmp_path / first_id
@@ -106,7 +106,7 @@ def test_two_iterations_checkpoint_then_resume(
     r = submit(
         example, second_id, tmp_path, driver_home, "--max-iterations", "3", "--resume", first_id
     )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.returncode == 0, job_failure(r)
     second = result_of(r.stdout)
     assert f"resumed from {run / 'checkpoint'}: iteration 2" in r.stdout
     assert second["resumed_from"] == str(run / "checkpoint")
@@ -130,7 +130,7 @@ def test_resume_of_a_run_without_checkpoint_exits_2(driver_home: Path, tmp_path:
 
 def test_download_plot_draws_the_local_runs_curve(driver_home: Path, tmp_path: Path) -> None:
     r = submit("cartpole", "cp-plot", tmp_path, driver_home, "--max-iterations", "2")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.returncode == 0, job_failure(r)
     r = run_driver("download", "--results", str(tmp_path), "--plot", "cp-plot", home=driver_home)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "cp-plot" / "curve.png").is_file()

@@ -3,6 +3,7 @@ this process): a checkpoint taken while an update is being applied waits for it.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -24,10 +25,17 @@ circular buffer)."""
 def ray_local() -> Iterator[None]:
     import ray
 
+    # ray.init sets variables in this process's environment (RAY_AUTH_MODE among them) that
+    # the lane's later tests, and the processes they start, must not inherit.
+    environ = dict(os.environ)
     # A Ray of its own ("local"), not a cluster another test started on this machine.
     ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        os.environ.clear()
+        os.environ.update(environ)
 
 
 def _appo() -> Any:

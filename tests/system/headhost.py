@@ -18,7 +18,11 @@ components, so the driver needs no test hooks:
     (``config_dir`` and ``state_dir``), so a test reads and writes the token, markers and results
     from the host side;
   - ``/run`` (sshd's privilege-separation folder) and ``/dev/shm`` (Ray's shared memory) are
-    private tmpfs.
+    private tmpfs;
+  - root's home (in the overlay's ``/etc/passwd``) is an empty folder of the head's, as an
+    admin's on a fresh VM: a login runs no start-up files of this machine's root (its
+    ``.bashrc`` may run ``pyenv init``, whose rehash lock a killed session leaves behind: every
+    later login then waited 60 s for it).
 
   Every process of the head (sshd, Ray, the shells sshd starts, jobs) is started with
   ``nsenter`` into that init's namespaces, so all of them live in its PID namespace.
@@ -404,12 +408,16 @@ class HeadHost:
             (ovl / d).mkdir(parents=True, exist_ok=True)
         self.config_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / Path(layout.RESULTS_DIR).name).mkdir(parents=True, exist_ok=True)
+        root_home = self.workdir / "root-home"
+        passwd_edit = rf"s#^\(root:[^:]*:0:0:[^:]*:\)[^:]*:#\1{root_home}:#"
         script = " && ".join(
             [
                 "mount -t overlay overlay -o "
                 f"lowerdir=/etc,upperdir={ovl}/etc/upper,workdir={ovl}/etc/work /etc",
                 "mount -t overlay overlay -o "
                 f"lowerdir=/var/lib,upperdir={ovl}/lib/upper,workdir={ovl}/lib/work /var/lib",
+                f"mkdir -p -m 0700 {root_home}",
+                f"sed -i {shlex.quote(passwd_edit)} /etc/passwd",
                 f"mkdir -p {layout.CONFIG_DIR} {layout.STATE_DIR}",
                 f"mount --bind {self.config_dir} {layout.CONFIG_DIR}",
                 f"mount --bind {self.state_dir} {layout.STATE_DIR}",

@@ -328,6 +328,17 @@ def test_ssh_runs_a_command_or_a_shell_with_its_exit_code(head_host: HeadHost, h
     assert r.stdout.split() == ["from-stdin", head_host.ip]
 
 
+def test_a_login_on_the_test_head_reads_none_of_this_machines_start_up_files(
+    head_host: HeadHost, home: Path
+) -> None:
+    """Root's home on the test head is an empty folder of its own (headhost.py): a login there
+    runs no .bashrc of this machine's root (pyenv's init, 0.1-0.4 s a login, and a 60 s wait
+    for its rehash lock once a killed session left the lock behind)."""
+    r = drive(head_host, "ssh", home=home, trailing=('echo "$HOME|${PYENV_ROOT-unset}"',))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"{head_host.workdir / 'root-home'}|unset"
+
+
 def test_head_from_environment_and_saved_profile(head_host: HeadHost, home: Path) -> None:
     env = driver_env(home)
     # $RAYDRIVER_HEAD: nothing to repeat in the next commands except the key.

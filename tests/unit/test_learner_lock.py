@@ -128,10 +128,11 @@ def test_a_checkpoint_during_an_update_waits_for_it(
         save_checkpoint(algo, tmp_path, {"iteration": 1})
         # The event the test is about happened: the checkpoint began inside an update.
         assert _until(lambda: any(s < started < e for s, e in timeline.updates), 30)
+        _, inside_ends = next((s, e) for s, e in timeline.updates if s < started < e)
         assert timeline.reads, "the checkpoint never read the learner's state"
         if guarded:
             assert timeline.overlaps() == []
-            assert timeline.reads[0][0] >= min(e for s, e in timeline.updates if s < started)
+            assert timeline.reads[0][0] >= inside_ends  # it waited for that update to end
         else:
             assert timeline.overlaps(), "the unguarded checkpoint missed the update it began in"
         assert (tmp_path / "checkpoint" / "harness.json").is_file()

@@ -21,6 +21,7 @@ from typing import Any
 import paramiko
 
 from driver.procs import pids_with_cmdline
+from support import driver_timeout
 
 NAME = os.environ.get("RAYDRIVER_E2E_NAME", "") or "pytest"
 SUBNET = os.environ.get("RAYDRIVER_E2E_SUBNET", "") or "10.214.0.0/24"
@@ -99,13 +100,13 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "'\"'\"'") + "'"
 
 
-def driver(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def driver(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "driver", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=driver_timeout(args, timeout),
         env=dict(os.environ),
     )
 

@@ -108,7 +108,7 @@ def test_a_worker_hosting_a_running_actor_is_never_chosen(
     job = ac.write_job(tmp_path / "actor", ac.ACTOR_JOB)
     r = run_driver(
         "submit", *cluster.cluster_args, "--submission-id", "actor-1", "--no-wait",
-        "--env", f"WORKER_CPUS={cpus}", str(job), home=home, timeout=300,
+        "--env", f"WORKER_CPUS={cpus}", str(job), home=home,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
 

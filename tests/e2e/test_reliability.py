@@ -146,7 +146,7 @@ def _submit_no_wait(rehearsal: RehearsalCluster, home: Path, sid: str, *flags: s
     r = run_driver(
         "submit", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key),
         "--submission-id", sid, "--no-wait", "examples/cartpole/train.py", "--", *flags,
-        home=home, timeout=900,
+        home=home,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 

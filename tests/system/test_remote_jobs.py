@@ -15,7 +15,7 @@ import pytest
 
 from driver.cli import main
 from headhost import HeadHost, assert_nothing_left, driver_env, fingerprint, leftovers_snapshot
-from support import FIXTURES, REPO, error_lines, run_driver
+from support import FIXTURES, REPO, driver_timeout, error_lines, run_driver
 
 JOBS = FIXTURES / "jobs"
 
@@ -229,7 +229,7 @@ def test_ctrl_c_in_a_separate_process_closes_its_ssh_connection(
             break
     assert any(peer.startswith(f"{head_host.host_ip}:") for peer in head_host.ssh_peers())
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=180)
+    _, err = proc.communicate(timeout=driver_timeout(["submit", *head_host.cli_args, "x.py"]))
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     # The head no longer sees a connection from us: no tunnel outlived the command. (The

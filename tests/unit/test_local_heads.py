@@ -20,13 +20,13 @@ import psutil
 import pytest
 
 from driver.localray import LocalRay, session_pids
-from support import REPO, run_driver
+from support import REPO, driver_timeout, run_driver
 
 
 @pytest.fixture(scope="module")
 def head(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     home = tmp_path_factory.mktemp("heads")
-    r = run_driver("local", "start", "--num-cpus", "1", home=home, timeout=180)
+    r = run_driver("local", "start", "--num-cpus", "1", home=home)
     assert r.returncode == 0, r.stderr
     running = LocalRay(home).running()
     assert running is not None
@@ -196,7 +196,7 @@ def test_each_python_environment_gets_its_own_head(head, tmp_path: Path) -> None
             env=env,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=driver_timeout(["submit", "train.py"]),
             cwd=tmp_path,
         )
         assert r.returncode == 0, r.stderr

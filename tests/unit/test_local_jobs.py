@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from driver.localray import LocalRay, session_pids
-from support import FIXTURES, REPO, error_lines, run_driver
+from support import FIXTURES, REPO, driver_timeout, error_lines, run_driver
 
 JOBS = FIXTURES / "jobs"
 
@@ -154,7 +154,7 @@ def test_ctrl_c_leaves_the_job_running(driver_home: Path) -> None:
         if line.startswith("tick 2"):
             break
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=180)
+    _, err = proc.communicate(timeout=driver_timeout(["submit", "sleep.py"]))
     assert proc.returncode == 130, err
     assert "job int-1 keeps running" in err
     assert "python -m driver stop int-1" in err
@@ -168,7 +168,7 @@ def test_local_ray_that_cannot_start_leaves_nothing(tmp_path: Path) -> None:
     blocker = LocalRay(tmp_path).temp_dir
     blocker.write_text("not a directory")
     try:
-        r = run_driver("local", "start", home=tmp_path, timeout=180)
+        r = run_driver("local", "start", home=tmp_path)
     finally:
         blocker.unlink()
     assert r.returncode == 2
@@ -182,7 +182,7 @@ def test_local_ray_that_cannot_start_leaves_nothing(tmp_path: Path) -> None:
 
 
 def test_local_stop_removes_every_process(tmp_path: Path) -> None:
-    r = run_driver("local", "start", "--num-cpus", "1", home=tmp_path, timeout=180)
+    r = run_driver("local", "start", "--num-cpus", "1", home=tmp_path)
     assert r.returncode == 0, r.stderr
     head = LocalRay(tmp_path).running()
     assert head is not None

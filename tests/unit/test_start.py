@@ -49,7 +49,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]
 
 
 def driver(fake: FakeAzure, home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return run_driver(*args, home=home, env={**fake.env(), **env}, timeout=120)
+    return run_driver(*args, home=home, env={**fake.env(), **env})
 
 
 def ids(**extra: str) -> dict[str, str]:

@@ -1,0 +1,165 @@
+"""No test bounds a driver command below the driver's own budget for it (issue 35).
+
+A fresh machine's suite failed 5 tests because they killed `driver local start` after 180 s while
+the driver allows itself 360 s (``localray.START_TIMEOUT_S``, further starts included): such a
+bound can only fail, and only under load. :func:`support.run_driver` derives its bound from
+:func:`support.driver_budget` and refuses a shorter one when it runs; this module finds every
+literal bound a test puts on a driver command without running the tests: a call of
+``run_driver`` or a module's ``driver`` wrapper with ``timeout=<number>``, and a ``python -m
+driver ...`` subprocess bounded by ``timeout=<number>`` (in the call, or in the
+``communicate``/``wait`` of the same function).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from support import REPO, TESTS, driver_budget, driver_floor, run_driver
+
+WRAPPERS = {"run_driver", "driver", "_driver"}
+"""Functions of the tests that run ``python -m driver`` with their arguments first."""
+WAITS = {"communicate", "wait"}
+
+
+@dataclass(frozen=True)
+class Bound:
+    where: str
+    args: tuple[str, ...]
+    seconds: float
+
+
+def _literal(node: ast.AST | None) -> float | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return float(node.value)
+    return None
+
+
+def _strings(nodes: list[ast.expr]) -> tuple[str, ...]:
+    """The leading string constants (a ``*args`` or a variable ends what is known)."""
+    out = []
+    for n in nodes:
+        if not (isinstance(n, ast.Constant) and isinstance(n.value, str)):
+            break
+        out.append(n.value)
+    return tuple(out)
+
+
+def _name(call: ast.Call) -> str:
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
+def _driver_argv(call: ast.Call) -> tuple[str, ...] | None:
+    """The driver arguments of ``subprocess.X([python, "-m", "driver", ...])``, else None."""
+    if not call.args or not isinstance(call.args[0], ast.List):
+        return None
+    items = call.args[0].elts
+    for i in range(len(items) - 1):
+        pair = items[i : i + 2]
+        if all(isinstance(n, ast.Constant) for n in pair) and [
+            n.value  # type: ignore[attr-defined]
+            for n in pair
+        ] == ["-m", "driver"]:
+            return _strings(items[i + 2 :])
+    return None
+
+
+def _timeout(call: ast.Call) -> float | None:
+    return next((_literal(k.value) for k in call.keywords if k.arg == "timeout"), None)
+
+
+def literal_bounds(path: Path, root: Path = REPO) -> list[Bound]:
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[Bound] = []
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        seconds, argv = _timeout(call), _driver_argv(call)
+        where = f"{path.relative_to(root)}:{call.lineno}"
+        if seconds is not None and _name(call) in WRAPPERS:
+            found.append(Bound(where, _strings(call.args), seconds))
+        elif seconds is not None and argv is not None:
+            found.append(Bound(where, argv, seconds))
+    # A wait bounds the driver process that its function spawned last before it.
+    for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        calls = sorted(
+            (n for n in ast.walk(function) if isinstance(n, ast.Call)),
+            key=lambda n: (n.lineno, n.col_offset),
+        )
+        spawned: tuple[str, ...] | None = None
+        for call in calls:
+            argv = _driver_argv(call)
+            spawned = spawned if argv is None else argv
+            seconds = _timeout(call)
+            if seconds is not None and _name(call) in WAITS and spawned is not None:
+                found.append(Bound(f"{path.relative_to(root)}:{call.lineno}", spawned, seconds))
+    return sorted(set(found), key=lambda b: b.where)
+
+
+def all_bounds() -> list[Bound]:
+    return [b for p in sorted(TESTS.rglob("*.py")) for b in literal_bounds(p)]
+
+
+def test_no_literal_bound_is_below_the_driver_budget() -> None:
+    short = [
+        f"{b.where}: `driver {' '.join(b.args)}` bounded at {b.seconds:.0f} s, its budget + "
+        f"slack is {driver_floor(b.args):.0f} s"
+        for b in all_bounds()
+        if b.seconds < driver_floor(b.args)
+    ]
+    assert short == []
+
+
+def test_the_finder_sees_the_bounds_it_must_judge(tmp_path: Path) -> None:
+    """The lint finds each shape of bound, and judges `local start` at 180 s short (the bound
+    that failed on a fresh machine)."""
+    sample = tmp_path / "test_sample.py"
+    sample.write_text(
+        "def test_a(tmp_path):\n"
+        "    run_driver('local', 'start', '--num-cpus', '1', home=tmp_path, timeout=180)\n"
+        "def test_b(tmp_path):\n"
+        "    proc = subprocess.Popen([sys.executable, '-m', 'driver', 'submit', 'x.py'])\n"
+        "    proc.communicate(timeout=100)\n"
+        "def test_c():\n"
+        "    subprocess.run([sys.executable, '-m', 'driver', 'list'], timeout=30)\n"
+    )
+    bounds = [
+        Bound(b.where.split(":")[-1], b.args, b.seconds) for b in literal_bounds(sample, tmp_path)
+    ]
+    assert bounds == [
+        Bound("2", ("local", "start", "--num-cpus", "1"), 180.0),
+        Bound("5", ("submit", "x.py"), 100.0),  # the Popen's own wait
+        Bound("7", ("list",), 30.0),
+    ]
+    short = [b.where for b in bounds if b.seconds < driver_floor(b.args, env={})]
+    assert short == ["2", "5"]
+
+
+@pytest.mark.parametrize(
+    "args, budget",
+    [
+        (("local", "start", "--num-cpus", "1"), "localray.START_TIMEOUT_S"),
+        (("submit", "train.py"), "localray.START_TIMEOUT_S"),
+        (("submit", "--head", "u@h", "--ready-timeout", "30", "x.py"), "30"),
+        (("start", "--resource-group", "rg"), "power.START_TIMEOUT_S"),
+        (("stop", "raysubmit_1", "--timeout", "5"), "5"),
+        (("stop", "raysubmit_1"), "60"),
+        (("list",), "0"),
+        (("local", "start", "--no-such-option"), "localray.START_TIMEOUT_S"),
+        (("submit", "--head"), "settings.DEFAULT_READY_TIMEOUT_S"),  # a lint's first words
+    ],
+)
+def test_the_budget_is_the_driver_own(args: tuple[str, ...], budget: str) -> None:
+    from driver import localray, power, settings
+
+    names = {"localray": localray, "power": power, "settings": settings}
+    expected = eval(budget, names)
+    assert driver_budget(args, env={}) == float(expected)
+
+
+def test_run_driver_refuses_a_bound_below_the_budget(tmp_path: Path) -> None:
+    short = 180.0  # what test_local_heads.py had
+    with pytest.raises(ValueError, match="below the driver's own budget"):
+        run_driver("local", "start", home=tmp_path, timeout=short)

@@ -453,6 +453,7 @@ def test_the_readiness_marker_names_the_driver_and_cuda_versions(
     info = {"count": 2, "driver_version": "580.95.05", "cuda_version": "13.0"}
     monkeypatch.setattr(nc, "gpu_info", lambda expect: {**info, "count": expect})
     monkeypatch.setattr(nc, "service_refusal", lambda role: None)
+    monkeypatch.setattr(nc, "raylet_running", lambda: True)
     seen = {"registered": True, "node_id": "ab", "resources": {"CPU": 4.0, "GPU": registered_gpus}}
     probe = subprocess.CompletedProcess([], 0, stdout=json.dumps(seen) + "\n", stderr="")
     monkeypatch.setattr(nc.subprocess, "run", lambda *a, **k: probe)
@@ -481,3 +482,39 @@ def test_the_readiness_marker_names_the_driver_and_cuda_versions(
         assert (tmp_path / "failed").read_text() == (
             "GPU: Ray registered 0 GPU(s) on this worker, it has 2\n"
         )
+
+
+def test_ready_probes_only_once_the_raylet_runs_and_then_less_and_less_often(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each probe is a Python importing Ray (~1 CPU s): none while the node's raylet is not yet
+    running, then with pauses growing from 0.5 s to at most 2 s until the node is registered."""
+    nc = _node_check_module(tmp_path)
+    monkeypatch.setattr(nc, "service_refusal", lambda role: None)
+    running = iter([False] * 5 + [True] * 100)
+    monkeypatch.setattr(nc, "raylet_running", lambda: next(running))
+    probes: list[int] = []
+    waits: list[float] = []
+
+    def probe(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        probes.append(len(waits))
+        seen = {"registered": len(probes) == 8, "node_id": "ab", "resources": {"CPU": 2.0}}
+        return subprocess.CompletedProcess([], 0, stdout=json.dumps(seen) + "\n", stderr="")
+
+    monkeypatch.setattr(nc.subprocess, "run", probe)
+    monkeypatch.setattr(nc.time, "sleep", waits.append)
+    for name, value in {"RAY_NODE_IP": "10.0.0.5", "RAY_HEAD_IP": "10.0.0.4"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("RAY_NUM_GPUS", raising=False)
+    args = argparse.Namespace(
+        role="worker", timeout=60, marker=str(tmp_path / "ready"),
+        failed=str(tmp_path / "failed"), timings="", install="", install_digest="",
+    )  # fmt: skip
+    assert nc.ready(args) == 0
+    assert json.loads((tmp_path / "ready").read_text())["node_id"] == "ab"
+    assert probes[0] == 5  # the first probe after five pauses without a raylet
+    assert len(probes) == 8
+    assert waits[:5] == [nc.PROBE_EVERY_S[0]] * 5
+    between = waits[5:]
+    assert between == sorted(between) and between[0] == nc.PROBE_EVERY_S[0]
+    assert max(between) == nc.PROBE_EVERY_S[1]

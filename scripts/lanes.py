@@ -1,16 +1,20 @@
-"""The closing of scripts/test.sh's lanes: the background lanes' logs, then one line per lane
-and one closing line for the whole suite (``suite: N passed, N failed, N skipped``) from each
-lane's JUnit XML. Exits 0 only when every lane's pytest did.
+"""The closing of scripts/test.sh's lanes: the background lanes' logs, then one line per lane,
+the slowest tests of all lanes, the machine's load through the run (``--load``: the 1-minute
+load average that test.sh samples from its start), and one closing line for the whole suite
+(``suite: N passed, N failed, N skipped``) from each lane's JUnit XML. Exits 0 only when every
+lane's pytest did.
 
-    python scripts/lanes.py [--log LOG ...] NAME=RC:JUNIT_XML [NAME=RC:JUNIT_XML ...]
+    python scripts/lanes.py [--log LOG ...] [--load LOAD] NAME=RC:JUNIT_XML [...]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -23,6 +27,8 @@ class Lane:
     skipped: int = 0
     seconds: float = 0.0
     missing: bool = False
+    tests: list[tuple[float, str]] = field(default_factory=list)
+    """(seconds, test id) of each test case, set-up and tear-down included."""
 
     @property
     def ok(self) -> bool:
@@ -50,7 +56,33 @@ def parse_lane(spec: str) -> Lane:
         lane.failed += failed
         lane.skipped += skipped
         lane.seconds += float(suite.get("time", 0.0))
+        for case in suite.iter("testcase"):
+            name = f"{case.get('classname', '')}::{case.get('name', '')}"
+            lane.tests.append((float(case.get("time", 0.0)), name))
     return lane
+
+
+def load_summary(path: Path, cores: int) -> str:
+    """One line on the load through the run, from test.sh's samples ``EPOCH LOAD1`` per line."""
+    samples = []
+    try:
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                samples.append((float(parts[0]), float(parts[1])))
+    except (OSError, ValueError):
+        return f"load: no samples ({path})"
+    if len(samples) < 2:
+        return f"load: {len(samples)} sample(s), too few to say ({path})"
+    loads = sorted(load for _, load in samples)
+    minutes = (samples[-1][0] - samples[0][0]) / 60
+    above = sum(1 for load in loads if load > 2 * cores) / len(loads)
+    return (
+        f"load (1-min average, {len(loads)} samples over {minutes:.1f} min, {cores} cores): "
+        f"median {statistics.median(loads):.1f}, 90th percentile "
+        f"{loads[int(0.9 * (len(loads) - 1))]:.1f}, max {loads[-1]:.1f}; "
+        f"above {2 * cores} for {above:.0%} of the run"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--log", type=Path, action="append", default=[], help="a lane's log, printed first"
     )
+    parser.add_argument("--load", type=Path, help="the load samples: EPOCH LOAD1 per line")
+    parser.add_argument("--slowest", type=int, default=10, help="how many slowest tests to list")
     parser.add_argument("lanes", nargs="+", metavar="NAME=RC:JUNIT_XML")
     args = parser.parse_args(argv)
     for log in args.log:
@@ -76,6 +110,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"{lane.name}: {lane.passed} passed, {lane.failed} failed, {lane.skipped} skipped"
                 f" in {lane.seconds:.0f} s (pytest exited {lane.rc})"
             )
+    slowest = sorted(
+        ((s, lane.name, name) for lane in lanes for s, name in lane.tests), reverse=True
+    )[: args.slowest]
+    if slowest:
+        print(f"\n== the {len(slowest)} slowest tests (seconds, set-up included)")
+        for seconds, lane_name, name in slowest:
+            print(f"{seconds:7.1f}  {lane_name:9}  {name}")
+    if args.load:
+        print(load_summary(args.load, os.cpu_count() or 1))
     passed = sum(lane.passed for lane in lanes)
     # A lane whose pytest failed with no failed test in its report (it crashed, was killed,
     # collected nothing) counts as one failure, so the closing line never reads 0 failed then.

@@ -15,6 +15,16 @@ PYTHON=${PYTHON:-python3}
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
+# The machine's load through the run, from the start of the set-up: the 1-minute load average
+# every 10 s (scripts/lanes.py sums it up at the end). It ends with this script's process.
+STARTED=$(date +%s)
+LOAD_LOG=$(mktemp)
+(while kill -0 $$ 2>/dev/null; do
+    echo "$(date +%s) $(cut -d' ' -f1 /proc/loadavg)"
+    sleep 10
+done) >"$LOAD_LOG" 2>/dev/null &
+load_pid=$!
+
 mapfile -t APT_PACKAGES < <(grep -v -E '^\s*(#|$)' scripts/apt-packages.txt)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     missing=()
@@ -130,7 +140,10 @@ if [ "$rc_tools" != 0 ]; then
 fi
 
 export RAYDRIVER_CHECKOV="$ROOT/.tools/checkov/bin/checkov"
+log "set up in $(($(date +%s) - STARTED)) s"
 if [ $# -gt 0 ]; then
+    kill "$load_pid" 2>/dev/null || true
+    rm -f "$LOAD_LOG"
     log "pytest $*"
     exec .venv/bin/python -m pytest "$@"
 fi
@@ -182,7 +195,9 @@ wait "$autoscale" || rc_autoscale=$?
 rc_autostop=0
 wait "$autostop" || rc_autostop=$?
 trap - EXIT
-exec .venv/bin/python scripts/lanes.py \
+mv "$LOAD_LOG" "$LANES/load.txt"
+echo "(the whole run: $(($(date +%s) - STARTED)) s)"
+exec .venv/bin/python scripts/lanes.py --load "$LANES/load.txt" \
     --log "$LANES/e2e.log" --log "$LANES/autoscale.log" --log "$LANES/autostop.log" \
     "unit=$rc_unit:$LANES/unit.xml" "e2e=$rc_e2e:$LANES/e2e.xml" \
     "autoscale=$rc_autoscale:$LANES/autoscale.xml" "autostop=$rc_autostop:$LANES/autostop.xml"

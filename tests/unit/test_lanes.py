@@ -60,3 +60,36 @@ def test_a_lane_that_failed_without_a_failed_test_still_counts_one(
 def test_a_malformed_lane_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="is not NAME=RC:JUNIT_XML"):
         lanes.main(["host:0"])
+
+
+def test_the_closing_lists_the_slowest_tests_and_the_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The slowest tests of all lanes (from each case's time in the JUnit XML), and the load
+    samples summed up, before the closing line."""
+    unit = tmp_path / "unit.xml"
+    unit.write_text(
+        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0"'
+        ' failures="0" skipped="0" tests="2" time="9">'
+        '<testcase classname="tests.unit.test_a" name="test_quick" time="1.5"/>'
+        '<testcase classname="tests.unit.test_a" name="test_slow" time="7.25"/>'
+        "</testsuite></testsuites>"
+    )
+    e2e = tmp_path / "e2e.xml"
+    e2e.write_text(
+        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0"'
+        ' failures="0" skipped="0" tests="1" time="300">'
+        '<testcase classname="tests.e2e.test_b" name="test_boot" time="300.0"/>'
+        "</testsuite></testsuites>"
+    )
+    load = tmp_path / "load.txt"
+    load.write_text("".join(f"{1000 + 10 * i} {v}\n" for i, v in enumerate([1, 2, 3, 8, 30])))
+    rc = lanes.main(["--slowest", "2", "--load", str(load), f"unit=0:{unit}", f"e2e=0:{e2e}"])
+    out = capsys.readouterr().out.rstrip().splitlines()
+    assert rc == 0
+    i = out.index("== the 2 slowest tests (seconds, set-up included)")
+    assert out[i + 1].split() == ["300.0", "e2e", "tests.e2e.test_b::test_boot"]
+    assert out[i + 2].split() == ["7.2", "unit", "tests.unit.test_a::test_slow"]
+    assert out[-2].startswith("load (1-min average, 5 samples over 0.7 min, ")
+    assert "median 3.0" in out[-2] and "max 30.0" in out[-2]
+    assert out[-1] == "suite: 3 passed, 0 failed, 0 skipped"

@@ -91,7 +91,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def register_rehearse(verbs: Any) -> None:
-    from nodekit.rehearsal.cluster import DEFAULT_HTTP_PORT, DEFAULT_SUBNET
+    from nodekit.rehearsal.cluster import DEFAULT_BAKE_SUBNET, DEFAULT_HTTP_PORT, DEFAULT_SUBNET
 
     p = verbs.add_parser(
         "rehearse",
@@ -307,6 +307,14 @@ def register_rehearse(verbs: Any) -> None:
         default=None,
         help="where the host fetches torch for the nodes (default: as for up)",
     )
+    prep.add_argument(
+        "--bake",
+        action="store_true",
+        help="also bake the node image of an `up` with default values, on a bridge of its own "
+        "(--name, --subnet) that is removed again; its PyPI mirror then seeds every cluster's",
+    )
+    prep.add_argument("--name", default="bake", help="with --bake: the bridge's cluster name")
+    prep.add_argument("--subnet", default=DEFAULT_BAKE_SUBNET, help="with --bake: its subnet")
     prep.set_defaults(func=cmd_rehearse_prepare)
     st = actions.add_parser("status", help="Show the cluster's nodes (JSON).")
     st.add_argument("--name", default="rehearsal")
@@ -319,6 +327,11 @@ def cmd_rehearse_prepare(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     rootfs, _ = Rehearsal().prepare(torch_index_url=args.torch_index_url, progress=say)
     print(f"ready in {time.monotonic() - t0:.0f} s: {rootfs}")
+    if args.bake:
+        layer = Rehearsal(args.name, subnet=args.subnet).bake_image(
+            torch_index_url=args.torch_index_url, progress=say
+        )
+        print(f"node image ready in {time.monotonic() - t0:.0f} s: {layer}")
     return EXIT_OK
 
 

@@ -25,3 +25,16 @@ def test_each_e2e_and_benchmark_subnet_belongs_to_one_file() -> None:
     assert owners, "no subnets found: the pattern no longer matches how the tests write them"
     shared = {subnet: files for subnet, files in owners.items() if len(files) > 1}
     assert not shared, shared
+
+
+def test_the_bake_bridge_is_on_no_cluster_subnet() -> None:
+    """`rehearse prepare --bake` (scripts/test.sh, while it sets up) puts a bridge of its own on
+    DEFAULT_BAKE_SUBNET: no test's or benchmark's cluster, nor a default `up`, may use it."""
+    from nodekit.rehearsal.cluster import DEFAULT_BAKE_SUBNET, DEFAULT_SUBNET
+
+    used = {DEFAULT_SUBNET}
+    for folder in ("tests/e2e", "benchmarks"):
+        for path in (REPO / folder).glob("*.py"):
+            used |= set(SUBNET.findall(path.read_text()))
+    assert len(used) > 3
+    assert DEFAULT_BAKE_SUBNET not in used

@@ -198,6 +198,61 @@ def test_a_bake_under_way_is_waited_for_and_said(tmp_path: Path) -> None:
     assert entered.is_set()
 
 
+def test_mirrors_start_only_after_a_bake_under_way(tmp_path: Path) -> None:
+    """`up` waits for any bake in progress (`rehearse prepare --bake`'s) before it starts its
+    mirrors, which then start with what that bake fetched; no lock held: no wait."""
+    images = bake.Images(tmp_path / "images")
+    images.wait_for_bakes()  # no image folder yet
+    digest = "cd" * 32
+    said: list[str] = []
+    done = threading.Event()
+
+    def up() -> None:
+        images.wait_for_bakes(said.append)
+        done.set()
+
+    with images.locked(digest):
+        waiter = threading.Thread(target=up)
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert said == [f"node image {digest[:12]}: being baked; waiting for it first"]
+        assert not done.is_set()
+    waiter.join(10)
+    assert done.is_set()
+    images.wait_for_bakes(said.append)  # released: passes at once, says nothing more
+    assert len(said) == 1
+
+
+def test_a_cluster_pypi_mirror_starts_with_the_files_other_clusters_fetched(
+    tmp_path: Path,
+) -> None:
+    """Complete files of the other clusters' PyPI mirror caches are hard-linked into this
+    cluster's before its proxpi starts; a file still downloading (proxpi's partial name) and a
+    file the cluster has already are left alone."""
+    bake_cache = packages.mirror_cache(tmp_path, "bake") / "pypi"
+    wheel = bake_cache / "files-pythonhosted-org" / "ab" / "ray-2.60.0-cp311.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(b"wheel")
+    partial = wheel.with_name("torch.whl" + packages.PARTIAL_SUFFIX)
+    partial.write_bytes(b"half")
+    own = packages.mirror_cache(tmp_path, "pytest") / "pypi"
+    mine = own / "files-pythonhosted-org" / "cd" / "gymnasium.whl"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"own")
+    (bake_cache / mine.relative_to(own)).parent.mkdir(parents=True)
+    (bake_cache / mine.relative_to(own)).write_bytes(b"other")
+
+    assert packages.seed_pypi_mirror(tmp_path, "pytest") == 1
+    linked = own / wheel.relative_to(bake_cache)
+    assert linked.read_bytes() == b"wheel"
+    assert os.stat(linked).st_ino == os.stat(wheel).st_ino  # a link, not a copy
+    assert not (own / partial.relative_to(bake_cache)).exists()
+    assert mine.read_bytes() == b"own"
+    assert packages.seed_pypi_mirror(tmp_path, "pytest") == 0  # nothing new
+
+
 def _with_bootstrap(document: str, change: Callable[[str], str]) -> str:
     """The document with its bootstrap (a gz+b64 write_files entry) changed."""
     doc = yaml.safe_load(document)

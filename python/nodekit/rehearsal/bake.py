@@ -104,6 +104,19 @@ class Images:
         with _locked(self.root / f"{digest[:16]}.lock", busy):
             yield
 
+    def wait_for_bakes(self, progress: Progress | None = None) -> None:
+        """Return once no layer is being baked (by ``rehearse prepare --bake`` or another
+        ``up``): an ``up`` then starts its mirrors with what that bake fetched (see
+        :func:`~nodekit.rehearsal.services.packages.seed_pypi_mirror`) and finds its image."""
+        for lock in sorted(self.root.glob("*.lock")):
+
+            def busy(digest: str = lock.stem) -> None:
+                if progress is not None:
+                    progress(f"node image {digest[:12]}: being baked; waiting for it first")
+
+            with _locked(lock, busy):
+                pass
+
     def ensure(
         self,
         digest: str,

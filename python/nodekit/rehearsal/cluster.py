@@ -50,6 +50,7 @@ from nodekit.rehearsal.system import require_root_linux, unmount_under
 
 __all__ = [
     "BASE_ENV",
+    "DEFAULT_BAKE_SUBNET",
     "DEFAULT_BASE",
     "DEFAULT_HTTP_PORT",
     "DEFAULT_SUBNET",
@@ -60,6 +61,8 @@ __all__ = [
 ]
 
 DEFAULT_SUBNET = "10.213.0.0/24"
+DEFAULT_BAKE_SUBNET = "10.229.0.0/24"
+"""``rehearse prepare --bake``'s bridge (no cluster of the tests or benchmarks uses it)."""
 DEFAULT_HTTP_PORT = 8470
 TERMINATE_ACK_TIMEOUT_S = 120
 """How long a deleted worker may take to acknowledge its Terminate event (the scale set's
@@ -138,6 +141,7 @@ class Rehearsal:
         autostop_idle_minutes: int = 0,
         results_storage: bool = True,
         gpu_pool_max: int = 0,
+        boot: bool = True,
     ) -> State:
         """Build what is missing, boot head + ``workers`` and wait until Ray runs on all.
 
@@ -155,7 +159,10 @@ class Rehearsal:
         ``gpu_pool_max`` (scaling mode ray): a second worker pool ``gpu`` (min 0, max N), its
         own fake scale set (size :data:`GPU_VM_SIZE`) whose instances boot from the same worker
         document filled with that pool's values; its containers declare one GPU to Ray without
-        hardware (:func:`gpu_stand_in`). 0: the default pool alone."""
+        hardware (:func:`gpu_stand_in`). 0: the default pool alone.
+
+        ``boot=False``: the bridge, the torch index and the mirrors, and the node image baked
+        (:meth:`bake_image`); no Key Vault, storage or node."""
         require_root_linux()
         if not 0 <= workers <= 50:
             raise DriverError(f"--workers must be between 0 and 50, got {workers}")
@@ -241,17 +248,22 @@ class Rehearsal:
         # The services on the bridge (see nodekit.rehearsal.services).
         ctx = self._services(state)
         packages.start_torch_index(ctx, self.cache.torch_index)
+        if image:  # a bake under way fills its mirror: this one starts with what it fetched
+            self._images().wait_for_bakes(progress)
         packages.start_mirrors(ctx, proxpi)
-        keyvault.start(ctx, (self.dir / "token").read_text())
-        if results_storage:
+        if boot:
+            keyvault.start(ctx, (self.dir / "token").read_text())
+        if results_storage and boot:
             state.results_url = f"{azurite.start(ctx)}/{azurite.CONTAINER}"
             self._save(state)
             progress(f"results storage: {state.results_url} (kept by down: {self.results_dir})")
         new = [self._plan_node(state, "head"), *[self._plan_node(state) for _ in range(workers)]]
-        if scaling_mode == "ray" or autostop_idle_minutes > 0:
+        if boot and (scaling_mode == "ray" or autostop_idle_minutes > 0):
             compute.start(ctx, new[1:], self.pools(state))
         if image:
             self._bake(state, progress)
+        if not boot:
+            return state
         for node in new:
             self._create_node(state, node)
         progress(
@@ -292,6 +304,32 @@ class Rehearsal:
             progress,
         )
         return rootfs, mirrors.ensure_proxpi(self.base / "tools", progress)
+
+    def bake_image(
+        self,
+        documents_dir: Path | None = None,
+        torch_index_url: str | None = None,
+        progress: Progress = silent,
+    ) -> Path:
+        """The node image of an ``up`` with default values (the tests' clusters), baked now if
+        the cache has none (``rehearse prepare --bake``, run by scripts/test.sh while it sets
+        up): this cluster's bridge with the torch index and the mirrors, the bake, then all of
+        it removed again; its PyPI mirror's cache stays and seeds the next clusters' mirrors.
+        The image layer."""
+        if self.load() is not None or self.dir.exists():
+            self.down()  # what a killed bake left behind
+        try:
+            state = self.up(
+                workers=0,
+                documents_dir=documents_dir,
+                torch_index_url=torch_index_url,
+                results_storage=False,
+                boot=False,
+                progress=progress,
+            )
+            return Path(state.image)
+        finally:
+            self.down()
 
     def add_workers(
         self,
@@ -527,6 +565,9 @@ class Rehearsal:
             )
         return customizer
 
+    def _images(self) -> bake.Images:
+        return bake.Images(self.base / "cache" / "images", clusters=self.base / "clusters")
+
     def _bake(self, state: State, progress: Progress) -> None:
         """The node image for this cluster's install digest (baked now if the cache has none),
         in a namespace of its own on the bridge, gone again once baked."""
@@ -548,7 +589,7 @@ class Rehearsal:
             network.attach_node(room, state.bridge, self.subnet.prefixlen, self._recorder(state))
             return room
 
-        images = bake.Images(self.base / "cache" / "images", clusters=self.base / "clusters")
+        images = self._images()
         t0 = time.monotonic()
         try:
             layer = images.ensure(

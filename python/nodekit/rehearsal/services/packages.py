@@ -4,6 +4,7 @@ of the cached index) and the caching mirrors of the Debian archive and of PyPI
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -53,6 +54,39 @@ def mirror_cache(base: Path, cluster: str) -> Path:
     return base / "cache" / "mirrors" / cluster
 
 
+PARTIAL_SUFFIX = ".proxpi-partial"
+"""What proxpi names a file it is still downloading (it renames it once complete)."""
+
+
+def seed_pypi_mirror(base: Path, cluster: str) -> int:
+    """Link every complete file of the other clusters' PyPI mirror caches that this cluster's
+    lacks into it (hard links: no copy, no space), before its proxpi starts and reads its cache:
+    a package that one cluster (or ``rehearse prepare --bake``) fetched is not fetched again by
+    the next. The number of files linked. proxpi renames a file into place only once it is
+    complete, so no half-written one is taken; the Debian mirror's cache (apt-cacher-ng writes
+    in place) is left to each cluster."""
+    own = mirror_cache(base, cluster) / "pypi"
+    linked = 0
+    for other in sorted((base / "cache" / "mirrors").glob("*/pypi")):
+        if other == own:
+            continue
+        for path in other.rglob("*"):
+            if not path.is_file() or path.name.endswith(PARTIAL_SUFFIX):
+                continue
+            target = own / path.relative_to(other)
+            if target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path, target)
+            except FileExistsError:
+                continue
+            except OSError:  # another file system, or the file went meanwhile: leave it
+                continue
+            linked += 1
+    return linked
+
+
 def start_torch_index(ctx: Context, index: Path) -> None:
     """Serve ``index`` (a PEP 503 tree with ``simple/``) over HTTP on the bridge."""
     state = ctx.state
@@ -94,6 +128,7 @@ def start_mirrors(ctx: Context, proxpi: Path) -> None:
     """apt-cacher-ng and proxpi (``proxpi``: its tool environment's python) on the bridge."""
     apt_port, pypi_port = ctx.port("apt"), ctx.port("pypi")
     cache = mirror_cache(ctx.base, ctx.name)
+    seed_pypi_mirror(ctx.base, ctx.name)
     pid = mirrors.start_apt_cacher(
         ctx.host,
         apt_port,

@@ -21,10 +21,14 @@ access to the container) chooses blob names, so a name that is not a plain relat
 path is checked to stay inside the destination, and nothing is written through a symlink (a
 link found where a file goes is removed first; no link is ever created).
 
-A download resumes: a local file (or ``NAME.part``) shorter than its blob and not older than the
-blob's last write is continued with a range read from where it stops; a complete file (same
-size, modification time set to the blob's) is skipped. Each file is written as ``NAME.part`` and
-renamed when complete; a full disk leaves the ``.part`` for the next try.
+A download resumes: each file is written as a partial file named by the blob's name and version
+(:func:`partial`: its ETag and size) and renamed when complete; only that file is continued,
+with a range read that asks for the same ETag, never another local file (a truncated copy, the
+blob ``NAME.part`` of the same run). A complete file (same size, modification time set to the
+blob's) is skipped; a full disk leaves the partial file for the next try. Whatever the store
+says is read within bounds (:mod:`driver.untrusted`): latest.json up to
+:data:`MAX_POINTER_BYTES` and JSON nested at most 64 deep; a file this file system cannot hold
+as named is left out, not the run.
 """
 
 from __future__ import annotations
@@ -58,7 +62,6 @@ MAX_POINTER_BYTES = 8 << 20
 LATEST = "latest.json"
 PROGRESS_CSV = "progress.csv"
 CHECKPOINTS = "checkpoints"
-PART = ".part"
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 CHUNK = 4 << 20
 EXPECTED = (
@@ -691,7 +694,7 @@ def _resume_from(local: Path, w: Wanted) -> int | None:
 
 
 def _write_whole(path: Path, data: bytes) -> None:
-    part = path.with_name(path.name + PART)
+    part = partial(path, Wanted(path.name, len(data), 0.0, "whole"))
     try:
         _remove_link(part)
         _remove_link(path)

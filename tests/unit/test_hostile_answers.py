@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from driver import price, untrusted
+from driver import price
 from fakes.fake_arm import FakeAzure, self_signed_cert
 from fakes.retail_prices import FakeRetailPrices, vm_meters
 from support import REPO, error_lines, run_driver
@@ -36,6 +36,9 @@ from test_results_store import env
 from test_start import AUTOSCALE_ID, CLOSED, VM_ID
 
 __all__ = ["blob", "env"]  # fixtures, imported to be used here
+MAX_DEPTH = 64
+"""driver.untrusted.MAX_DEPTH, as the README says it (imported in the tests that use the module,
+so that each test fails on its own on a driver without it)."""
 MEMORY = 1 << 30
 """The address space each driver process may use here (RLIMIT_AS): an unbounded read fails it."""
 
@@ -176,7 +179,7 @@ def test_1_deep_json_in_the_store_is_one_line_and_runs_still_lists(
         done = _driver(env, "download", run, "--results-url", url, cwd=tmp_path)
         assert _one_error(done) == (
             f"error: {url}/{run}/latest.json is not a checkpoint pointer (JSON nested deeper "
-            f"than {untrusted.MAX_DEPTH} levels)"
+            f"than {MAX_DEPTH} levels)"
         )
 
 
@@ -185,7 +188,7 @@ def test_1_deep_json_from_the_prices_api_is_one_line(hostile: Any, tmp_path: Pat
     r, _ = price_cmd(server.url, tmp_path)
     assert _one_error(r) == (
         f"error: price unknown: the Retail Prices API at {server.url} did not answer (JSON "
-        f"nested deeper than {untrusted.MAX_DEPTH} levels)"
+        f"nested deeper than {MAX_DEPTH} levels)"
     )
 
 
@@ -241,6 +244,7 @@ def test_2_a_prices_api_that_trickles_does_not_hold_up(
 def test_2_every_phase_of_an_answer_is_bounded(hostile: Any) -> None:
     """The library's own bound, for a trickle in each phase: TLS handshake, status line and
     headers, body (a socket timeout alone bounds one read only)."""
+    from driver import untrusted
 
     def handshake(conn: socket.socket) -> None:
         for byte in b"\x16\x03\x01\x00\x40" + b"\x02" * 64:  # a ServerHello, a byte at a time
@@ -365,7 +369,7 @@ def test_5_a_429_with_a_retry_after_that_is_no_number_is_retried(
 def test_5_a_huge_retry_after_is_capped(azure: FakeAzure, monkeypatch: pytest.MonkeyPatch) -> None:
     """azure-core would sleep 100,000 s; the driver's policy waits at most MAX_RETRY_AFTER_S
     (30 s: 1 s here), and throttling that goes on is one line."""
-    from driver import power
+    from driver import power, untrusted
     from driver.arm import ResourceManager
     from driver.errors import DriverError
 
@@ -569,3 +573,24 @@ def test_10_status_says_why_it_cannot_use_the_head_vm_id(
     notes = [x for x in r.stderr.splitlines() if x.startswith("note: cannot tell")]
     assert len(notes) == 1 and expected in notes[0], r.stderr[-3000:]
     assert azure.bodies == []
+
+
+def test_10_env_home_is_refused_as_the_readme_says() -> None:
+    """README: `--env HOME=/x` (any value but ${HOME}) would keep the job from starting; the
+    advice is a variable of one's own, not `HOME=/x:${HOME}` (no home folder either)."""
+    from driver.cli.jobs import check_job_env
+    from driver.errors import DriverError
+
+    for value in ("/x", "/x:${HOME}"):
+        with pytest.raises(DriverError) as e:
+            check_job_env({"HOME": value})
+        assert str(e.value) == (
+            f"--env HOME={value} would replace the home folder Ray's processes need, and the job "
+            f"would never start: leave HOME alone and pass the folder in a variable of your own, "
+            f"e.g. MY_HOME={value}"
+        )
+    assert check_job_env({"HOME": "${HOME}", "PATH": "/opt/x:${PATH}"})["HOME"] == "${HOME}"
+    readme = (REPO / "README.md").read_text()
+    assert (
+        "| `--env HOME=/x` (any value but `${HOME}`) | would keep the job from starting; " in readme
+    )

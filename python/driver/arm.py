@@ -16,12 +16,14 @@ Library code: nothing here prints; the CLI shows what these functions return or 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from driver import untrusted
 from driver.discovery import DEPLOYMENTS_API_VERSION as API_VERSION
 from driver.discovery import _credential_error, _first_line
 from driver.errors import DriverError
@@ -32,7 +34,13 @@ CREATED_TAG = ("created-by", "python -m driver up")
 DEFAULT_DEPLOYMENT = "ray-cluster"
 DEFAULT_TEMPLATE = Path("infra") / "bicep" / "azuredeploy.json"
 TERMINAL = {"Succeeded", "Failed", "Canceled"}
-MAX_POLL_S = 30.0
+MAX_POLL_S = untrusted.MAX_RETRY_AFTER_S
+MAX_ANSWER_BYTES = 32 << 20
+"""What-if and operations answers of this template are well under a megabyte."""
+ANSWER_TIMEOUT_S = 120.0
+"""One answer of Resource Manager, whole (each socket read: READ_TIMEOUT_S)."""
+READ_TIMEOUT_S = 60.0
+CONNECT_TIMEOUT_S = 20.0
 
 
 # -- inputs, checked before anything is sent --------------------------------------------------
@@ -93,6 +101,35 @@ def check_parameters(template: dict[str, Any], values: dict[str, Any]) -> None:
             f"--parameters: required {', '.join(missing)} not given (see "
             "infra/bicep/azuredeploy.parameters.json)"
         )
+    for name, value in values.items():
+        _check_value(name, value, declared[name])
+
+
+def _check_value(name: str, value: Any, declared: dict[str, Any]) -> None:
+    """What Resource Manager would refuse after the resource group exists: a value of another
+    type, an int that is not one (``1e400``, ``NaN`` and ``1.5`` in JSON), outside
+    ``minValue``/``maxValue``, not in ``allowedValues``."""
+    kind = str(declared.get("type", "")).lower()
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DriverError(f"--parameters: {name} must be a whole number, got {value!r}")
+        if not math.isfinite(value) or value != int(value):
+            raise DriverError(f"--parameters: {name} must be a whole number, got {value!r}")
+        low, high = declared.get("minValue"), declared.get("maxValue")
+        if (isinstance(low, int) and value < low) or (isinstance(high, int) and value > high):
+            raise DriverError(
+                f"--parameters: {name} must be from {low if low is not None else '-inf'} to "
+                f"{high if high is not None else 'inf'}, got {value!r}"
+            )
+    elif kind == "bool" and not isinstance(value, bool):
+        raise DriverError(f"--parameters: {name} must be true or false, got {value!r}")
+    elif kind in ("string", "securestring") and not isinstance(value, str):
+        raise DriverError(f"--parameters: {name} must be a string, got {value!r}")
+    allowed = declared.get("allowedValues")
+    if isinstance(allowed, list) and value not in allowed and kind != "array":
+        raise DriverError(
+            f"--parameters: {name} must be one of {', '.join(map(repr, allowed))}, got {value!r}"
+        )
 
 
 def with_defaults(template: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
@@ -152,6 +189,7 @@ class ResourceManager:
             self.subscription,
             base_url=self.base,
             credential_scopes=[f"{self.base}/.default"],
+            retry_policy=untrusted.retry_policy(),
         )
         return self
 
@@ -164,6 +202,7 @@ class ResourceManager:
         self, method: str, url: str, body: Any = None, ok: tuple[int, ...] = (200, 201, 202)
     ) -> tuple[int, dict[str, str], Any]:
         from azure.core.exceptions import (
+            AzureError,
             ClientAuthenticationError,
             HttpResponseError,
             ServiceRequestError,
@@ -175,7 +214,16 @@ class ResourceManager:
             sep = "&" if "?" in url else "?"
             url = f"{self.base}{url}{sep}api-version={API_VERSION}"
         try:
-            response = self._client.send_request(HttpRequest(method, url, json=body))
+            response = self._client.send_request(
+                HttpRequest(method, url, json=body),
+                stream=True,
+                connection_timeout=CONNECT_TIMEOUT_S,
+                read_timeout=READ_TIMEOUT_S,
+            )
+            try:
+                content = _read(response)
+            finally:
+                response.close()
         except (CredentialUnavailableError, ClientAuthenticationError) as e:
             raise DriverError(
                 f"cannot sign in to Azure: {_credential_error(e)} (expected `az login`, a "
@@ -186,23 +234,41 @@ class ResourceManager:
                 f"cannot reach Azure Resource Manager at {self.base}: {_first_line(e)}"
             ) from None
         except HttpResponseError as e:
-            raise DriverError(f"{method} {url}: {_first_line(e)}") from None
-        try:
-            data = response.json() if response.content else None
-        except ValueError:
-            data = None
+            raise DriverError(f"{method} {_shown_url(url)}: {_first_line(e)}") from None
+        except untrusted.Unreadable as e:
+            raise DriverError(
+                f"{method} {_shown_url(url)}: Resource Manager's answer: {e}"
+            ) from None
+        except AzureError as e:  # the answer broke off (ServiceResponseError, ...)
+            raise DriverError(f"{method} {_shown_url(url)}: {_first_line(e)}") from None
+        data: Any = None
+        if content:
+            try:
+                data = untrusted.loads(content)
+            except untrusted.TooDeep as e:
+                raise DriverError(
+                    f"{method} {_shown_url(url)}: Resource Manager's answer: {e}"
+                ) from None
+            except untrusted.Unreadable:
+                data = None  # not JSON: said below when the status is not one asked for
+            if data is not None and not isinstance(data, dict):
+                raise DriverError(
+                    f"{method} {_shown_url(url)}: Resource Manager's answer is not a JSON object"
+                )
         if response.status_code not in ok:
             error = (data or {}).get("error", {}) if isinstance(data, dict) else {}
-            what = f"{error.get('code')}: {error.get('message')}" if error else response.text
-            raise DriverError(f"{method} {url.split('?')[0]}: HTTP {response.status_code} {what}")
+            if isinstance(error, dict) and error:
+                what = f"{error.get('code')}: {error.get('message')}"
+            else:
+                what = content.decode("utf-8", "replace")
+            raise DriverError(
+                f"{method} {_shown_url(url)}: HTTP {response.status_code} "
+                f"{untrusted.one_line(what, 500)}"
+            )
         return response.status_code, dict(response.headers), data
 
     def _wait(self, headers: dict[str, str]) -> None:
-        try:
-            delay = float(headers.get("Retry-After", "5"))
-        except ValueError:
-            delay = 5.0
-        self._sleep(min(max(delay, 0.0), MAX_POLL_S))
+        self._sleep(untrusted.retry_after(headers.get("Retry-After"), 5.0, 0.0, MAX_POLL_S))
 
     def _follow(self, status: int, headers: dict[str, str], data: Any) -> Any:
         """A long-running operation's result: poll ``Location`` while it answers 202."""
@@ -301,3 +367,19 @@ class ResourceManager:
         outputs = {k: v.get("value") for k, v in (props.get("outputs") or {}).items()}
         reason = f"{error.get('code')}: {error.get('message')}" if error else ""
         return str(props.get("provisioningState")), outputs, reason
+
+
+def _shown_url(url: str) -> str:
+    return untrusted.redact_url(url.split("?")[0], 300)
+
+
+def _read(response: Any) -> bytes:
+    """A streamed answer's body: at most MAX_ANSWER_BYTES, within ANSWER_TIMEOUT_S."""
+    body = bytearray()
+    with untrusted.deadline_check(ANSWER_TIMEOUT_S) as check:
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > MAX_ANSWER_BYTES:
+                raise untrusted.Unreadable(f"longer than {MAX_ANSWER_BYTES} bytes: stopped reading")
+            check()
+    return bytes(body)

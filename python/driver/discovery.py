@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from driver import untrusted
 from driver.address import DEFAULT_USER, HeadAddress, parse_head
 from driver.errors import DriverError, one_line
 from driver.settings import DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV, ClusterSpec
@@ -144,6 +145,7 @@ def arm_deployment_outputs(
                 subscription,
                 base_url=base,
                 credential_scopes=[f"{base}/.default"],
+                retry_policy=untrusted.retry_policy(),
             ) as client,
         ):
             resource = client.resources.get_by_id(resource_id, api_version=DEPLOYMENTS_API_VERSION)

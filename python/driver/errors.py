@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from driver.untrusted import one_line, terminal_safe
+
+__all__ = ["one_line"]  # re-exported: many modules take it from here
+
 EXIT_OK = 0
 """The job succeeded (or the command did what it was asked)."""
 EXIT_JOB_FAILED = 1
@@ -46,7 +50,8 @@ def run_main(command: Callable[[], int], say: Callable[[str], None]) -> int:
     try:
         return int(command())
     except DriverError as e:
-        say(f"error: {e.message}")
+        # Messages quote what Azure, the store or a head said: never a terminal's controls.
+        say(f"error: {terminal_safe(e.message)}")
         return e.exit_code
     except KeyboardInterrupt:
         say("\ninterrupted")
@@ -57,11 +62,3 @@ def run_main(command: Callable[[], int], say: Callable[[str], None]) -> int:
         where = f": {e.filename}" if e.filename else ""
         say(f"error: {e.strerror or e}{where}")
         return EXIT_USAGE
-
-
-def one_line(e: BaseException | str, limit: int = 300) -> str:
-    """An exception's text on one line (whitespace collapsed), cut to ``limit`` characters."""
-    text = " ".join(str(e).split())
-    if not text and isinstance(e, BaseException):
-        text = type(e).__name__
-    return text[:limit]

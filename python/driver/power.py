@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from driver import untrusted
 from driver.errors import DriverError
 from driver.progress import Progress, silent
 from driver.settings import HEAD_VM_ID_ENV, WORKER_AUTOSCALE_ID_ENV, ClusterSpec
@@ -175,15 +176,12 @@ def power_state(arm: Arm, vm: HeadVm) -> str:
     for status in (view or {}).get("statuses", []):
         code = str(status.get("code", ""))
         if code.startswith("PowerState/"):
-            return code.split("/", 1)[1]
+            return untrusted.shown(code.split("/", 1)[1], 40)
     return "unknown"
 
 
 def _retry_after(headers: Mapping[str, str]) -> float:
-    try:
-        return min(max(float(headers.get("Retry-After", "5")), 0.5), 30.0)
-    except ValueError:
-        return 5.0
+    return untrusted.retry_after(headers.get("Retry-After"), 5.0)
 
 
 def start(
@@ -212,8 +210,8 @@ def start(
         if status in ("Failed", "Canceled"):
             error = (doc or {}).get("error") or {}
             raise DriverError(
-                f"starting the head VM {vm.name}: {status}: {error.get('code')}: "
-                f"{error.get('message')}"
+                f"starting the head VM {vm.name}: {status}: "
+                + untrusted.one_line(f"{error.get('code')}: {error.get('message')}", 500)
             )
     while (state := power_state(arm, vm)) != "running":
         if clock() > deadline:

@@ -25,17 +25,25 @@ import contextlib
 import datetime
 import hashlib
 import json
+import math
 import os
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.errors import DriverError, one_line
+from driver import untrusted
+from driver.errors import DriverError
 from driver.settings import PRICES_CACHE_S
 
 FETCH_TIMEOUT_S = 10.0
+"""The longest one read from the API may wait."""
+FETCH_DEADLINE_S = 2 * FETCH_TIMEOUT_S
+"""The whole price list (every page, connections included) comes within this, or not at all."""
+MAX_PAGE_BYTES = 4 << 20
+"""A page of 100 items is ~70 KB."""
 MAX_PAGES = 50
 """A filtered query for a few sizes in one region is one or two pages; more is a broken link."""
 
@@ -55,6 +63,8 @@ class PoolVariables:
 
 
 LOCATION = "location"
+MAX_COUNT = 1000
+"""A scale set holds at most 1,000 VMs."""
 HEAD = PoolVariables("head", "head_vm_size")
 POOLS = (
     PoolVariables(
@@ -142,10 +152,17 @@ def sizing(values: Mapping[str, Any], arm: bool, region: str | None = None) -> S
         if variable is None:
             return 1
         value = get(variable)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)  # 1e400 and NaN in a JSON file: inf and nan
+            or value != int(value)
+        ):
             raise DriverError(f"{name(variable)} must be a whole number, got {value!r}")
         if value < 0:
             raise DriverError(f"{name(variable)} must be 0 or more, got {value!r}")
+        if value > MAX_COUNT:
+            raise DriverError(f"{name(variable)} must be at most {MAX_COUNT}, got {value!r}")
         return int(value)
 
     def flag(variable: str | None) -> bool:
@@ -215,44 +232,45 @@ def _first_url(url: str, region: str, vm_sizes: Iterable[str]) -> str:
     return f"{url}{sep}{urllib.parse.urlencode({'$filter': query(region, vm_sizes)})}"
 
 
-def _get_json(url: str, timeout: float) -> dict[str, Any]:
-    # Imported here: http.client and the email parser behind it cost every command's start-up.
-    import http.client
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+def _get_json(url: str, timeout: float, read_timeout: float = FETCH_TIMEOUT_S) -> dict[str, Any]:
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read()
-    except urllib.error.HTTPError as e:
-        raise PricesUnavailable(f"HTTP {e.code} {e.reason}") from None
-    except urllib.error.URLError as e:
-        raise PricesUnavailable(one_line(e.reason, 120)) from None
-    except (OSError, ValueError) as e:  # timeouts, resets, a malformed URL in NextPageLink
-        raise PricesUnavailable(one_line(e, 120) or type(e).__name__) from None
-    except http.client.HTTPException as e:  # not HTTP (BadStatusLine), cut short (IncompleteRead)
-        raise PricesUnavailable(f"a broken HTTP answer: {type(e).__name__}") from None
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        raise PricesUnavailable("the answer is not JSON") from None
+        body = untrusted.fetch(
+            url, timeout, MAX_PAGE_BYTES, {"Accept": "application/json"}, read_timeout
+        )
+        doc = untrusted.loads(body)
+    except untrusted.Unreadable as e:
+        raise PricesUnavailable(str(e)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("Items"), list):
         raise PricesUnavailable("the answer has no Items list")
     return doc
 
 
-def fetch_items(url: str, timeout: float = FETCH_TIMEOUT_S) -> list[dict[str, Any]]:
-    """Every item of a query, page after page (``NextPageLink``)."""
+def fetch_items(url: str, timeout: float = FETCH_DEADLINE_S) -> list[dict[str, Any]]:
+    """Every item of a query, page after page (``NextPageLink``, followed only on the API's own
+    scheme and host), all of them within ``timeout`` seconds."""
     items: list[dict[str, Any]] = []
     next_url: str | None = url
+    end = time.monotonic() + timeout
     for _ in range(MAX_PAGES):
         if not next_url:
             return items
-        doc = _get_json(next_url, timeout)
+        left = end - time.monotonic()
+        if left <= 0:
+            raise PricesUnavailable(f"no whole price list within {timeout:g} s")
+        try:
+            doc = _get_json(next_url, left, min(left, FETCH_TIMEOUT_S))
+        except PricesUnavailable as e:
+            if str(e).startswith("no whole answer within"):
+                raise PricesUnavailable(f"no whole price list within {timeout:g} s") from None
+            raise
         items += [i for i in doc["Items"] if isinstance(i, dict)]
         link = doc.get("NextPageLink")
         next_url = link if isinstance(link, str) and link else None
+        if next_url and not untrusted.same_origin(url, next_url):
+            raise PricesUnavailable(
+                f"its NextPageLink leads elsewhere ({untrusted.redact_url(next_url, 120)}): "
+                "not followed"
+            )
     raise PricesUnavailable(f"more than {MAX_PAGES} pages of prices: stopped following them")
 
 

@@ -21,36 +21,47 @@ access to the container) chooses blob names, so a name that is not a plain relat
 path is checked to stay inside the destination, and nothing is written through a symlink (a
 link found where a file goes is removed first; no link is ever created).
 
-A download resumes: a local file (or ``NAME.part``) shorter than its blob and not older than the
-blob's last write is continued with a range read from where it stops; a complete file (same
-size, modification time set to the blob's) is skipped. Each file is written as ``NAME.part`` and
-renamed when complete; a full disk leaves the ``.part`` for the next try.
+A download resumes: each file is written as a partial file named by the blob's name and version
+(:func:`partial`: its ETag and size) and renamed when complete; only that file is continued,
+with a range read that asks for the same ETag, never another local file (a truncated copy, the
+blob ``NAME.part`` of the same run). A complete file (same size, modification time set to the
+blob's) is skipped; a full disk leaves the partial file for the next try. Whatever the store
+says is read within bounds (:mod:`driver.untrusted`): latest.json up to
+:data:`MAX_POINTER_BYTES` and JSON nested at most 64 deep; a file this file system cannot hold
+as named is left out, not the run.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import errno
+import hashlib
 import os
 import re
 import stat
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from driver import untrusted
 from driver.errors import DriverError, one_line
 from driver.progress import ByteProgress
 from driver.results import inside, local_error, write_all
+from driver.untrusted import redact_url
 
 RESULTS_URL_ENV = "RAYDRIVER_RESULTS_URL"
 """The results container's URL (also what the harness reads on the nodes)."""
+EMULATOR_ENV = "RAYDRIVER_RESULTS_EMULATOR"
+"""``HOST:PORT`` of a storage emulator (Azurite) the user means: the one host besides Azure's
+storage endpoint that gets the user's Azure token (``rehearse storage`` prints it)."""
+MAX_POINTER_BYTES = 8 << 20
+"""latest.json lists a checkpoint's files: ~100 bytes each."""
 LATEST = "latest.json"
 PROGRESS_CSV = "progress.csv"
 CHECKPOINTS = "checkpoints"
-PART = ".part"
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 CHUNK = 4 << 20
 EXPECTED = (
@@ -69,13 +80,29 @@ class StoreUrl:
     container: str
 
 
-def parse_url(text: str) -> StoreUrl:
-    """The container a URL names; a DriverError with one line when it names none."""
+def parse_url(text: str, emulator: str | None = None) -> StoreUrl:
+    """The container a URL names; a DriverError with one line when it names none, or when the
+    driver would not send the user's Azure token to its host: only Azure's storage endpoint
+    (``*.blob.core.windows.net``) gets it, or the emulator ``emulator`` names
+    (``HOST:PORT``, from :data:`EMULATOR_ENV`). The URL may not carry secrets (user info, a
+    query: a SAS token), and no message repeats them."""
+    shown = redact_url(text)
     url = text.strip().rstrip("/")
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise DriverError(f"{EXPECTED}, got {shown!r}") from None
+    if parts.username is not None or parts.password is not None or parts.query:
+        raise DriverError(
+            f"{shown}: a results URL with "
+            + ("user info (user:password@)" if "@" in parts.netloc else "a query (a SAS token?)")
+            + " is refused (not repeated here); give the container's URL alone: the driver signs "
+            "in with your Azure credential"
+        )
     path = [p for p in parts.path.split("/") if p]
-    bad = DriverError(f"{EXPECTED}, got {text!r}")
-    if parts.scheme != "https" or not parts.hostname or parts.query or parts.fragment:
+    bad = DriverError(f"{EXPECTED}, got {shown!r}")
+    if parts.scheme != "https" or not parts.hostname or parts.fragment:
         raise bad
     host = parts.hostname
     if host.endswith(".blob.core.windows.net"):
@@ -86,27 +113,51 @@ def parse_url(text: str) -> StoreUrl:
     elif host.endswith(".core.windows.net") or len(path) != 2:
         raise bad
     else:
+        if _authority(emulator) != (host.lower(), port or 443):
+            raise DriverError(
+                f"{shown}: {host} is not Azure's storage endpoint (ACCOUNT.blob.core.windows.net), "
+                "so it gets no Azure token: for an emulator (Azurite) set "
+                f"{EMULATOR_ENV}={parts.netloc} "
+                + (f"(it names {shown_value(emulator)})" if emulator else "(it is not set)")
+            )
         account, container = path
         account_url = f"https://{parts.netloc}/{account}"
     if not re.fullmatch(r"[a-z0-9]{3,24}", account):
         raise DriverError(
-            f"{text!r}: the storage account name {account!r} is not 3-24 lower-case letters and "
+            f"{shown!r}: the storage account name {account!r} is not 3-24 lower-case letters and "
             "digits"
         )
     if not re.fullmatch(r"[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]", container):
         raise DriverError(
-            f"{text!r}: the container name {container!r} is not 3-63 lower-case letters, "
+            f"{shown!r}: the container name {container!r} is not 3-63 lower-case letters, "
             "digits and single hyphens"
         )
     return StoreUrl(f"{account_url}/{container}", account_url, account, container)
 
 
-def url_from(given: str | None) -> StoreUrl | None:
+def _authority(text: str | None) -> tuple[str, int] | None:
+    """``HOST:PORT`` (or a URL) as (host, port); None when it names none."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(text if "//" in text else f"//{text}")
+        return ((parts.hostname or "").lower(), parts.port or 443) if parts.hostname else None
+    except ValueError:
+        return None
+
+
+def shown_value(text: str | None) -> str:
+    return repr(untrusted.shown(text or "", 80))
+
+
+def url_from(given: str | None, env: Mapping[str, str] | None = None) -> StoreUrl | None:
     """The store named by ``--results-url``, else by the environment; None when neither."""
-    text = given if given is not None else os.environ.get(RESULTS_URL_ENV, "")
+    env = os.environ if env is None else env
+    text = given if given is not None else env.get(RESULTS_URL_ENV, "")
     if given is None and not text.strip():
         return None
-    return parse_url(text)
+    return parse_url(text, env.get(EMULATOR_ENV))
 
 
 @dataclass(frozen=True)
@@ -139,6 +190,8 @@ class Wanted:
     size: int
     modified: float
     """The blob's last write (epoch seconds)."""
+    etag: str = ""
+    """The blob's version: a partial file is resumed only for the same one."""
 
 
 @dataclass(frozen=True)
@@ -158,14 +211,17 @@ class StoreDownload:
     uploader stopped), and blobs in its folder that it does not list."""
     older: int = 0
     """Blobs of checkpoints older than the published one (published before; not downloaded)."""
+    unwritable: tuple[str, ...] = ()
+    """Files this file system cannot hold as named (``NAME (reason)``): a name part over 255
+    bytes, a file where the store also has a folder of that name."""
 
 
 def safe_name(name: str) -> bool:
     """A plain relative path: no empty, ``.`` or ``..`` part, no backslash or control
-    character."""
+    character (C0, DEL, C1: U+009B is a terminal's CSI)."""
     if not name or name.startswith("/") or "\\" in name:
         return False
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in name):
         return False
     return all(part not in ("", ".", "..") for part in name.split("/"))
 
@@ -213,6 +269,7 @@ class Store:
         from azure.core.exceptions import (
             ClientAuthenticationError,
             HttpResponseError,
+            ResourceModifiedError,
             ResourceNotFoundError,
             ServiceRequestError,
             ServiceResponseError,
@@ -227,6 +284,10 @@ class Store:
                     f"({_credential_reason(e.message)})"
                 ) from None
             raise DriverError(self._refused(e, doing)) from None
+        except ResourceModifiedError:
+            raise DriverError(
+                f"{doing}: the blob changed since it was listed (written again): download again"
+            ) from None
         except ResourceNotFoundError as e:
             if _code(e) == "ContainerNotFound":
                 raise DriverError(
@@ -257,30 +318,36 @@ class Store:
         with self.errors(f"reading {run}/{LATEST}"):
             try:
                 data: bytes = (
-                    self.container().get_blob_client(f"{run}/{LATEST}").download_blob().readall()
+                    self.container()
+                    .get_blob_client(f"{run}/{LATEST}")
+                    .download_blob(offset=0, length=MAX_POINTER_BYTES + 1, max_concurrency=1)
+                    .readall()
                 )
             except ResourceNotFoundError as e:
                 if _code(e) == "ContainerNotFound":
                     raise
                 return None, b""
+        where = f"{self.url.url}/{untrusted.shown(run, 130)}/{LATEST}"
+        if len(data) > MAX_POINTER_BYTES:
+            raise DriverError(f"{where} is larger than {MAX_POINTER_BYTES} bytes: not a pointer")
         try:
-            pointer = json.loads(data)
+            pointer = untrusted.loads(data)
             name = pointer["checkpoint"]
             files = pointer["files"]
             if not isinstance(name, str) or not isinstance(files, dict):
                 raise TypeError
             if not safe_name(name) or not name.startswith(f"{CHECKPOINTS}/"):
                 raise DriverError(
-                    f"{self.url.url}/{run}/{LATEST} names a checkpoint outside the run's "
-                    f"checkpoints: {name!r}"
+                    f"{where} names a checkpoint outside the run's checkpoints: "
+                    f"{untrusted.shown(repr(name), 200)}"
                 )
             for rel, size in files.items():
-                if not isinstance(rel, str) or not isinstance(size, int):
+                if not isinstance(rel, str) or not isinstance(size, int) or size < 0:
                     raise TypeError
+        except untrusted.Unreadable as e:
+            raise DriverError(f"{where} is not a checkpoint pointer ({e})") from None
         except (ValueError, KeyError, TypeError):
-            raise DriverError(
-                f"{self.url.url}/{run}/{LATEST} is not a checkpoint pointer"
-            ) from None
+            raise DriverError(f"{where} is not a checkpoint pointer") from None
         return pointer, data
 
     def runs(self) -> list[Run]:
@@ -346,7 +413,14 @@ class Store:
                 if pointer and name[len(checkpoint) :] not in pointer["files"]:
                     unpublished += 1  # not part of the published checkpoint
                     continue
-            wanted.append(Wanted(name, int(blob.size or 0), blob.last_modified.timestamp()))
+            wanted.append(
+                Wanted(
+                    name,
+                    int(blob.size or 0),
+                    blob.last_modified.timestamp(),
+                    str(blob.etag or ""),
+                )
+            )
         if pointer and checkpoint:
             have = {w.name: w.size for w in wanted}
             for rel, size in pointer["files"].items():
@@ -368,7 +442,8 @@ class Store:
         name = f"{run}/{PROGRESS_CSV}"
         with self.errors(f"reading {name}"):
             try:
-                data: bytes = self.container().get_blob_client(name).download_blob().readall()
+                # Streamed to the file: the blob's size is the store's to choose.
+                stream = self.container().get_blob_client(name).download_blob(max_concurrency=1)
             except ResourceNotFoundError as e:
                 if _code(e) == "ContainerNotFound":
                     raise
@@ -381,7 +456,14 @@ class Store:
                     "iteration)"
                 ) from None
         folder.mkdir(parents=True, exist_ok=True)
-        _write_whole(folder / PROGRESS_CSV, data)
+        target = folder / PROGRESS_CSV
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o644)
+        except OSError as e:
+            raise local_error(target, e) from None
+        with os.fdopen(fd, "wb", buffering=0) as out, self.errors(f"reading {name}"):
+            for chunk in stream.chunks():
+                write_all(out, chunk, target)
         return folder
 
     # -- downloading -----------------------------------------------------------------------------
@@ -410,6 +492,7 @@ class Store:
                 todo.append((w, local, start))
         total = sum(w.size - start for w, _, start in todo)
         done = fetched = resumed = 0
+        unwritable: list[str] = []
         if progress:
             progress(0, total)
         for w, local, start in todo:
@@ -419,7 +502,11 @@ class Store:
                 if progress:
                     progress(min(base + got, total), total)
 
-            self._fetch(run, w, local, start, step)
+            try:
+                self._fetch(run, w, local, start, step)
+            except _Unwritable as e:
+                unwritable.append(f"{untrusted.shown(w.name, 80)} ({e})")
+                continue
             fetched += 1
             resumed += start > 0
             done += w.size - start
@@ -440,22 +527,30 @@ class Store:
             tuple(left_out),
             unpublished,
             older,
+            tuple(unwritable),
         )
 
     def _fetch(self, run: str, w: Wanted, local: Path, start: int, step: Any) -> None:
-        part = local.with_name(local.name + PART)
+        """The blob into ``local``, through its partial file (:func:`partial`), continued from
+        ``start``; the range read asks for the listed version (its ETag), so a blob written
+        again meanwhile is an error, never a mix of two versions."""
+        from azure.core import MatchConditions
+
+        part = partial(local, w)
         try:
             local.parent.mkdir(parents=True, exist_ok=True)
-            if start:
-                if not (_regular(part) and part.stat().st_size == start):
-                    os.replace(local, part)  # resuming the shorter file itself
-            else:
-                _remove_link(part)
-                part.unlink(missing_ok=True)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+            most = 255
+            with contextlib.suppress(OSError, ValueError):
+                most = os.pathconf(local.parent, "PC_NAME_MAX")
+            if len(os.fsencode(local.name)) > most:  # found now, not after the download
+                raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+            if not start:
+                for stale in _partials(local):  # earlier versions' partial files
+                    stale.unlink()
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | _NOFOLLOW
             fd = os.open(part, flags, 0o644)
         except OSError as e:
-            raise local_error(local, e) from None
+            raise _unwritable(local, e) from None
         with os.fdopen(fd, "ab", buffering=0) as out:
             if start != os.fstat(out.fileno()).st_size:
                 out.truncate(0)
@@ -465,7 +560,16 @@ class Store:
                 stream = (
                     self.container()
                     .get_blob_client(f"{run}/{w.name}")
-                    .download_blob(offset=start, length=w.size - start, max_concurrency=1)
+                    .download_blob(
+                        offset=start,
+                        length=w.size - start,
+                        max_concurrency=1,
+                        **(
+                            {"etag": w.etag, "match_condition": MatchConditions.IfNotModified}
+                            if w.etag
+                            else {}
+                        ),
+                    )
                     if w.size > start
                     else None
                 )
@@ -483,7 +587,45 @@ class Store:
             _remove_link(local)
             part.replace(local)
         except OSError as e:
-            raise local_error(local, e) from None
+            if e.errno in _NOT_HERE:
+                part.unlink(missing_ok=True)
+            raise _unwritable(local, e) from None
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_PARTIAL = re.compile(r"\.raydriver-[0-9a-f]{16}-[0-9a-f]{16}\.part")
+_NOT_HERE = (errno.ENAMETOOLONG, errno.EISDIR, errno.ENOTDIR, errno.EEXIST)
+"""Errors of one name on this file system (the store allows 1,024 characters a name and a
+file next to a folder of the same name), not of the disk: that file is left out."""
+
+
+class _Unwritable(Exception):
+    """This one file cannot exist here as the store names it."""
+
+
+def _unwritable(local: Path, e: OSError) -> Exception:
+    if e.errno in _NOT_HERE:
+        return _Unwritable(e.strerror or str(e))
+    return local_error(local, e)
+
+
+def partial(local: Path, w: Wanted) -> Path:
+    """Where ``local`` is written until complete: named by the blob's name and version (ETag and
+    size), so only a partial file of this very blob is ever continued, never another blob's
+    file (a blob ``NAME.part`` next to ``NAME``) nor one of an older version."""
+    name = hashlib.sha256(local.name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    version = hashlib.sha256(f"{w.etag}\0{w.size}".encode()).hexdigest()[:16]
+    return local.with_name(f".raydriver-{name}-{version}.part")
+
+
+def _partials(local: Path) -> list[Path]:
+    """``local``'s partial files of any version (regular files only)."""
+    name = hashlib.sha256(local.name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    try:
+        found = list(local.parent.glob(f".raydriver-{name}-*.part"))
+    except OSError:
+        return []
+    return [p for p in found if _PARTIAL.fullmatch(p.name) and _regular(p)]
 
 
 def _first_line(text: str | None) -> str:
@@ -530,26 +672,29 @@ def _remove_link(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         mode = path.lstat().st_mode
         if stat.S_ISDIR(mode):
-            raise DriverError(f"{path} is a folder where the store has a file")
+            raise OSError(errno.EISDIR, "a folder where the store has a file", str(path))
         if not stat.S_ISREG(mode):
             path.unlink()
 
 
 def _resume_from(local: Path, w: Wanted) -> int | None:
-    """None: ``local`` is complete; else the offset to continue from (0: from the start)."""
-    for candidate in (local, local.with_name(local.name + PART)):
-        if not _regular(candidate):
-            continue
-        st = candidate.stat()
-        if candidate == local and st.st_size == w.size and int(st.st_mtime) == int(w.modified):
+    """None: ``local`` is complete (its size and modification time the blob's); else the offset
+    to continue from: the size of the partial file this driver wrote for this version of the
+    blob, or 0."""
+    if _regular(local):
+        st = local.stat()
+        if st.st_size == w.size and int(st.st_mtime) == int(w.modified):
             return None
-        if 0 < st.st_size < w.size and st.st_mtime >= w.modified:
-            return st.st_size  # written after the blob's last write: the blob's first bytes
+    part = partial(local, w)
+    if _regular(part):
+        size = part.stat().st_size
+        if 0 < size < w.size:
+            return size
     return 0
 
 
 def _write_whole(path: Path, data: bytes) -> None:
-    part = path.with_name(path.name + PART)
+    part = partial(path, Wanted(path.name, len(data), 0.0, "whole"))
     try:
         _remove_link(part)
         _remove_link(path)

@@ -30,6 +30,7 @@ import json
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -630,7 +631,11 @@ def test_with_every_node_powered_off_download_and_plot_read_the_results_storage(
     )
     laptop.start()
     try:
-        environment = laptop_env(laptop.url, CLIENT_ID, store.ca)
+        environment = {
+            **laptop_env(laptop.url, CLIENT_ID, store.ca),
+            # Azurite on the bridge is no Azure storage endpoint: named, it gets the token.
+            "RAYDRIVER_RESULTS_EMULATOR": urllib.parse.urlsplit(store.url).netloc,
+        }
         home = tmp_path / "home"
         done = run_driver(
             "download", STORED_RUN, "--results-url", store.url,

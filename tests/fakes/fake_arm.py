@@ -46,6 +46,9 @@ stands in for exactly the calls the driver makes, with the real wire format:
   document says ``InProgress`` for :attr:`FakeAzure.start_polls` polls, then ``Succeeded`` and
   the VM is ``running``. ``PATCH {autoscale setting}`` with ``{"properties": {"enabled": B}}``
   sets :attr:`FakeAzure.autoscale` (resource id → enabled) and answers the setting.
+* **Throttling**: with :attr:`FakeAzure.throttle` set, the next requests are ``429`` with
+  ``{"error": {"code": "TooManyRequests"}}`` and the ``Retry-After`` given (any text: Azure
+  sends seconds; a hostile or broken server may send anything).
 
 Why HTTPS with a throwaway self-signed certificate: azure-core refuses to send a bearer token
 over plain http, so the real SDK only talks to an https endpoint. :meth:`FakeAzure.env` gives
@@ -181,6 +184,9 @@ class FakeAzure:
     """Autoscale setting resource id (lower case) → enabled."""
     start_polls: int = 2
     """How many polls a VM start's operation says InProgress."""
+    throttle: list[str] = field(default_factory=list)
+    """Retry-After values: each next request to Resource Manager (not the token endpoint) is
+    answered ``429 TooManyRequests`` with the first, which goes."""
     _starts: dict[str, list[Any]] = field(default_factory=dict)
     _builds: dict[str, dict[str, Any]] = field(default_factory=dict)
     _results: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
@@ -286,6 +292,14 @@ class FakeAzure:
         self.requests.append((url.path, url.query, dict(h.headers.items())))
         if url.path == "/msi/token":
             self._token(h, query)
+            return
+        if self.throttle:
+            self._send(
+                h,
+                429,
+                _error("TooManyRequests", "The request is being throttled."),
+                {"Retry-After": self.throttle.pop(0)},
+            )
             return
         if h.headers.get("Authorization") != f"Bearer {self.access_token}":
             self._send(

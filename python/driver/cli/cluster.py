@@ -10,7 +10,7 @@ import time
 
 from driver import arm, layout, profiles
 from driver.cli.options import Verbs, open_cluster, parse_pairs, port, settings_from, verb
-from driver.cli.output import PROG, say
+from driver.cli.output import PROG, say, shown
 from driver.cli.price import show_for_up
 from driver.errors import EXIT_OK, DriverError
 from driver.settings import ARM_ENDPOINT_ENV, DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV, prices_url
@@ -337,7 +337,7 @@ def cmd_up_arm(args: argparse.Namespace) -> int:
             counts: dict[str, int] = {}
             for c in changes:
                 counts[c.change_type] = counts.get(c.change_type, 0) + 1
-                print(f"  {c.change_type:<10} {c.resource_id}")
+                print(f"  {shown(c.change_type, 40):<10} {shown(c.resource_id, 400)}")
             sys.stdout.flush()
             summary = ", ".join(f"{n} {t.lower()}" for t, n in sorted(counts.items())) or "none"
             show_for_up(arm.with_defaults(template, values), True, url, region)
@@ -348,8 +348,10 @@ def cmd_up_arm(args: argparse.Namespace) -> int:
                 say(f"Deleted the resource group {group} created for this deployment.")
             raise
         for op in rm.deploy(group, name, template, values):
-            line = f"  {op.state:<10} {op.resource_type} {op.resource_name}"
-            say(line + (f": {op.message}" if op.message else ""))
+            # Resource Manager's text, one line each, no terminal control.
+            line = f"  {shown(op.state, 40):<10} {shown(op.resource_type, 200)} "
+            line += shown(op.resource_name, 200)
+            say(line + (f": {shown(op.message, 1000)}" if op.message else ""))
         state, outputs, reason = rm.deployment(group, name)
     if state != "Succeeded":
         raise DriverError(

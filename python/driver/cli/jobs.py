@@ -204,6 +204,14 @@ def check_job_env(env: dict[str, str]) -> dict[str, str]:
     Ray starts the job's supervisor and workers with these variables: ``PATH=/opt/x`` instead of
     ``PATH=/opt/x:${PATH}`` leaves the job PENDING until Ray's start timeout (15 min).
     """
+    home = env.get("HOME")
+    if home is not None and home.strip() != "${HOME}":
+        # Not a search path: HOME=/x:${HOME} is no home either.
+        raise DriverError(
+            f"--env HOME={home} would replace the home folder Ray's processes need, and the job "
+            "would never start: leave HOME alone and pass the folder in a variable of your own, "
+            f"e.g. MY_HOME={home}"
+        )
     for name in REPLACING_BREAKS:
         if name in env and f"${{{name}}}" not in env[name]:
             raise DriverError(

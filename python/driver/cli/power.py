@@ -11,7 +11,7 @@ from typing import Any
 
 from driver import power, price
 from driver.cli.options import Verbs, open_cluster, settings_from, verb
-from driver.cli.output import say
+from driver.cli.output import say, shown
 from driver.errors import EXIT_OK, DriverError
 from driver.settings import HEAD_VM_ID_ENV, prices_cache_dir, prices_url
 
@@ -83,7 +83,10 @@ def stopped(args: argparse.Namespace) -> tuple[power.HeadVm, str] | None:
             return None
         with _manager(args, vm) as arm:
             state = power.power_state(arm, vm)
-    except DriverError:
+    except DriverError as e:
+        if os.environ.get(HEAD_VM_ID_ENV, "").strip():
+            # Named on purpose: a wrong id is said, not dropped for an SSH error later.
+            say(f"note: cannot tell whether the head VM is stopped: {shown(e.message, 500)}")
         return None
     return (vm, state) if state in power.STOPPED else None
 

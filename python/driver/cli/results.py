@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from driver.cli.options import Verbs, verb
-from driver.cli.output import byte_bar, listed, plural, say, size, terminal_safe
+from driver.cli.output import byte_bar, listed, plural, say, shown, size
 from driver.errors import EXIT_OK, DriverError
 from driver.jobs import check_submission_id
 from driver.store import RESULTS_URL_ENV, Store, StoreDownload, StoreUrl, url_from
@@ -130,15 +130,19 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not runs:
         say(f"No runs in {where}.")
         return EXIT_OK
-    width = max(len(terminal_safe(r.id)) for r in runs)
+    # Ids and checkpoints are the store's text: one field each, no terminal control, no line
+    # breaks (a run id with "\n" would print a line of its own).
+    ids = {r.id: shown(r.id, 200) for r in runs}
+    width = max(len(i) for i in ids.values())
     for r in runs:
+        checkpoint = shown(r.checkpoint, 100) if r.checkpoint else None
         published = (
-            f"{r.checkpoint} (iteration {r.iteration})"
-            if r.checkpoint and r.iteration is not None
-            else r.checkpoint or "no checkpoint yet"
+            f"{checkpoint} (iteration {r.iteration})"
+            if checkpoint and r.iteration is not None
+            else checkpoint or "no checkpoint yet"
         )
         written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.last_write.timestamp()))
-        print(f"{terminal_safe(r.id):<{width}}  {published:<36}  {written}  {size(r.size):>9}")
+        print(f"{ids[r.id]:<{width}}  {published:<36}  {written}  {size(r.size):>9}")
     sys.stdout.flush()
     return EXIT_OK
 
@@ -148,7 +152,7 @@ def download_from_store(url: StoreUrl, sid: str, results: Path) -> StoreDownload
     with Store(url) as store:
         report = store.download(sid, results / sid, progress=byte_bar(f"downloading {sid}"))
     what = (
-        f"checkpoint {report.checkpoint} (iteration {report.iteration})"
+        f"checkpoint {shown(report.checkpoint, 100)} (iteration {report.iteration})"
         if report.checkpoint
         else "no checkpoint published yet"
     )
@@ -172,5 +176,10 @@ def download_from_store(url: StoreUrl, sid: str, results: Path) -> StoreDownload
         say(
             f"Left out {plural(len(report.left_out), 'blob')} whose names are not plain "
             f"relative paths: {listed([repr(x) for x in report.left_out])}"
+        )
+    if report.unwritable:
+        say(
+            f"Left out {plural(len(report.unwritable), 'file')} this file system cannot hold "
+            f"as named: {listed([shown(x, 200) for x in report.unwritable])}"
         )
     return report

@@ -231,7 +231,10 @@ def serve(
             say(
                 "env: AZURE_TOKEN_CREDENTIALS=ManagedIdentityCredential "
                 f"AZURE_POD_IDENTITY_AUTHORITY_HOST={metadata.url} "
-                f"AZURE_CLIENT_ID={READER_CLIENT_ID} REQUESTS_CA_BUNDLE={ca}"
+                f"AZURE_CLIENT_ID={READER_CLIENT_ID} REQUESTS_CA_BUNDLE={ca} "
+                # The driver sends an Azure token to no host but Azure's storage endpoint and
+                # the emulator the user names.
+                f"RAYDRIVER_RESULTS_EMULATOR=127.0.0.1:{blob_port}"
             )
             while not stop.wait(0.5):
                 if proc.poll() is not None:

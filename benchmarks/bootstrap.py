@@ -12,11 +12,14 @@ anchor:
   cold    the nodes boot from the bare Debian image (``--no-image``) and install everything at
           boot with empty package caches, as every fresh Azure VM from the stacks' base image;
   anchor  the method the anchors use: the same documents with our install steps (uv, the
-          hashed lock) replaced by one pip install at boot of the nodes' top-level requirements
-          without their pins, cold caches. Unpinned, pip would take what the mirror offers today
-          (newer torch and gymnasium than our pins): a constraints file holding the lock's
-          versions makes it install the same packages at the same versions, so what differs is
-          the method (pip resolving and installing vs uv installing a lock).
+          hashed lock) replaced by pip at boot, cold caches: torch as ours takes it (the CPU
+          build from the torch index alone, without dependencies), then one pip install of the
+          nodes' top-level requirements without their pins from the package index. Unpinned,
+          pip would take what the mirror offers today (newer torch and gymnasium than our
+          pins): a constraints file holding the lock's versions makes it install the same
+          packages at the same versions, so what differs is the method (pip resolving and
+          installing vs uv installing a lock). Each pip install trusts its index's host where
+          that index is plain http (the rehearsal's), as pip skips an untrusted one.
 
 Without the baked method (``--only``), a first boot (``prime``, not reported as a method) fills
 the mirrors instead.
@@ -65,21 +68,38 @@ KEY_PACKAGES = ("ray", "torch", "gymnasium", "pillow", "numpy")
 INSTALL_END = '    "$VENV/bin/python" - "$INSTALL_MARKER" '
 # Our venv phase installs uv with pip: the anchor has no uv.
 UV_INSTALL_RE = re.compile(r'retry "\$VENV/bin/pip" install [^\n]*\\\n[^\n]*"uv==[^"]+"\n')
-ANCHOR_INSTALL = f"""    phase install_ray
-    # The anchors' method (benchmarks/bootstrap.py): one pip install at boot of the nodes'
-    # top-level requirements without their pins; no uv, no lock, no hashes. The constraints hold
-    # pip to the lock's versions, so that both methods install the same packages.
+ANCHOR_INSTALL = r"""    phase install_torch
+    # The anchors' method (benchmarks/bootstrap.py): pip, no uv, no lock, no hashes. pip skips
+    # a plain-http index (the rehearsal's mirror and torch index) unless its host is trusted:
+    # each install trusts the host of the index it is given, taken from that index's URL.
     [ "$SCALING_MODE" = cpu ] || fail "the anchor documents are for scaling mode cpu"
-    retry "$VENV/bin/pip" install --quiet --disable-pip-version-check \\
-        --index-url "$PIP_INDEX_URL" --extra-index-url "$TORCH_INDEX_URL" \\
-        ${{pip_host:+--trusted-host "$pip_host"}} \\
-        -c {ANCHOR_CONSTRAINTS} -r {ANCHOR_REQUIREMENTS}
+    anchor_pip() {
+        local index=$1 host=""
+        shift
+        case "$index" in http://*) host=$(echo "$index" | sed -E 's#^http://([^/:]+).*#\1#') ;; esac
+        retry "$VENV/bin/pip" install --quiet --disable-pip-version-check --index-url "$index" \
+            ${host:+--trusted-host "$host"} "$@"
+    }
+    # torch as ours takes it: the CPU build, from the torch index alone, without dependencies.
+    # The install below keeps it (it satisfies the constraints; no --upgrade) and never takes
+    # the package index's torch: on Linux the CUDA build, whose NVIDIA libraries filled a
+    # node's /tmp when pip, given both indexes, could not use the torch index.
+    anchor_pip "$TORCH_INDEX_URL" --no-deps "TORCH_REQUIREMENT"
+
+    phase install_ray
+    # One pip install of the nodes' top-level requirements without their pins; the constraints
+    # hold pip to the lock's versions, so that both methods install the same packages.
+    anchor_pip "$PIP_INDEX_URL" -c ANCHOR_CONSTRAINTS -r ANCHOR_REQUIREMENTS
     read -ra EXTRA <<<"$EXTRA_PIP_PACKAGES"
-    if [ "${{#EXTRA[@]}}" -gt 0 ]; then
-        retry "$VENV/bin/pip" install --quiet --disable-pip-version-check "${{EXTRA[@]}}"
+    if [ "${#EXTRA[@]}" -gt 0 ]; then
+        anchor_pip "$PIP_INDEX_URL" "${EXTRA[@]}"
     fi
 
-"""
+""".replace("ANCHOR_CONSTRAINTS", ANCHOR_CONSTRAINTS).replace(
+    "ANCHOR_REQUIREMENTS", ANCHOR_REQUIREMENTS
+)
+"""The anchor's install phase, in place of ours from torch's install to the install marker
+(``TORCH_REQUIREMENT``: torch's pin in our requirements)."""
 VERSIONS_PY = (
     "import importlib.metadata as m, json, platform; print(json.dumps({'python': "
     "platform.python_version(), 'packages': {d.metadata['Name']: d.version "
@@ -124,6 +144,8 @@ def anchor_documents(out: Path, source: Path | None = None) -> Path:
     source = source or render.rendered_dir()
     documents = {role: (source / f"{role}.yaml").read_text() for role in render.ROLES}
     requirements, constraints = anchor_inputs(documents)
+    torch = next(c for c in constraints if c.startswith("torch=="))
+    install = ANCHOR_INSTALL.replace("TORCH_REQUIREMENT", torch)
     out.mkdir(parents=True, exist_ok=True)
     for role, text in documents.items():
         script = render.document_files(text)[BOOTSTRAP]
@@ -138,7 +160,7 @@ def anchor_documents(out: Path, source: Path | None = None) -> Path:
                 "install_torch ... install marker steps this benchmark replaces; update "
                 "benchmarks/bootstrap.py"
             )
-        script = script[:start] + ANCHOR_INSTALL + script[end:]
+        script = script[:start] + install + script[end:]
         doc = yaml.safe_load(text)
         entries = doc["write_files"]
         for entry in entries:

@@ -4,15 +4,19 @@ or says in one line what it needs."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from urllib.parse import urlsplit
 
 import pytest
 from packaging.requirements import Requirement
 
 from nodekit import render
+from nodekit.rehearsal.services import packages
+from nodekit.rehearsal.state import State
 from support import REPO, error_lines
 
 BENCHMARKS = sorted(p.name for p in (REPO / "benchmarks").glob("*.py"))
@@ -91,6 +95,100 @@ def test_the_anchor_documents_install_our_packages_with_one_pip_install(tmp_path
             ["cloud-init", "schema", "--config-file", str(filled)], capture_output=True, text=True
         )
         assert p.returncode == 0 and "Valid cloud-config" in p.stdout, p.stdout + p.stderr
+
+
+PIP_RECORDER = """#!/bin/sh
+# Each call's arguments, one per line, then an empty line.
+printf '%s\\n' "$@" '' >>"$PIP_CALLS"
+"""
+
+
+def _run_anchor_install(
+    install: str, tmp_path: Path, values: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
+    """The anchor's install phase (``install``: the bootstrap's text from the venv's creation to
+    the install marker) run in bash with the deploy-time ``values``, each pip call recorded (its
+    arguments) instead of run, and each phase as ``PHASE <name>``."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "pip").write_text(PIP_RECORDER)
+    (venv / "bin" / "pip").chmod(0o755)
+    calls = tmp_path / "calls"
+    calls.touch()
+    script = (
+        'phase() { printf "PHASE %s\\n\\n" "$1" >>"$PIP_CALLS"; }\n'
+        'fail() { echo "FAILED: $*"; exit 1; }\n'
+        'retry() { "$@"; }\n'
+        f"install() {{\n{install}}}\ninstall\n"
+    )
+    p = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        env={"PATH": os.environ["PATH"], "VENV": str(venv), "PIP_CALLS": str(calls), **values},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return p, [c.splitlines() for c in calls.read_text().split("\n\n") if c]
+
+
+def test_the_anchors_pip_trusts_each_plain_http_index_and_takes_torch_from_the_torch_index(
+    tmp_path: Path,
+) -> None:
+    """With the rehearsal's indexes (plain http: its PyPI mirror by address, its torch index by
+    name) every index a pip call of the anchor is given has its host trusted (pip skips an
+    untrusted http index: the anchor then took the package index's CUDA torch, whose NVIDIA
+    libraries filled the node's /tmp); torch comes from the torch index alone, as ours does,
+    and the install of everything else is given the package index alone. With https indexes
+    (Azure's defaults) nothing is trusted."""
+    bench = _bootstrap_benchmark()
+    out = bench.anchor_documents(tmp_path / "anchor")
+    script = render.document_files((out / "worker.yaml").read_text())[bench.BOOTSTRAP]
+    venv = '    python3 -m venv "$VENV"\n'
+    install = script[script.index(venv) + len(venv) : script.index(bench.INSTALL_END)]
+    state = State(
+        name="bootbench", subnet="10.221.0.0/24", bridge="rh-bootbench", host_ip="10.221.0.1",
+        http_port=8000, ssh_key="",
+    )  # fmt: skip
+    rehearsal = {
+        "PIP_INDEX_URL": packages.pip_index_url(state),
+        "TORCH_INDEX_URL": packages.torch_index_url(state),
+    }
+    azure = {k: render.deploy_value_defaults()[k] for k in rehearsal}
+    torch = f"torch=={render.cluster_pins().versions['torch']}"
+    for values, scheme in ((rehearsal, "http"), (azure, "https")):
+        assert all(urlsplit(v).scheme == scheme for v in values.values())
+        p, calls = _run_anchor_install(
+            install,
+            tmp_path / scheme,
+            {**values, "SCALING_MODE": "cpu", "EXTRA_PIP_PACKAGES": "minigrid==3.0.0"},
+        )
+        assert p.returncode == 0, p.stdout + p.stderr
+        pips = [c for c in calls if c[0] == "install"]
+        for call in pips:
+            indexes = [
+                call[i + 1]
+                for i, a in enumerate(call)
+                if a in ("-i", "--index-url", "--extra-index-url")
+            ]
+            trusted = [call[i + 1] for i, a in enumerate(call) if a == "--trusted-host"]
+            assert trusted == [urlsplit(u).hostname for u in indexes if scheme == "http"], call
+            assert len(indexes) == 1, call
+        assert [c[0] for c in calls if c[0] != "install"] == [
+            "PHASE install_torch",
+            "PHASE install_ray",
+        ]
+        assert len(pips) == 3, calls
+        torch_call, main_call, extra_call = pips
+        assert values["TORCH_INDEX_URL"] in torch_call and torch_call[-2:] == ["--no-deps", torch]
+        assert values["PIP_INDEX_URL"] in main_call
+        assert main_call[-4:] == ["-c", bench.ANCHOR_CONSTRAINTS, "-r", bench.ANCHOR_REQUIREMENTS]
+        assert values["PIP_INDEX_URL"] in extra_call and extra_call[-1] == "minigrid==3.0.0"
+    p, calls = _run_anchor_install(install, tmp_path / "ray", {**rehearsal, "SCALING_MODE": "ray"})
+    assert (p.returncode, p.stdout, calls) == (
+        1,
+        "FAILED: the anchor documents are for scaling mode cpu\n",
+        [["PHASE install_torch"]],
+    )
 
 
 def test_installed_versions_are_compared_with_the_lock() -> None:

@@ -32,9 +32,16 @@ holds afterwards (read on the node), compared with the lock. The 1-minute load a
 and during each boot says how busy the machine was. The host-side caches (image, torch) are
 built first and reported separately.
 
+``--reuse``: each method's worker joins the head of the running cluster ``--name`` instead
+(removed again once measured; the cluster is kept): the workers' figures only. ``--smoke``
+checks that every step works, not how fast (the JSON says ``"smoke": true``): one cluster for
+every method, its head from the node image (with ``--reuse``, the running one), and one
+worker per method joining it, removed again; no prime boot (the cluster's mirrors serve).
+
     sudo .venv/bin/python benchmarks/bootstrap.py            # prints JSON lines
     sudo .venv/bin/python benchmarks/bootstrap.py --only baked --only anchor
     sudo .venv/bin/python benchmarks/bootstrap.py --name bb2 --subnet 10.222.0.0/24
+    sudo .venv/bin/python benchmarks/bootstrap.py --smoke --reuse --name pytest --only anchor
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +64,7 @@ from driver import layout
 from driver.errors import DriverError
 from nodekit import render
 from nodekit.rehearsal.cluster import Rehearsal
+from nodekit.rehearsal.state import Node
 
 NAME = os.environ.get("RAYDRIVER_BOOTSTRAP_REHEARSAL", "") or "bootbench"
 SUBNET = os.environ.get("RAYDRIVER_BOOTSTRAP_SUBNET", "") or "10.221.0.0/24"
@@ -257,16 +266,25 @@ class LoadSampler:
         }
 
 
+def node_figures(r: Rehearsal, node: Node, own: dict[str, str]) -> dict:
+    """A booted node's times (its readiness marker) and what its environment holds, against
+    the lock."""
+    m = r.marker(node)
+    if m is None:
+        raise BenchmarkError(f"{node.name} has no readiness marker")
+    out = _timings(m)
+    env = json.loads(r.exec(node, [f"{layout.VENV_DIR}/bin/python", "-c", VERSIONS_PY]))
+    out["installed"] = compare_installed(env["packages"], expected_versions(own, env["python"]))
+    return out
+
+
 def boot(
     name: str, subnet: str, label: str, documents: Path | None, image: bool, own: dict[str, str]
 ) -> dict:
     """Head alone first, then one worker joining the running head (as a scale-out does); with
     ``image`` both boot from the node image (baked first if the cache has none)."""
     r = Rehearsal(name, subnet=subnet)
-
-    def say(m: str) -> None:
-        print(f"[{label}] {m}", file=sys.stderr, flush=True)
-
+    say = say_as(label)
     load = LoadSampler()
     start = time.monotonic()
     try:
@@ -281,21 +299,81 @@ def boot(
             "worker_wall_s": round(time.monotonic() - t, 1),
         }
         for node in (state.head, worker):
-            m = r.marker(node)
-            if m is None:
-                raise BenchmarkError(f"{node.name} has no readiness marker")
-            result[node.role] = _timings(m)
-            env = json.loads(r.exec(node, [f"{layout.VENV_DIR}/bin/python", "-c", VERSIONS_PY]))
-            expected = expected_versions(own, env["python"])
-            result[node.role]["installed"] = compare_installed(env["packages"], expected)
+            result[node.role] = node_figures(r, node, own)
         result.update(load.result())
         return result
     finally:
         r.down()
 
 
+def boot_worker(
+    r: Rehearsal, label: str, documents: Path | None, image: bool, own: dict[str, str]
+) -> dict:
+    """One worker joining the running head of ``r`` (as a scale-out does), booted from
+    ``documents`` (None: the cluster's) and with ``image`` from the cluster's node image;
+    removed again once measured, or once its boot failed."""
+    say = say_as(label)
+    state = r.load()
+    if state is None:
+        raise BenchmarkError(f"no rehearsal cluster {r.name!r}")
+    before = {n.name for n in state.nodes}
+    load = LoadSampler()
+    start = time.monotonic()
+    try:
+        [worker] = r.add_workers(1, progress=say, image=image, documents_dir=documents)
+        result: dict[str, Any] = {
+            "image": state.image_digest if image else None,
+            "worker_wall_s": round(time.monotonic() - start, 1),
+            "worker": node_figures(r, worker, own),
+        }
+        result.update(load.result())
+        return result
+    finally:
+        after = r.load()
+        for node in after.nodes if after else []:
+            if node.name not in before:
+                say(f"removing {node.name}")
+                r.remove(node.name)
+
+
 def emit(obj: dict) -> None:
     print(json.dumps(obj), flush=True)
+
+
+def say_as(label: str) -> Callable[[str], None]:
+    return lambda m: print(f"[{label}] {m}", file=sys.stderr, flush=True)
+
+
+def check_cluster(probe: Rehearsal, reuse: bool, wanted: list[str]) -> None:
+    """Refuse, in one line, a cluster the run cannot use: with ``reuse``, one that is not up
+    or cannot boot the methods' workers; else one that exists (never someone else's: the
+    benchmark removes only the clusters it booted) or a subnet in use."""
+    name = probe.name
+    if reuse:
+        state = probe.load()
+        if state is None:
+            raise BenchmarkError(
+                f"--reuse: no rehearsal cluster {name!r} is up: boot one (`python -m nodekit "
+                f"rehearse up --name {name} --workers 0`), or leave out --reuse"
+            )
+        if "baked" in wanted and not state.image:
+            raise BenchmarkError(
+                f"--reuse: cluster {name!r} has no node image (booted with --no-image): the "
+                "baked method needs one; --only cold --only anchor"
+            )
+        if "anchor" in wanted and state.scaling_mode != "cpu":
+            raise BenchmarkError(
+                f"--reuse: cluster {name!r} is in scaling mode {state.scaling_mode}: the "
+                "anchor documents are for scaling mode cpu"
+            )
+        return
+    if probe.load() is not None or probe.dir.exists():
+        raise BenchmarkError(
+            f"a rehearsal cluster {name!r} exists ({probe.dir}): choose another --name, "
+            f"reuse it (--reuse), or remove it with `python -m nodekit rehearse down --name "
+            f"{name} --subnet {probe.subnet}`"
+        )
+    probe._check_subnet_free()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,12 +383,24 @@ def main(argv: list[str] | None = None) -> int:
         "--name",
         default=NAME,
         help=f"rehearsal cluster name, booted and removed for every method (default {NAME}; "
-        "env RAYDRIVER_BOOTSTRAP_REHEARSAL)",
+        "env RAYDRIVER_BOOTSTRAP_REHEARSAL); with --reuse, the running cluster to join",
     )
     ap.add_argument(
         "--subnet",
         default=SUBNET,
         help=f"its subnet (default {SUBNET}; env RAYDRIVER_BOOTSTRAP_SUBNET)",
+    )
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="boot each method's worker into the running cluster --name (kept; each worker is "
+        "removed again) instead of a cluster per method: the workers' figures only",
+    )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="check that it runs: one cluster (--name, head only, from the node image; with "
+        "--reuse the running one) and one worker per method joining it; not a measurement",
     )
     args = ap.parse_args(argv)
     try:
@@ -325,33 +415,34 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if probe.load() is not None or probe.dir.exists():
-        # Never someone else's: the benchmark removes only the clusters it booted.
-        print(
-            f"error: a rehearsal cluster {args.name!r} exists ({probe.dir}): choose another "
-            f"--name, or remove it with `python -m nodekit rehearse down --name {args.name} "
-            f"--subnet {args.subnet}`",
-            file=sys.stderr,
-        )
-        return 2
+    wanted = [m for m in METHODS if m in (args.only or METHODS)]
     try:
-        probe._check_subnet_free()
-    except DriverError as e:
+        check_cluster(probe, args.reuse, wanted)
+    except (DriverError, BenchmarkError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    wanted = [m for m in METHODS if m in (args.only or METHODS)]
     own = {r: (render.rendered_dir() / f"{r}.yaml").read_text() for r in render.ROLES}
     clusters = probe.base / "clusters"
+    reused = probe.load() if args.reuse else None
+    shared = args.smoke or args.reuse
     report: dict[str, Any] = {
         "benchmark": "bootstrap",
+        "smoke": args.smoke,
         "workers": 1,
-        "cluster": {"name": args.name, "subnet": args.subnet},
+        "cluster": {
+            "name": args.name,
+            "subnet": reused.subnet if reused else args.subnet,
+            "per_method": not shared,
+            "reused": args.reuse,
+        },
         "machine": {
             "cpus": os.cpu_count(),
             "load_1min_at_start": round(os.getloadavg()[0], 2),
             # Other rehearsal clusters share the cores: their boots and jobs load the figures.
             "other_rehearsal_clusters": sorted(
-                p.name for p in (clusters.iterdir() if clusters.is_dir() else [])
+                p.name
+                for p in (clusters.iterdir() if clusters.is_dir() else [])
+                if p.name != args.name
             ),
         },
     }
@@ -371,23 +462,42 @@ def main(argv: list[str] | None = None) -> int:
         torch_index = render.deploy_value_defaults()["TORCH_INDEX_URL"]
         probe.cache.ensure_torch(torch, torch_index, print)
         report["host_caches_s"] = round(time.monotonic() - t, 1)
-        emit({"benchmark": "bootstrap", "step": "host_caches", "s": report["host_caches_s"]})
+        head = {"benchmark": "bootstrap", "smoke": args.smoke}
+        emit({**head, "step": "host_caches", "s": report["host_caches_s"]})
 
-        # The baked method first: its bake fills the mirrors (else a prime boot does).
+        # The baked method first: its bake fills the mirrors (else a prime boot does; one
+        # cluster for every method has its mirrors filled by its own head's bake or boot).
         runs: list[tuple[str, Path | None, bool]] = (
-            [] if "baked" in wanted else [("prime", None, False)]
+            [] if "baked" in wanted or shared else [("prime", None, False)]
         )
         runs += [
             (m, anchor if m == "anchor" else None, m == "baked") for m in METHODS if m in wanted
         ]
-        for label, documents, image in runs:
-            try:
-                result = boot(args.name, args.subnet, label, documents, image, own)
-            except (DriverError, BenchmarkError, OSError, ValueError) as e:
-                failed = True
-                result = {"error": str(e)}
-            report[label] = result
-            emit({"benchmark": "bootstrap", "method": label, **result})
+        cluster = Rehearsal(args.name, subnet=args.subnet)
+        try:
+            if shared and not args.reuse:
+                t = time.monotonic()
+                try:
+                    state = cluster.up(workers=0, image=True, progress=say_as("cluster"))
+                    report["cluster"]["bake_s"] = state.bake_s
+                    report["cluster"]["head_wall_s"] = round(time.monotonic() - t - state.bake_s, 1)
+                except (DriverError, OSError) as e:
+                    failed, runs = True, []
+                    report["cluster"]["error"] = str(e)
+            for label, documents, image in runs:
+                try:
+                    if shared:
+                        result = boot_worker(cluster, label, documents, image, own)
+                    else:
+                        result = boot(args.name, args.subnet, label, documents, image, own)
+                except (DriverError, BenchmarkError, OSError, ValueError) as e:
+                    failed = True
+                    result = {"error": str(e)}
+                report[label] = result
+                emit({**head, "method": label, **result})
+        finally:
+            if shared and not args.reuse:
+                cluster.down()
 
     def worker(k: str) -> float | None:
         return report.get(k, {}).get("worker", {}).get("cloud_init_to_registered_s")

@@ -15,8 +15,9 @@ import pytest
 from packaging.requirements import Requirement
 
 from nodekit import render
+from nodekit.rehearsal.cluster import Rehearsal
 from nodekit.rehearsal.services import packages
-from nodekit.rehearsal.state import State
+from nodekit.rehearsal.state import Node, State
 from support import REPO, error_lines
 
 BENCHMARKS = sorted(p.name for p in (REPO / "benchmarks").glob("*.py"))
@@ -189,6 +190,57 @@ def test_the_anchors_pip_trusts_each_plain_http_index_and_takes_torch_from_the_t
         "FAILED: the anchor documents are for scaling mode cpu\n",
         [["PHASE install_torch"]],
     )
+
+
+def test_a_worker_joining_with_the_anchor_documents_boots_the_anchor_worker_document(
+    tmp_path: Path,
+) -> None:
+    """``--smoke``/``--reuse`` boot the anchor's worker into a running cluster
+    (``Rehearsal.add_workers(documents_dir=...)``): its user data is the anchor's worker
+    document filled with the cluster's values, as the cluster's own workers get theirs."""
+    bench = _bootstrap_benchmark()
+    anchor = bench.anchor_documents(tmp_path / "anchor")
+    r = Rehearsal("unit", base=tmp_path)
+    r.dir.mkdir(parents=True)
+    (r.dir / "token").write_text("t" * 64)
+    state = State(
+        name="unit", subnet="10.213.0.0/24", bridge="rh-unit", host_ip="10.213.0.1",
+        http_port=8470, ssh_key="k", documents_dir=str(render.rendered_dir()),
+        nodes=[Node("head", "head", "10.213.0.10", "ns", "veth", str(tmp_path))],
+    )  # fmt: skip
+    values = r.deploy_values(state)
+    theirs = r._user_data(state, "worker", None, anchor)
+    assert theirs == render.fill((anchor / "worker.yaml").read_text(), values)
+    assert theirs != r._user_data(state, "worker")
+    assert r._user_data(state, "worker") == render.fill(
+        (render.rendered_dir() / "worker.yaml").read_text(), values
+    )
+
+
+def test_the_bootstrap_benchmark_reuses_only_a_running_cluster_that_can_boot_its_workers(
+    tmp_path: Path,
+) -> None:
+    bench = _bootstrap_benchmark()
+    r = Rehearsal("bb", base=tmp_path)
+    with pytest.raises(bench.BenchmarkError, match=r"^--reuse: no rehearsal cluster 'bb' is up"):
+        bench.check_cluster(r, True, ["anchor"])
+    r.dir.mkdir(parents=True)
+    state = State(
+        name="bb", subnet="10.222.0.0/24", bridge="rh-bb", host_ip="10.222.0.1",
+        http_port=8000, ssh_key="", scaling_mode="ray",
+    )  # fmt: skip
+    r.store.save(state)
+    with pytest.raises(bench.BenchmarkError, match=r"has no node image .* --only cold --only"):
+        bench.check_cluster(r, True, ["baked", "anchor"])
+    with pytest.raises(bench.BenchmarkError, match="scaling mode ray: the anchor documents"):
+        bench.check_cluster(r, True, ["cold", "anchor"])
+    bench.check_cluster(r, True, ["cold"])
+    state.image, state.scaling_mode = str(tmp_path / "image"), "cpu"
+    r.store.save(state)
+    bench.check_cluster(r, True, list(bench.METHODS))
+    # Without --reuse a cluster of that name is never taken (nor removed).
+    with pytest.raises(bench.BenchmarkError, match=r"exists .*: choose another --name, reuse it"):
+        bench.check_cluster(r, False, list(bench.METHODS))
 
 
 def test_installed_versions_are_compared_with_the_lock() -> None:

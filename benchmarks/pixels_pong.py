@@ -104,6 +104,12 @@ def main() -> int:
         "smallest (instead of --env-steps and --iterations); not a measurement",
     )
     ap.add_argument(
+        "--driver-home",
+        type=Path,
+        help="submit to the local Ray of this driver home (RAYDRIVER_HOME), left running "
+        "(default: a fresh one in a temporary folder, stopped at the end)",
+    )
+    ap.add_argument(
         "--cluster-args",
         nargs=argparse.REMAINDER,
         default=[],
@@ -124,7 +130,7 @@ def main() -> int:
     }
     if not args.skip_training:
         with tempfile.TemporaryDirectory(prefix="pixels-pong-") as tmp:
-            home, results = Path(tmp) / "home", Path(tmp) / "results"
+            home, results = args.driver_home or Path(tmp) / "home", Path(tmp) / "results"
             stamp = time.strftime("%Y%m%d-%H%M%S")
             iterations = ["--max-iterations", str(args.iterations)]
             where = "cluster" if args.cluster_args else "local"
@@ -146,7 +152,8 @@ def main() -> int:
                 results,
                 f"pong-{stamp}",
             )
-            stop_local_ray(home)
+            if args.driver_home is None:
+                stop_local_ray(home)
     print(json.dumps(out, indent=2))
     failed = [k for k, v in out.items() if isinstance(v, dict) and "error" in v]
     return 1 if failed else 0

@@ -4,6 +4,7 @@
     python benchmarks/targets.py mobile --seeds 0 1 2
     python benchmarks/targets.py cabs --seeds 0 -- --max-env-steps 50000   # example flags
     python benchmarks/targets.py mobile --smoke   # one tiny iteration: it works, untimed
+    python benchmarks/targets.py cabs --driver-args --head azureuser@10.213.0.10 -i KEY -- --lr 1e-3
 
 Each seed is one ``python -m driver submit examples/EXAMPLE/train.py -- --seed S`` with the
 example's defaults (their step budgets are the targets' budgets) on local Ray unless
@@ -57,7 +58,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("example", choices=("cabs", "mobile", "cartpole"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--driver-args", nargs="*", default=[], help="cluster options for submit")
+    ap.add_argument(
+        "--driver-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="options for `python -m driver submit` (cluster selection, --results); last, "
+        "before any example flags",
+    )
     ap.add_argument(
         "--smoke",
         action="store_true",

@@ -185,6 +185,12 @@ def main() -> int:
         "CartPole's smallest iterations in the job's process, 2 of them); not a measurement",
     )
     ap.add_argument(
+        "--driver-home",
+        type=Path,
+        help="submit to the local Ray of this driver home (RAYDRIVER_HOME), left running "
+        "(default: a fresh one in a temporary folder, stopped at the end)",
+    )
+    ap.add_argument(
         "--cluster-args",
         nargs=argparse.REMAINDER,
         default=[],
@@ -204,7 +210,9 @@ def main() -> int:
         "method": "env steps / training seconds, iteration 1 end to last iteration end",
     }
     with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
-        home, results = Path(tmp) / "home", Path(tmp) / "results"
+        home, results = args.driver_home or Path(tmp) / "home", Path(tmp) / "results"
+        # A Ray head keeps its jobs: submission ids of this run's own.
+        stamp = time.strftime("%Y%m%d-%H%M%S")
         # Learning from the second iteration on: every measured iteration samples and learns.
         cabs = ["--max-env-steps", str(args.cabs_steps), "--eval-episodes", "0"]
         cabs += ["--learning-starts", "1000"]
@@ -226,20 +234,20 @@ def main() -> int:
                     [],
                     home,
                     results,
-                    f"cabs-{n}",
+                    f"cabs-{n}-{stamp}",
                 )
                 for n in runners
             }
         )
         cartpole = ["--max-iterations", str(args.cartpole_iterations), *cartpole_flags]
         cartpole += ["--num-env-runners", str(cartpole_runners)]
-        local = run("cartpole", cartpole, [], home, results, "cartpole-local")
+        local = run("cartpole", cartpole, [], home, results, f"cartpole-local-{stamp}")
         key = f"cartpole_ppo_{cartpole_runners}_env_runners"
         out[key] = {"local": local}
-        stop_local_ray(home)
+        if args.driver_home is None:
+            stop_local_ray(home)
         if args.cluster_args:
-            # A cluster keeps its jobs: a submission id of its own for every run.
-            sid = f"cartpole-cl-{time.strftime('%Y%m%d-%H%M%S')}"
+            sid = f"cartpole-cl-{stamp}"
             remote = run("cartpole", cartpole, args.cluster_args, home, results, sid)
             out[key]["cluster"] = remote
             if "env_steps_per_s" in remote and "env_steps_per_s" in local:

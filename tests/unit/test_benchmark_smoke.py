@@ -6,8 +6,12 @@ and the JSON says so (``"smoke": true``). The benchmarks that need root are run 
 mode by tests/system/test_driver_overhead_benchmark.py (a head of their own) and on the rehearsal
 clusters the e2e lanes boot anyway (tests/e2e/test_bootstrap_benchmark.py, test_autoscale.py).
 
-cartpole.py and targets.py submit to the session's local Ray (``driver_home``), as a user's run
-goes to the user's; throughput.py and pixels_pong.py start a local Ray of their own and stop it.
+Those that submit jobs submit them to the session's local Ray (``driver_home``: cartpole.py and
+targets.py through RAYDRIVER_HOME, as a user's go to the user's; throughput.py and
+pixels_pong.py, which otherwise start a fresh one, with ``--driver-home``), so that none of them
+starts a local Ray of its own: on 2 cores loaded by the suite's other lanes that costs tens of
+seconds. results_store.py starts its own Rays (in its process and in each training run), as it
+measures them.
 """
 
 from __future__ import annotations
@@ -113,8 +117,10 @@ def test_the_targets_benchmark_in_smoke_mode(driver_home: Path, tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_the_throughput_benchmark_in_smoke_mode() -> None:
-    p, printed = run_benchmark("throughput", "--smoke", timeout=3 * RUN_S)
+def test_the_throughput_benchmark_in_smoke_mode(driver_home: Path) -> None:
+    p, printed = run_benchmark(
+        "throughput", "--smoke", "--driver-home", str(driver_home), timeout=2 * RUN_S
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     [out] = printed
     assert out["smoke"] is True
@@ -128,10 +134,12 @@ def test_the_throughput_benchmark_in_smoke_mode() -> None:
 
 
 @pytest.mark.slow
-def test_the_pixels_pong_benchmark_in_smoke_mode() -> None:
+def test_the_pixels_pong_benchmark_in_smoke_mode(driver_home: Path) -> None:
     """Both envs alone (PixelsEnv's simulator in a private Xvfb where there is no DISPLAY, as
     in the suite), then each example trained through the driver."""
-    p, printed = run_benchmark("pixels_pong", "--smoke", timeout=3 * RUN_S)
+    p, printed = run_benchmark(
+        "pixels_pong", "--smoke", "--driver-home", str(driver_home), timeout=2 * RUN_S
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     [out] = printed
     assert out["smoke"] is True
@@ -149,8 +157,7 @@ def test_the_pixels_pong_benchmark_in_smoke_mode() -> None:
 @pytest.mark.slow
 def test_the_results_store_benchmark_in_smoke_mode() -> None:
     """Against Azurite and the fake metadata service on loopback, as the benchmark starts them:
-    the checkpoint published, the on-run publishing a checkpoint per iteration, the off-run
-    none."""
+    the checkpoint published, and a run with the store on publishing while it trains."""
     p, printed = run_benchmark("results_store", "--smoke", timeout=3 * RUN_S)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     [out] = printed
@@ -161,10 +168,9 @@ def test_the_results_store_benchmark_in_smoke_mode() -> None:
         assert positive(checkpoint[key]), (key, checkpoint)
     throughput = out["throughput"]
     assert throughput["iterations"] == 2 and throughput["checkpoint_every"] == 1
-    [off], [on] = throughput["runs"]["off"], throughput["runs"]["on"]
-    for run in (off, on):
-        assert "error" not in run, run
-        assert run["iterations"] == 2 and positive(run["env_steps_per_s"]), run
-    assert off["published"] == 0 and on["published"] >= 1, (off, on)
-    assert on["store_problems"] == [] and on["final_upload"], on
-    assert positive(throughput["on_over_off"])
+    assert throughput["runs"]["off"] == []
+    [on] = throughput["runs"]["on"]
+    assert "error" not in on, on
+    assert on["iterations"] == 2 and positive(on["env_steps_per_s"]), on
+    # A checkpoint after each iteration: the first published while the run trained on.
+    assert on["published"] == 2 and on["store_problems"] == [] and on["final_upload"], on

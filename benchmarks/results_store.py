@@ -351,7 +351,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.iterations < 2:
         ap.error("--iterations: at least 2 (a rate is measured from iteration 1's end)")
-    checkpoint_every, modes = CHECKPOINT_EVERY, ("off", "on")
+    checkpoint_every = CHECKPOINT_EVERY
+    modes: tuple[str, ...] = ("off", "on")
     if args.smoke:
         modes = ("on",)
         args.checkpoints, args.iterations, args.repeats = 1, 2, 1

@@ -199,7 +199,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.cartpole_iterations < 2:
         ap.error("--cartpole-iterations: at least 2 (a rate is measured from iteration 1's end)")
-    runners, cartpole_runners, cartpole_flags = (0, 1, 2), 2, []
+    runners: tuple[int, ...] = (0, 1, 2)
+    cartpole_runners, cartpole_flags = 2, []
     if args.smoke:
         args.cabs_steps, args.cartpole_iterations = 2_000, 2
         runners, cartpole_runners, cartpole_flags = (0,), 0, SMOKE_FLAGS["cartpole"]

@@ -57,10 +57,10 @@ def _bootstrap_benchmark() -> ModuleType:
     return module
 
 
-def test_the_anchor_documents_install_our_packages_with_one_pip_install(tmp_path: Path) -> None:
+def test_the_anchor_documents_install_our_packages_with_pip(tmp_path: Path) -> None:
     """The documents embed the bootstrap gz+b64: the anchor's is built from the decoded script,
-    installs our top-level requirements unpinned with pip (no uv, no lock), held to the lock's
-    versions, and is otherwise our bootstrap."""
+    installs torch as ours does and then our top-level requirements unpinned with one pip
+    install (no uv, no lock), held to the lock's versions, and is otherwise our bootstrap."""
     bench = _bootstrap_benchmark()
     out = bench.anchor_documents(tmp_path / "anchor")
     ours_lock = render.read_lock()

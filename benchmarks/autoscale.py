@@ -16,6 +16,11 @@ workers boot from the node image (baked) and on one whose workers install at boo
     sudo .venv/bin/python benchmarks/autoscale.py            # boots its own clusters, prints JSON
     sudo .venv/bin/python benchmarks/autoscale.py --method baked
     sudo .venv/bin/python benchmarks/autoscale.py --reuse    # a cluster already up (kept)
+    sudo .venv/bin/python benchmarks/autoscale.py --smoke --reuse   # that it works: 1 cycle
+
+``--smoke`` checks that it works, not how fast (the JSON says ``"smoke": true``): one cycle,
+on one cluster (the first method's, baked unless ``--method`` says otherwise; with ``--reuse``
+the running one).
 """
 
 from __future__ import annotations
@@ -77,13 +82,22 @@ def main() -> int:
     p.add_argument(
         "--method", choices=METHODS, action="append", help="baked or cold (default: both)"
     )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="check that it runs: one cycle on one cluster (the first method's); not a measurement",
+    )
     args = p.parse_args()
+    if args.smoke:
+        args.runs = 1
     import autoscale_cluster as ac
 
     if os.geteuid() != 0:
         print("error: the rehearsal cluster needs root", file=sys.stderr)
         return 2
     report: dict[str, Any] = {
+        "benchmark": "autoscale",
+        "smoke": args.smoke,
         "cluster": "rehearsal, scaling mode ray, head + 0..2 workers",
         "cpus": os.cpu_count(),
         "idle_timeout_s": ac.IDLE_TIMEOUT_MINUTES * 60,
@@ -94,6 +108,7 @@ def main() -> int:
         methods = ["baked" if state is not None and state.image else "cold"]
     else:
         methods = [m for m in METHODS if m in (args.method or METHODS)]
+        methods = methods[:1] if args.smoke else methods
     for method in methods:
         if not args.reuse:
             up = ac.up(image=method == "baked")

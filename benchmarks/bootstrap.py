@@ -12,11 +12,14 @@ anchor:
   cold    the nodes boot from the bare Debian image (``--no-image``) and install everything at
           boot with empty package caches, as every fresh Azure VM from the stacks' base image;
   anchor  the method the anchors use: the same documents with our install steps (uv, the
-          hashed lock) replaced by one pip install at boot of the nodes' top-level requirements
-          without their pins, cold caches. Unpinned, pip would take what the mirror offers today
-          (newer torch and gymnasium than our pins): a constraints file holding the lock's
-          versions makes it install the same packages at the same versions, so what differs is
-          the method (pip resolving and installing vs uv installing a lock).
+          hashed lock) replaced by pip at boot, cold caches: torch as ours takes it (the CPU
+          build from the torch index alone, without dependencies), then one pip install of the
+          nodes' top-level requirements without their pins from the package index. Unpinned,
+          pip would take what the mirror offers today (newer torch and gymnasium than our
+          pins): a constraints file holding the lock's versions makes it install the same
+          packages at the same versions, so what differs is the method (pip resolving and
+          installing vs uv installing a lock). Each pip install trusts its index's host where
+          that index is plain http (the rehearsal's), as pip skips an untrusted one.
 
 Without the baked method (``--only``), a first boot (``prime``, not reported as a method) fills
 the mirrors instead.
@@ -29,9 +32,16 @@ holds afterwards (read on the node), compared with the lock. The 1-minute load a
 and during each boot says how busy the machine was. The host-side caches (image, torch) are
 built first and reported separately.
 
+``--reuse``: each method's worker joins the head of the running cluster ``--name`` instead
+(removed again once measured; the cluster is kept): the workers' figures only. ``--smoke``
+checks that every step works, not how fast (the JSON says ``"smoke": true``): one cluster for
+every method, its head from the node image (with ``--reuse``, the running one), and one
+worker per method joining it, removed again; no prime boot (the cluster's mirrors serve).
+
     sudo .venv/bin/python benchmarks/bootstrap.py            # prints JSON lines
     sudo .venv/bin/python benchmarks/bootstrap.py --only baked --only anchor
     sudo .venv/bin/python benchmarks/bootstrap.py --name bb2 --subnet 10.222.0.0/24
+    sudo .venv/bin/python benchmarks/bootstrap.py --smoke --reuse --name pytest --only anchor
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +64,7 @@ from driver import layout
 from driver.errors import DriverError
 from nodekit import render
 from nodekit.rehearsal.cluster import Rehearsal
+from nodekit.rehearsal.state import Node
 
 NAME = os.environ.get("RAYDRIVER_BOOTSTRAP_REHEARSAL", "") or "bootbench"
 SUBNET = os.environ.get("RAYDRIVER_BOOTSTRAP_SUBNET", "") or "10.221.0.0/24"
@@ -65,21 +77,38 @@ KEY_PACKAGES = ("ray", "torch", "gymnasium", "pillow", "numpy")
 INSTALL_END = '    "$VENV/bin/python" - "$INSTALL_MARKER" '
 # Our venv phase installs uv with pip: the anchor has no uv.
 UV_INSTALL_RE = re.compile(r'retry "\$VENV/bin/pip" install [^\n]*\\\n[^\n]*"uv==[^"]+"\n')
-ANCHOR_INSTALL = f"""    phase install_ray
-    # The anchors' method (benchmarks/bootstrap.py): one pip install at boot of the nodes'
-    # top-level requirements without their pins; no uv, no lock, no hashes. The constraints hold
-    # pip to the lock's versions, so that both methods install the same packages.
+ANCHOR_INSTALL = r"""    phase install_torch
+    # The anchors' method (benchmarks/bootstrap.py): pip, no uv, no lock, no hashes. pip skips
+    # a plain-http index (the rehearsal's mirror and torch index) unless its host is trusted:
+    # each install trusts the host of the index it is given, taken from that index's URL.
     [ "$SCALING_MODE" = cpu ] || fail "the anchor documents are for scaling mode cpu"
-    retry "$VENV/bin/pip" install --quiet --disable-pip-version-check \\
-        --index-url "$PIP_INDEX_URL" --extra-index-url "$TORCH_INDEX_URL" \\
-        ${{pip_host:+--trusted-host "$pip_host"}} \\
-        -c {ANCHOR_CONSTRAINTS} -r {ANCHOR_REQUIREMENTS}
+    anchor_pip() {
+        local index=$1 host=""
+        shift
+        case "$index" in http://*) host=$(echo "$index" | sed -E 's#^http://([^/:]+).*#\1#') ;; esac
+        retry "$VENV/bin/pip" install --quiet --disable-pip-version-check --index-url "$index" \
+            ${host:+--trusted-host "$host"} "$@"
+    }
+    # torch as ours takes it: the CPU build, from the torch index alone, without dependencies.
+    # The install below keeps it (it satisfies the constraints; no --upgrade) and never takes
+    # the package index's torch: on Linux the CUDA build, whose NVIDIA libraries filled a
+    # node's /tmp when pip, given both indexes, could not use the torch index.
+    anchor_pip "$TORCH_INDEX_URL" --no-deps "TORCH_REQUIREMENT"
+
+    phase install_ray
+    # One pip install of the nodes' top-level requirements without their pins; the constraints
+    # hold pip to the lock's versions, so that both methods install the same packages.
+    anchor_pip "$PIP_INDEX_URL" -c ANCHOR_CONSTRAINTS -r ANCHOR_REQUIREMENTS
     read -ra EXTRA <<<"$EXTRA_PIP_PACKAGES"
-    if [ "${{#EXTRA[@]}}" -gt 0 ]; then
-        retry "$VENV/bin/pip" install --quiet --disable-pip-version-check "${{EXTRA[@]}}"
+    if [ "${#EXTRA[@]}" -gt 0 ]; then
+        anchor_pip "$PIP_INDEX_URL" "${EXTRA[@]}"
     fi
 
-"""
+""".replace("ANCHOR_CONSTRAINTS", ANCHOR_CONSTRAINTS).replace(
+    "ANCHOR_REQUIREMENTS", ANCHOR_REQUIREMENTS
+)
+"""The anchor's install phase, in place of ours from torch's install to the install marker
+(``TORCH_REQUIREMENT``: torch's pin in our requirements)."""
 VERSIONS_PY = (
     "import importlib.metadata as m, json, platform; print(json.dumps({'python': "
     "platform.python_version(), 'packages': {d.metadata['Name']: d.version "
@@ -124,6 +153,8 @@ def anchor_documents(out: Path, source: Path | None = None) -> Path:
     source = source or render.rendered_dir()
     documents = {role: (source / f"{role}.yaml").read_text() for role in render.ROLES}
     requirements, constraints = anchor_inputs(documents)
+    torch = next(c for c in constraints if c.startswith("torch=="))
+    install = ANCHOR_INSTALL.replace("TORCH_REQUIREMENT", torch)
     out.mkdir(parents=True, exist_ok=True)
     for role, text in documents.items():
         script = render.document_files(text)[BOOTSTRAP]
@@ -138,7 +169,7 @@ def anchor_documents(out: Path, source: Path | None = None) -> Path:
                 "install_torch ... install marker steps this benchmark replaces; update "
                 "benchmarks/bootstrap.py"
             )
-        script = script[:start] + ANCHOR_INSTALL + script[end:]
+        script = script[:start] + install + script[end:]
         doc = yaml.safe_load(text)
         entries = doc["write_files"]
         for entry in entries:
@@ -235,16 +266,25 @@ class LoadSampler:
         }
 
 
+def node_figures(r: Rehearsal, node: Node, own: dict[str, str]) -> dict:
+    """A booted node's times (its readiness marker) and what its environment holds, against
+    the lock."""
+    m = r.marker(node)
+    if m is None:
+        raise BenchmarkError(f"{node.name} has no readiness marker")
+    out = _timings(m)
+    env = json.loads(r.exec(node, [f"{layout.VENV_DIR}/bin/python", "-c", VERSIONS_PY]))
+    out["installed"] = compare_installed(env["packages"], expected_versions(own, env["python"]))
+    return out
+
+
 def boot(
     name: str, subnet: str, label: str, documents: Path | None, image: bool, own: dict[str, str]
 ) -> dict:
     """Head alone first, then one worker joining the running head (as a scale-out does); with
     ``image`` both boot from the node image (baked first if the cache has none)."""
     r = Rehearsal(name, subnet=subnet)
-
-    def say(m: str) -> None:
-        print(f"[{label}] {m}", file=sys.stderr, flush=True)
-
+    say = say_as(label)
     load = LoadSampler()
     start = time.monotonic()
     try:
@@ -259,21 +299,81 @@ def boot(
             "worker_wall_s": round(time.monotonic() - t, 1),
         }
         for node in (state.head, worker):
-            m = r.marker(node)
-            if m is None:
-                raise BenchmarkError(f"{node.name} has no readiness marker")
-            result[node.role] = _timings(m)
-            env = json.loads(r.exec(node, [f"{layout.VENV_DIR}/bin/python", "-c", VERSIONS_PY]))
-            expected = expected_versions(own, env["python"])
-            result[node.role]["installed"] = compare_installed(env["packages"], expected)
+            result[node.role] = node_figures(r, node, own)
         result.update(load.result())
         return result
     finally:
         r.down()
 
 
+def boot_worker(
+    r: Rehearsal, label: str, documents: Path | None, image: bool, own: dict[str, str]
+) -> dict:
+    """One worker joining the running head of ``r`` (as a scale-out does), booted from
+    ``documents`` (None: the cluster's) and with ``image`` from the cluster's node image;
+    removed again once measured, or once its boot failed."""
+    say = say_as(label)
+    state = r.load()
+    if state is None:
+        raise BenchmarkError(f"no rehearsal cluster {r.name!r}")
+    before = {n.name for n in state.nodes}
+    load = LoadSampler()
+    start = time.monotonic()
+    try:
+        [worker] = r.add_workers(1, progress=say, image=image, documents_dir=documents)
+        result: dict[str, Any] = {
+            "image": state.image_digest if image else None,
+            "worker_wall_s": round(time.monotonic() - start, 1),
+            "worker": node_figures(r, worker, own),
+        }
+        result.update(load.result())
+        return result
+    finally:
+        after = r.load()
+        for node in after.nodes if after else []:
+            if node.name not in before:
+                say(f"removing {node.name}")
+                r.remove(node.name)
+
+
 def emit(obj: dict) -> None:
     print(json.dumps(obj), flush=True)
+
+
+def say_as(label: str) -> Callable[[str], None]:
+    return lambda m: print(f"[{label}] {m}", file=sys.stderr, flush=True)
+
+
+def check_cluster(probe: Rehearsal, reuse: bool, wanted: list[str]) -> None:
+    """Refuse, in one line, a cluster the run cannot use: with ``reuse``, one that is not up
+    or cannot boot the methods' workers; else one that exists (never someone else's: the
+    benchmark removes only the clusters it booted) or a subnet in use."""
+    name = probe.name
+    if reuse:
+        state = probe.load()
+        if state is None:
+            raise BenchmarkError(
+                f"--reuse: no rehearsal cluster {name!r} is up: boot one (`python -m nodekit "
+                f"rehearse up --name {name} --workers 0`), or leave out --reuse"
+            )
+        if "baked" in wanted and not state.image:
+            raise BenchmarkError(
+                f"--reuse: cluster {name!r} has no node image (booted with --no-image): the "
+                "baked method needs one; --only cold --only anchor"
+            )
+        if "anchor" in wanted and state.scaling_mode != "cpu":
+            raise BenchmarkError(
+                f"--reuse: cluster {name!r} is in scaling mode {state.scaling_mode}: the "
+                "anchor documents are for scaling mode cpu"
+            )
+        return
+    if probe.load() is not None or probe.dir.exists():
+        raise BenchmarkError(
+            f"a rehearsal cluster {name!r} exists ({probe.dir}): choose another --name, "
+            f"reuse it (--reuse), or remove it with `python -m nodekit rehearse down --name "
+            f"{name} --subnet {probe.subnet}`"
+        )
+    probe._check_subnet_free()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,12 +383,24 @@ def main(argv: list[str] | None = None) -> int:
         "--name",
         default=NAME,
         help=f"rehearsal cluster name, booted and removed for every method (default {NAME}; "
-        "env RAYDRIVER_BOOTSTRAP_REHEARSAL)",
+        "env RAYDRIVER_BOOTSTRAP_REHEARSAL); with --reuse, the running cluster to join",
     )
     ap.add_argument(
         "--subnet",
         default=SUBNET,
         help=f"its subnet (default {SUBNET}; env RAYDRIVER_BOOTSTRAP_SUBNET)",
+    )
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="boot each method's worker into the running cluster --name (kept; each worker is "
+        "removed again) instead of a cluster per method: the workers' figures only",
+    )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="check that it runs: one cluster (--name, head only, from the node image; with "
+        "--reuse the running one) and one worker per method joining it; not a measurement",
     )
     args = ap.parse_args(argv)
     try:
@@ -303,33 +415,34 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    if probe.load() is not None or probe.dir.exists():
-        # Never someone else's: the benchmark removes only the clusters it booted.
-        print(
-            f"error: a rehearsal cluster {args.name!r} exists ({probe.dir}): choose another "
-            f"--name, or remove it with `python -m nodekit rehearse down --name {args.name} "
-            f"--subnet {args.subnet}`",
-            file=sys.stderr,
-        )
-        return 2
+    wanted = [m for m in METHODS if m in (args.only or METHODS)]
     try:
-        probe._check_subnet_free()
-    except DriverError as e:
+        check_cluster(probe, args.reuse, wanted)
+    except (DriverError, BenchmarkError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    wanted = [m for m in METHODS if m in (args.only or METHODS)]
     own = {r: (render.rendered_dir() / f"{r}.yaml").read_text() for r in render.ROLES}
     clusters = probe.base / "clusters"
+    reused = probe.load() if args.reuse else None
+    shared = args.smoke or args.reuse
     report: dict[str, Any] = {
         "benchmark": "bootstrap",
+        "smoke": args.smoke,
         "workers": 1,
-        "cluster": {"name": args.name, "subnet": args.subnet},
+        "cluster": {
+            "name": args.name,
+            "subnet": reused.subnet if reused else args.subnet,
+            "per_method": not shared,
+            "reused": args.reuse,
+        },
         "machine": {
             "cpus": os.cpu_count(),
             "load_1min_at_start": round(os.getloadavg()[0], 2),
             # Other rehearsal clusters share the cores: their boots and jobs load the figures.
             "other_rehearsal_clusters": sorted(
-                p.name for p in (clusters.iterdir() if clusters.is_dir() else [])
+                p.name
+                for p in (clusters.iterdir() if clusters.is_dir() else [])
+                if p.name != args.name
             ),
         },
     }
@@ -349,23 +462,42 @@ def main(argv: list[str] | None = None) -> int:
         torch_index = render.deploy_value_defaults()["TORCH_INDEX_URL"]
         probe.cache.ensure_torch(torch, torch_index, print)
         report["host_caches_s"] = round(time.monotonic() - t, 1)
-        emit({"benchmark": "bootstrap", "step": "host_caches", "s": report["host_caches_s"]})
+        head = {"benchmark": "bootstrap", "smoke": args.smoke}
+        emit({**head, "step": "host_caches", "s": report["host_caches_s"]})
 
-        # The baked method first: its bake fills the mirrors (else a prime boot does).
+        # The baked method first: its bake fills the mirrors (else a prime boot does; one
+        # cluster for every method has its mirrors filled by its own head's bake or boot).
         runs: list[tuple[str, Path | None, bool]] = (
-            [] if "baked" in wanted else [("prime", None, False)]
+            [] if "baked" in wanted or shared else [("prime", None, False)]
         )
         runs += [
             (m, anchor if m == "anchor" else None, m == "baked") for m in METHODS if m in wanted
         ]
-        for label, documents, image in runs:
-            try:
-                result = boot(args.name, args.subnet, label, documents, image, own)
-            except (DriverError, BenchmarkError, OSError, ValueError) as e:
-                failed = True
-                result = {"error": str(e)}
-            report[label] = result
-            emit({"benchmark": "bootstrap", "method": label, **result})
+        cluster = Rehearsal(args.name, subnet=args.subnet)
+        try:
+            if shared and not args.reuse:
+                t = time.monotonic()
+                try:
+                    state = cluster.up(workers=0, image=True, progress=say_as("cluster"))
+                    report["cluster"]["bake_s"] = state.bake_s
+                    report["cluster"]["head_wall_s"] = round(time.monotonic() - t - state.bake_s, 1)
+                except (DriverError, OSError) as e:
+                    failed, runs = True, []
+                    report["cluster"]["error"] = str(e)
+            for label, documents, image in runs:
+                try:
+                    if shared:
+                        result = boot_worker(cluster, label, documents, image, own)
+                    else:
+                        result = boot(args.name, args.subnet, label, documents, image, own)
+                except (DriverError, BenchmarkError, OSError, ValueError) as e:
+                    failed = True
+                    result = {"error": str(e)}
+                report[label] = result
+                emit({**head, "method": label, **result})
+        finally:
+            if shared and not args.reuse:
+                cluster.down()
 
     def worker(k: str) -> float | None:
         return report.get(k, {}).get("worker", {}).get("cloud_init_to_registered_s")

@@ -5,9 +5,13 @@ unless --head/--terraform-dir/... are given after ``--driver-args``) and prints 
 
     python benchmarks/cartpole.py --seeds 0 1 2
     python benchmarks/cartpole.py --seeds 0 --driver-args --head azureuser@10.213.0.10 -i KEY
+    python benchmarks/cartpole.py --smoke    # one seed, a target one tiny iteration reaches
 
 "env_steps" and "train_wall_s" come from the example's own RESULT line; "submit_wall_s" is the
 whole submit as a user sees it (upload, scheduling, Ray start-up in the job, training, checkpoint).
+``--smoke`` checks that it runs, not how fast: seed 0, one env in the job's own process, 200-step
+iterations, a target below a random policy's return (its first iteration reaches it; at most
+2), and the JSON says ``"smoke": true``.
 """
 
 from __future__ import annotations
@@ -23,9 +27,18 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from throughput import SMOKE_FLAGS  # noqa: E402  (each example's smallest run)
+
+SMOKE_TARGET = 10.0
+"""Below CartPole's return under a random policy (~20): the first iteration reaches it."""
+SMOKE_ARGS = [*SMOKE_FLAGS["cartpole"], "--max-iterations", "2"]
+"""The example's smallest iterations (200 env steps, one env in the job's own process), 2 at
+most."""
 
 
-def run_seed(seed: int, target: float, driver_args: list[str]) -> dict:
+def run_seed(seed: int, target: float, driver_args: list[str], flags: list[str]) -> dict:
     start = time.monotonic()
     p = subprocess.run(
         [
@@ -40,6 +53,7 @@ def run_seed(seed: int, target: float, driver_args: list[str]) -> dict:
             str(seed),
             "--target",
             str(target),
+            *flags,
         ],
         cwd=REPO,
         capture_output=True,
@@ -71,11 +85,21 @@ def main() -> int:
         default=[],
         help="options for `python -m driver submit` (cluster selection)",
     )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"check that it runs: seed 0, target {SMOKE_TARGET:g}, the example's smallest "
+        "iterations (instead of --seeds and --target); not a measurement",
+    )
     args = ap.parse_args()
-    runs = [run_seed(s, args.target, args.driver_args) for s in args.seeds]
+    if args.smoke:
+        args.seeds, args.target = [0], SMOKE_TARGET
+    flags = SMOKE_ARGS if args.smoke else []
+    runs = [run_seed(s, args.target, args.driver_args, flags) for s in args.seeds]
     ok = [r for r in runs if r.get("reached_target")]
     summary = {
         "benchmark": "cartpole_ppo_to_target",
+        "smoke": args.smoke,
         "target": args.target,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "runs": runs,

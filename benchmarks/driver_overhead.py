@@ -18,6 +18,10 @@ check, reading the token, opening the tunnel, uploading through it. The sides al
 one warm-up each, and medians are reported with their ratio (target: at most 1.25).
 
     sudo .venv/bin/python benchmarks/driver_overhead.py --reps 5
+    sudo .venv/bin/python benchmarks/driver_overhead.py --smoke   # that it works: 1 rep
+
+``--smoke`` checks that it works, not how fast (the JSON says ``"smoke": true``): one
+repetition per side and no warm-ups.
 """
 
 from __future__ import annotations
@@ -85,7 +89,14 @@ def _wall(cmd: list[str], env: dict[str, str]) -> float:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=5, help="measured repetitions per side (default 5)")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="check that it runs: 1 repetition per side, no warm-ups; not a measurement",
+    )
     args = p.parse_args()
+    if args.smoke:
+        args.reps = 1
     if os.geteuid() != 0 or shutil.which("sshd", path="/usr/sbin:/usr/bin") is None:
         print(
             "benchmarks/driver_overhead.py needs root and openssh-server (a test head in a "
@@ -145,8 +156,9 @@ def main() -> int:
             ]
             return _timed(head._enter(cmd), head.ray_env, stamps_host / f"head-{i}")
 
-        driver_run(-1)  # warm-ups: the first job on a fresh head starts Ray's workers
-        head_run(-1)
+        if not args.smoke:
+            driver_run(-1)  # warm-ups: the first job on a fresh head starts Ray's workers
+            head_run(-1)
         results: dict[str, list[dict[str, float]]] = {"driver": [], "on_head": []}
         lists: dict[str, list[float]] = {"driver": [], "on_head": []}
         for i in range(args.reps):
@@ -193,6 +205,7 @@ def main() -> int:
         json.dumps(
             {
                 "benchmark": "driver_overhead",
+                "smoke": args.smoke,
                 "reps": args.reps,
                 "cpus": os.cpu_count(),
                 "driver_through_ssh_tunnel": driver,

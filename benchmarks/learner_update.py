@@ -3,6 +3,7 @@
     python benchmarks/learner_update.py
     python benchmarks/learner_update.py --batch-sizes 500 2000 8000 --threads 16 4
     python benchmarks/learner_update.py --devices cpu --batch-sizes 500 --repeats 3 --out x.json
+    python benchmarks/learner_update.py --smoke   # one fragment, one update: it runs, untimed
 
 What examples/pong/train.py's learner computes per update, in plain torch so that it runs where
 torch is installed and Ray is not (a GPU machine without packages): RLlib's default CNN encoder
@@ -310,13 +311,24 @@ def main() -> int:
     ap.add_argument("--repeats", type=_positive, default=20, help="timed updates on a GPU")
     ap.add_argument("--cpu-repeats", type=_positive, default=5, help="timed updates on the CPU")
     ap.add_argument("--out", type=Path, help="also write the JSON to this file")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"check that it runs: one batch of {ROLLOUT_FRAGMENT} env steps (one rollout "
+        "fragment), one warm-up and one timed update per device, instead of --batch-sizes, "
+        '--warmup and the repeats; the JSON says "smoke": true (not a measurement)',
+    )
     args = ap.parse_args()
+    if args.smoke:
+        args.batch_sizes, args.warmup = [ROLLOUT_FRAGMENT], 1
+        args.repeats = args.cpu_repeats = 1
     if args.out is not None and not args.out.parent.is_dir():
         ap.error(f"--out {args.out}: no such directory {args.out.parent}")
     cuda = torch.cuda.is_available()
     load_before = os.getloadavg()[0]
     out: dict[str, Any] = {
         "benchmark": "learner_update",
+        "smoke": args.smoke,
         "machine": {
             "cpus": os.cpu_count(),
             "cpu": _cpu_model(),

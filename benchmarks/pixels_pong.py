@@ -4,6 +4,7 @@ through the driver on local Ray (or a cluster).
     python benchmarks/pixels_pong.py
     python benchmarks/pixels_pong.py --skip-training          # the envs alone, ~1 min
     python benchmarks/pixels_pong.py --cluster-args --head azureuser@10.216.0.10 -i KEY
+    python benchmarks/pixels_pong.py --smoke          # the smallest runs: it works, untimed
 
 - ``pixels_env``: ``PixelsEnv`` (simulator process, frames over the local port, float
   conversion) stepped with random actions, and miniworld in this process for comparison (both
@@ -16,6 +17,9 @@ through the driver on local Ray (or a cluster).
   ``throughput.py`` measures them (iteration 1's end to the last one's).
 
 Prints one JSON object. Timings are only as quiet as the machine: run it alone.
+``--smoke`` runs every step with the smallest settings, to show that it works (the JSON says
+``"smoke": true``; its figures measure nothing): 20 steps of each env, and 2 training
+iterations of each example at its smallest (``throughput.SMOKE_FLAGS``).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from throughput import run, stop_local_ray  # noqa: E402  (measured as throughput.py measures)
+from throughput import SMOKE_FLAGS, run, stop_local_ray  # noqa: E402  (as throughput.py)
 
 
 def _rate(env: Any, steps: int) -> dict:
@@ -94,39 +98,65 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=6, help="training iterations per run")
     ap.add_argument("--skip-training", action="store_true", help="measure the envs alone")
     ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="check that it runs: 20 steps of each env, 2 iterations of each example at its "
+        "smallest (instead of --env-steps and --iterations); not a measurement",
+    )
+    ap.add_argument(
+        "--driver-home",
+        type=Path,
+        help="submit to the local Ray of this driver home (RAYDRIVER_HOME), left running "
+        "(default: a fresh one in a temporary folder, stopped at the end)",
+    )
+    ap.add_argument(
         "--cluster-args",
         nargs=argparse.REMAINDER,
         default=[],
         help="`python -m driver submit` options naming a cluster (default: local Ray)",
     )
     args = ap.parse_args()
+    if args.iterations < 2:
+        ap.error("--iterations: at least 2 (a rate is measured from iteration 1's end)")
+    if args.smoke:
+        args.env_steps, args.iterations = 20, 2
     os.environ.setdefault("LP_NUM_THREADS", "1")
     out: dict = {
         "benchmark": "pixels_pong",
+        "smoke": args.smoke,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "pixels_env": pixels_env(args.env_steps),
         "pong_env": pong_env(args.env_steps),
     }
     if not args.skip_training:
         with tempfile.TemporaryDirectory(prefix="pixels-pong-") as tmp:
-            home, results = Path(tmp) / "home", Path(tmp) / "results"
+            home, results = args.driver_home or Path(tmp) / "home", Path(tmp) / "results"
             stamp = time.strftime("%Y%m%d-%H%M%S")
             iterations = ["--max-iterations", str(args.iterations)]
             where = "cluster" if args.cluster_args else "local"
+            smallest = SMOKE_FLAGS if args.smoke else {"pixels": [], "pong": []}
             out[f"pixels_ppo_{where}"] = run(
-                "pixels", iterations, args.cluster_args, home, results, f"pixels-{stamp}"
+                "pixels",
+                [*iterations, *smallest["pixels"]],
+                args.cluster_args,
+                home,
+                results,
+                f"pixels-{stamp}",
             )
             out[f"pong_appo_{where}"] = run(
                 "pong",
-                [*iterations, "--stop-seconds", "none", "--max-env-steps", "none"],
+                [*iterations, "--stop-seconds", "none", "--max-env-steps", "none"]
+                + smallest["pong"],
                 args.cluster_args,
                 home,
                 results,
                 f"pong-{stamp}",
             )
-            stop_local_ray(home)
+            if args.driver_home is None:
+                stop_local_ray(home)
     print(json.dumps(out, indent=2))
-    return 0
+    failed = [k for k, v in out.items() if isinstance(v, dict) and "error" in v]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ tests start them: tests/fakes/local_blob.py; Azurite from scripts/setup.d/20-azu
 
     python benchmarks/results_store.py
     python benchmarks/results_store.py --repeats 5 --iterations 31
+    python benchmarks/results_store.py --smoke      # the smallest run: it works, untimed
 
 ``checkpoint``: PPO on CartPole built in this process (local Ray), its checkpoint saved by the
 harness (``save_checkpoint``: the local run folder) and handed to the harness's uploader
@@ -32,6 +33,11 @@ everything it starts (Ray, the uploader), in a cgroup of its own (root), over th
 (``cpu_on_over_off``: on a node whose cores training keeps busy, steps/s fall by its inverse).
 Prints one JSON object. Timings are only as quiet as the
 machine: its load is recorded.
+
+``--smoke`` runs every step with the smallest settings, to show that it works (the JSON says
+``"smoke": true``; its figures measure nothing): one checkpoint timed, then one throughput run
+with the store on (none with it off: the same run without the store's environment), 2
+iterations of 200 env steps with a checkpoint after each, so that it publishes while it trains.
 """
 
 from __future__ import annotations
@@ -230,10 +236,16 @@ def checkpoint_times(blob: Any, work: Path, count: int, batch: int) -> dict[str,
 
 
 def training_run(
-    env: dict[str, str], work: Path, name: str, iterations: int, batch: int, server: list[int]
+    env: dict[str, str],
+    work: Path,
+    name: str,
+    iterations: int,
+    batch: int,
+    server: list[int],
+    checkpoint_every: int = CHECKPOINT_EVERY,
 ) -> dict[str, Any]:
-    """One CartPole run of ``iterations`` iterations, a checkpoint every 10, measured from its
-    progress.csv."""
+    """One CartPole run of ``iterations`` iterations, a checkpoint every ``checkpoint_every``,
+    measured from its progress.csv."""
     run_dir = work / name
     load_before = os.getloadavg()[0]
     server_cpu = group_cpu_s(server)
@@ -246,7 +258,7 @@ def training_run(
             str(EXAMPLE),
             "--stop-reward", "none",
             "--max-iterations", str(iterations),
-            "--checkpoint-every", str(CHECKPOINT_EVERY),
+            "--checkpoint-every", str(checkpoint_every),
             "--train-batch-size", str(batch),
             "--max-env-steps", str(10 * iterations * batch),
             "--results-dir", str(run_dir),
@@ -330,13 +342,28 @@ def main() -> int:
         "takes no CPU of the node's)",
     )
     ap.add_argument("--skip-throughput", action="store_true", help="only the checkpoint times")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="check that it runs: 1 checkpoint, 1 run with the store on of 2 iterations of 200 "
+        "env steps, a checkpoint after each; not a measurement",
+    )
     args = ap.parse_args()
+    if args.iterations < 2:
+        ap.error("--iterations: at least 2 (a rate is measured from iteration 1's end)")
+    checkpoint_every = CHECKPOINT_EVERY
+    modes: tuple[str, ...] = ("off", "on")
+    if args.smoke:
+        modes = ("on",)
+        args.checkpoints, args.iterations, args.repeats = 1, 2, 1
+        args.train_batch_size, checkpoint_every = 200, 1
     sys.path[:0] = [str(REPO / "tests"), str(REPO / "examples")]
     from fakes.local_blob import local_blob
     from harness import blobsync
 
     out: dict[str, Any] = {
         "benchmark": "results_store",
+        "smoke": args.smoke,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -359,7 +386,7 @@ def main() -> int:
                 out["storage_server_niceness"] = args.storage_niceness
                 runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
                 for i in range(args.repeats):
-                    for mode in ("off", "on"):
+                    for mode in modes:
                         env = store_env(blob) if mode == "on" else no_store_env()
                         runs[mode].append(
                             training_run(
@@ -369,6 +396,7 @@ def main() -> int:
                                 args.iterations,
                                 args.train_batch_size,
                                 server,
+                                checkpoint_every,
                             )
                         )
                 speeds = {
@@ -377,8 +405,8 @@ def main() -> int:
                 }
                 summary: dict[str, Any] = {
                     "iterations": args.iterations,
-                    "checkpoint_every": CHECKPOINT_EVERY,
-                    "order": "off, on, off, on, ...",
+                    "checkpoint_every": checkpoint_every,
+                    "order": ", ".join(modes) + ", ...",
                     "runs": runs,
                 }
                 if speeds["off"] and speeds["on"]:

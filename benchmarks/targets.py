@@ -3,12 +3,17 @@
     python benchmarks/targets.py cabs --seeds 0 1 2
     python benchmarks/targets.py mobile --seeds 0 1 2
     python benchmarks/targets.py cabs --seeds 0 -- --max-env-steps 50000   # example flags
+    python benchmarks/targets.py mobile --smoke   # one tiny iteration: it works, untimed
+    python benchmarks/targets.py cabs --driver-args --head azureuser@10.213.0.10 -i KEY -- --lr 1e-3
 
 Each seed is one ``python -m driver submit examples/EXAMPLE/train.py -- --seed S`` with the
 example's defaults (their step budgets are the targets' budgets) on local Ray unless
 ``--driver-args`` name a cluster. From each RESULT line: cabs, the greedy policy's mean return
 against the random policy's on the same evaluation months; mobile, the mean training return at
 the end against the first iteration's, as a fraction of the first, and greedy against random.
+``--smoke`` shows that it works, not what the examples reach (the JSON says ``"smoke": true``):
+seed 0, one iteration at the example's smallest (``throughput.SMOKE_FLAGS``), one evaluation
+episode; example flags after ``--`` still come last.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from throughput import SMOKE_FLAGS  # noqa: E402  (each example's smallest run)
 
 
 def run_seed(example: str, seed: int, extra: list[str], driver_args: list[str]) -> dict:
@@ -50,12 +58,27 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("example", choices=("cabs", "mobile", "cartpole"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--driver-args", nargs="*", default=[], help="cluster options for submit")
+    ap.add_argument(
+        "--driver-args",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="options for `python -m driver submit` (cluster selection, --results); last, "
+        "before any example flags",
+    )
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="check that it runs: seed 0, one iteration at the example's smallest; not a "
+        "measurement",
+    )
     own, extra = sys.argv[1:], []
     if "--" in own:
         i = own.index("--")
         own, extra = own[:i], own[i + 1 :]
     args = ap.parse_args(own)
+    if args.smoke:
+        args.seeds = [0]
+        extra = [*SMOKE_FLAGS[args.example], "--max-iterations", "1", *extra]
     runs = [run_seed(args.example, s, extra, args.driver_args) for s in args.seeds]
     keys = (
         "env_steps",
@@ -69,6 +92,7 @@ def main() -> int:
     )
     summary: dict = {
         "benchmark": f"{args.example}_targets",
+        "smoke": args.smoke,
         "example_flags": extra,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "runs": [{"seed": r["seed"], **{k: r[k] for k in keys if k in r}} for r in runs],

@@ -4,6 +4,7 @@ cluster (the rehearsal cluster: head + 2 workers).
 
     python benchmarks/throughput.py
     python benchmarks/throughput.py --cluster-args --head azureuser@10.215.0.10 -i KEY
+    python benchmarks/throughput.py --smoke    # the smallest runs: that it works, not how fast
 
 Steps/s come from each run's own progress.csv: env steps over training time between the end of
 the first iteration and the end of the last, so start-up (Ray, actors, the first weights) is
@@ -12,6 +13,12 @@ submit (upload, job start, imports, env runner actors, checkpoint), and the whol
 says what a short job sees. The median iteration's sampling and learner-update times (RLlib's
 timers) say where training time goes. Prints one JSON object.
 Timings are only as quiet as the machine: on a shared 2-core machine, run it alone.
+
+``--smoke`` runs every step with the smallest settings, to show that it works (the JSON says
+``"smoke": true``; its figures measure nothing): cabs with 0 env runners only, 2,000 env steps
+(2 iterations, the second learning), CartPole with the example's smallest iterations
+(:data:`SMOKE_FLAGS`: 200 env steps, sampled in the job's own process), 2 of them: the fewest
+that give a rate (iteration 1's end to the last one's).
 """
 
 from __future__ import annotations
@@ -29,6 +36,20 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+SMOKE_FLAGS = {
+    "cartpole": ["--train-batch-size", "200", "--num-env-runners", "0",
+                 "--envs-per-env-runner", "1"],
+    "cabs": ["--learning-starts", "200", "--train-batch-size", "32", "--eval-episodes", "1"],
+    "mobile": ["--train-batch-size", "300", "--num-env-runners", "0", "--eval-episodes", "1"],
+    "pixels": ["--train-batch-size", "200", "--num-env-runners", "0",
+               "--envs-per-env-runner", "1"],
+    "pong": ["--train-batch-size", "100", "--num-env-runners", "1", "--envs-per-env-runner", "1",
+             "--min-iteration-seconds", "0"],
+}  # fmt: skip
+"""Each example's smallest run that still does all it does (samples, learns, evaluates),
+for the benchmarks' ``--smoke``: the fewest env steps per iteration, sampled in the job's own
+process where the example allows (pong's APPO keeps one remote env runner), one evaluation
+episode. The smoke run's stop conditions are its benchmark's."""
 
 
 def run(
@@ -100,6 +121,8 @@ def run(
         )
     with progress.open() as f:
         rows = list(csv.DictReader(f))
+    if len(rows) < 2:
+        return {"exit_code": p.returncode, "error": f"{len(rows)} iteration: a rate needs 2"}
     first, last = rows[0], rows[-1]
     submitted = seen("Submitted job")
     first_iteration = seen("iter ")
@@ -153,8 +176,20 @@ def stop_local_ray(home: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cabs-steps", type=int, default=12_000, help="cabs env steps per run")
-    ap.add_argument("--cartpole-iterations", type=int, default=8)
+    ap.add_argument("--cartpole-iterations", type=int, default=8, help="at least 2 (default: 8)")
     ap.add_argument("--skip-cabs", action="store_true", help="only the CartPole comparison")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="check that it runs: the smallest runs (cabs with 0 env runners, 2,000 steps; "
+        "CartPole's smallest iterations in the job's process, 2 of them); not a measurement",
+    )
+    ap.add_argument(
+        "--driver-home",
+        type=Path,
+        help="submit to the local Ray of this driver home (RAYDRIVER_HOME), left running "
+        "(default: a fresh one in a temporary folder, stopped at the end)",
+    )
     ap.add_argument(
         "--cluster-args",
         nargs=argparse.REMAINDER,
@@ -162,13 +197,23 @@ def main() -> int:
         help="`python -m driver submit` options naming the cluster to compare with local Ray",
     )
     args = ap.parse_args()
+    if args.cartpole_iterations < 2:
+        ap.error("--cartpole-iterations: at least 2 (a rate is measured from iteration 1's end)")
+    runners: tuple[int, ...] = (0, 1, 2)
+    cartpole_runners, cartpole_flags = 2, []
+    if args.smoke:
+        args.cabs_steps, args.cartpole_iterations = 2_000, 2
+        runners, cartpole_runners, cartpole_flags = (0,), 0, SMOKE_FLAGS["cartpole"]
     out: dict = {
         "benchmark": "throughput",
+        "smoke": args.smoke,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "method": "env steps / training seconds, iteration 1 end to last iteration end",
     }
     with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
-        home, results = Path(tmp) / "home", Path(tmp) / "results"
+        home, results = args.driver_home or Path(tmp) / "home", Path(tmp) / "results"
+        # A Ray head keeps its jobs: submission ids of this run's own.
+        stamp = time.strftime("%Y%m%d-%H%M%S")
         # Learning from the second iteration on: every measured iteration samples and learns.
         cabs = ["--max-env-steps", str(args.cabs_steps), "--eval-episodes", "0"]
         cabs += ["--learning-starts", "1000"]
@@ -190,29 +235,30 @@ def main() -> int:
                     [],
                     home,
                     results,
-                    f"cabs-{n}",
+                    f"cabs-{n}-{stamp}",
                 )
-                for n in (0, 1, 2)
+                for n in runners
             }
         )
-        cartpole = ["--max-iterations", str(args.cartpole_iterations), "--num-env-runners", "2"]
-        local = run("cartpole", cartpole, [], home, results, "cartpole-local")
-        out["cartpole_ppo_2_env_runners"] = {"local": local}
-        stop_local_ray(home)
+        cartpole = ["--max-iterations", str(args.cartpole_iterations), *cartpole_flags]
+        cartpole += ["--num-env-runners", str(cartpole_runners)]
+        local = run("cartpole", cartpole, [], home, results, f"cartpole-local-{stamp}")
+        key = f"cartpole_ppo_{cartpole_runners}_env_runners"
+        out[key] = {"local": local}
+        if args.driver_home is None:
+            stop_local_ray(home)
         if args.cluster_args:
-            # A cluster keeps its jobs: a submission id of its own for every run.
-            sid = f"cartpole-cl-{time.strftime('%Y%m%d-%H%M%S')}"
+            sid = f"cartpole-cl-{stamp}"
             remote = run("cartpole", cartpole, args.cluster_args, home, results, sid)
-            out["cartpole_ppo_2_env_runners"]["cluster"] = remote
+            out[key]["cluster"] = remote
             if "env_steps_per_s" in remote and "env_steps_per_s" in local:
                 ratio = remote["env_steps_per_s"] / local["env_steps_per_s"]
-                out["cartpole_ppo_2_env_runners"]["cluster_over_local"] = round(ratio, 3)
+                out[key]["cluster_over_local"] = round(ratio, 3)
                 whole = local["submit_wall_s"] / remote["submit_wall_s"]
-                out["cartpole_ppo_2_env_runners"]["cluster_over_local_whole_submit"] = round(
-                    whole, 3
-                )
+                out[key]["cluster_over_local_whole_submit"] = round(whole, 3)
     print(json.dumps(out, indent=2))
-    return 0
+    runs = [*out["cabs_dqn_local"].values(), *out[key].values()]
+    return 1 if any("error" in r for r in runs if isinstance(r, dict)) else 0
 
 
 if __name__ == "__main__":

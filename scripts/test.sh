@@ -157,7 +157,8 @@ fi
 # collection order:
 #   e2e:       the end-to-end tests on the session's rehearsal cluster;
 #   autoscale: the autoscale e2e tests (a cluster of their own, scaling mode ray), then the
-#              examples' local runs (on a local Ray head of the lane's own);
+#              examples' local runs and the benchmarks' smoke runs (on a local Ray head of the
+#              lane's own);
 #   autostop:  the autostop e2e tests (a cluster of their own; mostly waiting for idle
 #              periods), then the system tests (mostly waiting on the network) and the local
 #              heads' own tests;
@@ -168,7 +169,7 @@ fi
 # containers, Ray's and autostop's idle timeouts), the unit tests mostly compute.
 # scripts/lanes.py prints the background lanes' logs and one closing line for all.
 LANES=.pytest_cache/lanes
-AUTOSCALE=(tests/e2e/test_autoscale.py tests/unit/test_examples.py)
+AUTOSCALE=(tests/e2e/test_autoscale.py tests/unit/test_examples.py tests/unit/test_benchmark_smoke.py)
 AUTOSTOP=(tests/e2e/test_autostop.py tests/system tests/unit/test_local_heads.py)
 OWN_CLUSTERS=(tests/e2e/test_autoscale.py tests/e2e/test_autostop.py)
 rm -rf "$LANES" && mkdir -p "$LANES"

@@ -7,11 +7,13 @@ import argparse
 import contextlib
 import functools
 import io
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
@@ -140,3 +142,48 @@ def job_failure(r: subprocess.CompletedProcess[str], width: int = 300) -> str:
 
 def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]
+
+
+def run_benchmark(
+    name: str,
+    *args: str,
+    timeout: float,
+    home: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """``benchmarks/NAME.py ARGS`` as its docstring says to run it (from the repository, as a
+    separate process; with ``home``, the driver's home for the local Ray it submits to): the
+    process, and every JSON object it printed on stdout, in order (each benchmark prints one,
+    or one line per step and then the whole), with the lines that are not JSON left out."""
+    p = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / f"{name}.py"), *args],
+        cwd=REPO,
+        env={
+            **os.environ,
+            **({"RAYDRIVER_HOME": str(home)} if home is not None else {}),
+            **(env or {}),
+        },
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return p, json_objects(p.stdout)
+
+
+def json_objects(text: str) -> list[dict[str, Any]]:
+    """The JSON objects in ``text`` that start a line (indented over many lines or on one)."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while at < len(text):
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end + 1
+        if text.startswith("{", at):
+            try:
+                obj, stop = decoder.raw_decode(text, at)
+            except json.JSONDecodeError:
+                pass
+            else:
+                found.append(obj)
+                at = stop
+                continue
+        at = end
+    return found

@@ -24,7 +24,7 @@ import pytest
 
 import autoscale_cluster as ac
 from nodekit.rehearsal.state import GPU_POOL
-from support import job_failure, run_driver
+from support import job_failure, run_benchmark, run_driver
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
 
@@ -175,3 +175,21 @@ def test_gpu_demand_scales_only_the_gpu_pool_lands_there_and_idle_returns_it_to_
     assert ("delete", GPU_POOL) in cluster.writes(t0)
     assert {pool for _, pool in cluster.writes(t0)} == {GPU_POOL}
     assert cluster.instances() == []
+
+
+def test_the_autoscale_benchmark_runs_a_cycle_on_this_cluster(cluster: ac.Cluster) -> None:
+    """benchmarks/autoscale.py in its smoke mode on this module's cluster (``--reuse``): one
+    scale-out for pending demand and the scale-in once idle, measured and printed, so that the
+    benchmark cannot break unnoticed; the cluster is back at zero workers afterwards."""
+    assert cluster.instances() == [] and cluster.containers() == {}
+    # The benchmark's own bounds: a worker's boot for the job, then the idle worker's deletion.
+    p, printed = run_benchmark("autoscale", "--smoke", "--reuse", timeout=BOOT_S + IDLE_S + 600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [report] = printed
+    assert report["smoke"] is True and report["idle_timeout_s"] == IDLE_S
+    # This module's cluster boots its workers from the node image.
+    assert "cold" not in report
+    [run] = report["baked"]["runs"]
+    assert run["demand_to_running_s"] > 0 and run["idle_to_deleted_s"] > 0, run
+    assert cluster.instances() == [] and cluster.containers() == {}
+    assert cluster.instances(GPU_POOL) == []

@@ -4,15 +4,20 @@ or says in one line what it needs."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from urllib.parse import urlsplit
 
 import pytest
 from packaging.requirements import Requirement
 
 from nodekit import render
+from nodekit.rehearsal.cluster import Rehearsal
+from nodekit.rehearsal.services import packages
+from nodekit.rehearsal.state import Node, State
 from support import REPO, error_lines
 
 BENCHMARKS = sorted(p.name for p in (REPO / "benchmarks").glob("*.py"))
@@ -52,10 +57,10 @@ def _bootstrap_benchmark() -> ModuleType:
     return module
 
 
-def test_the_anchor_documents_install_our_packages_with_one_pip_install(tmp_path: Path) -> None:
+def test_the_anchor_documents_install_our_packages_with_pip(tmp_path: Path) -> None:
     """The documents embed the bootstrap gz+b64: the anchor's is built from the decoded script,
-    installs our top-level requirements unpinned with pip (no uv, no lock), held to the lock's
-    versions, and is otherwise our bootstrap."""
+    installs torch as ours does and then our top-level requirements unpinned with one pip
+    install (no uv, no lock), held to the lock's versions, and is otherwise our bootstrap."""
     bench = _bootstrap_benchmark()
     out = bench.anchor_documents(tmp_path / "anchor")
     ours_lock = render.read_lock()
@@ -91,6 +96,151 @@ def test_the_anchor_documents_install_our_packages_with_one_pip_install(tmp_path
             ["cloud-init", "schema", "--config-file", str(filled)], capture_output=True, text=True
         )
         assert p.returncode == 0 and "Valid cloud-config" in p.stdout, p.stdout + p.stderr
+
+
+PIP_RECORDER = """#!/bin/sh
+# Each call's arguments, one per line, then an empty line.
+printf '%s\\n' "$@" '' >>"$PIP_CALLS"
+"""
+
+
+def _run_anchor_install(
+    install: str, tmp_path: Path, values: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
+    """The anchor's install phase (``install``: the bootstrap's text from the venv's creation to
+    the install marker) run in bash with the deploy-time ``values``, each pip call recorded (its
+    arguments) instead of run, and each phase as ``PHASE <name>``."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "pip").write_text(PIP_RECORDER)
+    (venv / "bin" / "pip").chmod(0o755)
+    calls = tmp_path / "calls"
+    calls.touch()
+    script = (
+        'phase() { printf "PHASE %s\\n\\n" "$1" >>"$PIP_CALLS"; }\n'
+        'fail() { echo "FAILED: $*"; exit 1; }\n'
+        'retry() { "$@"; }\n'
+        f"install() {{\n{install}}}\ninstall\n"
+    )
+    p = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        env={"PATH": os.environ["PATH"], "VENV": str(venv), "PIP_CALLS": str(calls), **values},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return p, [c.splitlines() for c in calls.read_text().split("\n\n") if c]
+
+
+def test_the_anchors_pip_trusts_each_plain_http_index_and_takes_torch_from_the_torch_index(
+    tmp_path: Path,
+) -> None:
+    """With the rehearsal's indexes (plain http: its PyPI mirror by address, its torch index by
+    name) every index a pip call of the anchor is given has its host trusted (pip skips an
+    untrusted http index: the anchor then took the package index's CUDA torch, whose NVIDIA
+    libraries filled the node's /tmp); torch comes from the torch index alone, as ours does,
+    and the install of everything else is given the package index alone. With https indexes
+    (Azure's defaults) nothing is trusted."""
+    bench = _bootstrap_benchmark()
+    out = bench.anchor_documents(tmp_path / "anchor")
+    script = render.document_files((out / "worker.yaml").read_text())[bench.BOOTSTRAP]
+    venv = '    python3 -m venv "$VENV"\n'
+    install = script[script.index(venv) + len(venv) : script.index(bench.INSTALL_END)]
+    state = State(
+        name="bootbench", subnet="10.221.0.0/24", bridge="rh-bootbench", host_ip="10.221.0.1",
+        http_port=8000, ssh_key="",
+    )  # fmt: skip
+    rehearsal = {
+        "PIP_INDEX_URL": packages.pip_index_url(state),
+        "TORCH_INDEX_URL": packages.torch_index_url(state),
+    }
+    azure = {k: render.deploy_value_defaults()[k] for k in rehearsal}
+    torch = f"torch=={render.cluster_pins().versions['torch']}"
+    for values, scheme in ((rehearsal, "http"), (azure, "https")):
+        assert all(urlsplit(v).scheme == scheme for v in values.values())
+        p, calls = _run_anchor_install(
+            install,
+            tmp_path / scheme,
+            {**values, "SCALING_MODE": "cpu", "EXTRA_PIP_PACKAGES": "minigrid==3.0.0"},
+        )
+        assert p.returncode == 0, p.stdout + p.stderr
+        pips = [c for c in calls if c[0] == "install"]
+        for call in pips:
+            indexes = [
+                call[i + 1]
+                for i, a in enumerate(call)
+                if a in ("-i", "--index-url", "--extra-index-url")
+            ]
+            trusted = [call[i + 1] for i, a in enumerate(call) if a == "--trusted-host"]
+            assert trusted == [urlsplit(u).hostname for u in indexes if scheme == "http"], call
+            assert len(indexes) == 1, call
+        assert [c[0] for c in calls if c[0] != "install"] == [
+            "PHASE install_torch",
+            "PHASE install_ray",
+        ]
+        assert len(pips) == 3, calls
+        torch_call, main_call, extra_call = pips
+        assert values["TORCH_INDEX_URL"] in torch_call and torch_call[-2:] == ["--no-deps", torch]
+        assert values["PIP_INDEX_URL"] in main_call
+        assert main_call[-4:] == ["-c", bench.ANCHOR_CONSTRAINTS, "-r", bench.ANCHOR_REQUIREMENTS]
+        assert values["PIP_INDEX_URL"] in extra_call and extra_call[-1] == "minigrid==3.0.0"
+    p, calls = _run_anchor_install(install, tmp_path / "ray", {**rehearsal, "SCALING_MODE": "ray"})
+    assert (p.returncode, p.stdout, calls) == (
+        1,
+        "FAILED: the anchor documents are for scaling mode cpu\n",
+        [["PHASE install_torch"]],
+    )
+
+
+def test_a_worker_joining_with_the_anchor_documents_boots_the_anchor_worker_document(
+    tmp_path: Path,
+) -> None:
+    """``--smoke``/``--reuse`` boot the anchor's worker into a running cluster
+    (``Rehearsal.add_workers(documents_dir=...)``): its user data is the anchor's worker
+    document filled with the cluster's values, as the cluster's own workers get theirs."""
+    bench = _bootstrap_benchmark()
+    anchor = bench.anchor_documents(tmp_path / "anchor")
+    r = Rehearsal("unit", base=tmp_path)
+    r.dir.mkdir(parents=True)
+    (r.dir / "token").write_text("t" * 64)
+    state = State(
+        name="unit", subnet="10.213.0.0/24", bridge="rh-unit", host_ip="10.213.0.1",
+        http_port=8470, ssh_key="k", documents_dir=str(render.rendered_dir()),
+        nodes=[Node("head", "head", "10.213.0.10", "ns", "veth", str(tmp_path))],
+    )  # fmt: skip
+    values = r.deploy_values(state)
+    theirs = r._user_data(state, "worker", None, anchor)
+    assert theirs == render.fill((anchor / "worker.yaml").read_text(), values)
+    assert theirs != r._user_data(state, "worker")
+    assert r._user_data(state, "worker") == render.fill(
+        (render.rendered_dir() / "worker.yaml").read_text(), values
+    )
+
+
+def test_the_bootstrap_benchmark_reuses_only_a_running_cluster_that_can_boot_its_workers(
+    tmp_path: Path,
+) -> None:
+    bench = _bootstrap_benchmark()
+    r = Rehearsal("bb", base=tmp_path)
+    with pytest.raises(bench.BenchmarkError, match=r"^--reuse: no rehearsal cluster 'bb' is up"):
+        bench.check_cluster(r, True, ["anchor"])
+    r.dir.mkdir(parents=True)
+    state = State(
+        name="bb", subnet="10.222.0.0/24", bridge="rh-bb", host_ip="10.222.0.1",
+        http_port=8000, ssh_key="", scaling_mode="ray",
+    )  # fmt: skip
+    r.store.save(state)
+    with pytest.raises(bench.BenchmarkError, match=r"has no node image .* --only cold --only"):
+        bench.check_cluster(r, True, ["baked", "anchor"])
+    with pytest.raises(bench.BenchmarkError, match="scaling mode ray: the anchor documents"):
+        bench.check_cluster(r, True, ["cold", "anchor"])
+    bench.check_cluster(r, True, ["cold"])
+    state.image, state.scaling_mode = str(tmp_path / "image"), "cpu"
+    r.store.save(state)
+    bench.check_cluster(r, True, list(bench.METHODS))
+    # Without --reuse a cluster of that name is never taken (nor removed).
+    with pytest.raises(bench.BenchmarkError, match=r"exists .*: choose another --name, reuse it"):
+        bench.check_cluster(r, False, list(bench.METHODS))
 
 
 def test_installed_versions_are_compared_with_the_lock() -> None:

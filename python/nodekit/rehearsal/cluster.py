@@ -338,12 +338,14 @@ class Rehearsal:
         progress: Progress = silent,
         image: bool = True,
         values: dict[str, str] | None = None,
+        documents_dir: Path | None = None,
     ) -> list[Node]:
         """Boot ``count`` more workers into the running cluster (like a scale-out on Azure).
 
         ``image=False``: these workers boot without the cluster's node image (they install at
         boot). ``values``: deploy-time values of these workers that differ from the cluster's
-        (as a worker pool deployed with its own)."""
+        (as a worker pool deployed with its own). ``documents_dir``: they boot from its worker
+        document instead of the cluster's (benchmarks/bootstrap.py: another install method's)."""
         unknown = sorted(set(values or {}) - set(render.deploy_value_names()))
         if unknown:
             raise DriverError(f"no deploy-time value {', '.join(unknown)}")
@@ -357,7 +359,7 @@ class Rehearsal:
             raise DriverError(f"--count must be between 1 and {51 - len(state.nodes)}")
         new = [self._plan_node(state) for _ in range(count)]
         for node in new:
-            self._create_node(state, node, image=image, values=values)
+            self._create_node(state, node, image=image, values=values, documents_dir=documents_dir)
         progress(f"booted {', '.join(n.name for n in new)}; waiting for cloud-init and Ray")
         self.wait_ready(state, timeout, progress, nodes=new)
         return new
@@ -486,16 +488,23 @@ class Rehearsal:
             GPU_POOL: (sizes[GPU_POOL][0], addresses[split:]),
         }
 
-    def _user_data(self, state: State, role: str, values: dict[str, str] | None = None) -> str:
-        """The committed document for ``role``, filled as Terraform and Bicep fill it (with
-        ``values`` over the cluster's)."""
+    def _user_data(
+        self,
+        state: State,
+        role: str,
+        values: dict[str, str] | None = None,
+        documents_dir: Path | None = None,
+    ) -> str:
+        """The committed document for ``role`` (the cluster's, or ``documents_dir``'s), filled
+        as Terraform and Bicep fill it (with ``values`` over the cluster's)."""
         return render.fill(
-            self._document(state, role), {**self.deploy_values(state), **(values or {})}
+            self._document(state, role, documents_dir),
+            {**self.deploy_values(state), **(values or {})},
         )
 
     @staticmethod
-    def _document(state: State, role: str) -> str:
-        return (Path(state.documents_dir) / f"{role}.yaml").read_text()
+    def _document(state: State, role: str, documents_dir: Path | None = None) -> str:
+        return (Path(documents_dir or state.documents_dir) / f"{role}.yaml").read_text()
 
     def _check_subnet_free(self) -> None:
         network.check_subnet_free(self.subnet)
@@ -517,10 +526,11 @@ class Rehearsal:
         node: Node,
         image: bool = True,
         values: dict[str, str] | None = None,
+        documents_dir: Path | None = None,
     ) -> None:
         """Network, disk (the node image over the root filesystem, unless ``image`` is false
-        or the cluster has none), metadata service, seed, then boot (each piece recorded
-        first)."""
+        or the cluster has none), metadata service, seed (from the cluster's documents, or
+        ``documents_dir``'s), then boot (each piece recorded first)."""
         network.attach_node(node, state.bridge, self.subnet.prefixlen, self._recorder(state))
         self.store.record(state, f"mount:{node.root}")
         layers = [state.image] if image and state.image else []
@@ -535,7 +545,8 @@ class Rehearsal:
             from nodekit.node.azure_vmss_provider import vm_size_gpus
 
             gpus = vm_size_gpus(GPU_VM_SIZE)
-            for path, text in gpu_stand_in(self._document(state, "worker"), gpus).items():
+            document = self._document(state, "worker", documents_dir)
+            for path, text in gpu_stand_in(document, gpus).items():
                 target = node.root / path.lstrip("/")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text)
@@ -544,7 +555,7 @@ class Rehearsal:
             node,
             f"rehearsal-{self.name}-{node.name}-{secrets.token_hex(4)}",
             state.public_key,
-            self._user_data(state, node.role, values),
+            self._user_data(state, node.role, values, documents_dir),
         )
         binds = []
         if state.warm_node_cache:

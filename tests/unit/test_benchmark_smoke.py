@@ -1,0 +1,176 @@
+"""Every benchmark that needs no root runs in its smoke mode (``--smoke``: its whole code path
+with the smallest settings, one repetition) and prints the JSON it documents, so that a benchmark
+that no longer runs fails the suite (issue 35: benchmarks/bootstrap.py's anchor failed for a
+while before anyone looked). Nothing here is timed: the figures of a smoke run measure nothing,
+and the JSON says so (``"smoke": true``). The benchmarks that need root are run in their smoke
+mode by tests/system/test_driver_overhead_benchmark.py (a head of their own) and on the rehearsal
+clusters the e2e lanes boot anyway (tests/e2e/test_bootstrap_benchmark.py, test_autoscale.py).
+
+Those that submit jobs submit them to the session's local Ray (``driver_home``: cartpole.py and
+targets.py through RAYDRIVER_HOME, as a user's go to the user's; throughput.py and
+pixels_pong.py, which otherwise start a fresh one, with ``--driver-home``), so that none of them
+starts a local Ray of its own: on 2 cores loaded by the suite's other lanes that costs tens of
+seconds. results_store.py starts its own Rays (in its process and in each training run), as it
+measures them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support import REPO, run_benchmark
+
+BENCHMARKS = sorted(p.stem for p in (REPO / "benchmarks").glob("*.py"))
+RUN_S = 900
+"""A submit's bound, as tests/unit/test_examples.py's (on a loaded 2-core machine the local
+head's start and the job's imports take minutes)."""
+
+
+def positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def rate_ok(run: dict[str, Any], iterations: int) -> None:
+    """A run measured as throughput.py measures it: from its progress.csv."""
+    assert "error" not in run, run
+    assert run["iterations"] == iterations, run
+    for key in ("env_steps_per_s", "measured_env_steps", "measured_s", "submit_wall_s"):
+        assert positive(run[key]), (key, run)
+
+
+def test_every_benchmark_has_a_smoke_mode_tested() -> None:
+    """A new benchmark gets its smoke run here, in tests/system or on a rehearsal cluster."""
+    tested = {
+        "autoscale": REPO / "tests" / "e2e" / "test_autoscale.py",
+        "bootstrap": REPO / "tests" / "e2e" / "test_bootstrap_benchmark.py",
+        "driver_overhead": REPO / "tests" / "system" / "test_driver_overhead_benchmark.py",
+    }
+    for name in BENCHMARKS:
+        assert "--smoke" in (REPO / "benchmarks" / f"{name}.py").read_text(), name
+        where = tested.get(name, Path(__file__))
+        smoke_run = re.compile(rf'run_benchmark\(\s*"{name}",(\s*"[^"]*",)*\s*"--smoke"')
+        assert smoke_run.search(where.read_text()), f"{name}: no smoke run in {where}"
+
+
+def test_the_learner_update_benchmark_in_smoke_mode() -> None:
+    p, printed = run_benchmark("learner_update", "--smoke", timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [out] = printed
+    assert out["smoke"] is True and out["batch_sizes"] == [50] and out["warmup"] == 1
+    [(threads, sizes)] = out["cpu"].items()
+    assert threads == f"threads_{out['machine']['torch_threads']}"
+    update = sizes["50"]
+    assert update["repeats"] == 1
+    for key in ("ms_per_update", "updates_per_s", "samples_per_s", "env_steps_per_s"):
+        assert positive(update[key]), (key, update)
+    # Without a GPU, said so; with one, measured there too (with and without the copies).
+    if out["machine"]["gpu"] is None:
+        assert out["cuda_skipped"] == "torch sees no CUDA device"
+    else:
+        assert positive(out["cuda"]["50"]["ms_per_update_with_pinned_copy"])
+        assert positive(out["gpu_speedup"][threads]["50"]["with_copy"])
+
+
+@pytest.mark.slow
+def test_the_cartpole_benchmark_in_smoke_mode(driver_home: Path, tmp_path: Path) -> None:
+    p, printed = run_benchmark(
+        "cartpole", "--smoke", "--driver-args", "--results", str(tmp_path),
+        home=driver_home, timeout=RUN_S,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [out] = printed
+    assert out["smoke"] is True and out["reached"] == "1/1"
+    [run] = out["runs"]
+    assert run["seed"] == 0 and run["exit_code"] == 0 and run["reached_target"] is True
+    assert run["episode_return_mean"] >= out["target"]
+    for key in ("env_steps", "train_wall_s", "submit_wall_s"):
+        assert positive(run[key]), (key, run)
+    assert out["median_env_steps"] == out["max_env_steps"] == run["env_steps"]
+    assert out["median_submit_wall_s"] == run["submit_wall_s"]
+
+
+@pytest.mark.slow
+def test_the_targets_benchmark_in_smoke_mode(driver_home: Path, tmp_path: Path) -> None:
+    """cabs: the greedy policy against the random one, from the example's RESULT line."""
+    p, printed = run_benchmark(
+        "targets", "cabs", "--smoke", "--driver-args", "--results", str(tmp_path),
+        home=driver_home, timeout=RUN_S,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [out] = printed
+    assert out["smoke"] is True and out["benchmark"] == "cabs_targets"
+    [run] = out["runs"]
+    assert run["seed"] == 0 and positive(run["env_steps"]) and positive(run["wall_time_s"])
+    for key in ("greedy_return_mean", "random_return_mean", "greedy_minus_random"):
+        assert math.isfinite(run[key]), (key, run)
+    assert math.isclose(
+        run["greedy_minus_random"], run["greedy_return_mean"] - run["random_return_mean"],
+        abs_tol=0.11,
+    )  # fmt: skip
+    assert out["min_greedy_minus_random"] == run["greedy_minus_random"]
+
+
+@pytest.mark.slow
+def test_the_throughput_benchmark_in_smoke_mode(driver_home: Path) -> None:
+    p, printed = run_benchmark(
+        "throughput", "--smoke", "--driver-home", str(driver_home), timeout=2 * RUN_S
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [out] = printed
+    assert out["smoke"] is True
+    assert list(out["cabs_dqn_local"]) == ["0_env_runners"]
+    rate_ok(out["cabs_dqn_local"]["0_env_runners"], 2)
+    local = out["cartpole_ppo_0_env_runners"]["local"]
+    rate_ok(local, 2)
+    assert local["measured_env_steps"] == 200  # iteration 2's: the smoke's smallest iterations
+    for key in ("upload_and_submit", "job_start_to_training", "after_training"):
+        assert isinstance(local["fixed_cost_s"][key], float), local
+
+
+@pytest.mark.slow
+def test_the_pixels_pong_benchmark_in_smoke_mode(driver_home: Path) -> None:
+    """Both envs alone (PixelsEnv's simulator in a private Xvfb where there is no DISPLAY, as
+    in the suite), then each example trained through the driver."""
+    p, printed = run_benchmark(
+        "pixels_pong", "--smoke", "--driver-home", str(driver_home), timeout=2 * RUN_S
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [out] = printed
+    assert out["smoke"] is True
+    simulator = out["pixels_env"]["simulator_process"]
+    assert simulator["steps"] == 20 and positive(simulator["steps_per_s"])
+    assert simulator["display"] == os.environ.get("DISPLAY", "private Xvfb")
+    for name in ("raw_frames", "preprocessed_steps"):
+        assert out["pong_env"][name]["steps"] == 20 and positive(
+            out["pong_env"][name]["steps_per_s"]
+        )
+    rate_ok(out["pixels_ppo_local"], 2)
+    rate_ok(out["pong_appo_local"], 2)
+
+
+@pytest.mark.slow
+def test_the_results_store_benchmark_in_smoke_mode() -> None:
+    """Against Azurite and the fake metadata service on loopback, as the benchmark starts them:
+    the checkpoint published, and a run with the store on publishing while it trains."""
+    p, printed = run_benchmark("results_store", "--smoke", timeout=3 * RUN_S)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [out] = printed
+    assert out["smoke"] is True and out["train_batch_size"] == 200
+    checkpoint = out["checkpoint"]
+    assert checkpoint["checkpoints"] == 1 and positive(checkpoint["checkpoint_files"])
+    for key in ("median_local_save_s", "median_blocked_s", "median_published_s"):
+        assert positive(checkpoint[key]), (key, checkpoint)
+    throughput = out["throughput"]
+    assert throughput["iterations"] == 2 and throughput["checkpoint_every"] == 1
+    assert throughput["runs"]["off"] == []
+    [on] = throughput["runs"]["on"]
+    assert "error" not in on, on
+    assert on["iterations"] == 2 and positive(on["env_steps_per_s"]), on
+    # A checkpoint after each iteration: the first published while the run trained on.
+    assert on["published"] == 2 and on["store_problems"] == [] and on["final_upload"], on

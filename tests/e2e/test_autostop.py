@@ -110,7 +110,7 @@ class Cluster:
         pid = state.head.pid
         return pid is not None and Path(f"/proc/{pid}").exists()
 
-    def driver(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    def driver(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         return run_driver(*args, home=self.home, env=self.env, timeout=timeout)
 
 

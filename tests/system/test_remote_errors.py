@@ -22,7 +22,7 @@ import pytest
 
 from driver.cli import main
 from headhost import HeadHost, assert_nothing_left, driver_env, leftovers_snapshot
-from support import FIXTURES, REPO, error_lines, run_driver
+from support import FIXTURES, REPO, driver_timeout, error_lines, run_driver
 
 SCRIPT = str(FIXTURES / "jobs" / "succeed.py")
 
@@ -34,7 +34,7 @@ def _home(tmp_path: Path, *heads: HeadHost) -> Path:
     return home
 
 
-def drive(home: Path, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def drive(home: Path, *argv: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     return run_driver(*argv, home=home, env=driver_env(home), timeout=timeout)
 
 
@@ -52,7 +52,7 @@ def _drive_then_ready(
     home: Path,
     head: HeadHost,
     *argv: str,
-    timeout: float = 120,
+    timeout: float | None = None,
     on_grace: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run the driver; write the head's ready marker once the driver printed that it waits
@@ -84,7 +84,7 @@ def _drive_then_ready(
     for t in readers:
         t.start()
     try:
-        proc.wait(timeout=timeout)
+        proc.wait(timeout=driver_timeout(argv, timeout))
     finally:
         proc.kill()
     for t in readers:
@@ -309,7 +309,7 @@ def test_failed_bootstrap_fails_fast_with_its_reason(
     head.write_failed("pip install ray failed: no network")
     home = _home(tmp_path, head)
     started = time.monotonic()
-    r = drive(home, "submit", *head.cli_args, "--ready-timeout", "600", SCRIPT, timeout=500)
+    r = drive(home, "submit", *head.cli_args, "--ready-timeout", "600", SCRIPT)
     assert one_error(r) == (
         "error: the head's bootstrap failed: pip install ray failed: no network (from "
         "/var/lib/ray-cluster/failed; the whole log is /var/log/cloud-init-output.log on the head)"

@@ -36,7 +36,11 @@ def home(fresh_home: Path, head_host: HeadHost) -> Path:
 
 
 def drive(
-    head: HeadHost, *args: str, home: Path, timeout: float = 300, trailing: tuple[str, ...] = ()
+    head: HeadHost,
+    *args: str,
+    home: Path,
+    timeout: float | None = None,
+    trailing: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
     """``python -m driver VERB <cluster options> ARGS... [-- TRAILING...]`` as its own process."""
     verb, *rest = args

@@ -27,7 +27,7 @@ import pytest
 from driver import price
 from fakes.fake_arm import FakeAzure, self_signed_cert
 from fakes.retail_prices import FakeRetailPrices, vm_meters
-from support import REPO, error_lines, run_driver
+from support import REPO, driver_timeout, error_lines, run_driver
 from test_arm_up_down import CREDENTIAL_ENV, SUB
 from test_azurite import Blob, blob
 from test_price import PARAMETERS
@@ -134,7 +134,7 @@ def _limited() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
 
 
-def price_cmd(url: str, home: Path, *args: str, timeout: float = 120) -> tuple[Any, float]:
+def price_cmd(url: str, home: Path, *args: str, timeout: float | None = None) -> tuple[Any, float]:
     """``price`` (the Bicep defaults in westeurope unless ``args``) with the API at ``url``, in
     at most :data:`MEMORY` of address space; (the process, its seconds)."""
     start = time.monotonic()
@@ -144,7 +144,8 @@ def price_cmd(url: str, home: Path, *args: str, timeout: float = 120) -> tuple[A
         cwd=REPO,
         env={**os.environ, "RAYDRIVER_HOME": str(home), "RAYDRIVER_PRICES_URL": url,
              "PYTHONPATH": str(REPO / "python")},
-        capture_output=True, text=True, timeout=timeout, preexec_fn=_limited,
+        capture_output=True, text=True, preexec_fn=_limited,
+        timeout=driver_timeout(["price", *args], timeout),
     )  # fmt: skip
     return r, time.monotonic() - start
 
@@ -349,14 +350,13 @@ def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure
         fake.close()
 
 
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize("value", ["soon", "Fri, 31 Dec 1999 23:59:59 GMT", "NaN", "-5", "1e400"])
 def test_5_a_429_with_a_retry_after_that_is_no_number_is_retried(
     azure: FakeAzure, tmp_path: Path, value: str
 ) -> None:
     azure.throttle = [value]
     r = run_driver(
-        "start", "--head", CLOSED, "--retries", "0", home=tmp_path, timeout=110,
+        "start", "--head", CLOSED, "--retries", "0", home=tmp_path,
         env={**azure.env(), "RAYDRIVER_HEAD_VM_ID": VM_ID,
              "RAYDRIVER_WORKER_AUTOSCALE_ID": AUTOSCALE_ID},
     )  # fmt: skip

@@ -98,6 +98,48 @@ def literal_bounds(path: Path, root: Path = REPO) -> list[Bound]:
     return sorted(set(found), key=lambda b: b.where)
 
 
+def literal_defaults(path: Path, root: Path = REPO) -> list[str]:
+    """Wrappers of ``run_driver`` (functions that call it, or run ``python -m driver``) whose
+    ``timeout`` parameter has a number for its default: a bound no call site shows, which the
+    wrapper hands to every command it runs (test_autostop.py's gave 900 s to `start`, whose
+    budget is 900 s itself)."""
+    found = []
+    for function in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        a = function.args
+        named = [*a.posonlyargs, *a.args]
+        defaults = dict(
+            zip([p.arg for p in named[len(named) - len(a.defaults) :]], a.defaults, strict=True)
+        )
+        defaults.update(
+            {p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None}
+        )
+        if _literal(defaults.get("timeout")) is None:
+            continue
+        calls = [n for n in ast.walk(function) if isinstance(n, ast.Call)]
+        if any(_name(c) in WRAPPERS or _driver_argv(c) is not None for c in calls):
+            found.append(f"{path.relative_to(root)}:{function.lineno} {function.name}")
+    return found
+
+
+def test_no_wrapper_of_the_driver_has_a_literal_default_bound() -> None:
+    assert [d for p in sorted(TESTS.rglob("*.py")) for d in literal_defaults(p)] == []
+
+
+def test_the_wrapper_finder_sees_a_literal_default(tmp_path: Path) -> None:
+    sample = tmp_path / "test_sample.py"
+    sample.write_text(
+        "def drive(home, *argv, timeout=120):\n"
+        "    return run_driver(*argv, home=home, timeout=timeout)\n"
+        "def fine(home, *argv, timeout=None):\n"
+        "    return run_driver(*argv, home=home, timeout=timeout)\n"
+        "def other(timeout=5):\n"
+        "    return urlopen('http://127.0.0.1', timeout=timeout)\n"
+    )
+    assert literal_defaults(sample, tmp_path) == ["test_sample.py:1 drive"]
+
+
 def all_bounds() -> list[Bound]:
     return [b for p in sorted(TESTS.rglob("*.py")) for b in literal_bounds(p)]
 

@@ -5,18 +5,22 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
+import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from harness import learner_lock
 from harness.metrics import ProgressWriter
 from harness.runs import (
     PROGRESS_CSV,
     SUMMARY_JSON,
+    Checkpoint,
     latest_checkpoint,
     read_progress,
     results_dir,
@@ -139,6 +143,38 @@ def run(
 
     ray.init(logging_level="WARNING", ignore_reinit_error=True)
     algo = apply_harness_settings(build_config(args), args).build_algo()
+    try:
+        summary = _train(
+            algo, args, evaluate, run_dir, uploader, resume, resumed_from, fetched, earlier_rows
+        )
+    except BaseException as e:  # an error, Ctrl-C, or driver stop's SIGTERM (SystemExit)
+        if not _update_threads_stopped(algo, e):
+            _end_now(_exit_code(e), e)
+        raise
+    stopped = _update_threads_stopped(algo)
+    algo.stop()
+    print("RESULT " + json.dumps(summary), flush=True)
+    code = 1 if summary["reached_target"] is False else 0
+    if not stopped:
+        _end_now(code)
+    return code
+
+
+def _train(
+    algo: Any,
+    args: argparse.Namespace,
+    evaluate: Evaluator | None,
+    run_dir: Path,
+    uploader: Uploader | None,
+    resume: Checkpoint | None,
+    resumed_from: str | None,
+    fetched: Path | None,
+    earlier_rows: list[dict[str, str]],
+) -> dict[str, Any]:
+    """Restore (``--resume``), train until a stop condition, checkpoint, evaluate, write
+    ``summary.json`` (and hand the run to the uploader): the summary."""
+    import ray
+
     learner_lock.guard(algo)  # checkpoints wait for an APPO/IMPALA update in progress
     time_before = 0.0
     if resume:
@@ -240,6 +276,42 @@ def run(
     (run_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
     if uploader:
         uploader.finish(args.upload_timeout)
-    algo.stop()
-    print("RESULT " + json.dumps(summary), flush=True)
-    return 1 if reached is False else 0
+    return summary
+
+
+def _exit_code(error: BaseException) -> int:
+    """The exit code Python's exit gives the process that ``error`` ends."""
+    if isinstance(error, SystemExit):
+        return error.code if isinstance(error.code, int) else int(error.code is not None)
+    if isinstance(error, KeyboardInterrupt):
+        return 128 + signal.SIGINT  # Python ends itself with SIGINT: a shell's 130
+    return 1
+
+
+def _update_threads_stopped(algo: Any, error: BaseException | None = None) -> bool:
+    """End the learners' update threads (APPO's, IMPALA's), each after its update in progress,
+    before this process ends, however it ends (``error``: the exception that ends it): Python's
+    exit would tear a thread still in an update out of torch's backward (SIGABRT, exit 134; see
+    harness/learner_lock.py). False: one is still in its update after
+    ``learner_lock.STOP_TIMEOUT_S``, and the process must not end by Python's exit."""
+    try:
+        return learner_lock.stop(algo)
+    except Exception:
+        if error is None:
+            raise
+        return True  # the error that ends the run is the one to see (guard() met this one first)
+
+
+def _end_now(code: int, error: BaseException | None = None) -> NoReturn:
+    """End the process with ``code`` at once, without Python's exit (an update thread is still
+    in an update: see :func:`_update_threads_stopped`)."""
+    if error is not None:
+        traceback.print_exception(error)
+    print(
+        f"error: the learner's update thread is still in an update after "
+        f"{learner_lock.STOP_TIMEOUT_S:.0f} s: the process ends now, without Python's exit",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.stdout.flush()
+    os._exit(code)

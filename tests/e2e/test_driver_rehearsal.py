@@ -200,7 +200,6 @@ def test_tensorboard_answers_through_the_tunnel_and_shows_the_jobs_run(
         "tb-run",
         str(job),
         home=home,
-        timeout=900,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     proc = subprocess.Popen(

@@ -28,7 +28,7 @@ def home(tmp_path: Path, head_host: HeadHost) -> Path:
 
 def drive(head: HeadHost, home: Path, *args: str):  # type: ignore[no-untyped-def]
     verb, *rest = args
-    return run_driver(verb, *head.cli_args, *rest, home=home, env=driver_env(home), timeout=300)
+    return run_driver(verb, *head.cli_args, *rest, home=home, env=driver_env(home))
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def params(tmp_path: Path) -> Path:
 
 def driver(fake: FakeAzure, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**fake.env(), "AZURE_SUBSCRIPTION_ID": SUB}
-    return run_driver(*args, home=home, env=env, timeout=120)
+    return run_driver(*args, home=home, env=env)
 
 
 def deploy_requests(fake: FakeAzure) -> list[tuple[str, str]]:

@@ -412,7 +412,7 @@ def test_6_a_results_url_with_secrets_is_refused_without_repeating_them(
         (("download", "some-run", "--results-url", url), emulator),
     ):
         extra = {**extra, "AZURE_TOKEN_CREDENTIALS": "ManagedIdentityCredential"}
-        r = run_driver(*args, home=tmp_path, cwd=tmp_path, timeout=60, env=extra)
+        r = run_driver(*args, home=tmp_path, cwd=tmp_path, env=extra)
         line = _one_error(r)
         assert SECRET not in r.stderr + r.stdout, line
         assert "is refused (not repeated here)" in line, line

@@ -21,6 +21,7 @@ import pytest
 
 from driver.store import safe_name
 from fakes.azure_node import laptop_env
+from support import driver_timeout
 from test_azurite import CLIENT_ID, Blob, _request, blob
 from test_results_store import _get, _token, env, refused, start_uploader
 
@@ -98,7 +99,7 @@ def _driver(
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=driver_timeout(args, 300),
     )
 
 

@@ -153,12 +153,13 @@ if [ $# -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 
-# The whole suite in four lanes side by side, each running its tests one at a time in
+# The whole suite in five lanes side by side, each running its tests one at a time in
 # collection order:
 #   e2e:       the end-to-end tests on the session's rehearsal cluster;
 #   autoscale: the autoscale e2e tests (a cluster of their own, scaling mode ray), then the
-#              examples' local runs and the benchmarks' smoke runs (on a local Ray head of the
-#              lane's own);
+#              examples' local runs (on a local Ray head of the lane's own);
+#   bench:     the benchmarks' smoke runs that need no root (a local Ray head of its own; in the
+#              autoscale lane they made that lane the last to end by ~10 min on a fresh machine);
 #   autostop:  the autostop e2e tests (a cluster of their own; mostly waiting for idle
 #              periods), then the system tests (mostly waiting on the network) and the local
 #              heads' own tests;
@@ -169,11 +170,12 @@ fi
 # containers, Ray's and autostop's idle timeouts), the unit tests mostly compute.
 # scripts/lanes.py prints the background lanes' logs and one closing line for all.
 LANES=.pytest_cache/lanes
-AUTOSCALE=(tests/e2e/test_autoscale.py tests/unit/test_examples.py tests/unit/test_benchmark_smoke.py)
+AUTOSCALE=(tests/e2e/test_autoscale.py tests/unit/test_examples.py)
+BENCH=(tests/unit/test_benchmark_smoke.py)
 AUTOSTOP=(tests/e2e/test_autostop.py tests/system tests/unit/test_local_heads.py)
 OWN_CLUSTERS=(tests/e2e/test_autoscale.py tests/e2e/test_autostop.py)
 rm -rf "$LANES" && mkdir -p "$LANES"
-log "pytest, four lanes: e2e, autoscale and autostop (logs in $LANES/), unit (here)"
+log "pytest, five lanes: e2e, autoscale, autostop and bench (logs in $LANES/), unit (here)"
 # A background command of a script ignores SIGINT, and so would every process it starts
 # (Python keeps an ignored SIGINT: no KeyboardInterrupt); the e2e tests stop the driver with
 # Ctrl-C as a user does, so each lane gets SIGINT back before pytest starts. Only ever run in
@@ -189,21 +191,28 @@ lane "${AUTOSCALE[@]}" --junitxml="$LANES/autoscale.xml" >"$LANES/autoscale.log"
 autoscale=$!
 lane "${AUTOSTOP[@]}" --junitxml="$LANES/autostop.xml" >"$LANES/autostop.log" 2>&1 &
 autostop=$!
+lane "${BENCH[@]}" --junitxml="$LANES/bench.xml" >"$LANES/bench.log" 2>&1 &
+bench=$!
 # Ctrl-C or a failed host lane never leaves the others running (SIGINT: their clusters go down).
-trap 'kill -INT "$e2e" "$autoscale" "$autostop" 2>/dev/null || true' EXIT
+trap 'kill -INT "$e2e" "$autoscale" "$autostop" "$bench" 2>/dev/null || true' EXIT
 rc_unit=0
 .venv/bin/python -m pytest --ignore=tests/e2e "${AUTOSCALE[@]/#/--ignore=}" \
-    "${AUTOSTOP[@]/#/--ignore=}" --junitxml="$LANES/unit.xml" || rc_unit=$?
+    "${AUTOSTOP[@]/#/--ignore=}" "${BENCH[@]/#/--ignore=}" --junitxml="$LANES/unit.xml" ||
+    rc_unit=$?
 rc_e2e=0
 wait "$e2e" || rc_e2e=$?
 rc_autoscale=0
 wait "$autoscale" || rc_autoscale=$?
 rc_autostop=0
 wait "$autostop" || rc_autostop=$?
+rc_bench=0
+wait "$bench" || rc_bench=$?
 trap - EXIT
 mv "$LOAD_LOG" "$LANES/load.txt"
 echo "(the whole run: $(($(date +%s) - STARTED)) s)"
 exec .venv/bin/python scripts/lanes.py --load "$LANES/load.txt" \
     --log "$LANES/e2e.log" --log "$LANES/autoscale.log" --log "$LANES/autostop.log" \
+    --log "$LANES/bench.log" \
     "unit=$rc_unit:$LANES/unit.xml" "e2e=$rc_e2e:$LANES/e2e.xml" \
-    "autoscale=$rc_autoscale:$LANES/autoscale.xml" "autostop=$rc_autostop:$LANES/autostop.xml"
+    "autoscale=$rc_autoscale:$LANES/autoscale.xml" "autostop=$rc_autostop:$LANES/autostop.xml" \
+    "bench=$rc_bench:$LANES/bench.xml"

@@ -205,8 +205,10 @@ def test_a_small_cpu_run_prints_the_json(tmp_path: Path) -> None:
             assert row["repeats"] == 2
             assert 0 < row["ms_min"] <= row["ms_per_update"] <= row["ms_max"]
             assert row["updates_per_s"] == pytest.approx(1000 / row["ms_per_update"], rel=0.01)
+            # Printed as a whole number: off by up to 0.5 from the exact rate (36 for 35.5 on
+            # a machine loaded enough, 1.4 %).
             assert row["env_steps_per_s"] == pytest.approx(
-                int(size) * row["updates_per_s"] / bench.ITERATIONS_PER_BATCH, rel=0.01
+                int(size) * row["updates_per_s"] / bench.ITERATIONS_PER_BATCH, rel=0.01, abs=0.5
             )
     if torch.cuda.is_available():
         assert set(result["cuda"]) == {"50", "100"}

@@ -49,9 +49,11 @@ from driver.settings import RESULTS_ENV
 
 START_TIMEOUT_S = 360.0
 """The bound on starting local Ray, further starts included."""
-STARTS = 3
-"""How often ``ray start`` is tried when its node misses Ray's registration window (clean-clone
-run 18, two cores saturated by the test lanes: a node missed it twice; each miss took 75-100 s)."""
+STARTS = 4
+"""How often ``ray start`` is tried when its node misses Ray's registration window, within
+START_TIMEOUT_S (clean-clone run 18, two cores saturated by the test lanes: a node missed it
+twice; each miss took 75-100 s; 2026-11-28, load 15-30: three misses in 236 s, with 124 s of the
+budget left for a fourth)."""
 RETRY_NEEDS_S = 70.0
 """Time a second ``ray start`` needs left to be tried: a node that misses Ray's 30 s to register
 has been seen to take 60 s to give up on a loaded machine."""

@@ -222,18 +222,24 @@ def fetch(
         except urllib.error.HTTPError as e:
             raise Unreadable(f"HTTP {e.code} {shown(str(e.reason), 80)}") from None
         except urllib.error.URLError as e:
-            if dog.expired.is_set():
+            if _spent(dog, started, timeout):
                 raise _late(timeout) from None
             raise Unreadable(one_line(e.reason, 120)) from None
         except (OSError, ValueError, http.client.HTTPException) as e:
-            if dog.expired.is_set():
+            if _spent(dog, started, timeout):
                 raise _late(timeout) from None
             if isinstance(e, http.client.HTTPException) and not isinstance(e, OSError):
                 raise Unreadable(f"a broken HTTP answer: {type(e).__name__}") from None
             raise Unreadable(one_line(e, 120) or type(e).__name__) from None
-        if dog.expired.is_set() or time.monotonic() - started > timeout:
+        if _spent(dog, started, timeout):
             raise _late(timeout)
     return bytes(body)
+
+
+def _spent(dog: _Watchdog, started: float, timeout: float) -> bool:
+    """Whether the time for the whole answer is over: the watchdog has cut the socket, or (on a
+    loaded machine its timer thread may run late) a socket read timed out at the same bound."""
+    return dog.expired.is_set() or time.monotonic() - started >= timeout
 
 
 def _late(timeout: float) -> Unreadable:

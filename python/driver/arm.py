@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from driver import untrusted
+from driver.discovery import ANSWER_TIMEOUT_S, _credential_error, _first_line
 from driver.discovery import DEPLOYMENTS_API_VERSION as API_VERSION
-from driver.discovery import _credential_error, _first_line
 from driver.errors import DriverError
 from driver.settings import DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV
 
@@ -37,8 +37,6 @@ TERMINAL = {"Succeeded", "Failed", "Canceled"}
 MAX_POLL_S = untrusted.MAX_RETRY_AFTER_S
 MAX_ANSWER_BYTES = 32 << 20
 """What-if and operations answers of this template are well under a megabyte."""
-ANSWER_TIMEOUT_S = 120.0
-"""One answer of Resource Manager, whole (each socket read: READ_TIMEOUT_S)."""
 READ_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 20.0
 
@@ -156,6 +154,14 @@ class Operation:
     resource_name: str
     message: str
 
+    def line(self) -> str:
+        """The operation as a progress line: Resource Manager's text, one line, no terminal
+        control."""
+        shown = untrusted.shown
+        line = f"  {shown(self.state, 40):<10} {shown(self.resource_type, 200)} "
+        line += shown(self.resource_name, 200)
+        return line + (f": {shown(self.message, 1000)}" if self.message else "")
+
 
 class ResourceManager:
     """One signed-in connection to Resource Manager for one subscription (a context manager)."""
@@ -180,10 +186,9 @@ class ResourceManager:
         self._client: Any = None
 
     def __enter__(self) -> ResourceManager:
-        from azure.identity import DefaultAzureCredential
         from azure.mgmt.resource.resources import ResourceManagementClient
 
-        self._credential = DefaultAzureCredential()
+        self._credential = untrusted.credential()
         self._client = ResourceManagementClient(
             self._credential,
             self.subscription,
@@ -213,7 +218,8 @@ class ResourceManager:
         if not url.startswith("https://"):
             sep = "&" if "?" in url else "?"
             url = f"{self.base}{url}{sep}api-version={API_VERSION}"
-        try:
+
+        def send() -> tuple[Any, bytes]:
             response = self._client.send_request(
                 HttpRequest(method, url, json=body),
                 stream=True,
@@ -221,9 +227,14 @@ class ResourceManager:
                 read_timeout=READ_TIMEOUT_S,
             )
             try:
-                content = _read(response)
+                return response, _read(response)
             finally:
                 response.close()
+
+        try:
+            # The whole exchange (a token included) within ANSWER_TIMEOUT_S: the SDK's timeouts
+            # bound each socket read only.
+            response, content = untrusted.within(ANSWER_TIMEOUT_S, send)
         except (CredentialUnavailableError, ClientAuthenticationError) as e:
             raise DriverError(
                 f"cannot sign in to Azure: {_credential_error(e)} (expected `az login`, a "
@@ -316,15 +327,17 @@ class ResourceManager:
         result = self._follow(*self.request("POST", path, self._body(template, values)))
         if not isinstance(result, dict):
             raise DriverError("what-if returned no result")
-        if result.get("status") != "Succeeded":
-            error = result.get("error") or {}
-            raise DriverError(
-                f"what-if {result.get('status')}: {error.get('code')}: {error.get('message')}"
-            )
-        return [
-            Change(str(c.get("changeType")), str(c.get("resourceId")))
-            for c in (result.get("properties") or {}).get("changes", [])
-        ]
+        with untrusted.shaped("the what-if result"):
+            if result.get("status") != "Succeeded":
+                error = result.get("error") or {}
+                raise DriverError(
+                    f"what-if {untrusted.shown(str(result.get('status')), 40)}: "
+                    + untrusted.one_line(f"{error.get('code')}: {error.get('message')}", 500)
+                )
+            return [
+                Change(str(c.get("changeType")), str(c.get("resourceId")))
+                for c in (result.get("properties") or {}).get("changes", [])
+            ]
 
     def deploy(
         self, group: str, name: str, template: dict[str, Any], values: dict[str, Any]
@@ -338,35 +351,45 @@ class ResourceManager:
             self._wait(headers)
             _, headers, deployment = self.request("GET", path, ok=(200,))
             _, _, ops = self.request("GET", f"{path}/operations", ok=(200,))
-            for op in (ops or {}).get("value", []):
-                props = op.get("properties", {})
-                target = props.get("targetResource") or {}
-                state = str(props.get("provisioningState", ""))
-                oid = str(op.get("operationId"))
-                if seen.get(oid) == state or not target:
-                    continue
-                seen[oid] = state
-                message = props.get("statusMessage") or {}
-                error = message.get("error", {}) if isinstance(message, dict) else {}
-                yield Operation(
-                    oid,
-                    state,
-                    str(props.get("provisioningOperation", "")),
-                    str(target.get("resourceType", "")),
-                    str(target.get("resourceName", "")),
-                    f"{error.get('code')}: {error.get('message')}" if error else "",
-                )
-            if deployment["properties"].get("provisioningState") in TERMINAL:
-                return
+            with untrusted.shaped("the deployment's operations"):
+                changed = list(self._changed(ops, seen))
+            yield from changed
+            with untrusted.shaped("the deployment"):
+                if deployment["properties"].get("provisioningState") in TERMINAL:
+                    return
+
+    @staticmethod
+    def _changed(ops: Any, seen: dict[str, str]) -> Iterator[Operation]:
+        """The operations of ``ops`` (the deployment's operations page) whose state differs from
+        what ``seen`` holds, which they update."""
+        for op in (ops or {}).get("value", []):
+            props = op.get("properties", {})
+            target = props.get("targetResource") or {}
+            state = str(props.get("provisioningState", ""))
+            oid = str(op.get("operationId"))
+            if seen.get(oid) == state or not target:
+                continue
+            seen[oid] = state
+            message = props.get("statusMessage") or {}
+            error = message.get("error", {}) if isinstance(message, dict) else {}
+            yield Operation(
+                oid,
+                state,
+                str(props.get("provisioningOperation", "")),
+                str(target.get("resourceType", "")),
+                str(target.get("resourceName", "")),
+                f"{error.get('code')}: {error.get('message')}" if error else "",
+            )
 
     def deployment(self, group: str, name: str) -> tuple[str, dict[str, Any], str]:
         """``(provisioningState, outputs as plain values, error)``."""
         _, _, data = self.request("GET", self._deployment_path(group, name), ok=(200,))
-        props = data.get("properties", {})
-        error = props.get("error") or {}
-        outputs = {k: v.get("value") for k, v in (props.get("outputs") or {}).items()}
-        reason = f"{error.get('code')}: {error.get('message')}" if error else ""
-        return str(props.get("provisioningState")), outputs, reason
+        with untrusted.shaped("Resource Manager's result"):
+            props = data.get("properties", {})
+            error = props.get("error") or {}
+            outputs = {k: v.get("value") for k, v in (props.get("outputs") or {}).items()}
+            reason = f"{error.get('code')}: {error.get('message')}" if error else ""
+            return str(props.get("provisioningState")), outputs, reason
 
 
 def _shown_url(url: str) -> str:

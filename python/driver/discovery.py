@@ -27,6 +27,9 @@ from driver.settings import DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV, ClusterSpec
 
 DEPLOYMENTS_API_VERSION = "2024-03-01"
 """api-version for GET .../providers/Microsoft.Resources/deployments/{name}."""
+ANSWER_TIMEOUT_S = 120.0
+"""One exchange with Resource Manager, whole: the token, the request, the answer (the SDK's own
+timeouts bound each socket read only)."""
 
 # The output names each stack promises (infra/terraform/outputs.tf, the Bicep template).
 TERRAFORM_HEAD_IP = "head_public_ip"
@@ -129,7 +132,7 @@ def arm_deployment_outputs(
         ResourceNotFoundError,
         ServiceRequestError,
     )
-    from azure.identity import CredentialUnavailableError, DefaultAzureCredential
+    from azure.identity import CredentialUnavailableError
     from azure.mgmt.resource.resources import ResourceManagementClient
 
     where = f"ARM deployment {deployment} in resource group {resource_group}"
@@ -139,7 +142,7 @@ def arm_deployment_outputs(
     )
     try:
         with (
-            DefaultAzureCredential() as credential,
+            untrusted.credential() as credential,
             ResourceManagementClient(
                 credential,
                 subscription,
@@ -148,7 +151,12 @@ def arm_deployment_outputs(
                 retry_policy=untrusted.retry_policy(),
             ) as client,
         ):
-            resource = client.resources.get_by_id(resource_id, api_version=DEPLOYMENTS_API_VERSION)
+            resource = untrusted.within(
+                ANSWER_TIMEOUT_S,
+                lambda: client.resources.get_by_id(
+                    resource_id, api_version=DEPLOYMENTS_API_VERSION
+                ),
+            )
     except ResourceNotFoundError as e:
         raise DriverError(
             f"{where} not found (subscription {subscription}): {_arm_message(e)}"
@@ -166,12 +174,17 @@ def arm_deployment_outputs(
         raise DriverError(
             f"reading {where} failed: HTTP {e.status_code} {_arm_message(e)}"
         ) from None
+    except untrusted.Unreadable as e:
+        raise DriverError(f"reading {where}: Resource Manager's answer: {e}") from None
     properties = resource.properties or {}
     if not isinstance(properties, dict):  # older SDK models
         properties = properties.as_dict() if hasattr(properties, "as_dict") else dict(properties)
-    state = str(properties.get("provisioningState") or "Unknown")
-    outputs = properties.get("outputs") or {}
-    return state, {k: (v.get("value") if isinstance(v, dict) else v) for k, v in outputs.items()}
+    with untrusted.shaped(where):
+        state = str(properties.get("provisioningState") or "Unknown")
+        outputs = properties.get("outputs") or {}
+        return state, {
+            k: (v.get("value") if isinstance(v, dict) else v) for k, v in outputs.items()
+        }
 
 
 _UNAVAILABLE = ("unavailable", "not found", "not installed", "could not be found", "requires")

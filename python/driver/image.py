@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from driver import untrusted
 from driver.arm import ResourceManager
 from driver.errors import DriverError
 
@@ -68,7 +69,8 @@ class ImageBuilder:
         doc = self.template()
         if doc is None:
             raise DriverError(f"image template {self.name} in {self.group} disappeared")
-        status = (doc.get("properties") or {}).get("lastRunStatus")
+        with untrusted.shaped(f"image template {self.name}"):
+            status = (doc.get("properties") or {}).get("lastRunStatus")
         return status if isinstance(status, dict) else {}
 
     def start(self) -> str:
@@ -113,7 +115,8 @@ class ImageBuilder:
                 exit_code=1,
             )
         _, _, out = self.rm.request("GET", self._url(f"/runOutputs/{RUN_OUTPUT}"), ok=(200,))
-        artifact = ((out or {}).get("properties") or {}).get("artifactId")
+        with untrusted.shaped(f"run output {RUN_OUTPUT}"):
+            artifact = ((out or {}).get("properties") or {}).get("artifactId")
         if not artifact:
             raise DriverError(f"the build succeeded but run output {RUN_OUTPUT} names no image")
         return str(artifact)

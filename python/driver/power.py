@@ -173,10 +173,11 @@ class Arm(Protocol):
 def power_state(arm: Arm, vm: HeadVm) -> str:
     """``running``, ``deallocated``, ``starting``, ... from the VM's instance view."""
     _, _, view = arm.request("GET", f"{arm.base}{vm.vm_id}/instanceView?api-version={COMPUTE_API}")
-    for status in (view or {}).get("statuses", []):
-        code = str(status.get("code", ""))
-        if code.startswith("PowerState/"):
-            return untrusted.shown(code.split("/", 1)[1], 40)
+    with untrusted.shaped(f"the instance view of {vm.name}"):
+        for status in (view or {}).get("statuses", []):
+            code = str(status.get("code", ""))
+            if code.startswith("PowerState/"):
+                return untrusted.shown(code.split("/", 1)[1], 40)
     return "unknown"
 
 
@@ -204,15 +205,16 @@ def start(
             raise DriverError(f"the head VM {vm.name} did not start within {timeout:.0f} s")
         sleep(_retry_after(headers))
         _, headers, doc = arm.request("GET", operation, ok=(200,))
-        status = str((doc or {}).get("status", ""))
-        if status == "Succeeded":
-            break
-        if status in ("Failed", "Canceled"):
-            error = (doc or {}).get("error") or {}
-            raise DriverError(
-                f"starting the head VM {vm.name}: {status}: "
-                + untrusted.one_line(f"{error.get('code')}: {error.get('message')}", 500)
-            )
+        with untrusted.shaped(f"the start of {vm.name}"):
+            status = str((doc or {}).get("status", ""))
+            if status == "Succeeded":
+                break
+            if status in ("Failed", "Canceled"):
+                error = (doc or {}).get("error") or {}
+                raise DriverError(
+                    f"starting the head VM {vm.name}: {status}: "
+                    + untrusted.one_line(f"{error.get('code')}: {error.get('message')}", 500)
+                )
     while (state := power_state(arm, vm)) != "running":
         if clock() > deadline:
             raise DriverError(

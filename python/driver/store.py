@@ -240,9 +240,7 @@ class Store:
 
             credential = self._credential
             if credential is None:
-                from azure.identity import DefaultAzureCredential
-
-                credential = DefaultAzureCredential()
+                credential = untrusted.credential()
             # A token first: storage's client retries a credential that finds none (seconds of
             # back-off per request) before it says so.
             with self.errors(f"reading {self.url.url}"):

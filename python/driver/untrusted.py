@@ -13,7 +13,12 @@ Manager. None of it is trusted more than a job's output, and every reader goes t
 * :func:`retry_after` and :func:`retry_policy`: a ``Retry-After`` is a number of seconds, capped;
   anything else (``soon``, a date, ``NaN``, ``1e400``) is the default. azure-core honours the
   header itself (uncapped, and a value that is not a number or an HTTP date raises), so the SDK
-  clients the driver builds get :func:`retry_policy`.
+  clients the driver builds get :func:`retry_policy`, and the credentials (whose pipelines take
+  no retry policy from outside) :func:`credential`'s transport, whose every wait is capped.
+* :func:`within`: a client library's call (an Azure SDK request: its timeouts bound each socket
+  read, never a whole answer) given a bound on its whole time.
+* :func:`shaped`: reading what an answer holds; an answer in another shape than Azure's (a list
+  where an object belongs) is one line, never a traceback.
 * :func:`redact_url`: a URL as it may be shown (no user info, no query: a SAS token lives there).
 * :func:`terminal_safe` / :func:`shown`: text without the control sequences that could take over
   a terminal; what a job prints and what the store or Azure says go through the same filter.
@@ -300,6 +305,61 @@ def retry_policy(**settings: Any) -> Any:
     settings.setdefault("retry_backoff_factor", 1.0)
     settings.setdefault("retry_backoff_max", MAX_RETRY_AFTER_S)
     return CappedRetryPolicy(**settings)
+
+
+def credential(**settings: Any) -> Any:
+    """azure-identity's DefaultAzureCredential (``settings`` as it takes them), whose token
+    requests wait at most :data:`MAX_RETRY_AFTER_S` between tries, whatever ``Retry-After`` the
+    token service sends (azure-identity builds its own retry policies, so the cap is in the
+    transport every try goes through)."""
+    from azure.core.pipeline.transport import RequestsTransport
+    from azure.identity import DefaultAzureCredential
+
+    class CappedWaits(RequestsTransport):
+        def sleep(self, duration: float) -> None:
+            time.sleep(min(max(float(duration), 0.0), MAX_RETRY_AFTER_S))
+
+    return DefaultAzureCredential(transport=CappedWaits(), **settings)
+
+
+def within(seconds: float, call: Any) -> Any:
+    """``call()``'s result, or :class:`Unreadable` ("no whole answer within N s") when it has not
+    returned within ``seconds``. For a client library's request, whose timeouts bound one socket
+    read each: a server that trickles its status line or one long chunk holds it for ever. The
+    call runs in a daemon thread; one that is late goes on until its own read timeouts end it,
+    and its result is dropped (the driver reports the bound and ends, or asks again)."""
+    done = threading.Event()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as e:  # raised again in the caller's thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="untrusted-within", daemon=True).start()
+    if not done.wait(seconds):
+        raise _late(seconds)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@contextlib.contextmanager
+def shaped(what: str) -> Iterator[None]:
+    """Reading ``what`` (an answer from Azure) inside the block: a field of another type than
+    Azure's (a list where an object belongs, a number where a list does) raises
+    :class:`~driver.errors.DriverError` with one line, never a traceback from deep inside."""
+    try:
+        yield
+    except (AttributeError, TypeError, KeyError, IndexError) as e:
+        from driver.errors import DriverError
+
+        raise DriverError(
+            f"{what}: not in the shape Azure answers in ({type(e).__name__}: {one_line(e, 120)})"
+        ) from None
 
 
 # -- what may be shown ---------------------------------------------------------------------------

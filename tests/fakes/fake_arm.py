@@ -48,7 +48,12 @@ stands in for exactly the calls the driver makes, with the real wire format:
   sets :attr:`FakeAzure.autoscale` (resource id → enabled) and answers the setting.
 * **Throttling**: with :attr:`FakeAzure.throttle` set, the next requests are ``429`` with
   ``{"error": {"code": "TooManyRequests"}}`` and the ``Retry-After`` given (any text: Azure
-  sends seconds; a hostile or broken server may send anything).
+  sends seconds; a hostile or broken server may send anything); :attr:`FakeAzure.token_throttle`
+  does the same for the token endpoint (App Service's identity answer: ``{"statusCode": 429,
+  "message": ...}``).
+* **A broken or hostile Resource Manager**: :attr:`FakeAzure.answers` gives a path a JSON answer
+  of the test's own (another shape than Azure's); a path in :attr:`FakeAzure.trickle` is
+  answered a byte every half second, for ever (a status line that never ends).
 
 Why HTTPS with a throwaway self-signed certificate: azure-core refuses to send a bearer token
 over plain http, so the real SDK only talks to an https endpoint. :meth:`FakeAzure.env` gives
@@ -187,12 +192,19 @@ class FakeAzure:
     throttle: list[str] = field(default_factory=list)
     """Retry-After values: each next request to Resource Manager (not the token endpoint) is
     answered ``429 TooManyRequests`` with the first, which goes."""
+    token_throttle: list[str] = field(default_factory=list)
+    """Retry-After values: each next token request is answered ``429`` with the first."""
+    answers: dict[str, Any] = field(default_factory=dict)
+    """Path (lower case) → the JSON answered (200) in place of the fake's own."""
+    trickle: set[str] = field(default_factory=set)
+    """Paths (lower case) whose answer trickles, a byte every half second, for ever."""
     _starts: dict[str, list[Any]] = field(default_factory=dict)
     _builds: dict[str, dict[str, Any]] = field(default_factory=dict)
     _results: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
     _polls: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._closed = threading.Event()
         self.cert, key = self_signed_cert(self.folder)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self.cert, key)
@@ -281,6 +293,7 @@ class FakeAzure:
         }
 
     def close(self) -> None:
+        self._closed.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
@@ -291,6 +304,11 @@ class FakeAzure:
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         self.requests.append((url.path, url.query, dict(h.headers.items())))
         if url.path == "/msi/token":
+            if self.token_throttle:
+                message = "Too many requests to the identity endpoint."
+                after = self.token_throttle.pop(0)
+                self._send(h, 429, {"statusCode": 429, "message": message}, {"Retry-After": after})
+                return
             self._token(h, query)
             return
         if self.throttle:
@@ -320,6 +338,12 @@ class FakeAzure:
                     "The api-version query parameter (?api-version=) is required for all requests.",
                 ),
             )
+            return
+        if url.path.lower() in self.trickle:
+            self._trickle(h)
+            return
+        if url.path.lower() in self.answers:
+            self._send(h, 200, self.answers[url.path.lower()])
             return
         length = int(h.headers.get("Content-Length") or 0)
         body = json.loads(h.rfile.read(length)) if length else None
@@ -730,6 +754,20 @@ class FakeAzure:
                 "client_id": "00000000-0000-0000-0000-00000000f4ce",
             },
         )
+
+    def _trickle(self, h: BaseHTTPRequestHandler) -> None:
+        """A status line and headers that never end, a byte every half second, until the
+        client hangs up or the fake closes."""
+        line = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Padding: " + b"a" * 10**6
+        for byte in line:
+            if self._closed.is_set():
+                return
+            try:
+                h.wfile.write(bytes([byte]))
+                h.wfile.flush()
+            except OSError:
+                return  # the client hung up: what it should do
+            time.sleep(0.5)
 
     @staticmethod
     def _send(

@@ -400,6 +400,100 @@ def test_5_a_huge_retry_after_is_capped(azure: FakeAzure, monkeypatch: pytest.Mo
     assert 2 <= took < 15, took
 
 
+@pytest.mark.timeout(60)
+def test_5_the_token_services_huge_retry_after_is_capped_too(
+    azure: FakeAzure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """azure-identity builds its own retry policies, which would sleep 100,000 s; every wait of
+    the driver's credential is capped at MAX_RETRY_AFTER_S (30 s: 1 s here)."""
+    from driver import power, untrusted
+    from driver.arm import ResourceManager
+
+    monkeypatch.setattr(untrusted, "MAX_RETRY_AFTER_S", 1.0)
+    for k, v in azure.env().items():
+        monkeypatch.setenv(k, v)
+    azure.token_throttle = ["100000", "100000"]
+    start = time.monotonic()
+    with ResourceManager(SUB, azure.endpoint, sleep=lambda _: None) as arm:
+        assert power.power_state(arm, power.HeadVm(VM_ID)) == "deallocated"
+    took = time.monotonic() - start
+    assert azure.token_throttle == []  # both were answered, and waited for
+    assert 2 <= took < 15, took
+
+
+def test_5_the_token_services_retry_after_that_is_no_number_is_one_line(
+    azure: FakeAzure, tmp_path: Path
+) -> None:
+    azure.token_throttle = ["soon"]
+    r = run_driver(
+        "start", "--head", CLOSED, "--retries", "0", home=tmp_path,
+        env={**azure.env(), "RAYDRIVER_HEAD_VM_ID": VM_ID,
+             "RAYDRIVER_WORKER_AUTOSCALE_ID": AUTOSCALE_ID},
+    )  # fmt: skip
+    assert _one_error(r).startswith("error: cannot sign in to Azure: "), r.stderr[-3000:]
+    assert azure.vms[VM_ID.lower()] == "deallocated"  # nothing was asked of Azure
+
+
+@pytest.mark.timeout(60)
+def test_2_a_resource_manager_that_trickles_its_status_line_is_cut_at_the_bound(
+    azure: FakeAzure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's timeouts bound each socket read (60 s); a status line that comes a byte every
+    half second never trips them. The driver bounds the whole exchange (120 s: 3 s here)."""
+    from driver import arm, power
+    from driver.errors import DriverError
+
+    monkeypatch.setattr(arm, "ANSWER_TIMEOUT_S", 3.0)
+    for k, v in azure.env().items():
+        monkeypatch.setenv(k, v)
+    azure.trickle.add(f"{VM_ID}/instanceView".lower())
+    start = time.monotonic()
+    with arm.ResourceManager(SUB, azure.endpoint, sleep=lambda _: None) as rm:
+        with pytest.raises(DriverError) as raised:
+            power.power_state(rm, power.HeadVm(VM_ID))
+    assert str(raised.value) == (
+        f"GET {azure.endpoint}{VM_ID}/instanceView: Resource Manager's answer: no whole answer "
+        "within 3 s"
+    )
+    assert time.monotonic() - start < 3 + 5
+
+
+@pytest.mark.parametrize(
+    "view",
+    [{"statuses": [1, 2]}, {"statuses": {"code": 5}}, {"statuses": "PowerState/running"}],
+    ids=["numbers", "an-object", "a-string"],
+)
+def test_5_an_answer_in_another_shape_than_azures_is_one_line(
+    azure: FakeAzure, tmp_path: Path, view: dict[str, Any]
+) -> None:
+    azure.answers[f"{VM_ID}/instanceView".lower()] = view
+    r = run_driver(
+        "start", "--head", CLOSED, "--retries", "0", home=tmp_path,
+        env={**azure.env(), "RAYDRIVER_HEAD_VM_ID": VM_ID,
+             "RAYDRIVER_WORKER_AUTOSCALE_ID": AUTOSCALE_ID},
+    )  # fmt: skip
+    line = _one_error(r)
+    assert line.startswith(
+        "error: the instance view of ray-head: not in the shape Azure answers in (AttributeError"
+    ), line
+
+
+def test_5_a_deployment_in_another_shape_than_azures_is_one_line(
+    azure: FakeAzure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from driver.arm import ResourceManager
+    from driver.errors import DriverError
+
+    for k, v in azure.env().items():
+        monkeypatch.setenv(k, v)
+    path = f"/subscriptions/{SUB}/resourcegroups/rg/providers/Microsoft.Resources/deployments/d"
+    with ResourceManager(SUB, azure.endpoint, sleep=lambda _: None) as arm:
+        for answer in ({"properties": []}, {"properties": {"outputs": {"ip": 5}}}):
+            azure.answers[path.lower()] = answer
+            with pytest.raises(DriverError, match="^Resource Manager's result: not in the shape"):
+                arm.deployment("rg", "d")
+
+
 # -- 6. secrets in the results URL ---------------------------------------------------------------
 IDENTITY_ONLY = {
     # checkov:skip=CKV_SECRET_6:The name of azure-identity's credential, not a secret

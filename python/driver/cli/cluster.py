@@ -348,10 +348,7 @@ def cmd_up_arm(args: argparse.Namespace) -> int:
                 say(f"Deleted the resource group {group} created for this deployment.")
             raise
         for op in rm.deploy(group, name, template, values):
-            # Resource Manager's text, one line each, no terminal control.
-            line = f"  {shown(op.state, 40):<10} {shown(op.resource_type, 200)} "
-            line += shown(op.resource_name, 200)
-            say(line + (f": {shown(op.message, 1000)}" if op.message else ""))
+            say(op.line())
         state, outputs, reason = rm.deployment(group, name)
     if state != "Succeeded":
         raise DriverError(

@@ -10,7 +10,7 @@ import time
 
 from driver import arm, image
 from driver.cli.options import Parser, Verbs, verb
-from driver.cli.output import PROG, say
+from driver.cli.output import PROG, say, shown
 from driver.errors import EXIT_INTERRUPTED, EXIT_OK, DriverError
 from driver.settings import ARM_ENDPOINT_ENV, DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV
 
@@ -112,8 +112,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         if builder.template() is None:
             say(f"Image template {name} is missing: deploying {image.IMAGE_TEMPLATE} into {group}")
             for op in rm.deploy(group, image.IMAGE_DEPLOYMENT, template, values):
-                line = f"  {op.state:<10} {op.resource_type} {op.resource_name}"
-                say(line + (f": {op.message}" if op.message else ""))
+                say(op.line())
             state, _, reason = rm.deployment(group, image.IMAGE_DEPLOYMENT)
             if state != "Succeeded":
                 raise DriverError(
@@ -130,9 +129,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         try:
             for step in builder.follow(operation):
                 minutes = (time.monotonic() - started) / 60
-                detail = f" ({step.sub_state})" if step.sub_state else ""
-                message = f": {step.message}" if step.message else ""
-                say(f"  {minutes:5.1f} min  {step.state}{detail}{message}")
+                # Image Builder's text, one line, no terminal control.
+                detail = f" ({shown(step.sub_state, 80)})" if step.sub_state else ""
+                message = f": {shown(step.message, 1000)}" if step.message else ""
+                say(f"  {minutes:5.1f} min  {shown(step.state, 40)}{detail}{message}")
         except KeyboardInterrupt:
             say(
                 f"\nStopped waiting; the build of {name} goes on in Azure. Follow it again "

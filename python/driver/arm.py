@@ -26,7 +26,7 @@ from typing import Any
 from driver import untrusted
 from driver.discovery import ANSWER_TIMEOUT_S, _credential_error, _first_line
 from driver.discovery import DEPLOYMENTS_API_VERSION as API_VERSION
-from driver.errors import DriverError
+from driver.errors import DriverError, shaped
 from driver.settings import DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV
 
 CREATED_TAG = ("created-by", "python -m driver up")
@@ -327,7 +327,7 @@ class ResourceManager:
         result = self._follow(*self.request("POST", path, self._body(template, values)))
         if not isinstance(result, dict):
             raise DriverError("what-if returned no result")
-        with untrusted.shaped("the what-if result"):
+        with shaped("the what-if result"):
             if result.get("status") != "Succeeded":
                 error = result.get("error") or {}
                 raise DriverError(
@@ -351,10 +351,10 @@ class ResourceManager:
             self._wait(headers)
             _, headers, deployment = self.request("GET", path, ok=(200,))
             _, _, ops = self.request("GET", f"{path}/operations", ok=(200,))
-            with untrusted.shaped("the deployment's operations"):
+            with shaped("the deployment's operations"):
                 changed = list(self._changed(ops, seen))
             yield from changed
-            with untrusted.shaped("the deployment"):
+            with shaped("the deployment"):
                 if deployment["properties"].get("provisioningState") in TERMINAL:
                     return
 
@@ -384,7 +384,7 @@ class ResourceManager:
     def deployment(self, group: str, name: str) -> tuple[str, dict[str, Any], str]:
         """``(provisioningState, outputs as plain values, error)``."""
         _, _, data = self.request("GET", self._deployment_path(group, name), ok=(200,))
-        with untrusted.shaped("Resource Manager's result"):
+        with shaped("Resource Manager's result"):
             props = data.get("properties", {})
             error = props.get("error") or {}
             outputs = {k: v.get("value") for k, v in (props.get("outputs") or {}).items()}

@@ -22,7 +22,7 @@ from typing import Any
 
 from driver import untrusted
 from driver.address import DEFAULT_USER, HeadAddress, parse_head
-from driver.errors import DriverError, one_line
+from driver.errors import DriverError, one_line, shaped
 from driver.settings import DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV, ClusterSpec
 
 DEPLOYMENTS_API_VERSION = "2024-03-01"
@@ -179,7 +179,7 @@ def arm_deployment_outputs(
     properties = resource.properties or {}
     if not isinstance(properties, dict):  # older SDK models
         properties = properties.as_dict() if hasattr(properties, "as_dict") else dict(properties)
-    with untrusted.shaped(where):
+    with shaped(where):
         state = str(properties.get("provisioningState") or "Unknown")
         outputs = properties.get("outputs") or {}
         return state, {

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 from driver.untrusted import one_line, terminal_safe
 
@@ -28,6 +29,19 @@ class DriverError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+@contextlib.contextmanager
+def shaped(what: str) -> Iterator[None]:
+    """Reading ``what`` (an answer from Azure) inside the block: a field of another type than
+    Azure's (a list where an object belongs, a number where a list does) is a
+    :class:`DriverError` with one line, never a traceback from deep inside."""
+    try:
+        yield
+    except (AttributeError, TypeError, KeyError, IndexError) as e:
+        raise DriverError(
+            f"{what}: not in the shape Azure answers in ({type(e).__name__}: {one_line(e, 120)})"
+        ) from None
 
 
 class ConnectionLost(DriverError):

@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver import untrusted
 from driver.arm import ResourceManager
-from driver.errors import DriverError
+from driver.errors import DriverError, shaped
 
 IMAGE_API_VERSION = "2024-02-01"
 """The imageTemplates api-version infra/bicep/image/main.bicep declares (a test holds them
@@ -69,7 +68,7 @@ class ImageBuilder:
         doc = self.template()
         if doc is None:
             raise DriverError(f"image template {self.name} in {self.group} disappeared")
-        with untrusted.shaped(f"image template {self.name}"):
+        with shaped(f"image template {self.name}"):
             status = (doc.get("properties") or {}).get("lastRunStatus")
         return status if isinstance(status, dict) else {}
 
@@ -115,7 +114,7 @@ class ImageBuilder:
                 exit_code=1,
             )
         _, _, out = self.rm.request("GET", self._url(f"/runOutputs/{RUN_OUTPUT}"), ok=(200,))
-        with untrusted.shaped(f"run output {RUN_OUTPUT}"):
+        with shaped(f"run output {RUN_OUTPUT}"):
             artifact = ((out or {}).get("properties") or {}).get("artifactId")
         if not artifact:
             raise DriverError(f"the build succeeded but run output {RUN_OUTPUT} names no image")

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from driver import untrusted
-from driver.errors import DriverError
+from driver.errors import DriverError, shaped
 from driver.progress import Progress, silent
 from driver.settings import HEAD_VM_ID_ENV, WORKER_AUTOSCALE_ID_ENV, ClusterSpec
 
@@ -173,7 +173,7 @@ class Arm(Protocol):
 def power_state(arm: Arm, vm: HeadVm) -> str:
     """``running``, ``deallocated``, ``starting``, ... from the VM's instance view."""
     _, _, view = arm.request("GET", f"{arm.base}{vm.vm_id}/instanceView?api-version={COMPUTE_API}")
-    with untrusted.shaped(f"the instance view of {vm.name}"):
+    with shaped(f"the instance view of {vm.name}"):
         for status in (view or {}).get("statuses", []):
             code = str(status.get("code", ""))
             if code.startswith("PowerState/"):
@@ -205,7 +205,7 @@ def start(
             raise DriverError(f"the head VM {vm.name} did not start within {timeout:.0f} s")
         sleep(_retry_after(headers))
         _, headers, doc = arm.request("GET", operation, ok=(200,))
-        with untrusted.shaped(f"the start of {vm.name}"):
+        with shaped(f"the start of {vm.name}"):
             status = str((doc or {}).get("status", ""))
             if status == "Succeeded":
                 break

@@ -17,8 +17,8 @@ Manager. None of it is trusted more than a job's output, and every reader goes t
   no retry policy from outside) :func:`credential`'s transport, whose every wait is capped.
 * :func:`within`: a client library's call (an Azure SDK request: its timeouts bound each socket
   read, never a whole answer) given a bound on its whole time.
-* :func:`shaped`: reading what an answer holds; an answer in another shape than Azure's (a list
-  where an object belongs) is one line, never a traceback.
+* What an answer holds is read inside :func:`driver.errors.shaped`: another shape than Azure's
+  (a list where an object belongs) is one line, never a traceback.
 * :func:`redact_url`: a URL as it may be shown (no user info, no query: a SAS token lives there).
 * :func:`terminal_safe` / :func:`shown`: text without the control sequences that could take over
   a terminal; what a job prints and what the store or Azure says go through the same filter.
@@ -345,21 +345,6 @@ def within(seconds: float, call: Any) -> Any:
     if "error" in box:
         raise box["error"]
     return box["value"]
-
-
-@contextlib.contextmanager
-def shaped(what: str) -> Iterator[None]:
-    """Reading ``what`` (an answer from Azure) inside the block: a field of another type than
-    Azure's (a list where an object belongs, a number where a list does) raises
-    :class:`~driver.errors.DriverError` with one line, never a traceback from deep inside."""
-    try:
-        yield
-    except (AttributeError, TypeError, KeyError, IndexError) as e:
-        from driver.errors import DriverError
-
-        raise DriverError(
-            f"{what}: not in the shape Azure answers in ({type(e).__name__}: {one_line(e, 120)})"
-        ) from None
 
 
 # -- what may be shown ---------------------------------------------------------------------------

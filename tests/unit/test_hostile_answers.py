@@ -275,7 +275,7 @@ def test_2_a_read_that_times_out_at_the_bound_is_the_same_line_when_the_watchdog
 
     monkeypatch.setattr(untrusted._Watchdog, "_cut", lambda self: None)  # a timer that never runs
     server = hostile(lambda conn: time.sleep(10))  # accepts, says nothing
-    with pytest.raises(untrusted.Unreadable, match="^no whole answer within 1 s$"):
+    with pytest.raises(untrusted.Unreadable, match=r"^no whole answer within 1 s$"):
         untrusted.fetch(f"http://127.0.0.1:{server.port}/", 1.0, 1 << 20)
 
 
@@ -448,9 +448,11 @@ def test_2_a_resource_manager_that_trickles_its_status_line_is_cut_at_the_bound(
         monkeypatch.setenv(k, v)
     azure.trickle.add(f"{VM_ID}/instanceView".lower())
     start = time.monotonic()
-    with arm.ResourceManager(SUB, azure.endpoint, sleep=lambda _: None) as rm:
-        with pytest.raises(DriverError) as raised:
-            power.power_state(rm, power.HeadVm(VM_ID))
+    with (
+        arm.ResourceManager(SUB, azure.endpoint, sleep=lambda _: None) as rm,
+        pytest.raises(DriverError) as raised,
+    ):
+        power.power_state(rm, power.HeadVm(VM_ID))
     assert str(raised.value) == (
         f"GET {azure.endpoint}{VM_ID}/instanceView: Resource Manager's answer: no whole answer "
         "within 3 s"
@@ -490,7 +492,7 @@ def test_5_a_deployment_in_another_shape_than_azures_is_one_line(
     with ResourceManager(SUB, azure.endpoint, sleep=lambda _: None) as arm:
         for answer in ({"properties": []}, {"properties": {"outputs": {"ip": 5}}}):
             azure.answers[path.lower()] = answer
-            with pytest.raises(DriverError, match="^Resource Manager's result: not in the shape"):
+            with pytest.raises(DriverError, match=r"^Resource Manager's result: not in the shape"):
                 arm.deployment("rg", "d")
 
 

@@ -159,19 +159,20 @@ fi
 #   autoscale: the autoscale e2e tests (a cluster of their own, scaling mode ray), then the
 #              examples' local runs (on a local Ray head of the lane's own);
 #   bench:     the benchmarks' smoke runs that need no root (a local Ray head of its own; in the
-#              autoscale lane they made that lane the last to end by ~10 min on a fresh machine);
+#              autoscale lane they made that lane the last to end by ~10 min on a fresh machine),
+#              then the local jobs' tests and the wheel's (the unit lane's longest files: 765 s
+#              of its ~2,000 on 2 cores, which made it end ~10 min after every other lane);
 #   autostop:  the autostop e2e tests (a cluster of their own; mostly waiting for idle
 #              periods), then the system tests (mostly waiting on the network) and the local
 #              heads' own tests;
-#   unit:      the other unit tests (test_local_jobs.py and the wheel among them), with their
-#              output here.
+#   unit:      the other unit tests, with their output here.
 # The lanes take about equally long on 2 cores (987-1,119 s in three cold runs, within 135 s of
 # each other), so the CPUs stay busy to the end: the end-to-end tests mostly wait (booting
 # containers, Ray's and autostop's idle timeouts), the unit tests mostly compute.
 # scripts/lanes.py prints the background lanes' logs and one closing line for all.
 LANES=.pytest_cache/lanes
 AUTOSCALE=(tests/e2e/test_autoscale.py tests/unit/test_examples.py)
-BENCH=(tests/unit/test_benchmark_smoke.py)
+BENCH=(tests/unit/test_benchmark_smoke.py tests/unit/test_local_jobs.py tests/unit/test_wheel.py)
 AUTOSTOP=(tests/e2e/test_autostop.py tests/system tests/unit/test_local_heads.py)
 OWN_CLUSTERS=(tests/e2e/test_autoscale.py tests/e2e/test_autostop.py)
 rm -rf "$LANES" && mkdir -p "$LANES"

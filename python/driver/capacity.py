@@ -142,13 +142,20 @@ def usages(pages: Iterable[Any]) -> dict[str, Usage]:
     found: dict[str, Usage] = {}
     with shaped("the Compute usages"):
         for page in pages:
-            for item in page["value"]:
+            for item in _items(page):
                 name = item["name"]["value"]
                 current, limit = item["currentValue"], item["limit"]
                 if not isinstance(name, str) or not all(_count(v) for v in (current, limit)):
                     raise TypeError(f"usage {untrusted.shown(str(name), 60)}: not a count")
                 found[name.lower()] = Usage(name, int(current), int(limit))
     return found
+
+
+def _items(page: Any) -> list[Any]:
+    items = page["value"]
+    if not isinstance(items, list):
+        raise TypeError(f"value is a {type(items).__name__}, not a list")
+    return items
 
 
 def _count(value: Any) -> bool:
@@ -161,7 +168,7 @@ def skus(pages: Iterable[Any], region: str) -> dict[str, Sku]:
     found: dict[str, Sku] = {}
     with shaped("the Resource SKUs"):
         for page in pages:
-            for item in page["value"]:
+            for item in _items(page):
                 if str(item.get("resourceType", "")).lower() != "virtualmachines":
                     continue
                 sku = _sku(item, region)

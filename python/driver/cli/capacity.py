@@ -4,6 +4,7 @@ cluster at its maximum size (:mod:`driver.capacity`)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 from driver import capacity
 from driver.cli.output import say
 from driver.errors import EXIT_CAPACITY, DriverError, one_line
+from driver.settings import ARM_ENDPOINT_ENV, SUBSCRIPTION_ENV, TERRAFORM_SUBSCRIPTION_ENV
 from driver.untrusted import shown
 
 IGNORE_FLAG = "--ignore-capacity"
@@ -30,6 +32,48 @@ def add_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
+def subscription_of(args: argparse.Namespace, terraform: bool) -> tuple[str | None, str | None]:
+    """The subscription and Resource Manager endpoint to ask: the flags, then (with Terraform)
+    ``$ARM_SUBSCRIPTION_ID``, then ``$AZURE_SUBSCRIPTION_ID`` and
+    ``$AZURE_RESOURCE_MANAGER_ENDPOINT``."""
+    names = (TERRAFORM_SUBSCRIPTION_ENV, SUBSCRIPTION_ENV) if terraform else (SUBSCRIPTION_ENV,)
+    found = getattr(args, "subscription", None) or next(
+        (os.environ[n] for n in names if os.environ.get(n)), None
+    )
+    return found, getattr(args, "arm_endpoint", None) or os.environ.get(ARM_ENDPOINT_ENV)
+
+
+def check_with_subscription(
+    args: argparse.Namespace,
+    values: Mapping[str, Any],
+    arm_names: bool,
+    region: str | None,
+    terraform: bool,
+    existing: bool,
+    ignore: bool,
+    refused: str,
+) -> None:
+    """:func:`check` in the subscription of the flags or the environment, where there is one."""
+    from driver import arm
+
+    subscription, endpoint = subscription_of(args, terraform)
+    if not subscription:
+        env = (
+            f"${TERRAFORM_SUBSCRIPTION_ENV} or ${SUBSCRIPTION_ENV}"
+            if terraform
+            else (f"${SUBSCRIPTION_ENV}")
+        )
+        not_checked(f"no subscription to ask (pass --subscription ID or set {env})")
+        return
+    try:
+        rm = arm.ResourceManager(subscription, endpoint)
+    except DriverError as e:
+        not_checked(e)
+        return
+    with rm:
+        check(rm, values, arm_names, region, existing, ignore, refused=refused)
+
+
 def not_checked(reason: object) -> None:
     say(f"Capacity not checked: {one_line(str(reason), 500)}; going on without it.")
 
@@ -41,7 +85,7 @@ def check(
     region: str | None,
     existing: bool,
     ignore: bool,
-    going_on: str = "deploying anyway",
+    refused: str = f"nothing created; {IGNORE_FLAG} deploys anyway",
 ) -> None:
     """Show the table and the verdict; raise :class:`DriverError` with :data:`EXIT_CAPACITY`
     when Azure would refuse the cluster and ``ignore`` is not set. Usages or sizes that cannot
@@ -61,11 +105,9 @@ def check(
         return
     refusal = f"Azure would refuse the cluster at its maximum size: {'; '.join(found.problems)}"
     if ignore:
-        say(f"Capacity: {refusal}; {going_on} ({IGNORE_FLAG}).")
+        say(f"Capacity: {refusal}; deploying anyway ({IGNORE_FLAG}).")
         return
-    raise DriverError(
-        f"capacity: {refusal} (nothing created; {IGNORE_FLAG} deploys anyway)", EXIT_CAPACITY
-    )
+    raise DriverError(f"capacity: {refusal} ({refused})", EXIT_CAPACITY)
 
 
 def table(found: capacity.Check) -> list[str]:

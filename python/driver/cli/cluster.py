@@ -427,6 +427,13 @@ def cmd_up(args: argparse.Namespace) -> int:
                     else f"WARNING: this plan replaces {address} (the head's address may change)"
                 )
             show_for_up(summary.variables, False, url, None)
+            # The plan does not say whether the cluster's VMs exist (and count in Azure's
+            # usage already): the check compares with the quota limits alone.
+            capacity_cli.check_with_subscription(
+                args, summary.variables, False, None, terraform=True, existing=True,
+                ignore=args.ignore_capacity,
+                refused=f"nothing applied; {capacity_cli.IGNORE_FLAG} applies anyway",
+            )  # fmt: skip
             _confirm(
                 args,
                 f"Apply: {summary.add} to add, {summary.change} to change, {summary.destroy} "

@@ -1,9 +1,10 @@
 """What Azure would refuse before a deployment (issue 37): the quota arithmetic and the reading of
-the Usages and Resource SKUs answers (driver/capacity.py, pure), then `up --resource-group` and
-`price` against the fake Resource Manager (tests/fakes/fake_arm.py, the published wire format):
-a quota too small, a size restricted in one zone or in every zone, a size the region does not
-offer, each one line with exit code 3 before anything is created; a cluster that fits shows the
-table and deploys; a usages API that answers 403 is one line and `up` goes on."""
+the Usages and Resource SKUs answers (driver/capacity.py, pure), then `up --resource-group`,
+`up --terraform-dir` (real terraform plan) and `price` against the fake Resource Manager
+(tests/fakes/fake_arm.py, the published wire format): a quota too small, a size restricted in
+every zone, a size the region does not offer, each one line with exit code 3 before anything is
+created; a size restricted in one zone is a note; a cluster that fits shows the table and
+deploys; a usages API that answers 403 is one line and `up` goes on."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from driver.errors import EXIT_CAPACITY, DriverError
 from driver.price import Pool, Sizing
 from fakes.fake_arm import FakeAzure, location_restriction, vm_sku, zone_restriction
 from fakes.retail_prices import FakeRetailPrices
-from support import error_lines, run_driver
+from support import REPO, error_lines, run_driver
 from test_arm_up_down import SUB, deploy_requests, driver, fake, params, prices  # noqa: F401
+from test_up_down import CONFIG
 
 REGION = "westeurope"
 D4, F8, D8 = "Standard_D4s_v5", "Standard_F8s_v2", "Standard_D8s_v5"
@@ -274,6 +276,12 @@ def test_spot_workers_count_against_the_spot_quota_with_their_placement_score(
     assert body == {"desiredLocations": [REGION], "desiredSizes": [{"sku": D4}],
                     "desiredCount": 10, "availabilityZones": True}  # fmt: skip
     nothing_created(fake)
+    # Without the Compute Recommendations role Azure answers 403: the score is not checked.
+    fake.errors[path.lower()] = (403, "AuthorizationFailed", "no placementScores/spot/action")
+    r = up(fake, tmp_path, params, "--yes", "--ignore-capacity")
+    assert r.returncode == 0, r.stderr
+    [row] = [x for x in capacity_lines(r.stdout) if x.startswith("  workers")]
+    assert row.split()[-5:] == ["yes", "not", "checked", "(HTTP", "403)"]
 
 
 def test_a_size_the_region_does_not_offer_is_one_line(
@@ -389,3 +397,35 @@ def test_price_checks_capacity_with_a_subscription_and_says_so_without(
         "Capacity not checked: no subscription to ask (pass --subscription ID or set "
         "$AZURE_SUBSCRIPTION_ID); going on without it."
     ]
+
+
+def test_terraform_up_checks_after_the_plan_and_applies_nothing(
+    fake: FakeAzure,  # noqa: F811
+    tmp_path: Path,
+    prices: FakeRetailPrices,  # noqa: F811
+) -> None:
+    """The stack's own variables.tf and checks.tf with a head resource (no provider): the plan's
+    variables are checked in $ARM_SUBSCRIPTION_ID's subscription, against the limits alone."""
+    stack = tmp_path / "tf"
+    stack.mkdir()
+    tf = REPO / "infra" / "terraform"
+    for source in (tf / "variables.tf", tf / "modules" / "cluster" / "checks.tf"):
+        (stack / source.name).write_text(source.read_text())
+    (stack / "terraform.tfvars").write_text((tf / "terraform.tfvars.example").read_text())
+    (stack / "main.tf").write_text(
+        CONFIG.replace('variable "head_ip" {', 'variable "head_ip" {\n  default = "203.0.113.9"')
+    )
+    fake.usages["standardDSv5Family"] = (0, 19)  # the example's head + 4 workers need 20
+    env = {**fake.env(), "AZURE_SUBSCRIPTION_ID": "", "ARM_SUBSCRIPTION_ID": SUB,
+           "CHECKPOINT_DISABLE": "1", "RAYDRIVER_PRICES_URL": prices.url}  # fmt: skip
+    r = run_driver("up", "--yes", "--terraform-dir", str(stack), home=tmp_path, env=env,
+                   timeout=300)  # fmt: skip
+    assert r.returncode == 3
+    assert error_lines(r.stderr)[-1] == (
+        "error: capacity: Azure would refuse the cluster at its maximum size: quota "
+        "standardDSv5Family in westeurope: the cluster needs 20 vCPUs at its maximum size, the "
+        "limit is 19 (nothing applied; --ignore-capacity applies anyway)"
+    )
+    assert r.stdout.index("Plan: 3 to add") < r.stdout.index("Capacity in westeurope")
+    assert not (stack / "terraform.tfstate").exists()
+    assert fake.bodies == []

@@ -15,6 +15,9 @@ EXIT_JOB_FAILED = 1
 """The job failed or was stopped."""
 EXIT_USAGE = 2
 """Bad usage, bad input, or the cluster could not be reached."""
+EXIT_CAPACITY = 3
+"""``up``/``price``: Azure would refuse the cluster at its maximum size (vCPU quota, a VM size not
+offered or restricted in the region); ``up`` created nothing (driver/capacity.py)."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C while following a job: the job keeps running (128 + SIGINT, the shell convention)."""
 

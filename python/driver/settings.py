@@ -31,6 +31,9 @@ RECONNECT_TIMEOUT_ENV = "RAYDRIVER_RECONNECT_TIMEOUT"
 """Seconds to keep reconnecting after the connection to the head broke, like
 ``--reconnect-timeout``."""
 SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"
+TERRAFORM_SUBSCRIPTION_ENV = "ARM_SUBSCRIPTION_ID"
+"""The subscription the azurerm provider deploys into (infra/terraform/versions.tf): with
+--terraform-dir it comes before ``$AZURE_SUBSCRIPTION_ID``."""
 ARM_ENDPOINT_ENV = "AZURE_RESOURCE_MANAGER_ENDPOINT"
 PRICES_URL_ENV = "RAYDRIVER_PRICES_URL"
 HEAD_VM_ID_ENV = "RAYDRIVER_HEAD_VM_ID"

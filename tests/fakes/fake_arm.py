@@ -46,6 +46,22 @@ stands in for exactly the calls the driver makes, with the real wire format:
   document says ``InProgress`` for :attr:`FakeAzure.start_polls` polls, then ``Succeeded`` and
   the VM is ``running``. ``PATCH {autoscale setting}`` with ``{"properties": {"enabled": B}}``
   sets :attr:`FakeAzure.autoscale` (resource id → enabled) and answers the setting.
+* **Capacity** (what ``up`` and ``price`` check before anything is created):
+  ``GET /subscriptions/{sub}/providers/Microsoft.Compute/locations/{l}/usages?api-version=
+  2024-07-01`` → ``{"value": [{"unit": "Count", "currentValue", "limit", "name": {"value",
+  "localizedValue"}}], "nextLink"}`` from :attr:`FakeAzure.usages` (name → (in use, limit), the
+  same in every region), :attr:`FakeAzure.page_size` items a page; ``GET .../Microsoft.Compute/
+  skus?api-version=2021-07-01&$filter=location eq 'L'`` → the ``ResourceSku`` documents of
+  :attr:`FakeAzure.skus` (:func:`vm_sku`) offered in L, ``locations`` and ``locationInfo`` cut to
+  L as Azure's filtered answer is, restrictions included; ``POST .../locations/{l}/
+  placementScores/spot/generate?api-version=2025-06-05`` (``desiredLocations``,
+  ``desiredSizes[].sku``, ``desiredCount``, ``availabilityZones``) → ``placementScores[]`` per
+  size, region and zone with :attr:`FakeAzure.spot_scores`' score (default "High") and
+  ``isQuotaAvailable`` from ``lowPriorityCores``. The fake refuses (400) what Azure's
+  specifications do not show an answer for: another api-version, another ``$filter`` than one
+  location, the regional scope (``availabilityZones: false``) of placement scores.
+  :attr:`FakeAzure.errors` answers a path with an ARM error of the test's own (a 403
+  ``AuthorizationFailed``, as Azure answers a caller without the role).
 * **Throttling**: with :attr:`FakeAzure.throttle` set, the next requests are ``429`` with
   ``{"error": {"code": "TooManyRequests"}}`` and the ``Retry-After`` given (any text: Azure
   sends seconds; a hostile or broken server may send anything); :attr:`FakeAzure.token_throttle`
@@ -76,7 +92,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import armeval
 
@@ -110,6 +126,19 @@ _COMPUTE_OPERATION_PATH = re.compile(
     r"^/subscriptions/[^/]+/providers/microsoft\.compute/locations/[^/]+/operations/(?P<id>[0-9a-f-]+)$",
     re.IGNORECASE,
 )
+_USAGES_PATH = re.compile(
+    r"^/subscriptions/[^/]+/providers/microsoft\.compute/locations/(?P<loc>[^/]+)/usages$",
+    re.IGNORECASE,
+)
+_SKUS_PATH = re.compile(r"^/subscriptions/[^/]+/providers/microsoft\.compute/skus$", re.IGNORECASE)
+_PLACEMENT_PATH = re.compile(
+    r"^/subscriptions/[^/]+/providers/microsoft\.compute/locations/(?P<loc>[^/]+)"
+    r"/placementscores/spot/generate$",
+    re.IGNORECASE,
+)
+USAGES_API_VERSION = "2024-07-01"
+SKUS_API_VERSION = "2021-07-01"
+PLACEMENT_API_VERSION = "2025-06-05"
 _AUTOSCALE_PATH = re.compile(
     r"^/subscriptions/[^/]+/resourcegroups/[^/]+/providers/microsoft\.insights"
     r"/autoscalesettings/[^/]+$",
@@ -194,6 +223,33 @@ class FakeAzure:
     answered ``429 TooManyRequests`` with the first, which goes."""
     token_throttle: list[str] = field(default_factory=list)
     """Retry-After values: each next token request is answered ``429`` with the first."""
+    usages: dict[str, tuple[int, int]] = field(
+        default_factory=lambda: {
+            "cores": (0, 100),
+            "lowPriorityCores": (0, 100),
+            "standardDSv5Family": (0, 100),
+            "standardFSv2Family": (0, 100),
+            "standardNCASv3_T4Family": (0, 8),
+            "virtualMachines": (0, 25000),
+        }
+    )
+    """Compute usages (name → (currentValue, limit)), the same in every region."""
+    skus: list[dict[str, Any]] = field(
+        default_factory=lambda: [
+            vm_sku("Standard_D4s_v5", "standardDSv5Family", 4),
+            vm_sku("Standard_D8s_v5", "standardDSv5Family", 8),
+            vm_sku("Standard_F8s_v2", "standardFSv2Family", 8),
+            vm_sku("Standard_NC4as_T4_v3", "standardNCASv3_T4Family", 4, spot=False),
+        ]
+    )
+    """The Resource SKUs catalogue (:func:`vm_sku` documents)."""
+    page_size: int = 100
+    """Usages and SKUs per page (``nextLink`` to the next)."""
+    spot_scores: dict[str, str] = field(default_factory=dict)
+    """VM size (lower case) → its Spot placement score (default "High")."""
+    errors: dict[str, tuple[int, str, str]] = field(default_factory=dict)
+    """Path (lower case) → (status, code, message): an ARM error answered in place of the
+    fake's own."""
     answers: dict[str, Any] = field(default_factory=dict)
     """Path (lower case) → the JSON answered (200) in place of the fake's own."""
     trickle: set[str] = field(default_factory=set)
@@ -345,10 +401,24 @@ class FakeAzure:
         if url.path.lower() in self.answers:
             self._send(h, 200, self.answers[url.path.lower()])
             return
+        if url.path.lower() in self.errors:
+            status, code, message = self.errors[url.path.lower()]
+            self._send(h, status, _error(code, message))
+            return
         length = int(h.headers.get("Content-Length") or 0)
         body = json.loads(h.rfile.read(length)) if length else None
         if h.command in ("PUT", "POST", "PATCH"):
             self.bodies.append((h.command, url.path, body))
+        usages = _USAGES_PATH.match(url.path)
+        if usages is not None and h.command == "GET":
+            self._usages(h, url.path, query)
+            return
+        if _SKUS_PATH.match(url.path) and h.command == "GET":
+            self._skus(h, url.path, query)
+            return
+        if _PLACEMENT_PATH.match(url.path) and h.command == "POST":
+            self._placement(h, query, body)
+            return
         vm = _VM_PATH.match(url.path)
         if vm is not None:
             self._vm(h, vm["id"].lower(), vm["tail"].lower())
@@ -682,6 +752,102 @@ class FakeAzure:
             )
         self._send(h, 200, doc, {"Retry-After": self.build_retry_after})
 
+    # -- capacity ---------------------------------------------------------------------------
+    def _api_version(self, h: BaseHTTPRequestHandler, query: dict[str, str], wanted: str) -> bool:
+        """Only the api-version whose answer Azure's specification shows; another is refused."""
+        if query.get("api-version") == wanted:
+            return True
+        message = f"The fake plays api-version {wanted} only, not {query.get('api-version')}."
+        self._send(h, 400, _error("InvalidApiVersionParameter", message))
+        return False
+
+    def _page(
+        self, h: BaseHTTPRequestHandler, path: str, query: dict[str, str], items: list[Any]
+    ) -> None:
+        start = int(query.get("$skiptoken", "0") or 0)
+        doc: dict[str, Any] = {"value": items[start : start + self.page_size]}
+        if start + self.page_size < len(items):
+            rest = {k: v for k, v in query.items() if k != "$skiptoken"}
+            rest["$skiptoken"] = str(start + self.page_size)
+            doc["nextLink"] = f"{self.endpoint}{path}?{urlencode(rest)}"
+        self._send(h, 200, doc)
+
+    def _usages(self, h: BaseHTTPRequestHandler, path: str, query: dict[str, str]) -> None:
+        if not self._api_version(h, query, USAGES_API_VERSION):
+            return
+        items = [
+            {
+                "unit": "Count",
+                "currentValue": current,
+                "limit": limit,
+                "name": {"value": name, "localizedValue": _localized(name)},
+            }
+            for name, (current, limit) in self.usages.items()
+        ]
+        self._page(h, path, query, items)
+
+    def _skus(self, h: BaseHTTPRequestHandler, path: str, query: dict[str, str]) -> None:
+        if not self._api_version(h, query, SKUS_API_VERSION):
+            return
+        wanted = re.fullmatch(r"location eq '([a-z0-9]+)'", query.get("$filter", ""))
+        if wanted is None:
+            message = (
+                "The fake answers $filter=location eq '<region>' only (what Azure answers "
+                f"otherwise is not published), not {query.get('$filter')!r}."
+            )
+            self._send(h, 400, _error("InvalidFilter", message))
+            return
+        region = wanted[1]
+        items = [_in_region(s, region) for s in self.skus]
+        self._page(h, path, query, [s for s in items if s is not None])
+
+    def _placement(self, h: BaseHTTPRequestHandler, query: dict[str, str], body: Any) -> None:
+        if not self._api_version(h, query, PLACEMENT_API_VERSION):
+            return
+        body = body if isinstance(body, dict) else {}
+        regions, sizes = body.get("desiredLocations"), body.get("desiredSizes")
+        count = body.get("desiredCount")
+        if body.get("availabilityZones") is not True:
+            message = (
+                "The fake plays the zonal scope only (availabilityZones: true): the answer to "
+                "the regional scope is not in Azure's published examples."
+            )
+            self._send(h, 400, _error("BadRequest", message))
+            return
+        if not (regions and sizes and isinstance(count, int) and count > 0):
+            self._send(h, 400, _error("BadRequest", "desiredLocations, desiredSizes, desiredCount"))
+            return
+        current, limit = self.usages.get("lowPriorityCores", (0, 0))
+        scores = []
+        for region in regions:
+            for size in sizes:
+                sku = next(
+                    (s for s in self.skus if s["name"].lower() == str(size["sku"]).lower()), None
+                )
+                offered = None if sku is None else _in_region(sku, str(region))
+                zones = offered["locationInfo"][0]["zones"] if offered else ["1", "2", "3"]
+                restricted = {
+                    z
+                    for r in (offered or {}).get("restrictions", [])
+                    for z in r["restrictionInfo"].get("zones", zones)
+                }
+                vcpus = int(_capability(sku, "vCPUs") or 0) if sku else 0
+                for zone in zones:
+                    scores.append(
+                        {
+                            "sku": size["sku"],
+                            "region": region,
+                            "availabilityZone": zone,
+                            "score": (
+                                self.spot_scores.get(str(size["sku"]).lower(), "High")
+                                if offered and zone not in restricted
+                                else "RestrictedSkuNotAvailable"
+                            ),
+                            "isQuotaAvailable": limit - current >= vcpus * count,
+                        }
+                    )
+        self._send(h, 200, {**body, "placementScores": scores})
+
     # -- a stopped cluster ------------------------------------------------------------------
     def _vm(self, h: BaseHTTPRequestHandler, vm_id: str, tail: str) -> None:
         if vm_id not in self.vms:
@@ -808,6 +974,81 @@ def _image_templates(
         [dist] = r["properties"]["distribute"]
         found.append((str(name), str(location), str(dist["runOutputName"])))
     return found
+
+
+def vm_sku(
+    name: str,
+    family: str,
+    vcpus: int,
+    locations: tuple[str, ...] = ("westeurope", "eastus"),
+    zones: tuple[str, ...] = ("1", "2", "3"),
+    spot: bool = True,
+    restrictions: tuple[dict[str, Any], ...] = (),
+) -> dict[str, Any]:
+    """A VM size as the Resource SKUs API lists it (api-version 2021-07-01), offered in
+    ``locations``, each with ``zones``."""
+    return {
+        "resourceType": "virtualMachines",
+        "name": name,
+        "tier": "Standard",
+        "size": name.removeprefix("Standard_"),
+        "family": family,
+        "locations": list(locations),
+        "locationInfo": [{"location": loc, "zones": list(zones)} for loc in locations],
+        "capabilities": [
+            {"name": "vCPUs", "value": str(vcpus)},
+            {"name": "MemoryGB", "value": str(vcpus * 4)},
+            {"name": "LowPriorityCapable", "value": "True" if spot else "False"},
+            {"name": "vCPUsAvailable", "value": str(vcpus)},
+        ],
+        "restrictions": list(restrictions),
+    }
+
+
+def zone_restriction(location: str, zones: list[str]) -> dict[str, Any]:
+    """A size not available to the subscription in these zones of ``location``."""
+    return {
+        "type": "Zone",
+        "values": [location],
+        "restrictionInfo": {"locations": [location], "zones": zones},
+        "reasonCode": "NotAvailableForSubscription",
+    }
+
+
+def location_restriction(location: str) -> dict[str, Any]:
+    """A size not available to the subscription in ``location`` at all."""
+    return {
+        "type": "Location",
+        "values": [location],
+        "restrictionInfo": {"locations": [location]},
+        "reasonCode": "NotAvailableForSubscription",
+    }
+
+
+def _in_region(sku: dict[str, Any], region: str) -> dict[str, Any] | None:
+    """The SKU as a ``$filter=location eq 'region'`` answer lists it, or None."""
+    if region.lower() not in [loc.lower() for loc in sku["locations"]]:
+        return None
+    return {
+        **sku,
+        "locations": [region],
+        "locationInfo": [i for i in sku["locationInfo"] if i["location"].lower() == region.lower()],
+        "restrictions": [
+            r for r in sku["restrictions"] if region.lower() in [v.lower() for v in r["values"]]
+        ],
+    }
+
+
+def _capability(sku: dict[str, Any], name: str) -> str | None:
+    return next((c["value"] for c in sku["capabilities"] if c["name"] == name), None)
+
+
+def _localized(name: str) -> str:
+    known = {"cores": "Total Regional vCPUs", "lowPriorityCores": "Total Regional Spot vCPUs"}
+    if name in known:
+        return known[name]
+    family = re.fullmatch(r"standard(\w+)Family", name)
+    return f"Standard {family[1]} Family vCPUs" if family else name
 
 
 def _error(code: str, message: str) -> dict[str, Any]:

@@ -9,10 +9,11 @@ import sys
 import time
 
 from driver import arm, layout, profiles
+from driver.cli import capacity as capacity_cli
 from driver.cli.options import Verbs, open_cluster, parse_pairs, port, settings_from, verb
 from driver.cli.output import PROG, say, shown
 from driver.cli.price import show_for_up
-from driver.errors import EXIT_OK, DriverError
+from driver.errors import EXIT_CAPACITY, EXIT_OK, DriverError
 from driver.settings import ARM_ENDPOINT_ENV, DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV, prices_url
 
 
@@ -84,7 +85,10 @@ def register(verbs: Verbs) -> None:
             name,
             f"{what}.",
             f"{what}. With --terraform-dir: `terraform plan` in DIR, then apply. `up` shows the "
-            "cluster's hourly price before it asks (as the price command does). With "
+            "cluster's hourly price before it asks (as the price command does), and first what "
+            "Azure would refuse of the cluster at its maximum size (vCPU quota, VM sizes not "
+            f"offered or restricted in the region: exit code {EXIT_CAPACITY} before anything is "
+            f"created; {capacity_cli.IGNORE_FLAG} deploys anyway). With "
             "--resource-group: infra/bicep/azuredeploy.json deployed through Azure Resource "
             "Manager (what-if first, then its operations as progress), and the cluster "
             "remembered as `use` does; a missing resource group is created (--location) and "
@@ -138,6 +142,8 @@ def register(verbs: Verbs) -> None:
             help=f"Resource Manager endpoint (env {ARM_ENDPOINT_ENV}; "
             f"default {DEFAULT_ARM_ENDPOINT})",
         )
+        if name == "up":
+            capacity_cli.add_flag(p)
         p.add_argument(
             "-y",
             "--yes",
@@ -322,12 +328,17 @@ def cmd_up_arm(args: argparse.Namespace) -> int:
         created = False
         found = rm.group(group)
         region = args.location if found is None else found.get("location")
+        if found is None and not args.location:
+            raise DriverError(
+                f"resource group {group} does not exist in subscription {subscription}: "
+                "pass --location to create it"
+            )
+        full = arm.with_defaults(template, values)
+        if not isinstance(region, str):
+            capacity_cli.not_checked(f"resource group {group} has no location")
+        else:
+            capacity_cli.check(rm, full, True, region, found is not None, args.ignore_capacity)
         if found is None:
-            if not args.location:
-                raise DriverError(
-                    f"resource group {group} does not exist in subscription {subscription}: "
-                    "pass --location to create it"
-                )
             rm.create_group(group, args.location)
             created = True
             say(f"Created resource group {group} in {args.location} (down deletes it).")
@@ -340,7 +351,7 @@ def cmd_up_arm(args: argparse.Namespace) -> int:
                 print(f"  {shown(c.change_type, 40):<10} {shown(c.resource_id, 400)}")
             sys.stdout.flush()
             summary = ", ".join(f"{n} {t.lower()}" for t, n in sorted(counts.items())) or "none"
-            show_for_up(arm.with_defaults(template, values), True, url, region)
+            show_for_up(full, True, url, region)
             _confirm(args, f"Deploy: {summary}?")
         except (DriverError, KeyboardInterrupt):
             if created:
@@ -416,6 +427,13 @@ def cmd_up(args: argparse.Namespace) -> int:
                     else f"WARNING: this plan replaces {address} (the head's address may change)"
                 )
             show_for_up(summary.variables, False, url, None)
+            # The plan does not say whether the cluster's VMs exist (and count in Azure's
+            # usage already): the check compares with the quota limits alone.
+            capacity_cli.check_with_subscription(
+                args, summary.variables, False, None, terraform=True, existing=True,
+                ignore=args.ignore_capacity,
+                refused=f"nothing applied; {capacity_cli.IGNORE_FLAG} applies anyway",
+            )  # fmt: skip
             _confirm(
                 args,
                 f"Apply: {summary.add} to add, {summary.change} to change, {summary.destroy} "

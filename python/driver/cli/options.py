@@ -38,6 +38,8 @@ EXIT_CODES_HELP = """exit codes:
   1    the job failed or was stopped
   2    usage error, bad input, or the cluster could not be reached (SSH, host key,
        head not ready, token, Jobs API)
+  3    up/price: Azure would refuse the cluster at its maximum size (quota, VM size not
+       offered or restricted in the region); up created nothing
   130  interrupted with Ctrl-C (a job already submitted keeps running)"""
 
 EPILOG = f"{CLUSTER_ORDER}\n\n{EXIT_CODES_HELP}"

@@ -9,10 +9,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from driver import arm, price
+from driver.cli import capacity as capacity_cli
 from driver.cli.options import Verbs, parse_pairs, verb
 from driver.cli.output import say
-from driver.errors import EXIT_OK, DriverError
-from driver.settings import DEFAULT_PRICES_URL, PRICES_URL_ENV, prices_cache_dir, prices_url
+from driver.errors import EXIT_CAPACITY, EXIT_OK, DriverError
+from driver.settings import (
+    ARM_ENDPOINT_ENV,
+    DEFAULT_ARM_ENDPOINT,
+    DEFAULT_PRICES_URL,
+    PRICES_URL_ENV,
+    SUBSCRIPTION_ENV,
+    TERRAFORM_SUBSCRIPTION_ENV,
+    prices_cache_dir,
+    prices_url,
+)
 
 WHICH = ("at minimum", "at default", "at maximum")
 NOT_INCLUDED = "Compute only: disks, public IP, NAT gateway, Key Vault and traffic come on top."
@@ -62,6 +72,21 @@ def register(verbs: Verbs) -> None:
         default=str(arm.DEFAULT_TEMPLATE),
         help="the ARM template whose defaults apply (default: %(default)s)",
     )
+    g = p.add_argument_group(
+        "capacity (with a subscription: what Azure would refuse of the cluster at its maximum "
+        f"size, exit code {EXIT_CAPACITY})"
+    )
+    g.add_argument(
+        "--subscription",
+        metavar="ID",
+        help=f"Azure subscription id (env {SUBSCRIPTION_ENV}; with --terraform-dir first "
+        f"{TERRAFORM_SUBSCRIPTION_ENV}); without one the capacity is not checked",
+    )
+    g.add_argument(
+        "--arm-endpoint",
+        metavar="URL",
+        help=f"Resource Manager endpoint (env {ARM_ENDPOINT_ENV}; default {DEFAULT_ARM_ENDPOINT})",
+    )
     p.set_defaults(func=cmd_price)
 
 
@@ -81,6 +106,7 @@ def cmd_price(args: argparse.Namespace) -> int:
             )
         deployment = price.sizing(full, arm=True, region=args.location)
     else:
+        full = {}
         from driver import terraform
 
         if args.location is not None:
@@ -100,6 +126,16 @@ def cmd_price(args: argparse.Namespace) -> int:
     except price.PricesUnavailable as e:
         raise DriverError(f"price unknown: {unknown_line(url, e)}") from None
     show(price.estimate(deployment, prices))
+    capacity_cli.check_with_subscription(
+        args,
+        full if args.parameters else values,
+        bool(args.parameters),
+        args.location,
+        terraform=not args.parameters,
+        existing=False,
+        ignore=False,
+        refused="counted as a new cluster: free = limit - in use",
+    )
     return EXIT_OK
 
 

@@ -863,6 +863,8 @@ class Rehearsal:
         if still:
             raise DriverError(f"containers did not stop (pids {still}); run down again")
         removed += [f"container pid {p}" for p in sorted(pids)]
+        for node in state.nodes if state else []:
+            nodes.remove_own_cgroup(node.netns)
         # 2. the services on the bridge.
         host_ip = state.host_ip if state else network.host_ip(self.subnet)
         services = running_services(self.dir, host_ip, state)

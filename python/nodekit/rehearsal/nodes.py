@@ -31,6 +31,49 @@ from nodekit.rehearsal.system import mount_overlay, run, unmount_under
 
 REBOOT_EXIT = 133
 """systemd-nspawn's exit status when the container asked for a reboot."""
+CGROUP_HIERARCHIES = {"/sys/fs/cgroup/systemd": "name=systemd", "/sys/fs/cgroup/unified": ""}
+"""The hierarchies a container's systemd manages (cgroup v1 with systemd's named one, and the
+unified one beside it), and their names in /proc/PID/cgroup."""
+
+
+def own_cgroup(machine: str) -> str:
+    """Shell lines that move the shell into a cgroup of the container's own in each hierarchy
+    of :data:`CGROUP_HIERARCHIES` that is mounted, below the cgroup it is in.
+
+    With ``--keep-unit`` and no systemd on the host, nspawn splits the cgroup it starts in into
+    ``payload`` (the container's systemd takes it as its root) and ``supervisor``: two nodes
+    started from one cgroup share ``payload/system.slice/...``, and one node's systemd removes
+    the cgroup of another's unit as it starts (``status=219/CGROUP``: seen for
+    systemd-user-sessions.service, which left a node refusing logins). A cgroup per node keeps
+    them apart; where none can be made the shell goes on where it is."""
+    lines = []
+    for mount, name in CGROUP_HIERARCHIES.items():
+        field = f"{name}:" if name else ":"
+        lines.append(
+            f"if [ -d {mount} ]; then own=$(sed -n 's/^[0-9]*:{field}//p' /proc/self/cgroup); "
+            f'mkdir -p "{mount}${{own%/}}/rehearsal/{machine}" && '
+            f'echo $$ > "{mount}${{own%/}}/rehearsal/{machine}/cgroup.procs"; fi 2>/dev/null'
+        )
+    return "; ".join(lines)
+
+
+def remove_own_cgroup(machine: str) -> None:
+    """The empty cgroups :func:`own_cgroup` made for a container that has ended (what cannot
+    go, e.g. still in use, stays)."""
+    for mount, name in CGROUP_HIERARCHIES.items():
+        field = f"{name}:" if name else ":"
+        own = ""
+        with contextlib.suppress(OSError):
+            for line in Path("/proc/self/cgroup").read_text().splitlines():
+                number, _, rest = line.partition(":")
+                if number.isdigit() and rest.startswith(field):
+                    own = rest[len(field) :]
+        top = Path(f"{mount}{own.rstrip('/')}/rehearsal/{machine}")
+        if not top.is_dir():
+            continue
+        for folder, _, _ in os.walk(top, topdown=False):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
 
 
 def children(pid: int) -> list[int]:
@@ -86,7 +129,10 @@ def start(node: Node, binds: list[str]) -> int:
     )
     # A VM that reboots comes back: nspawn ends with 133 when the container asks for a
     # reboot, and this loop boots it again; a power-off (any other end) ends the loop.
-    supervisor = f"while :; do {nspawn}; rc=$?; [ $rc -eq {REBOOT_EXIT} ] || exit $rc; done"
+    supervisor = (
+        f"{own_cgroup(node.netns)}; "
+        f"while :; do {nspawn}; rc=$?; [ $rc -eq {REBOOT_EXIT} ] || exit $rc; done"
+    )
     return spawn(["bash", "-c", supervisor], node.console_log).pid
 
 
@@ -119,6 +165,7 @@ def stop_node(node: Node) -> None:
     service) and its mounts."""
     if node.pid is not None and pid_alive(node.pid):
         stop({node.pid})
+    remove_own_cgroup(node.netns)
     for pid in pids_with_cmdline(f"{node.dir}/"):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)

@@ -363,16 +363,22 @@ def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure
         fake.close()
 
 
+def start_cmd(azure: FakeAzure, home: Path) -> Any:
+    """``start`` of the fake's head VM (its worker autoscale setting too), the head's SSH port
+    closed: what follows the start fails fast."""
+    return run_driver(
+        "start", "--head", CLOSED, "--retries", "0", home=home,
+        env={**azure.env(), "RAYDRIVER_HEAD_VM_ID": VM_ID,
+             "RAYDRIVER_WORKER_AUTOSCALE_ID": AUTOSCALE_ID},
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("value", ["soon", "Fri, 31 Dec 1999 23:59:59 GMT", "NaN", "-5", "1e400"])
 def test_5_a_429_with_a_retry_after_that_is_no_number_is_retried(
     azure: FakeAzure, tmp_path: Path, value: str
 ) -> None:
     azure.throttle = [value]
-    r = run_driver(
-        "start", "--head", CLOSED, "--retries", "0", home=tmp_path,
-        env={**azure.env(), "RAYDRIVER_HEAD_VM_ID": VM_ID,
-             "RAYDRIVER_WORKER_AUTOSCALE_ID": AUTOSCALE_ID},
-    )  # fmt: skip
+    r = start_cmd(azure, tmp_path)
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     assert azure.throttle == [] and azure.vms[VM_ID.lower()] == "running", r.stderr[-3000:]
     assert "The head VM ray-head runs" in r.stderr
@@ -425,11 +431,7 @@ def test_5_the_token_services_retry_after_that_is_no_number_is_one_line(
     azure: FakeAzure, tmp_path: Path
 ) -> None:
     azure.token_throttle = ["soon"]
-    r = run_driver(
-        "start", "--head", CLOSED, "--retries", "0", home=tmp_path,
-        env={**azure.env(), "RAYDRIVER_HEAD_VM_ID": VM_ID,
-             "RAYDRIVER_WORKER_AUTOSCALE_ID": AUTOSCALE_ID},
-    )  # fmt: skip
+    r = start_cmd(azure, tmp_path)
     assert _one_error(r).startswith("error: cannot sign in to Azure: "), r.stderr[-3000:]
     assert azure.vms[VM_ID.lower()] == "deallocated"  # nothing was asked of Azure
 
@@ -469,11 +471,7 @@ def test_5_an_answer_in_another_shape_than_azures_is_one_line(
     azure: FakeAzure, tmp_path: Path, view: dict[str, Any]
 ) -> None:
     azure.answers[f"{VM_ID}/instanceView".lower()] = view
-    r = run_driver(
-        "start", "--head", CLOSED, "--retries", "0", home=tmp_path,
-        env={**azure.env(), "RAYDRIVER_HEAD_VM_ID": VM_ID,
-             "RAYDRIVER_WORKER_AUTOSCALE_ID": AUTOSCALE_ID},
-    )  # fmt: skip
+    r = start_cmd(azure, tmp_path)
     line = _one_error(r)
     assert line.startswith(
         "error: the instance view of ray-head: not in the shape Azure answers in (AttributeError"

@@ -212,11 +212,25 @@ wait "$autostop" || rc_autostop=$?
 rc_bench=0
 wait "$bench" || rc_bench=$?
 trap - EXIT
+RESULTS=("unit=$rc_unit:$LANES/unit.xml" "e2e=$rc_e2e:$LANES/e2e.xml"
+    "autoscale=$rc_autoscale:$LANES/autoscale.xml" "autostop=$rc_autostop:$LANES/autostop.xml"
+    "bench=$rc_bench:$LANES/bench.xml")
+# A few failed tests are rerun alone, now that the lanes have ended: on 2 cores the lanes keep
+# the load at 10-20, and a test whose process misses a bound of Ray's own (a node's 30 s to
+# register) or of the test's there passes alone. scripts/lanes.py lists each such test as
+# flaky under load, never silently; one that fails again fails the suite. More failures than
+# RERUN_MAX are not rerun: that is a broken change, not load.
+RERUN_MAX=5
+mapfile -t failed < <(.venv/bin/python scripts/lanes.py --print-failed "${RESULTS[@]}")
+RERUN=()
+if [ "${#failed[@]}" -ge 1 ] && [ "${#failed[@]}" -le "$RERUN_MAX" ]; then
+    log "rerunning the ${#failed[@]} failed tests alone (log: $LANES/rerun.log)"
+    .venv/bin/python -m pytest "${failed[@]}" --junitxml="$LANES/rerun.xml" \
+        >"$LANES/rerun.log" 2>&1 || true
+    RERUN=(--log "$LANES/rerun.log" --rerun "$LANES/rerun.xml")
+fi
 mv "$LOAD_LOG" "$LANES/load.txt"
 echo "(the whole run: $(($(date +%s) - STARTED)) s)"
 exec .venv/bin/python scripts/lanes.py --load "$LANES/load.txt" \
     --log "$LANES/e2e.log" --log "$LANES/autoscale.log" --log "$LANES/autostop.log" \
-    --log "$LANES/bench.log" \
-    "unit=$rc_unit:$LANES/unit.xml" "e2e=$rc_e2e:$LANES/e2e.xml" \
-    "autoscale=$rc_autoscale:$LANES/autoscale.xml" "autostop=$rc_autostop:$LANES/autostop.xml" \
-    "bench=$rc_bench:$LANES/bench.xml"
+    --log "$LANES/bench.log" "${RERUN[@]}" "${RESULTS[@]}"

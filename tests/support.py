@@ -187,3 +187,57 @@ def json_objects(text: str) -> list[dict[str, Any]]:
                 continue
         at = end
     return found
+
+
+def python_stacks(pid: int) -> str:
+    """py-spy's dump of the Python threads of process ``pid`` and its children, for the message
+    of a test whose process did not end in time: where each thread waits. py-spy comes with
+    Ray's dashboard extra; a process it cannot read says why, in its place."""
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        return f"(no stacks: {spy} is not installed)"
+    try:
+        r = subprocess.run(
+            [str(spy), "dump", "--subprocesses", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except subprocess.TimeoutExpired:
+        return f"(no stacks: py-spy dump of {pid} took over 60 s)"
+    return (r.stdout + r.stderr).strip() or f"(py-spy dump of {pid} printed nothing)"
+
+
+def ray_workers() -> list[int]:
+    """This process's descendants that are Ray's workers (actors, tasks: ``ray::...``): the
+    processes of a Ray a test started in-process, whose stacks explain a job waiting on them."""
+    import psutil
+
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if child.cmdline()[:1] and child.cmdline()[0].startswith("ray::"):
+                found.append(child.pid)
+    return found
+
+
+def communicate_or_explain(
+    child: subprocess.Popen[str], timeout: float, also: Sequence[int] = ()
+) -> str:
+    """``child``'s output once it ends; if it does not within ``timeout`` seconds, a failure that
+    says where it waits (its stacks, and those of ``also``: e.g. :func:`ray_workers`) and how its
+    output ended, then the child killed. CI shows only a failure's message: a bare
+    ``TimeoutExpired`` there told nothing of why a job hung (issue 35)."""
+    try:
+        out, _ = child.communicate(timeout=timeout)
+        return out
+    except subprocess.TimeoutExpired:
+        stacks = "\n".join(
+            f"--- stacks of {pid}:\n{python_stacks(pid)}" for pid in (child.pid, *also)
+        )
+        child.kill()
+        out, _ = child.communicate()
+        raise AssertionError(
+            f"{child.args!r} did not end within {timeout:.0f} s\n{stacks[-12000:]}\n"
+            f"--- its output's end:\n{(out or '')[-4000:]}"
+        ) from None

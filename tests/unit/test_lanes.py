@@ -93,3 +93,70 @@ def test_the_closing_lists_the_slowest_tests_and_the_load(
     assert out[-2].startswith("load (1-min average, 5 samples over 0.7 min, ")
     assert "median 3.0" in out[-2] and "max 30.0" in out[-2]
     assert out[-1] == "suite: 3 passed, 0 failed, 0 skipped"
+
+
+def _cases(path: Path, cases: dict[str, str]) -> str:
+    """A JUnit XML of test cases of this module: name -> "passed", "failure" or "error"."""
+    body = "".join(
+        f'<testcase classname="tests.unit.test_lanes" name="{name}" time="1.0">'
+        + ("" if outcome == "passed" else f'<{outcome} message="x">x</{outcome}>')
+        + "</testcase>"
+        for name, outcome in cases.items()
+    )
+    failures = sum(o == "failure" for o in cases.values())
+    errors = sum(o == "error" for o in cases.values())
+    path.write_text(
+        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest"'
+        f' errors="{errors}" failures="{failures}" skipped="0" tests="{len(cases)}" time="3">'
+        f"{body}</testsuite></testsuites>"
+    )
+    return str(path)
+
+
+def test_print_failed_gives_the_failed_tests_node_ids(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unit = _cases(tmp_path / "unit.xml", {"test_a[x-1]": "failure", "test_b": "passed"})
+    e2e = _cases(tmp_path / "e2e.xml", {"test_c": "error"})
+    assert lanes.main(["--print-failed", f"unit=1:{unit}", f"e2e=1:{e2e}"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "tests/unit/test_lanes.py::test_a[x-1]",
+        "tests/unit/test_lanes.py::test_c",
+    ]
+
+
+def test_a_test_that_passes_when_rerun_alone_is_listed_and_no_longer_fails_the_suite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unit = _cases(tmp_path / "unit.xml", {"test_a": "failure", "test_b": "passed"})
+    rerun = _cases(tmp_path / "rerun.xml", {"test_a": "passed"})
+    assert lanes.main(["--rerun", rerun, f"unit=1:{unit}"]) == 0
+    out = capsys.readouterr().out.rstrip().splitlines()
+    i = out.index("== 1 failed in their lane and passed when rerun alone (flaky under load)")
+    assert out[i + 1].split() == ["unit", "tests/unit/test_lanes.py::test_a"]
+    assert out[-1] == "suite: 2 passed (1 on a rerun), 0 failed, 0 skipped"
+
+
+@pytest.mark.parametrize(
+    ("lane", "rerun"),
+    [
+        ({"test_a": "failure"}, {"test_a": "failure"}),  # failed again
+        ({"test_a": "failure", "test_b": "error"}, {"test_a": "passed"}),  # one not rerun
+    ],
+    ids=["failed-again", "one-of-two"],
+)
+def test_a_failure_the_rerun_did_not_pass_still_fails_the_suite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], lane: dict[str, str], rerun: dict[str, str]
+) -> None:
+    unit = _cases(tmp_path / "unit.xml", lane)
+    again = _cases(tmp_path / "rerun.xml", rerun)
+    assert lanes.main(["--rerun", again, f"unit=1:{unit}"]) == 1
+    left = sum(o != "passed" for o in lane.values()) - sum(o == "passed" for o in rerun.values())
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].endswith(f", {left} failed, 0 skipped")
+
+
+def test_a_lane_that_crashed_is_not_saved_by_a_rerun(tmp_path: Path) -> None:
+    """pytest's exit 2 or more (interrupted, internal error) fails the lane whatever passed."""
+    unit = _cases(tmp_path / "unit.xml", {"test_a": "failure"})
+    rerun = _cases(tmp_path / "rerun.xml", {"test_a": "passed"})
+    assert lanes.main(["--rerun", rerun, f"unit=2:{unit}"]) == 1

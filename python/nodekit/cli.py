@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -370,8 +371,21 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
         f"driver: python -m driver submit examples/cartpole/train.py "
         f"--head {state.admin_user}@{head.ip} -i {state.ssh_key}"
     )
-    print(f"down:   python -m nodekit rehearse down --name {args.name}")
+    print(f"down:   {down_command(r.name, str(r.subnet), r.base)}")
     return EXIT_OK
+
+
+def down_command(name: str, subnet: str, base: Path) -> str:
+    """The ``rehearse down`` that addresses the cluster ``up`` booted, to paste as it is: its
+    name, its subnet (what down falls back to when the state file is gone) and, when the
+    cluster lives under another ``$RAYDRIVER_REHEARSAL_DIR``, that folder too."""
+    from nodekit.rehearsal.state import BASE_ENV, DEFAULT_BASE
+
+    words = [*PROG.split(), "rehearse", "down", "--name", name, "--subnet", subnet]
+    line = shlex.join(words)
+    if base != DEFAULT_BASE:
+        line = f"{BASE_ENV}={shlex.quote(str(base))} {line}"
+    return line
 
 
 def cmd_rehearse_add_worker(args: argparse.Namespace) -> int:

@@ -418,3 +418,34 @@ def test_a_stand_in_whose_process_ends_is_an_error_at_once() -> None:
     proc.wait()
     with pytest.raises(DriverError, match=r"did not start on 127\.0\.0\.1:\d+ within 1 s: "):
         wait_for_port("127.0.0.1", port, "nothing", limit=1)
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_the_printed_down_line_addresses_the_cluster_up_booted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, elsewhere: bool
+) -> None:
+    """Pasted as printed, `down` finds the same cluster folder and subnet as the `up`."""
+    import shlex
+
+    from nodekit.cli import PROG, build_parser, down_command
+    from nodekit.rehearsal.state import BASE_ENV
+
+    if elsewhere:
+        monkeypatch.setenv(BASE_ENV, str(tmp_path / "a base"))
+    else:
+        monkeypatch.delenv(BASE_ENV, raising=False)
+    up = build_parser().parse_args(
+        ["rehearse", "up", "--name", "side", "--subnet", "10.99.7.0/24", "--workers", "0"]
+    )
+    booted = Rehearsal(up.name, subnet=up.subnet)
+    words = shlex.split(down_command(booted.name, str(booted.subnet), booted.base))
+    monkeypatch.delenv(BASE_ENV, raising=False)  # only what the line carries counts
+    while "=" in words[0]:
+        key, value = words.pop(0).split("=", 1)
+        monkeypatch.setenv(key, value)
+    assert words[: len(PROG.split())] == PROG.split()
+    down = build_parser().parse_args(words[len(PROG.split()) :])
+    assert down.func.__name__ == "cmd_rehearse_down"
+    addressed = Rehearsal(down.name, subnet=down.subnet)
+    assert (addressed.name, addressed.subnet) == ("side", ipaddress.ip_network("10.99.7.0/24"))
+    assert addressed.dir == booted.dir

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from driver.errors import DriverError
 from driver.progress import ByteProgress
+from driver.settings import RESULTS_ENV
 
 if TYPE_CHECKING:  # paramiko is imported where it is used: short commands never need it
     import paramiko
@@ -214,6 +215,16 @@ def _quiet_prefetch_threads() -> None:
     _prefetch_quieted = True
 
 
+def no_results(remote_root: str, state: str) -> str:
+    """A job that wrote its results anywhere but the folder it was given leaves this one
+    missing or empty: say which, and where the job should have written."""
+    return (
+        f"no results on the head at {remote_root}: the job's results folder {state} — a job "
+        f"submitted by python -m driver is given ${RESULTS_ENV}={remote_root} and must write "
+        "there (results written elsewhere are not downloaded; did it run, under this id?)"
+    )
+
+
 def download_tree(
     sftp: paramiko.SFTPClient,
     remote_root: str,
@@ -225,10 +236,7 @@ def download_tree(
     try:
         attrs = sftp.lstat(remote_root)
     except FileNotFoundError:
-        raise DriverError(
-            f"no results on the head at {remote_root}: expected the job to write there "
-            "($RAYDRIVER_RESULTS_DIR) — did it run, and under this submission id?"
-        ) from None
+        raise DriverError(no_results(remote_root, "is missing")) from None
     except PermissionError:
         raise DriverError(f"may not read {remote_root} on the head (permission denied)") from None
     if stat.S_ISLNK(attrs.st_mode or 0):
@@ -248,6 +256,8 @@ def download_tree(
         files, left_out = list_files(sftp, remote_root, owner)
     except PermissionError as e:
         raise DriverError(f"may not list {e.filename or remote_root} on the head") from None
+    if not files and not left_out:
+        raise DriverError(no_results(remote_root, "holds no files"))
     todo: list[tuple[RemoteFile, Path]] = []
     skipped = 0
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -363,15 +364,41 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
     for n in state.nodes[1:]:
         print(f"{n.name}: {state.admin_user}@{n.ip}")
     known = r.dir / KNOWN_HOSTS
-    print(
-        f"ssh:    ssh -i {state.ssh_key} -o UserKnownHostsFile={known} {state.admin_user}@{head.ip}"
-    )
+    print(f"ssh:    {ssh_command(state.ssh_key, known, state.admin_user, head.ip)}")
+    if state.nodes[1:]:
+        worker = state.nodes[1]
+        line = ssh_command(state.ssh_key, known, state.admin_user, worker.ip, via=head.ip)
+        print(f"worker: {line}")
     print(
         f"driver: python -m driver submit examples/cartpole/train.py "
         f"--head {state.admin_user}@{head.ip} -i {state.ssh_key}"
     )
-    print(f"down:   python -m nodekit rehearse down --name {args.name}")
+    print(f"down:   {down_command(r.name, str(r.subnet), r.base)}")
     return EXIT_OK
+
+
+def ssh_command(key: str, known: Path, user: str, host: str, via: str | None = None) -> str:
+    """OpenSSH's command to reach ``host`` with the cluster's key, its host key checked against
+    the cluster folder's known_hosts; with ``via``, through that head as a worker on Azure is
+    reached (a ProxyCommand, not -J: -J would not pass -i and the known_hosts to the head)."""
+    words = ["ssh", "-i", key, "-o", f"UserKnownHostsFile={known}"]
+    if via is not None:
+        jump = shlex.join([*words, "-W", "%h:%p", f"{user}@{via}"])
+        words += ["-o", f"ProxyCommand={jump}"]
+    return shlex.join([*words, f"{user}@{host}"])
+
+
+def down_command(name: str, subnet: str, base: Path) -> str:
+    """The ``rehearse down`` that addresses the cluster ``up`` booted, to paste as it is: its
+    name, its subnet (what down falls back to when the state file is gone) and, when the
+    cluster lives under another ``$RAYDRIVER_REHEARSAL_DIR``, that folder too."""
+    from nodekit.rehearsal.state import BASE_ENV, DEFAULT_BASE
+
+    words = [*PROG.split(), "rehearse", "down", "--name", name, "--subnet", subnet]
+    line = shlex.join(words)
+    if base != DEFAULT_BASE:
+        line = f"{BASE_ENV}={shlex.quote(str(base))} {line}"
+    return line
 
 
 def cmd_rehearse_add_worker(args: argparse.Namespace) -> int:

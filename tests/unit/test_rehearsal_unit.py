@@ -418,3 +418,112 @@ def test_a_stand_in_whose_process_ends_is_an_error_at_once() -> None:
     proc.wait()
     with pytest.raises(DriverError, match=r"did not start on 127\.0\.0\.1:\d+ within 1 s: "):
         wait_for_port("127.0.0.1", port, "nothing", limit=1)
+
+
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_the_printed_down_line_addresses_the_cluster_up_booted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, elsewhere: bool
+) -> None:
+    """Pasted as printed, `down` finds the same cluster folder and subnet as the `up`."""
+    import shlex
+
+    from nodekit.cli import PROG, build_parser, down_command
+    from nodekit.rehearsal.state import BASE_ENV
+
+    if elsewhere:
+        monkeypatch.setenv(BASE_ENV, str(tmp_path / "a base"))
+    else:
+        monkeypatch.delenv(BASE_ENV, raising=False)
+    up = build_parser().parse_args(
+        ["rehearse", "up", "--name", "side", "--subnet", "10.99.7.0/24", "--workers", "0"]
+    )
+    booted = Rehearsal(up.name, subnet=up.subnet)
+    words = shlex.split(down_command(booted.name, str(booted.subnet), booted.base))
+    monkeypatch.delenv(BASE_ENV, raising=False)  # only what the line carries counts
+    while "=" in words[0]:
+        key, value = words.pop(0).split("=", 1)
+        monkeypatch.setenv(key, value)
+    assert words[: len(PROG.split())] == PROG.split()
+    down = build_parser().parse_args(words[len(PROG.split()) :])
+    assert down.func.__name__ == "cmd_rehearse_down"
+    addressed = Rehearsal(down.name, subnet=down.subnet)
+    assert (addressed.name, addressed.subnet) == ("side", ipaddress.ip_network("10.99.7.0/24"))
+    assert addressed.dir == booted.dir
+
+
+def _ssh_config(words: list[str]) -> dict[str, list[str]]:
+    """What OpenSSH itself makes of an ssh command line (`ssh -G`: resolved, not connected)."""
+    assert words[0] == "ssh"
+    r = subprocess.run(
+        ["ssh", "-F", "/dev/null", "-G", *words[1:]],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        check=True,
+    )
+    config: dict[str, list[str]] = {}
+    for line in r.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        config.setdefault(key, []).append(value)
+    return config
+
+
+def test_the_worker_ssh_line_goes_through_the_head_checking_both_against_the_cluster_file(
+    tmp_path: Path,
+) -> None:
+    """-J would hand neither -i nor the cluster's known_hosts to the head's hop: the line's
+    ProxyCommand carries both, and OpenSSH reads them so for both hops."""
+    import shlex
+
+    from nodekit.cli import ssh_command
+
+    key, known = tmp_path / "a dir" / "id_ed25519", tmp_path / "a dir" / "known_hosts"
+    key.parent.mkdir()
+    key.write_text("not read by ssh -G\n")
+    line = ssh_command(str(key), known, "azureuser", "10.213.0.11", via="10.213.0.10")
+    worker = _ssh_config(shlex.split(line))
+    assert (worker["hostname"], worker["user"]) == (["10.213.0.11"], ["azureuser"])
+    assert worker["userknownhostsfile"] == [str(known)]
+    assert str(key) in worker["identityfile"]
+    hop = shlex.split(worker["proxycommand"][0].replace("%h:%p", "10.213.0.11:22"))
+    head = _ssh_config(hop)
+    assert (head["hostname"], head["user"]) == (["10.213.0.10"], ["azureuser"])
+    assert head["userknownhostsfile"] == [str(known)]
+    assert str(key) in head["identityfile"]
+    assert hop[hop.index("-W") + 1] == "10.213.0.11:22"
+    direct = _ssh_config(shlex.split(ssh_command(str(key), known, "azureuser", "10.213.0.10")))
+    assert "proxycommand" not in direct and direct["userknownhostsfile"] == [str(known)]
+
+
+def test_workers_keys_are_recorded_once_they_are_ready(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`up`, `add-worker` and a scale set's new instance all wait through `wait_ready`: each
+    worker's keys then land in the cluster folder's known_hosts (the head's are `up`'s own)."""
+    from nodekit.rehearsal import cluster as cluster_module
+    from nodekit.rehearsal.trust import KNOWN_HOSTS
+
+    waited: list[str] = []
+    monkeypatch.setattr(  # no containers here: every node counts as ready
+        cluster_module,
+        "_wait_ready",
+        lambda _c, nodes, _t, _p: waited.extend(n.name for n in nodes),
+    )
+    r = Rehearsal("keys", base=tmp_path)
+    nodes = []
+    for name, ip in (
+        ("head", "10.213.0.10"),
+        ("worker-1", "10.213.0.11"),
+        ("worker-2", "10.213.0.12"),
+    ):
+        ssh = tmp_path / name / "root" / "etc" / "ssh"
+        ssh.mkdir(parents=True)
+        (ssh / "ssh_host_ed25519_key.pub").write_text(f"ssh-ed25519 AAAA{name} root@x\n")
+        role = "head" if name == "head" else "worker"
+        nodes.append(Node(name, role, ip, "", "", str(tmp_path / name)))
+    lines: list[str] = []
+    (tmp_path / "worker-2" / "root" / "etc" / "ssh" / "ssh_host_ed25519_key.pub").unlink()
+    r.wait_ready(None, 1, lines.append, nodes=nodes)  # type: ignore[arg-type]
+    assert waited == ["head", "worker-1", "worker-2"]
+    assert (r.dir / KNOWN_HOSTS).read_text() == "10.213.0.11 ssh-ed25519 AAAAworker-1\n"
+    assert len(lines) == 1 and lines[0].startswith("worker-2: host keys not recorded")

@@ -1,5 +1,6 @@
 """download against a hostile SFTP server: names in the listing that are not plain file names
-(``../../escaped``, ``..``, ``a/b``) are left out, and nothing is written outside the destination.
+(``../../escaped``, ``..``, ``a/b``) are left out, and nothing is written outside the destination;
+a results folder that is missing or empty is one line naming where the job should have written.
 
 A real sshd cannot serve such names (no file system holds them), so this runs paramiko's own
 SFTP server in-process, over a real SSH transport on a socket pair, answering with them.
@@ -12,14 +13,16 @@ import socket
 import stat
 import threading
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import paramiko
 import pytest
 
+from driver.errors import DriverError
 from driver.results import download_tree
 
 ROOT = "/results/job"
+EMPTY = "/results/empty-job"
 CONTENT = {
     "ok.txt": b"fine\n",
     "../../escaped": b"owned\n",
@@ -67,13 +70,17 @@ class _Hostile(paramiko.SFTPServerInterface):
         return a
 
     def list_folder(self, path: str):  # type: ignore[no-untyped-def]
+        if path == EMPTY:
+            return []
         if path != ROOT:
             return paramiko.SFTP_NO_SUCH_FILE
         return [self._attrs(name, data) for name, data in CONTENT.items()]
 
     def stat(self, path: str):  # type: ignore[no-untyped-def]
-        if path == ROOT:
-            return self._attrs("job", None)
+        if path in (ROOT, EMPTY):
+            return self._attrs(PurePosixPath(path).name, None)
+        if not path.startswith(ROOT + "/"):
+            return paramiko.SFTP_NO_SUCH_FILE
         name = path[len(ROOT) + 1 :]
         return self._attrs(name, CONTENT[name]) if name in CONTENT else paramiko.SFTP_NO_SUCH_FILE
 
@@ -136,3 +143,21 @@ def test_names_from_the_listing_cannot_leave_the_destination(
     assert not (tmp_path / "deep" / "escaped").exists() and not (tmp_path / "escaped").exists()
     # ".." never reaches us (paramiko's listdir drops "." and ".."); the others are named.
     assert sorted(report.left_out) == ["./''", "./'../../escaped'", "./'a/b'"]
+
+
+@pytest.mark.parametrize(
+    ("root", "state"), [(EMPTY, "holds no files"), ("/results/gone", "is missing")]
+)
+def test_a_missing_or_empty_results_folder_says_where_the_job_should_have_written(
+    hostile_sftp: paramiko.SFTPClient, tmp_path: Path, root: str, state: str
+) -> None:
+    """A job that wrote outside $RAYDRIVER_RESULTS_DIR leaves its folder empty (or never made
+    it): the one line says which, and the variable and path the job was given."""
+    dest = tmp_path / "results" / "job"
+    with pytest.raises(DriverError) as e:
+        download_tree(hostile_sftp, root, dest)
+    message = e.value.message
+    assert "\n" not in message
+    assert message.startswith(f"no results on the head at {root}: the job's results folder {state}")
+    assert f"$RAYDRIVER_RESULTS_DIR={root}" in message
+    assert not dest.exists()

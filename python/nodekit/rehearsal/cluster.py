@@ -726,6 +726,7 @@ class Rehearsal:
         nodes.stop_node(node)
         network.detach_node(node)
         nodes.remove_folder(node)
+        trust.forget_node(node.ip, self.dir)
 
     def replace_head(self, timeout: float = 1800, progress: Progress = silent) -> Node:
         """As the head's VM deleted with its OS disk and created again from the same documents
@@ -837,7 +838,17 @@ class Rehearsal:
     def wait_ready(
         self, state: State, timeout: float, progress: Progress, nodes: list[Node] | None = None
     ) -> None:
-        _wait_ready(self.name, nodes or state.nodes, timeout, progress)
+        """Until ``nodes`` (default: all) are ready; then each worker's host keys go to the
+        cluster folder's known_hosts, for the ``worker`` ssh line ``up`` prints."""
+        ready = nodes or state.nodes
+        _wait_ready(self.name, ready, timeout, progress)
+        for node in ready:
+            if node.role != "worker":
+                continue
+            try:
+                trust.record_worker(node.ip, node.root, self.dir)
+            except FileNotFoundError as e:  # the worker runs; only `ssh` to it will not verify
+                progress(f"{node.name}: host keys not recorded ({e})")
 
     # -- down ------------------------------------------------------------------------------
     def down(self, progress: Progress = silent, delete_results: bool = False) -> list[str]:

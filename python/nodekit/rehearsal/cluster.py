@@ -847,7 +847,7 @@ class Rehearsal:
                 continue
             try:
                 trust.record_worker(node.ip, node.root, self.dir)
-            except FileNotFoundError as e:  # the worker runs; only `ssh` to it will not verify
+            except (OSError, ValueError) as e:  # it runs; only `ssh` to it will not verify
                 progress(f"{node.name}: host keys not recorded ({e})")
 
     # -- down ------------------------------------------------------------------------------

@@ -163,7 +163,8 @@ fi
 #              then the local jobs' tests, the local fallback's and the wheel's (the unit lane's
 #              longest files: ~1,000 s of its ~3,000 on 2 cores, which made it end ~10 min after
 #              every other lane; in a cold run after the move, bench 1,790 s + 211 s of the
-#              fallback, unit 2,305 s - 211 s, e2e 2,164 s);
+#              fallback, unit 2,305 s - 211 s, e2e 2,164 s), and the linters (mypy: ~260 s in
+#              CI, whose unit lane still ended last, 2,785 s against bench's 2,014 s);
 #   autostop:  the autostop e2e tests (a cluster of their own; mostly waiting for idle
 #              periods), then the system tests (mostly waiting on the network) and the local
 #              heads' own tests;
@@ -175,7 +176,7 @@ fi
 LANES=.pytest_cache/lanes
 AUTOSCALE=(tests/e2e/test_autoscale.py tests/unit/test_examples.py)
 BENCH=(tests/unit/test_benchmark_smoke.py tests/unit/test_local_jobs.py
-    tests/unit/test_driver_local_fallback.py tests/unit/test_wheel.py)
+    tests/unit/test_driver_local_fallback.py tests/unit/test_wheel.py tests/unit/test_lint.py)
 AUTOSTOP=(tests/e2e/test_autostop.py tests/system tests/unit/test_local_heads.py)
 OWN_CLUSTERS=(tests/e2e/test_autoscale.py tests/e2e/test_autostop.py)
 rm -rf "$LANES" && mkdir -p "$LANES"

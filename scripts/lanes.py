@@ -39,6 +39,8 @@ class Lane:
     """The pytest node id of each failed (or errored) test case."""
     passed_on_rerun: list[str] = field(default_factory=list)
     """Those of failed_ids that passed when rerun alone."""
+    why: dict[str, str] = field(default_factory=dict)
+    """A failed test's node id: its failure's text (pytest's report of it)."""
 
     @property
     def ok(self) -> bool:
@@ -90,9 +92,38 @@ def parse_lane(spec: str) -> Lane:
         for case in suite.iter("testcase"):
             name = f"{case.get('classname', '')}::{case.get('name', '')}"
             lane.tests.append((float(case.get("time", 0.0)), name))
-            if case.find("failure") is not None or case.find("error") is not None:
-                lane.failed_ids.append(node_id(case.get("classname", ""), case.get("name", "")))
+            if (text := _failure(case)) is not None:
+                test = node_id(case.get("classname", ""), case.get("name", ""))
+                lane.failed_ids.append(test)
+                lane.why[test] = text
     return lane
+
+
+def _failure(case: ET.Element) -> str | None:
+    """A test case's failure (or error) text; None if it did not fail."""
+    found = [case.find("failure"), case.find("error")]
+    # pytest's text is the whole report, whose end holds the message too.
+    texts = [e.text or e.get("message", "") for e in found if e is not None]
+    return "\n".join(texts) if texts else None
+
+
+def failures(path: Path) -> dict[str, str]:
+    """The failed test cases of a JUnit XML: node id -> failure text (none if unreadable)."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return {}
+    return {
+        node_id(case.get("classname", ""), case.get("name", "")): text
+        for case in root.iter("testcase")
+        if (text := _failure(case)) is not None
+    }
+
+
+def tail(text: str, lines: int) -> list[str]:
+    """The last ``lines`` non-blank lines of ``text``, each cut to 200 characters."""
+    kept = [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+    return [line if len(line) <= 200 else line[:200] + " ..." for line in kept]
 
 
 def passed_ids(path: Path) -> set[str]:
@@ -138,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--load", type=Path, help="the load samples: EPOCH LOAD1 per line")
     parser.add_argument("--slowest", type=int, default=10, help="how many slowest tests to list")
+    parser.add_argument(
+        "--why-lines", type=int, default=12, help="lines of each failure's end to show"
+    )
     parser.add_argument("--rerun", type=Path, help="the JUnit XML of the failed tests' rerun")
     parser.add_argument(
         "--print-failed", action="store_true", help="print the failed tests' node ids, only"
@@ -177,6 +211,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{seconds:7.1f}  {lane_name:9}  {name}")
     if args.load:
         print(load_summary(args.load, os.cpu_count() or 1))
+    # CI shows the end of this output: each failure's own end goes here, before the closing
+    # (the lanes' logs above can be cut). A test that failed on its rerun too: that failure.
+    again_failed = failures(args.rerun) if args.rerun else {}
+    still = [
+        (lane.name, t, again_failed.get(t, lane.why.get(t, "")))
+        for lane in lanes
+        for t in lane.failed_ids
+        if t not in lane.passed_on_rerun
+    ]
+    if still:
+        print(f"\n== why they failed (the end of each failure, {args.why_lines} lines at most)")
+        for lane_name, test, text in still:
+            rerun = " (and on its rerun alone)" if test in again_failed else ""
+            print(f"-- {lane_name}: {test}{rerun}")
+            for line in tail(text, args.why_lines):
+                print(f"   {line}")
     flaky = [(lane.name, t) for lane in lanes for t in lane.passed_on_rerun]
     if flaky:
         print(

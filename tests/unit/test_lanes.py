@@ -95,11 +95,12 @@ def test_the_closing_lists_the_slowest_tests_and_the_load(
     assert out[-1] == "suite: 3 passed, 0 failed, 0 skipped"
 
 
-def _cases(path: Path, cases: dict[str, str]) -> str:
-    """A JUnit XML of test cases of this module: name -> "passed", "failure" or "error"."""
+def _cases(path: Path, cases: dict[str, str], why: str = "x") -> str:
+    """A JUnit XML of test cases of this module: name -> "passed", "failure" or "error"; each
+    failure's text ``why``."""
     body = "".join(
         f'<testcase classname="tests.unit.test_lanes" name="{name}" time="1.0">'
-        + ("" if outcome == "passed" else f'<{outcome} message="x">x</{outcome}>')
+        + ("" if outcome == "passed" else f'<{outcome} message="m">{why}</{outcome}>')
         + "</testcase>"
         for name, outcome in cases.items()
     )
@@ -160,3 +161,23 @@ def test_a_lane_that_crashed_is_not_saved_by_a_rerun(tmp_path: Path) -> None:
     unit = _cases(tmp_path / "unit.xml", {"test_a": "failure"})
     rerun = _cases(tmp_path / "rerun.xml", {"test_a": "passed"})
     assert lanes.main(["--rerun", rerun, f"unit=2:{unit}"]) == 1
+
+
+def test_the_closing_shows_the_end_of_each_failure_its_reruns_if_it_failed_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CI shows the output's end, where the lanes' logs can be cut: each failed test's own end
+    comes just before the closing line, the rerun's when it failed alone too."""
+    lane_text = "\n".join(f"lane line {i}" for i in range(30))
+    unit = _cases(tmp_path / "unit.xml", {"test_a": "failure", "test_b": "error"}, lane_text)
+    rerun = _cases(tmp_path / "rerun.xml", {"test_a": "failure"}, "RERUN-FAILED-ALONE")
+    assert lanes.main(["--why-lines", "5", "--rerun", rerun, f"unit=1:{unit}"]) == 1
+    out = capsys.readouterr().out.rstrip().splitlines()
+    i = out.index("== why they failed (the end of each failure, 5 lines at most)")
+    assert out[i + 1] == "-- unit: tests/unit/test_lanes.py::test_a (and on its rerun alone)"
+    assert out[i + 2].strip() == "RERUN-FAILED-ALONE"
+    assert out[i + 3] == "-- unit: tests/unit/test_lanes.py::test_b"
+    assert [line.strip() for line in out[i + 4 : i + 9]] == [
+        f"lane line {n}" for n in range(25, 30)
+    ]
+    assert out[i + 9] == "suite: 0 passed, 2 failed, 0 skipped"

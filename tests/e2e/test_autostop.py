@@ -7,9 +7,9 @@ again with the user's credential before a `submit`.
 Its own cluster (head only, scaling mode ray, max 1 worker, Ray's idle timeout 1 minute,
 autostop after 1 idle minute), booted from the node image; RAYDRIVER_AUTOSTOP_REHEARSAL and
 RAYDRIVER_AUTOSTOP_SUBNET name another. The user's credential: a managed identity served by the
-fake metadata service (tests/fakes/azure_node.py) on this machine, with the role on the fake
-head VM and scale set (added to the fake Compute's writers), reached by azure-identity's
-DefaultAzureCredential in the driver as on a machine with a managed identity.
+fake metadata service (python/nodekit/rehearsal/standins/azure_node.py) on this machine, with
+the role on the fake head VM and scale set (added to the fake Compute's writers), reached by
+azure-identity's DefaultAzureCredential in the driver as on a machine with a managed identity.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def wait(what: str, check: object, timeout: float) -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if os.geteuid() != 0:
         pytest.fail("the rehearsal cluster needs root (CI runs as root)")
-    from fakes.azure_node import FakeImds, imds_config
+    from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config
 
     nodekit("rehearse", "down", "--name", NAME, "--subnet", SUBNET, "--delete-results", timeout=600)
     up = nodekit("rehearse", "up", "--name", NAME, "--subnet", SUBNET, "--workers", "0",

@@ -41,7 +41,10 @@ import pytest
 
 from driver import hostkeys, layout
 from driver.procs import pid_alive
-from fakes.azure_node import (
+from nodekit.rehearsal import trust
+from nodekit.rehearsal.cluster import Rehearsal
+from nodekit.rehearsal.services import keyvault
+from nodekit.rehearsal.standins.azure_node import (
     STORAGE_RESOURCE,
     FakeImds,
     StateFolder,
@@ -49,9 +52,6 @@ from fakes.azure_node import (
     issue_token,
     laptop_env,
 )
-from nodekit.rehearsal import trust
-from nodekit.rehearsal.cluster import Rehearsal
-from nodekit.rehearsal.services import keyvault
 from rehearsal_cluster import RehearsalCluster
 from support import REPO, job_failure, run_driver
 

@@ -1,8 +1,8 @@
 """The rehearsal's Blob storage on loopback, for the tests and the benchmarks: Azurite started by
 ``nodekit.rehearsal.services.azurite.start`` (HTTPS with OAuth, the container ``results``), with
 what Key Vault's stand-in leaves it (the certificate for 127.0.0.1, the token key, the CA), and
-one node's metadata service (:class:`fakes.azure_node.FakeImds`) handing out tokens for
-:data:`CLIENT_ID`. No root, no pytest::
+one node's metadata service (:class:`nodekit.rehearsal.standins.azure_node.FakeImds`) handing
+out tokens for :data:`CLIENT_ID`. No root, no pytest::
 
     with local_blob(folder) as blob:
         blob.url        # https://127.0.0.1:PORT/rehearsalresults
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from driver.procs import pid_alive
-from fakes.azure_node import FakeImds, imds_config, tls_certificate
 from nodekit.rehearsal.services import Context, azurite, keyvault
+from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config, tls_certificate
 from nodekit.rehearsal.state import State, StateFile
 
 CLIENT_ID = "7d1e3c52-0c5e-4b8e-9a34-2f6f0e1d9c11"

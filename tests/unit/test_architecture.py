@@ -175,3 +175,52 @@ def test_help_works_outside_the_checkout(tmp_path: Path) -> None:
                 env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NODEKIT_REPO": str(tmp_path)},
             )
             assert p.returncode == 0, (module, args, p.stderr)
+
+
+TESTS_PATH = re.compile(r"(?:^|/)tests(?:/|$)")
+"""A path under the repository's tests/ folder: ``tests/...``, ``.../tests/...``, or the
+component ``"tests"`` of a join (``root / "tests" / "fakes"``)."""
+
+
+def _paths_under_tests(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each string in ``source`` that names a path under tests/, docstrings
+    left out (they may say where a thing is tested)."""
+    tree = ast.parse(source)
+    docstrings: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                docstrings.add(id(body[0].value))
+    return sorted(
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and TESTS_PATH.search(node.value)
+    )
+
+
+def test_nothing_installed_reads_the_tests_folder() -> None:
+    """The packages are what a wheel installs, and a wheel has no tests/: what the rehearsal
+    ships (its Azure stand-ins) lives in the package, and no code names a path under tests/."""
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {text!r}"
+        for path in sorted(PYTHON.rglob("*.py"))
+        for line, text in _paths_under_tests(path.read_text())
+    ]
+    assert found == []
+
+
+def test_the_tests_folder_check_sees_paths() -> None:
+    """The check above would pass on a scanner that finds nothing: it finds the forms the
+    rehearsal once used to run the test fakes."""
+    source = (
+        '"""Docstring: tested in tests/unit/test_x.py."""\n'
+        'NODE_FAKE = "tests/fakes/azure_node.py"\n'
+        'sys.path.insert(0, str(render.repo_root() / "tests" / "fakes"))\n'
+        'FAKE = f"{root}/tests/fakes/azure_compute.py"\n'
+        'HELP = "the tests run it"\n'
+    )
+    assert [line for line, _ in _paths_under_tests(source)] == [2, 3, 4]

@@ -1,8 +1,9 @@
 """Autostop on the head (python/nodekit/node/autostop.py): what counts as busy (Ray's jobs, SSH
 connections read from /proc/net/tcp), the idle clock, the stop's order, and its Azure calls
 through the real azure-mgmt-compute pipeline and azure-identity's managed identity credential
-against the fakes of Azure Compute (tests/fakes/azure_compute.py: the head's VM, the workers'
-scale set, the autoscale setting) and of the metadata service (tests/fakes/azure_node.py)."""
+against the fakes of Azure Compute (python/nodekit/rehearsal/standins/azure_compute.py: the
+head's VM, the workers' scale set, the autoscale setting) and of the metadata service
+(python/nodekit/rehearsal/standins/azure_node.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from fakes.azure_compute import (
+from nodekit.node import autostop
+from nodekit.node import azure_vmss_provider as vp
+from nodekit.rehearsal.standins.azure_compute import (
     FakeCompute,
     autoscale_config,
     compute_config,
@@ -25,9 +28,7 @@ from fakes.azure_compute import (
     subnet_pool,
     vm_config,
 )
-from fakes.azure_node import FakeImds, imds_config, tls_certificate
-from nodekit.node import autostop
-from nodekit.node import azure_vmss_provider as vp
+from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config, tls_certificate
 
 SUB = "00000000-1111-4222-8333-444444444444"
 GROUP = "rg-ray"

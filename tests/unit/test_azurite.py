@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from driver.errors import DriverError
-from fakes.azure_node import STORAGE_RESOURCE, VAULT_RESOURCE, issue_token
 from fakes.local_blob import CLIENT_ID, Blob, local_blob
 from nodekit import render
 from nodekit.rehearsal.services import azurite, imds
+from nodekit.rehearsal.standins.azure_node import STORAGE_RESOURCE, VAULT_RESOURCE, issue_token
 
 API = azurite.API_VERSION
 

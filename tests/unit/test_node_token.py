@@ -1,6 +1,6 @@
 """The node reads the cluster token from Key Vault with its managed identity: node_check.py's
 ``token`` command, taken from the rendered document, against the fakes of the instance metadata
-service and Key Vault (tests/fakes/azure_node.py) on loopback."""
+service and Key Vault (python/nodekit/rehearsal/standins/azure_node.py) on loopback."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from fakes.azure_node import (
+from nodekit import render
+from nodekit.rehearsal.standins.azure_node import (
     FakeImds,
     FakeKeyVault,
     imds_config,
     tls_certificate,
     vault_config,
 )
-from nodekit import render
 from support import REPO
 
 CLIENT_ID = "11111111-2222-4333-8444-555555555555"

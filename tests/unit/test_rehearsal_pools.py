@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from driver.errors import DriverError
-from fakes.azure_compute import _command_hook
 from nodekit import render
 from nodekit.node.azure_vmss_provider import autoscaler_pools, autoscaling_config, node_type
 from nodekit.rehearsal import cluster, network
 from nodekit.rehearsal.cluster import GPU_STAND_IN_ENV, GPU_VM_SIZE, Rehearsal, gpu_stand_in
 from nodekit.rehearsal.services import compute
+from nodekit.rehearsal.standins.azure_compute import _command_hook
 from nodekit.rehearsal.state import DEFAULT_POOL, GPU_POOL, Node, State
 from support import REPO
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from driver.store import safe_name
-from fakes.azure_node import laptop_env
+from nodekit.rehearsal.standins.azure_node import laptop_env
 from support import driver_timeout
 from test_azurite import CLIENT_ID, Blob, _request, blob
 from test_results_store import _get, _token, env, refused, start_uploader

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from fakes.azure_node import STORAGE_RESOURCE, VAULT_RESOURCE, issue_token
 from harness import blobsync, store
 from harness.blobsync import StoreError
 from harness.runs import PROGRESS_COLUMNS, latest_checkpoint, read_progress
+from nodekit.rehearsal.standins.azure_node import STORAGE_RESOURCE, VAULT_RESOURCE, issue_token
 from test_azurite import CLIENT_ID, Blob, _request, blob
 
 __all__ = ["blob"]  # the fixture, imported to be used here

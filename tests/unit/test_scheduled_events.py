@@ -1,6 +1,6 @@
 """The worker's scheduled-events watcher against the fake instance metadata service
-(tests/fakes/azure_node.py), shaped like Azure's: what it acts on, in which order, how fast, and
-what it survives."""
+(python/nodekit/rehearsal/standins/azure_node.py), shaped like Azure's: what it acts on, in
+which order, how fast, and what it survives."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fakes.azure_node import FakeImds, imds_config
 from nodekit.node.scheduled_events import Actions, Watcher
+from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config
 
 ME = "ray-workers_3"
 OTHER = "ray-workers_4"

@@ -1,10 +1,10 @@
 """Ray's own autoscaler runs the node provider: a local Ray head started as the cluster's head is
 in scaling mode ray (``ray start --head --autoscaling-config=...`` with the configuration the
 provider's ``config`` command writes), its monitor loading ``azure_vmss_provider`` and calling
-the fake Azure Compute (tests/fakes/azure_compute.py) with a managed identity token from the
-fake metadata service, with two worker pools (CPU workers and a GPU pool, a scale set each):
-CPU demand the head cannot serve raises the CPU workers' capacity only, a GPU task the GPU
-pool's only.
+the fake Azure Compute (python/nodekit/rehearsal/standins/azure_compute.py) with a managed
+identity token from the fake metadata service, with two worker pools (CPU workers and a GPU
+pool, a scale set each): CPU demand the head cannot serve raises the CPU workers' capacity
+only, a GPU task the GPU pool's only.
 
 The fake's instances never join (no VM boots here): the end-to-end test on the rehearsal
 cluster (tests/e2e/test_autoscale.py) covers workers that boot, run the job and leave.
@@ -27,9 +27,14 @@ from pathlib import Path
 import pytest
 
 from driver.localray import STARTED_LINE, node_timed_out
-from fakes.azure_compute import FakeCompute, compute_config, scale_set_config, subnet_pool
-from fakes.azure_node import FakeImds, imds_config, tls_certificate
 from nodekit.node import azure_vmss_provider as vp
+from nodekit.rehearsal.standins.azure_compute import (
+    FakeCompute,
+    compute_config,
+    scale_set_config,
+    subnet_pool,
+)
+from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config, tls_certificate
 from support import REPO
 
 SUB = "00000000-1111-4222-8333-444444444444"

@@ -1,8 +1,9 @@
 """The autoscaler's node provider for the workers' scale set (python/nodekit/node/
 azure_vmss_provider.py): its Azure calls go through the real azure-mgmt-compute client and the
 real azure-identity managed identity credential to the fakes of Azure Compute
-(tests/fakes/azure_compute.py) and of the instance metadata service (tests/fakes/azure_node.py),
-over HTTPS; its Ray side is Ray's own BatchingNodeProvider and config validation."""
+(python/nodekit/rehearsal/standins/azure_compute.py) and of the instance metadata service
+(python/nodekit/rehearsal/standins/azure_node.py), over HTTPS; its Ray side is Ray's own
+BatchingNodeProvider and config validation."""
 
 from __future__ import annotations
 
@@ -19,15 +20,15 @@ from typing import Any
 import pytest
 
 from driver import layout
-from fakes.azure_compute import (
+from nodekit import render
+from nodekit.node import azure_vmss_provider as vp
+from nodekit.rehearsal.standins.azure_compute import (
     FakeCompute,
     compute_config,
     scale_set_config,
     subnet_pool,
 )
-from fakes.azure_node import FakeImds, imds_config, tls_certificate
-from nodekit import render
-from nodekit.node import azure_vmss_provider as vp
+from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config, tls_certificate
 
 SUB = "00000000-1111-4222-8333-444444444444"
 GROUP = "rg-ray"

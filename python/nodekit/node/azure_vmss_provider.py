@@ -29,7 +29,8 @@ Also a command: ``python azure_vmss_provider.py config --deploy-values FILE --ou
 the autoscaler's configuration from the node's deploy-time values (the head's bootstrap runs it).
 
 This file is embedded in the head's cloud-init by ``python -m nodekit render`` and installed into
-the node's Python environment; its Azure calls are tested against tests/fakes/azure_compute.py.
+the node's Python environment; its Azure calls are tested against the rehearsal's stand-in of
+Azure Compute (python/nodekit/rehearsal/standins/azure_compute.py).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ answers garbage is logged once per outage and polled again with back-off; the wa
 exits on it. One log line per decision (journald keeps them).
 
 This file is installed on the nodes by the worker's cloud-init (``python -m nodekit render``
-embeds it); the tests run it against the fake metadata service in tests/fakes.
+embeds it); the tests run it against the rehearsal's metadata service
+(:mod:`nodekit.rehearsal.standins.azure_node`).
 """
 
 from __future__ import annotations

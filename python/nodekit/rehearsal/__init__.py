@@ -15,6 +15,8 @@ One module per concern, each with a small interface:
 - :mod:`nodekit.rehearsal.services`: what the nodes reach on the bridge, one module per stand-in
   (package mirrors with :mod:`nodekit.rehearsal.mirrors`, Key Vault, the metadata service,
   Compute; the next one, Azurite, goes there too);
+- :mod:`nodekit.rehearsal.standins`: the servers that play Azure's metadata service, Key Vault
+  and Compute with their wire formats (the services start them; the tests use them too);
 - :mod:`nodekit.rehearsal.state`: ``state.json``, what a cluster is made of;
 - :mod:`nodekit.rehearsal.cluster` (``Rehearsal``) puts them together: ``up``, ``add_workers``,
   the fake scale set's hooks, ``status``, and ``down``, which removes every trace again, also

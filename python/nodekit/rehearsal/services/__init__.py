@@ -17,9 +17,10 @@ log, launcher) there needs no teardown of its own.
   folder and outlives ``down`` (its process does not: it is started with the cluster folder's
   certificate).
 
-Played by the repository's test fakes (:mod:`.fakes`), Blob storage by Azurite. Adding a
-stand-in: a module here with ``start(ctx)`` and the URL the nodes use, its port offset
-in :data:`PORT_OFFSETS`, a call in ``Rehearsal.up`` and a line in ``Rehearsal.deploy_values``
+Azure's services are played by the package's stand-ins (:mod:`nodekit.rehearsal.standins`,
+run with this interpreter as ``python -m``), Blob storage by Azurite. Adding a stand-in: a
+module here with ``start(ctx)`` and the URL the nodes use, its port offset in
+:data:`PORT_OFFSETS`, a call in ``Rehearsal.up`` and a line in ``Rehearsal.deploy_values``
 (:mod:`nodekit.rehearsal.cluster`) when the nodes get its address as a deploy-time value.
 """
 

@@ -46,7 +46,8 @@ from pathlib import Path
 from driver.errors import DriverError
 from driver.procs import pids_with_cmdline, spawn
 from nodekit import render
-from nodekit.rehearsal.services import Context, fakes, keyvault, port, wait_for_port
+from nodekit.rehearsal.services import Context, keyvault, port, wait_for_port
+from nodekit.rehearsal.standins import azure_node
 from nodekit.rehearsal.state import State
 
 ACCOUNT = "rehearsalresults"
@@ -144,11 +145,11 @@ def start(ctx: Context) -> str:
     )
     wait_for_port(ctx.host, blob_port, "the rehearsal's Blob storage (Azurite)", pid=pid)
     account = account_url(ctx.host, blob_port)
-    token = fakes.node_fake().issue_token(
+    token = azure_node.issue_token(
         bytes.fromhex(shared["token_key"]),
         "rehearsal-deployment",
         f"principal-{ctx.name}-deployment",
-        fakes.node_fake().STORAGE_RESOURCE,
+        azure_node.STORAGE_RESOURCE,
     )
     create_container(account, CONTAINER, token, Path(shared["ca"]))
     return account
@@ -205,17 +206,16 @@ def serve(
             f"the results storage of {name!r} is being served already (its cluster is up, or "
             "another `rehearse storage` runs): use that one"
         )
-    node_fake = fakes.node_fake()
     blob_port = blob_port or _free_port()
     with tempfile.TemporaryDirectory(prefix=f"rehearsal-storage-{name}-") as tmp:
         folder = Path(tmp)
-        ca, cert, key = node_fake.tls_certificate(folder / "tls", "127.0.0.1")
+        ca, cert, key = azure_node.tls_certificate(folder / "tls", "127.0.0.1")
         token_key = secrets.token_bytes(32)
         (folder / "imds").mkdir()
         (folder / "imds" / "config.json").write_text(
-            json.dumps(node_fake.imds_config(token_key, "laptop", {READER_CLIENT_ID: "reader"}))
+            json.dumps(azure_node.imds_config(token_key, "laptop", {READER_CLIENT_ID: "reader"}))
         )
-        metadata = node_fake.FakeImds(folder / "imds").start()
+        metadata = azure_node.FakeImds(folder / "imds").start()
         proc = spawn(
             command("127.0.0.1", blob_port, cert, key, data),
             folder / "azurite.log",

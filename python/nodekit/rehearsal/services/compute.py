@@ -17,7 +17,8 @@ import time
 import uuid
 
 from nodekit import render
-from nodekit.rehearsal.services import Context, fakes, keyvault, port, wait_for_port
+from nodekit.rehearsal.services import Context, keyvault, port, wait_for_port
+from nodekit.rehearsal.standins import azure_compute
 from nodekit.rehearsal.state import BASE_ENV, DEFAULT_POOL, Node, State
 
 
@@ -92,20 +93,17 @@ def start(ctx: Context, workers: list[Node], pools: dict[str, tuple[str, list[st
     """Compute with a scale set per pool of ``pools`` (name -> (VM size, addresses)) whose
     instances are ``workers`` (each in its node's pool); a pool's new instances get its
     addresses not in use. Key Vault runs (its TLS and token key are used)."""
-    sys.path.insert(0, str(render.repo_root() / "tests" / "fakes"))
-    fake_path = fakes.path(fakes.COMPUTE_FAKE)
-    compute = fakes.load(fakes.COMPUTE_FAKE, "rehearsal_azure_compute")
     state = ctx.state
     folder = ctx.azure_dir / "compute"
     folder.mkdir(parents=True)
     sub, group = resource_group(ctx.name)
     used = {n.ip for n in state.nodes}
-    config = compute.compute_config(
+    config = azure_compute.compute_config(
         keyvault.token_key(ctx.azure_dir),
         arm_endpoint(state),
         writers(state),
         [
-            compute.scale_set_config(
+            azure_compute.scale_set_config(
                 sub,
                 group,
                 scale_set_name(ctx.name, pool),
@@ -115,7 +113,7 @@ def start(ctx: Context, workers: list[Node], pools: dict[str, tuple[str, list[st
             )
             for pool, (size, addresses) in pools.items()
         ],
-        [compute.vm_config(sub, group, f"rh-{ctx.name}-head", location="rehearsal")],
+        [azure_compute.vm_config(sub, group, f"rh-{ctx.name}-head", location="rehearsal")],
     )
     (folder / "config.json").write_text(json.dumps(config))
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -140,7 +138,8 @@ def start(ctx: Context, workers: list[Node], pools: dict[str, tuple[str, list[st
             f"{render.REPO_ENV}={render.repo_root()}",
             f"{BASE_ENV}={ctx.base}",
             sys.executable,
-            str(fake_path),
+            "-m",
+            azure_compute.__name__,
             "--bind",
             ctx.host,
             "--port",

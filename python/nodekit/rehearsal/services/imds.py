@@ -9,12 +9,12 @@ import sys
 import urllib.parse
 import uuid
 from pathlib import Path
-from typing import Any
 
 from driver import layout
 from driver.errors import DriverError
 from nodekit.rehearsal import network
-from nodekit.rehearsal.services import Context, compute, fakes, keyvault, wait_for_port
+from nodekit.rehearsal.services import Context, compute, keyvault, wait_for_port
+from nodekit.rehearsal.standins import azure_node
 from nodekit.rehearsal.state import Node
 from nodekit.rehearsal.system import run
 
@@ -27,7 +27,6 @@ def folder(node: Node) -> Path:
 def start(ctx: Context, node: Node) -> None:
     """The node's metadata service (its namespace exists, its root is mounted); the node
     trusts the Azure stand-ins' CA, as a VM trusts the public CA behind vault.azure.net."""
-    fake_path = fakes.path(fakes.NODE_FAKE)
     shared = keyvault.shared(ctx.azure_dir)
     state = ctx.state
     own = folder(node)
@@ -64,7 +63,8 @@ def start(ctx: Context, node: Node) -> None:
             "exec",
             node.netns,
             sys.executable,
-            str(fake_path),
+            "-m",
+            azure_node.__name__,
             "imds",
             "--bind",
             str(imds.hostname),
@@ -125,20 +125,19 @@ def _placement(cluster: str, node: Node) -> dict[str, str]:
     return place
 
 
-def _state(node: Node) -> Any:
-    return fakes.node_fake().StateFolder(folder(node))
+def _state(node: Node) -> azure_node.StateFolder:
+    return azure_node.StateFolder(folder(node))
 
 
 def schedule(node: Node, event_type: str, resources: list[str], not_before_s: float) -> str:
     """A scheduled event for the node (as Azure announces a Terminate); its EventId."""
-    fake = fakes.node_fake()
-    events = fake.StateFolder(folder(node))
+    events = azure_node.StateFolder(folder(node))
     event_id = str(uuid.uuid4()).upper()
     events.write(
         "events.json",
         [
             *events.read("events.json", []),
-            fake.scheduled_event(event_id, event_type, resources, not_before_s),
+            azure_node.scheduled_event(event_id, event_type, resources, not_before_s),
         ],
     )
     events.write("incarnation.json", int(events.read("incarnation.json", 1)) + 1)

@@ -9,7 +9,8 @@ import secrets
 import sys
 from pathlib import Path
 
-from nodekit.rehearsal.services import Context, fakes, port, wait_for_port
+from nodekit.rehearsal.services import Context, port, wait_for_port
+from nodekit.rehearsal.standins import azure_node
 from nodekit.rehearsal.state import State
 
 # checkov:skip=CKV_SECRET_6:The name of the token's Key Vault secret, not a secret value
@@ -40,8 +41,6 @@ def shared(azure_dir: Path) -> dict[str, str]:
 def start(ctx: Context, token: str) -> None:
     """Key Vault with ``token`` as the secret :data:`TOKEN_SECRET_NAME`, readable by the
     nodes' identity."""
-    fake_path = fakes.path(fakes.NODE_FAKE)
-    azure_node = fakes.node_fake()
     azure = ctx.azure_dir
     vault = azure / "vault"
     vault.mkdir(parents=True)
@@ -56,7 +55,8 @@ def start(ctx: Context, token: str) -> None:
     pid = ctx.spawn(
         [
             sys.executable,
-            str(fake_path),
+            "-m",
+            azure_node.__name__,
             "keyvault",
             "--bind",
             ctx.host,

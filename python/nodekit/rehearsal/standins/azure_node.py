@@ -42,8 +42,10 @@ arrived).
 Run one as a process (the rehearsal cluster starts an IMDS inside each node's network namespace
 and one Key Vault on its bridge)::
 
-    python tests/fakes/azure_node.py imds --bind 169.254.169.254 --port 80 --state DIR
-    python tests/fakes/azure_node.py keyvault --bind IP --port 8471 --state DIR --cert C --key K
+    python -m nodekit.rehearsal.standins.azure_node imds --bind 169.254.169.254 --port 80 \
+        --state DIR
+    python -m nodekit.rehearsal.standins.azure_node keyvault --bind IP --port 8471 --state DIR \
+        --cert C --key K
 
 or in-process from a test with :class:`FakeImds` / :class:`FakeKeyVault`.
 """
@@ -65,7 +67,7 @@ import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 VAULT_RESOURCE = "https://vault.azure.net"
@@ -169,6 +171,9 @@ Reply = tuple[int, Any, dict[str, str]]
 """(status, body: dict/list → JSON, str → text, bytes → as is; extra headers)."""
 
 
+_S = TypeVar("_S", bound="_Server")
+
+
 class _Server:
     """A threading HTTP(S) server whose requests go to ``self.route``."""
 
@@ -203,7 +208,8 @@ class _Server:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(*tls)
             self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
-        self.port = self.httpd.server_address[1]
+        self.host = bind
+        self.port = int(self.httpd.server_address[1])
         self._thread: threading.Thread | None = None
 
     def route(
@@ -259,7 +265,7 @@ class _Server:
             h.end_headers()
             h.wfile.write(data)
 
-    def start(self) -> _Server:
+    def start(self: _S) -> _S:
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()
         return self
@@ -289,8 +295,7 @@ class FakeImds(_Server):
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{self.host}:{self.port}"
 
     def route(
         self, method: str, path: str, query: dict[str, str], headers: Any, body: bytes
@@ -466,8 +471,7 @@ class FakeKeyVault(_Server):
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"https://{host}:{port}/"
+        return f"https://{self.host}:{self.port}/"
 
     def route(
         self, method: str, path: str, query: dict[str, str], headers: Any, body: bytes

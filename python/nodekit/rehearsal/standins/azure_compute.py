@@ -49,8 +49,8 @@ in-process or, run as a process, commands given ``INSTANCE_ID``, ``INSTANCE_NAME
 ``PRIVATE_IP`` and ``SCALE_SET`` (the scale set's name) in their environment (the rehearsal
 boots or removes a worker container of that scale set's pool there).
 
-    python tests/fakes/azure_compute.py --bind IP --port 8472 --state DIR --cert C --key K \
-        [--on-create CMD] [--on-delete CMD]
+    python -m nodekit.rehearsal.standins.azure_compute --bind IP --port 8472 --state DIR \
+        --cert C --key K [--on-create CMD] [--on-delete CMD]
 """
 
 from __future__ import annotations
@@ -70,10 +70,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-try:
-    from fakes.azure_node import Reply, StateFolder, _Server, verify_token
-except ImportError:  # run as a script: python tests/fakes/azure_compute.py
-    from azure_node import Reply, StateFolder, _Server, verify_token  # type: ignore[no-redef]
+from nodekit.rehearsal.standins.azure_node import Reply, StateFolder, _Server, verify_token
 
 _VMSS = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/microsoft\.compute"
@@ -205,8 +202,7 @@ class FakeCompute(_Server):
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"https://{host}:{port}"
+        return f"https://{self.host}:{self.port}"
 
     # -- state -------------------------------------------------------------------------------
     def instances(self, name: str) -> list[dict[str, Any]]:

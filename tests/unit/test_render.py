@@ -399,3 +399,67 @@ def test_the_bootstrap_goes_without_its_comment_lines() -> None:
     ]
     assert comments == []
     assert "install_or_skip" in bootstrap and bootstrap.startswith("#!/bin/bash\n")
+
+
+def _bash_normal_form(script: str) -> str:
+    """The script as bash itself reads it: the body of a function, printed back by ``declare
+    -f`` (no comments, no blank lines; here-documents and strings as they are)."""
+    p = subprocess.run(
+        ["bash", "-c", 'eval "f() {\n$1\n}" && declare -f f', "bash", script],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_bash_normal_form_sees_a_dropped_command_line() -> None:
+    """The normal form tells scripts apart: a command line gone or changed reads otherwise."""
+    script = "#!/bin/bash\n# why\nset -e\necho one\n\necho two\n"
+    assert _bash_normal_form(render.compact_shell(script)) == _bash_normal_form(script)
+    assert _bash_normal_form(script.replace("echo one\n", "")) != _bash_normal_form(script)
+    assert _bash_normal_form(script.replace("one", "1")) != _bash_normal_form(script)
+
+
+SUDOERS_HEREDOC = """\
+cat >/etc/sudoers.d/ray <<'EOF'
+# sudoers: this line and the next are the file's
+#includedir /etc/sudoers.d
+
+ray ALL=(ALL) NOPASSWD: ALL
+EOF
+"""
+
+
+def test_compact_shell_keeps_here_documents_and_strings_byte_for_byte() -> None:
+    """Lines inside a here-document (any quoting, <<- with its tabs), a multi-line string or
+    after a backslash continuation are not the script's comments: they stay."""
+    kept = (
+        SUDOERS_HEREDOC
+        + "python3 - <<PY\n# a Python comment\n\nprint(1)\nPY\n"
+        + 'values=$(python3 - "$@" <<"PY"\n# in a substitution\nPY\n)\n'
+        + "if true; then\n\tcat <<-END\n\t# tab-indented\n\tEND\nfi\n"
+        + 'echo "one\n# not a comment\n\ntwo"\n'
+        + "echo 'it\n# is a string'\n"
+        + "echo one \\\n# the continued line\n"
+        + 'read -ra A <<<"$X"  # a here-string, no body\n'
+    )
+    text = "#!/bin/bash\n# dropped\n" + kept.replace("fi\n", "fi\n\n  # dropped\n", 1)
+    assert render.compact_shell(text) == "#!/bin/bash\n" + kept
+    assert _bash_normal_form(render.compact_shell(text)) == _bash_normal_form(text)
+    assert "#includedir /etc/sudoers.d\n\nray ALL" in render.compact_shell(SUDOERS_HEREDOC)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "# backquotes\nx=`date`\n",
+        "# an unterminated string\necho 'a\n",
+        "# an unterminated here-document\ncat <<EOF\nx\n",
+        "# a shift, not a here-document\necho $((1 << 2))\n",
+        '# a here-document word this scanner does not read\ncat <<E"O"F\n# x\nEOF\n',
+        "# quotes in ${...} in a string\necho \"${x:-'a'}\"\n",
+    ],
+)
+def test_compact_shell_leaves_a_script_it_cannot_follow_whole(text: str) -> None:
+    assert render.compact_shell(text) == text

@@ -432,6 +432,17 @@ def compact_shell(text: str) -> str:
     return "".join(kept)
 
 
+def compact_unit(text: str) -> str:
+    """A systemd unit as the nodes get it: without its comment lines (first non-blank
+    character ``#`` or ``;``) and blank lines, every other line byte for byte. A unit with a
+    line continued by a backslash stays whole (comments and blank lines there mean
+    something else). The comments stay in the templates."""
+    lines = text.splitlines(keepends=True)
+    if any(line.rstrip("\r\n").endswith("\\") for line in lines):
+        return text
+    return "".join(line for line in lines if line.strip() and line.lstrip()[0] not in "#;")
+
+
 def compact_python(text: str) -> str:
     """Python source as the nodes get it: without its docstrings (``without_docstrings``) and
     its comments (found by ``tokenize``; a line that held only a comment goes, a trailing one is
@@ -543,6 +554,7 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
     env.filters["without_docstrings"] = without_docstrings
     env.filters["compact_python"] = compact_python
     env.filters["compact_shell"] = compact_shell
+    env.filters["compact_unit"] = compact_unit
     common = dict(
         layout=layout,
         versions=pins.versions,

@@ -519,7 +519,6 @@ head | worker | install) ;;
 *) echo "usage: ray-cluster-bootstrap head|worker|install [VALUES.json]" >&2; exit 64 ;;
 esac
 ROLE=$MODE
-
 STATE=/var/lib/ray-cluster
 VENV=/opt/ray-cluster/venv
 READY=/var/lib/ray-cluster/ready
@@ -529,7 +528,6 @@ RAY_USER=ray
 NODE_CHECK=/usr/local/lib/ray-cluster/node_check.py
 STEP="start"
 declare -A PHASES=()
-
 log() { echo "ray-cluster-bootstrap[$ROLE]: $*" >&2; }
 fail() {
     log "FAILED: $*"
@@ -554,7 +552,6 @@ retry() {
         delay=$((delay * 2))
     done
 }
-
 read_values() {
     local values
     values=$(python3 - "$@" <<'PY'
@@ -577,19 +574,16 @@ PY
 ) || fail "the deploy-time values are unusable (see the line above)"
     eval "$values"
 }
-
-INSTALL_INPUTS_DIGEST=77e93732199f908562786c8b6eba8f637a227372320032073cb7b2435f839f3a
+INSTALL_INPUTS_DIGEST=19760eaadb3e10130fa5122be9d8b91c6bbfd396e1851ee757fdf447cbfab396
 # ---- The INSTALL phase ------------------------------------------------------------------------
 INSTALL_MARKER=/var/lib/ray-cluster/installed.json
 INSTALL_VALUE_NAMES=(PIP_INDEX_URL TORCH_INDEX_URL APT_SOURCE EXTRA_PIP_PACKAGES EXTRA_APT_PACKAGES)
 PROBE_ROOT=${RAY_NODE_PROBE_ROOT:-}
 NVIDIA_DRIVER=580-server
-
 install_digest() {
     printf '%s\n' "$INSTALL_INPUTS_DIGEST" "$EXTRA_PIP_PACKAGES" "$EXTRA_APT_PACKAGES" \
         "$TORCH_INDEX_URL" "$NODE_GPU" | sha256sum | cut -d' ' -f1
 }
-
 detect_gpu() {
     local dev vendor class
     NODE_GPU_COUNT=0
@@ -604,7 +598,6 @@ detect_gpu() {
     if [ "$NODE_GPU_COUNT" -gt 0 ]; then NODE_GPU=nvidia; else NODE_GPU=none; fi
     log "hardware: $NODE_GPU_COUNT NVIDIA GPU(s) on the PCI bus"
 }
-
 gpu_driver_packages() {
     local os kernel
     os=$(sed -n 's/^ID=//p' "$PROBE_ROOT/etc/os-release" | tr -d '"')
@@ -616,7 +609,6 @@ gpu_driver_packages() {
         "linux-modules-nvidia-$NVIDIA_DRIVER-$kernel" "linux-modules-nvidia-$NVIDIA_DRIVER-${kernel##*-}"
     )
 }
-
 check_install_values() {
     local p
     read -ra EXTRA_PIP <<<"$EXTRA_PIP_PACKAGES"
@@ -626,7 +618,6 @@ check_install_values() {
             fail "EXTRA_APT_PACKAGES: '$p' is not a Debian package name"
     done
 }
-
 install_or_skip() {
     local have
     EXPECTED_DIGEST=$(install_digest)
@@ -647,7 +638,6 @@ install_or_skip() {
     INSTALL_KIND=fresh
     install_phase
 }
-
 install_phase() {
     local started
     started=$(date +%s.%N)
@@ -666,7 +656,6 @@ install_phase() {
         gpu_driver_packages
         retry "${APT[@]}" install -y "${GPU_APT[@]}"
     fi
-
     phase venv
     PYTHON_VERSION=$(python3 -c 'import platform; print(platform.python_version())')
     LOCK_PYTHONS=" 3.10 3.11 3.12 "
@@ -680,7 +669,6 @@ install_phase() {
     case "$PIP_INDEX_URL" in http://*) pip_host=$(echo "$PIP_INDEX_URL" | sed -E 's#^http://([^/:]+).*#\1#') ;; esac
     retry "$VENV/bin/pip" install --quiet --disable-pip-version-check --index-url "$PIP_INDEX_URL" \
         ${pip_host:+--trusted-host "$pip_host"} "uv==0.13.9"
-
     phase install_torch
     export UV_CACHE_DIR=/var/cache/ray-cluster/uv UV_NO_PROGRESS=1 UV_HTTP_TIMEOUT=300 \
         UV_COMPILE_BYTECODE=1
@@ -691,7 +679,6 @@ install_phase() {
         retry "$VENV/bin/uv" pip install --python "$VENV/bin/python" --index-url "$TORCH_INDEX_URL" \
             --no-deps "torch==2.13.0"
     fi
-
     phase install_ray
     retry "$VENV/bin/uv" pip install --python "$VENV/bin/python" --index-url "$PIP_INDEX_URL" \
         --require-hashes -r /etc/ray-cluster/requirements.lock
@@ -699,11 +686,9 @@ install_phase() {
         retry "$VENV/bin/uv" pip install --python "$VENV/bin/python" --index-url "$PIP_INDEX_URL" \
             "${EXTRA_PIP[@]}"
     fi
-
     phase install_autoscaler
     retry "$VENV/bin/uv" pip install --python "$VENV/bin/python" --index-url "$PIP_INDEX_URL" \
         --require-hashes --no-deps -r /etc/ray-cluster/autoscaler-requirements.lock
-
     "$VENV/bin/python" - "$INSTALL_MARKER" "$(install_digest)" "$INSTALL_INPUTS_DIGEST" \
         "$started" "$EXTRA_PIP_PACKAGES" "$EXTRA_APT_PACKAGES" "$TORCH_INDEX_URL" "$NODE_GPU" <<'PY'
 import importlib.metadata as m, json, os, platform, sys, time
@@ -727,7 +712,6 @@ os.replace(path + ".new", path)
 PY
 }
 # ---- end of the INSTALL phase -----------------------------------------------------------------
-
 gpu_up() {
     local out
     RAY_NUM_GPUS=""
@@ -741,7 +725,6 @@ gpu_up() {
 mkdir -p "$STATE"
 rm -f "$READY" "$FAILED"
 PHASES[bootstrap_start]=$(date +%s.%N)
-
 if [ "$MODE" = install ]; then
     read_values "${2:-/etc/ray-cluster/deploy.json}" "${INSTALL_VALUE_NAMES[@]}"
     check_install_values
@@ -750,7 +733,6 @@ if [ "$MODE" = install ]; then
     log "installed: $(tr -d '\n' <"$INSTALL_MARKER")"
     exit 0
 fi
-
 if [ "$ROLE" = worker ]; then
     id -u ray-health >/dev/null 2>&1 ||
         useradd --system --user-group --no-create-home --home-dir /nonexistent \
@@ -758,7 +740,6 @@ if [ "$ROLE" = worker ]; then
     systemctl daemon-reload
     systemctl enable --now ray-health.service || log "the health endpoint did not start; the scale set will see this worker as Unknown"
 fi
-
 read_values /etc/ray-cluster/deploy.json RAY_HEAD_IP KEY_VAULT_URL TOKEN_SECRET_NAME IDENTITY_CLIENT_ID RAY_ADMIN_USER EXTRA_PIP_PACKAGES EXTRA_APT_PACKAGES PIP_INDEX_URL TORCH_INDEX_URL APT_SOURCE SCALING_MODE WORKER_SCALE_SET_ID WORKER_VM_SIZE AUTOSCALER_POOLS AUTOSCALER_IDLE_TIMEOUT_MINUTES AUTOSCALER_CLIENT_ID ARM_ENDPOINT AUTOSTOP_IDLE_MINUTES WORKER_AUTOSCALE_NAME WORKER_SCALE_SETS WORKER_POOL RAY_RESOURCES RAY_LABELS RESULTS_URL
 [[ "$RAY_HEAD_IP" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
     fail "RAY_HEAD_IP must be an IPv4 address, got '$RAY_HEAD_IP'"
@@ -774,14 +755,11 @@ if [ "$ROLE" = worker ]; then
 fi
 check_install_values
 detect_gpu
-
 install_or_skip
-
 if [ "$NODE_GPU" = nvidia ]; then
     phase gpu
     gpu_up
 fi
-
 # ---- CONFIGURE+START --------------------------------------------------------------------------
 phase account
 getent group "$RAY_USER" >/dev/null || groupadd --system "$RAY_USER"
@@ -797,14 +775,12 @@ if [ -n "$RAY_ADMIN_USER" ]; then
 fi
 install -d -m 0750 -o root -g "$RAY_USER" /etc/ray-cluster
 install -d -m 2750 -o "$RAY_USER" -g "$RAY_USER" /var/lib/ray-cluster/results
-
 phase token
 install -m 0640 -o root -g "$RAY_USER" /dev/null "$TOKEN.new"
 python3 /usr/local/lib/ray-cluster/node_check.py token --vault "$KEY_VAULT_URL" --secret "$TOKEN_SECRET_NAME" \
     --client-id "$IDENTITY_CLIENT_ID" --out "$TOKEN.new" --timeout 1200 \
     --failed "$FAILED"
 mv -f "$TOKEN.new" "$TOKEN"
-
 cat >/etc/ray-cluster/node.env <<ENV
 RAY_ROLE=$ROLE
 RAY_HEAD_IP=$RAY_HEAD_IP
@@ -825,7 +801,6 @@ PATH=$VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ENV
 chmod 0644 /etc/ray-cluster/node.env
 node_ip_error=$(/usr/local/sbin/ray-cluster-node-ip 2>&1 >/dev/null) || fail "$node_ip_error"
-
 phase index
 PIP_HOST=""
 case "$PIP_INDEX_URL" in http://*) PIP_HOST=$(echo "$PIP_INDEX_URL" | sed -E 's#^http://([^/:]+).*#\1#') ;; esac
@@ -841,7 +816,6 @@ install -d -m 0755 /etc/uv
 } >/etc/uv/uv.toml
 chgrp "$RAY_USER" /etc/pip.conf /etc/uv/uv.toml
 chmod 0640 /etc/pip.conf /etc/uv/uv.toml
-
 if [ "$ROLE" = head ] && [ "$SCALING_MODE" = ray ]; then
     phase autoscaler
     SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -851,7 +825,6 @@ if [ "$ROLE" = head ] && [ "$SCALING_MODE" = ray ]; then
         --out /etc/ray-cluster/autoscaler.yaml 2>&1) || fail "$config_error"
     echo "RAY_AUTOSCALING_CONFIG=/etc/ray-cluster/autoscaler.yaml" >>/etc/ray-cluster/node.env
 fi
-
 phase start_ray
 systemctl daemon-reload
 systemctl enable ray-node-ready.service
@@ -863,7 +836,6 @@ if [ "$ROLE" = head ]; then
 else
     systemctl enable --now ray-scheduled-events.service
 fi
-
 phase wait_ray
 set -a
 # shellcheck source=/dev/null

@@ -318,21 +318,129 @@ def without_docstrings(text: str) -> str:
     return "".join(line for n, line in enumerate(lines, 1) if n not in drop)
 
 
+_HEREDOC_RE = re.compile(
+    r"<<(-?)[ \t]*(?:'([^'\n]+)'|\"([^\"\n]+)\"|\\?([A-Za-z_]\w*))(?=[\s;&|<>)])"
+)
+"""A here-document's operator and word: quoted whole, or a plain name (``<<E"O"F`` is none)."""
+_WORD_START = " \t;&|()<>"
+"""What a ``#`` that starts a comment follows (or the line's start)."""
+
+
+def _shell_free_lines(text: str) -> list[bool] | None:
+    """For each line of a shell script, whether it starts as plain code: outside every
+    quoted string, command substitution and here-document, and not continued from the line
+    before by a backslash. None when the script holds what this scanner does not follow
+    (backquotes, a ``<<`` it cannot read, single quotes in a ``${...}`` within double quotes,
+    an unterminated string or here-document)."""
+    lines = text.splitlines(keepends=True)
+    free: list[bool] = []
+    # Contexts: code (the script's level), sub ($( ), nested), paren (a parenthesis in sub),
+    # dq ("..."), sq ('...'), ansi ($'...'), brace (${...}).
+    stack = ["code"]
+    continued = False
+    n = 0
+    while n < len(lines):
+        line = lines[n]
+        free.append(stack == ["code"] and not continued)
+        continued = False
+        pending: list[tuple[bool, str]] = []
+        i = 0
+        while i < len(line):
+            top, c, two = stack[-1], line[i], line[i : i + 2]
+            if top == "sq":
+                if c == "'":
+                    stack.pop()
+            elif c == "\\" and top != "sq":
+                continued = line[i + 1 :] == "\n"
+                i += 1
+            elif top == "ansi":
+                if c == "'":
+                    stack.pop()
+            elif c == "`":
+                return None
+            elif two in ("$(", "${"):
+                stack.append("sub" if two == "$(" else "brace")
+                i += 1
+            elif top == "dq":
+                if c == '"':
+                    stack.pop()
+            elif c == '"':
+                stack.append("dq")
+            elif c == "'":
+                if top == "brace" and "dq" in stack:
+                    return None
+                stack.append("sq")
+            elif top == "brace":
+                if c == "}":
+                    stack.pop()
+            elif two == "$'":
+                stack.append("ansi")
+                i += 1
+            elif c == "#" and (i == 0 or line[i - 1] in _WORD_START):
+                break  # a comment: the rest of the line
+            elif two == "<<" and line[i : i + 3] != "<<<":
+                heredoc = _HEREDOC_RE.match(line, i)
+                if heredoc is None:
+                    return None
+                strip, *words = heredoc.groups()
+                pending.append((strip == "-", next(w for w in words if w is not None)))
+                i = heredoc.end() - 1
+            elif line[i : i + 3] == "<<<":
+                i += 2
+            elif top in ("sub", "paren") and c == "(":
+                stack.append("paren")
+            elif top in ("sub", "paren") and c == ")":
+                stack.pop()
+            i += 1
+        n += 1
+        for strip, word in pending:  # their bodies follow, in order, each to its word
+            while True:
+                if n == len(lines):
+                    return None
+                body = lines[n].rstrip("\n")
+                free.append(False)
+                n += 1
+                if (body.lstrip("\t") if strip else body) == word:
+                    break
+    return free if stack == ["code"] and not continued else None
+
+
 def compact_shell(text: str) -> str:
     """A shell script as the nodes get it: without its comment lines (a line whose first
-    non-blank character is ``#``; not the ``#!`` first line, not shellcheck's directives, not
-    the ``# ----`` section lines; its here-documents hold Python and node.env, whose comment
-    lines go as well), every other line byte for byte. The custom data has no room for the
-    comments, which stay in the templates."""
+    non-blank character is ``#``; not the ``#!`` first line, not shellcheck's directives,
+    which the tests' shellcheck reads, not the ``# ----`` section lines, which mark the
+    phases) and blank lines, every other line byte for byte. Only lines that start as plain
+    code go: here-documents, multi-line strings and lines continued by a backslash stay as
+    they are, and a script :func:`_shell_free_lines` cannot follow stays whole. The custom
+    data has no room for the comments, which stay in the templates."""
+    free = _shell_free_lines(text)
+    if free is None:
+        return text
     kept = []
-    for n, line in enumerate(text.splitlines(keepends=True), 1):
-        stripped = line.lstrip()
-        if stripped.startswith("#") and not (
-            (n == 1 and line.startswith("#!")) or stripped.startswith(("# shellcheck", "# ----"))
+    for n, (line, is_free) in enumerate(zip(text.splitlines(keepends=True), free, strict=True), 1):
+        stripped = line.strip()
+        if is_free and (
+            not stripped
+            or (
+                stripped.startswith("#")
+                and not (n == 1 and line.startswith("#!"))
+                and not stripped.startswith(("# shellcheck", "# ----"))
+            )
         ):
             continue
         kept.append(line)
     return "".join(kept)
+
+
+def compact_unit(text: str) -> str:
+    """A systemd unit as the nodes get it: without its comment lines (first non-blank
+    character ``#`` or ``;``) and blank lines, every other line byte for byte. A unit with a
+    line continued by a backslash stays whole (comments and blank lines there mean
+    something else). The comments stay in the templates."""
+    lines = text.splitlines(keepends=True)
+    if any(line.rstrip("\r\n").endswith("\\") for line in lines):
+        return text
+    return "".join(line for line in lines if line.strip() and line.lstrip()[0] not in "#;")
 
 
 def compact_python(text: str) -> str:
@@ -445,6 +553,8 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
     env.filters["gzip_b64"] = gzip_b64
     env.filters["without_docstrings"] = without_docstrings
     env.filters["compact_python"] = compact_python
+    env.filters["compact_shell"] = compact_shell
+    env.filters["compact_unit"] = compact_unit
     common = dict(
         layout=layout,
         versions=pins.versions,

@@ -113,9 +113,10 @@ def test_custom_data_fits_azure_limit(filled: dict[str, Path], name: str) -> Non
     # fifth; GPU nodes (the CUDA lock, the driver's install and the GPU checks) took ~6,800
     # characters of it even with every file compressed, and the head's autostop agent more;
     # the head's Python modules and the node check go without docstrings and comments
-    # (render.compact_python), and the bootstrap without its comment lines
-    # (render.compact_shell, which made room for worker pools' values and code). What comes
-    # next must make room (e.g. one compressed bundle of every file) rather than raise this.
+    # (render.compact_python), and the shell scripts and systemd units without their comment
+    # and blank lines (render.compact_shell, which made room for worker pools' values and code,
+    # and render.compact_unit). What comes next must make room (e.g. one compressed bundle of
+    # every file) rather than raise this.
     assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT * 0.90
 
 
@@ -381,21 +382,152 @@ def test_every_boot_rewrites_the_readiness_marker(role: str) -> None:
     assert '"boot_id": boot_id(),' in files[render.NODE_CHECK_PATH]
 
 
-def test_the_bootstrap_goes_without_its_comment_lines() -> None:
-    """render.compact_shell: the nodes' bootstrap carries no comment line but its #! line,
-    shellcheck's directives and the section lines; every other line is the template's."""
-    text = "#!/bin/bash\n# why\nset -e  # kept: not a comment line\n    # indented\n"
+# -- what the documents leave out: comments and blank lines --------------------------------------
+COMPACTED_SHELL = (
+    render.BOOTSTRAP_PATH,
+    "/usr/local/bin/ray-cluster-start",
+    "/usr/local/sbin/ray-cluster-node-ip",
+    "/etc/profile.d/ray-cluster.sh",
+)
+
+
+@pytest.fixture(scope="module")
+def uncompacted(documents: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Each document's files as the templates write them, before compact_shell and
+    compact_unit (the filters look the functions up in the module at render time)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(render, "compact_shell", lambda text: text)
+        patch.setattr(render, "compact_unit", lambda text: text)
+        docs = render.render()
+    assert docs != documents  # the patch took
+    return {name: _files(docs[name]) for name in ("head.yaml", "worker.yaml")}
+
+
+def _meaningful(text: str, comments: str = "#") -> list[str]:
+    return [line for line in text.splitlines() if line.strip() and line.lstrip()[0] not in comments]
+
+
+def _bash_normal_form(script: str) -> str:
+    """The script as bash itself reads it: the body of a function, printed back by ``declare
+    -f`` (no comments, no blank lines; here-documents and strings as they are)."""
+    p = subprocess.run(
+        ["bash", "-c", 'eval "f() {\n$1\n}" && declare -f f', "bash", script],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+@pytest.mark.parametrize("name", ["head.yaml", "worker.yaml"])
+@pytest.mark.parametrize("path", COMPACTED_SHELL)
+def test_embedded_shell_scripts_go_without_comment_and_blank_lines(
+    uncompacted: dict[str, dict[str, str]], name: str, path: str, tmp_path: Path
+) -> None:
+    """render.compact_shell: every command line is the template's, in order, and bash reads
+    the script as it reads the template's; no comment line is left but the #! line,
+    shellcheck's directives and the section lines."""
+    original = uncompacted[name][path]
+    shipped = _files((RENDERED / name).read_text())[path]
+    assert len(shipped) < len(original)
+    # The bootstrap's digest of its install code differs with that code's comments, by design.
+    digest = re.compile(r"^INSTALL_INPUTS_DIGEST=[0-9a-f]{64}$", re.M)
+    assert len(digest.findall(original)) == (path == render.BOOTSTRAP_PATH)
+    original = digest.sub("INSTALL_INPUTS_DIGEST=" + "0" * 64, original)
+    shipped = digest.sub("INSTALL_INPUTS_DIGEST=" + "0" * 64, shipped)
+    assert _meaningful(shipped) == _meaningful(original)
+    assert _bash_normal_form(shipped) == _bash_normal_form(original)
+    (tmp_path / "script").write_text(shipped)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "script")]).returncode == 0
+    lines = shipped.splitlines()
+    assert "" not in lines
+    comments = [
+        line
+        for line in lines[1:]
+        if line.lstrip().startswith("#")
+        and not line.lstrip().startswith(("# shellcheck", "# ----"))
+    ]
+    assert comments == []
+
+
+def test_bash_normal_form_sees_a_dropped_command_line() -> None:
+    """The normal form tells scripts apart: a command line gone or changed reads otherwise."""
+    script = "#!/bin/bash\n# why\nset -e\necho one\n\necho two\n"
+    assert _bash_normal_form(render.compact_shell(script)) == _bash_normal_form(script)
+    assert _bash_normal_form(script.replace("echo one\n", "")) != _bash_normal_form(script)
+    assert _bash_normal_form(script.replace("one", "1")) != _bash_normal_form(script)
+
+
+def test_compact_shell_drops_only_comment_and_blank_lines_of_code() -> None:
+    text = "#!/bin/bash\n# why\nset -e  # kept: not a comment line\n    # indented\n\n"
     text += "# shellcheck source=/dev/null\n# ---- end of the definitions\necho '#x'\n"
     assert render.compact_shell(text) == (
         "#!/bin/bash\nset -e  # kept: not a comment line\n"
         "# shellcheck source=/dev/null\n# ---- end of the definitions\necho '#x'\n"
     )
-    bootstrap = _files((RENDERED / "worker.yaml").read_text())[render.BOOTSTRAP_PATH]
-    comments = [
-        line
-        for line in bootstrap.splitlines()[1:]
-        if line.lstrip().startswith("#")
-        and not line.lstrip().startswith(("# shellcheck", "# ----"))
-    ]
-    assert comments == []
-    assert "install_or_skip" in bootstrap and bootstrap.startswith("#!/bin/bash\n")
+
+
+SUDOERS_HEREDOC = """\
+cat >/etc/sudoers.d/ray <<'EOF'
+# sudoers: this line and the next are the file's
+#includedir /etc/sudoers.d
+
+ray ALL=(ALL) NOPASSWD: ALL
+EOF
+"""
+
+
+def test_compact_shell_keeps_here_documents_and_strings_byte_for_byte() -> None:
+    """Lines inside a here-document (any quoting, <<- with its tabs), a multi-line string or
+    after a backslash continuation are not the script's comments: they stay."""
+    kept = (
+        SUDOERS_HEREDOC
+        + "python3 - <<PY\n# a Python comment\n\nprint(1)\nPY\n"
+        + 'values=$(python3 - "$@" <<"PY"\n# in a substitution\nPY\n)\n'
+        + "if true; then\n\tcat <<-END\n\t# tab-indented\n\tEND\nfi\n"
+        + 'echo "one\n# not a comment\n\ntwo"\n'
+        + "echo 'it\n# is a string'\n"
+        + "echo one \\\n# the continued line\n"
+        + 'read -ra A <<<"$X"  # a here-string, no body\n'
+    )
+    text = "#!/bin/bash\n# dropped\n" + kept.replace("fi\n", "fi\n\n  # dropped\n", 1)
+    assert render.compact_shell(text) == "#!/bin/bash\n" + kept
+    assert _bash_normal_form(render.compact_shell(text)) == _bash_normal_form(text)
+    assert "#includedir /etc/sudoers.d\n\nray ALL" in render.compact_shell(SUDOERS_HEREDOC)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "# backquotes\nx=`date`\n",
+        "# an unterminated string\necho 'a\n",
+        "# an unterminated here-document\ncat <<EOF\nx\n",
+        "# a shift, not a here-document\necho $((1 << 2))\n",
+        '# a here-document word this scanner does not read\ncat <<E"O"F\n# x\nEOF\n',
+        "# quotes in ${...} in a string\necho \"${x:-'a'}\"\n",
+    ],
+)
+def test_compact_shell_leaves_a_script_it_cannot_follow_whole(text: str) -> None:
+    assert render.compact_shell(text) == text
+
+
+@pytest.mark.parametrize("name", ["head.yaml", "worker.yaml"])
+def test_embedded_units_go_without_comment_and_blank_lines(
+    uncompacted: dict[str, dict[str, str]], name: str
+) -> None:
+    """render.compact_unit: each systemd unit is the template's lines but its comments (#, ;)
+    and blank lines, in order."""
+    shipped = _files((RENDERED / name).read_text())
+    units = [p for p in shipped if p.startswith("/etc/systemd/system/")]
+    assert len(units) >= 4
+    for path in units:
+        original = uncompacted[name][path]
+        assert shipped[path].splitlines() == _meaningful(original, "#;"), path
+        assert len(shipped[path]) < len(original), path
+
+
+def test_compact_unit_drops_comments_and_blank_lines_and_leaves_continued_lines_whole() -> None:
+    text = "[Unit]\n# why\n  ; also a comment\nDescription=x # not one\n\n[Service]\nExecStart=/x\n"
+    assert render.compact_unit(text) == "[Unit]\nDescription=x # not one\n[Service]\nExecStart=/x\n"
+    continued = "[Service]\nExecStart=/x \\\n# inside the continued line\n  --flag\n\n"
+    assert render.compact_unit(continued) == continued

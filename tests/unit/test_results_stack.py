@@ -21,9 +21,9 @@ import hcl2
 import pytest
 from azurerm_schema import check_dir, load_schema
 
+from arm_template_support import TYPES, resource_errors
 from armeval import Context, deploy
 from bicep_support import REPO, camel
-from test_bicep_template import TYPES, resource_errors
 
 TF = REPO / "infra" / "terraform" / "results"
 CLUSTER_TF = REPO / "infra" / "terraform" / "modules" / "cluster"

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from armeval import Context, Deployment, deploy
+from checkov_support import checkov_binary
 
 REPO = Path(__file__).resolve().parents[2]
 BICEP = REPO / "infra" / "bicep"
@@ -218,10 +220,6 @@ print(json.dumps(BicepParser().parse(file_path=Path(sys.argv[1])), default=str))
 def pycep(path: Path) -> dict[str, Any]:
     """``path`` as pycep-parser 0.5.1 reads it, the parser inside checkov's bicep framework. It
     lives in checkov's own environment (.tools/checkov, scripts/checkov-requirements.txt)."""
-    import subprocess
-
-    from test_terraform_checkov import checkov_binary
-
     python = checkov_binary().parent / "python"
     result = subprocess.run(
         [str(python), "-c", _PYCEP, str(path)], capture_output=True, text=True, timeout=120

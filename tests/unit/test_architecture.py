@@ -224,3 +224,56 @@ def test_the_tests_folder_check_sees_paths() -> None:
         'HELP = "the tests run it"\n'
     )
     assert [line for line, _ in _paths_under_tests(source)] == [2, 3, 4]
+
+
+# -- the tests ---------------------------------------------------------------------------------
+TESTS = REPO / "tests"
+
+
+def imported_test_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import of a test module (``test_*``) in ``path``, those inside
+    functions included."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module] if node.module else [a.name for a in node.names]
+        else:
+            continue
+        found += [
+            (node.lineno, n) for n in names if any(p.startswith("test_") for p in n.split("."))
+        ]
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in helper modules (tests/support.py, tests/unit/*_support.py) and
+    fixtures in conftest.py files: a test module is read, and run, on its own."""
+    modules = sorted(p for p in TESTS.rglob("*.py") if "fixtures" not in p.relative_to(TESTS).parts)
+    assert any(p.name.startswith("test_") for p in modules)
+    offending = [
+        f"{p.relative_to(REPO)}:{line}: imports {name}"
+        for p in modules
+        for line, name in imported_test_modules(p)
+    ]
+    assert not offending, "\n".join(offending)
+
+
+def test_the_layout_check_sees_imports(tmp_path: Path) -> None:
+    """The check above would pass on a checker that sees nothing."""
+    source = tmp_path / "test_example.py"
+    source.write_text(
+        "import os, test_a\n"
+        "from test_b import x\n"
+        "from support import REPO\n"
+        "def test_c():\n"
+        "    from test_d import y\n"
+        "    import test_e.f\n"
+    )
+    assert imported_test_modules(source) == [
+        (1, "test_a"),
+        (2, "test_b"),
+        (5, "test_d"),
+        (6, "test_e.f"),
+    ]

@@ -7,68 +7,18 @@ before anything is sent, and `down` deleting only the resource group `up` create
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from azure_support import SUB, TEMPLATE, deploy_requests, driver
 from fakes.fake_arm import FakeAzure
-from fakes.retail_prices import FakeRetailPrices, vm_meters
-from support import REPO, error_lines, run_driver
-from test_price import HEADER, closed_port_url, rows
+from fakes.retail_prices import FakeRetailPrices
+from price_support import HEADER, closed_port_url, rows
+from support import error_lines
 
-TEMPLATE = REPO / "infra" / "bicep" / "azuredeploy.json"
-PARAMETERS = REPO / "infra" / "bicep" / "azuredeploy.parameters.json"
-SUB = "00000000-1111-2222-3333-444444444444"
-CREDENTIAL_ENV = (
-    "AZURE_CLIENT_ID",
-    "AZURE_TENANT_ID",
-    "AZURE_CLIENT_SECRET",
-    "AZURE_USERNAME",
-    "AZURE_PASSWORD",
-    "AZURE_FEDERATED_TOKEN_FILE",
-    "AZURE_CLIENT_CERTIFICATE_PATH",
-)
-
-
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]:
-    azure = FakeAzure(tmp_path)
-    for name in CREDENTIAL_ENV:
-        monkeypatch.delenv(name, raising=False)
-    azure.next_outputs = {"headPublicIp": "20.1.2.3", "adminUsername": "azureuser"}
-    try:
-        yield azure
-    finally:
-        azure.close()
-
-
-@pytest.fixture(autouse=True)
-def prices(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRetailPrices]:
-    """Azure's Retail Prices API, which `up` asks before it asks for a yes."""
-    items = [*vm_meters("westeurope", "Standard_D4s_v5", 0.23, spot=0.046),
-             *vm_meters("eastus", "Standard_D4s_v5", 0.192, spot=0.0192)]  # fmt: skip
-    with FakeRetailPrices(items) as api:
-        monkeypatch.setenv("RAYDRIVER_PRICES_URL", api.url)
-        yield api
-
-
-@pytest.fixture
-def params(tmp_path: Path) -> Path:
-    path = tmp_path / "p.json"
-    doc = json.loads(PARAMETERS.read_text())
-    path.write_text(json.dumps(doc))
-    return path
-
-
-def driver(fake: FakeAzure, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**fake.env(), "AZURE_SUBSCRIPTION_ID": SUB}
-    return run_driver(*args, home=home, env=env)
-
-
-def deploy_requests(fake: FakeAzure) -> list[tuple[str, str]]:
-    return [(m, p.rsplit("/", 1)[-1]) for m, p, _ in fake.bodies]
+pytestmark = pytest.mark.usefixtures("prices")
+"""Azure's Retail Prices API, which `up` asks before it asks for a yes."""
 
 
 def test_up_creates_the_group_shows_what_if_deploys_and_remembers(

@@ -5,7 +5,6 @@ scripts/setup.d/20-azurite.sh (scripts/test.sh runs it)."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import secrets
@@ -17,27 +16,18 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from blob_support import blob_request
 from driver.errors import DriverError
-from fakes.local_blob import CLIENT_ID, Blob, local_blob
+from fakes.local_blob import CLIENT_ID, Blob
 from nodekit import render
 from nodekit.rehearsal.services import azurite, imds
 from nodekit.rehearsal.standins.azure_node import STORAGE_RESOURCE, VAULT_RESOURCE, issue_token
 
 API = azurite.API_VERSION
-
-
-@pytest.fixture(scope="module")
-def blob(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Blob]:
-    """Azurite started by ``azurite.start`` for a cluster on loopback, with what Key Vault's
-    stand-in leaves it (the bridge address's certificate, the token key, the CA), and one
-    node's metadata service (fakes/local_blob.py, which the benchmarks use too)."""
-    with local_blob(tmp_path_factory.mktemp("azurite")) as started:
-        yield started
 
 
 def _node_token(blob: Blob, resource: str = STORAGE_RESOURCE) -> str:
@@ -51,29 +41,6 @@ def _node_token(blob: Blob, resource: str = STORAGE_RESOURCE) -> str:
     with urllib.request.urlopen(request, timeout=60) as r:
         token: str = json.load(r)["access_token"]
     return token
-
-
-def _request(
-    blob: Blob,
-    method: str,
-    path: str,
-    token: str | None,
-    body: bytes = b"",
-    headers: dict[str, str] | None = None,
-) -> tuple[int, str, bytes]:
-    """(status, x-ms-error-code, body) of a Blob request under the account's path."""
-    conn = http.client.HTTPSConnection(
-        "127.0.0.1", blob.port, context=ssl.create_default_context(cafile=str(blob.ca)), timeout=60
-    )
-    sent = {"x-ms-version": API, **(headers or {})}
-    if token is not None:
-        sent["Authorization"] = f"Bearer {token}"
-    try:
-        conn.request(method, f"{blob.path}/{path}", body=body, headers=sent)
-        response = conn.getresponse()
-        return response.status, response.getheader("x-ms-error-code") or "", response.read()
-    finally:
-        conn.close()
 
 
 def test_the_account_url_is_https_on_the_bridge_with_the_rehearsal_ca(blob: Blob) -> None:
@@ -99,16 +66,16 @@ def test_a_node_writes_lists_and_reads_blobs_with_its_managed_identity_token(
     token = _node_token(blob, resource)
     name = f"run-{secrets.token_hex(4)}/checkpoint_000010/state.pkl"
     data = secrets.token_bytes(3000)
-    status, code, _ = _request(
+    status, code, _ = blob_request(
         blob, "PUT", f"results/{name}", token, data, {"x-ms-blob-type": "BlockBlob"}
     )
     assert (status, code) == (201, "")
-    status, _, listing = _request(
+    status, _, listing = blob_request(
         blob, "GET", f"results?restype=container&comp=list&prefix={name.split('/')[0]}/", token
     )
     assert status == 200
     assert f"<Name>{name}</Name>".encode() in listing
-    assert _request(blob, "GET", f"results/{name}", token) == (200, "", data)
+    assert blob_request(blob, "GET", f"results/{name}", token) == (200, "", data)
     # The token came from the metadata service, for the node's identity and this resource.
     asked = [r["query"] for r in blob.imds.state.lines("requests.jsonl")]
     assert {"api-version": "2018-02-01", "resource": resource, "client_id": CLIENT_ID} in asked
@@ -142,19 +109,21 @@ def test_azurite_refuses_a_request_without_a_valid_storage_token(
     good = _node_token(blob)
     name = f"refused-{secrets.token_hex(4)}.txt"
     assert (
-        _request(blob, "PUT", f"results/{name}", good, b"kept", {"x-ms-blob-type": "BlockBlob"})[0]
+        blob_request(
+            blob, "PUT", f"results/{name}", good, b"kept", {"x-ms-blob-type": "BlockBlob"}
+        )[0]
         == 201
     )
     assert callable(token)
     given = token(blob)
-    status, error, body = _request(blob, "GET", f"results/{name}", given)
+    status, error, body = blob_request(blob, "GET", f"results/{name}", given)
     assert (status, error) == (403, code), why
     assert b"kept" not in body
-    status, error, _ = _request(
+    status, error, _ = blob_request(
         blob, "PUT", f"results/{name}", given, b"overwritten", {"x-ms-blob-type": "BlockBlob"}
     )
     assert (status, error) == (403, code), why
-    assert _request(blob, "GET", f"results/{name}", good) == (200, "", b"kept")
+    assert blob_request(blob, "GET", f"results/{name}", good) == (200, "", b"kept")
 
 
 PYARROW_NODE = """
@@ -232,7 +201,7 @@ def test_pyarrow_azure_filesystem_writes_lists_and_reads_with_the_managed_identi
     read = _pyarrow_node(blob, CLIENT_ID, prefix, "read")
     assert json.loads(read.stdout) == {"progress": "iteration,reward\n1,9.5\n"}, read.stderr
     # What pyarrow wrote is a blob a plain Blob client reads with the node's token.
-    assert _request(blob, "GET", f"results/{prefix}/progress.csv", _node_token(blob))[2] == (
+    assert blob_request(blob, "GET", f"results/{prefix}/progress.csv", _node_token(blob))[2] == (
         b"iteration,reward\n1,9.5\n"
     )
     asked = [r["query"] for r in blob.imds.state.lines("requests.jsonl")]

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bicep_support import BICEP, MAIN, MODULES, TEMPLATE, pycep
-from test_terraform_checkov import REPO, run_checkov
+from bicep_support import BICEP, MAIN, MODULES, REPO, TEMPLATE, pycep
+from checkov_support import run_checkov
 
 SKIP = re.compile(r"//\s*checkov:skip=(?P<id>[A-Z0-9_]+):(?P<reason>.*)$")
 

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from armeval import Context
+from azure_support import TOKEN_SECRET
 from bicep_support import (
     CLIENT_ID,
     MAIN,
@@ -29,12 +30,9 @@ from bicep_support import (
     template,
 )
 from nodekit import render
-from test_node_token import SECRET as SECRET_NAME
-from test_terraform_custom_data import MAX_VALUE_LENGTHS
-from test_terraform_validations import ED25519, RSA_4096
+from validation_cases import MAX_VALUE_LENGTHS, REQUIRED_PARAMETERS, RSA_4096
 
 ROLES = {"head": "-head", "worker": "-workers"}
-REQUIRED = {"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519}
 DEPLOY_JSON = "/etc/ray-cluster/deploy.json"
 
 RESULTS_ACCOUNT_ID = (
@@ -107,7 +105,7 @@ def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, st
     return {
         "RAY_HEAD_IP": str(subnet[4]),  # cidrhost(subnet, 4)
         "KEY_VAULT_URL": vault_uri,
-        "TOKEN_SECRET_NAME": SECRET_NAME,  # keyvault.tf's azurerm_key_vault_secret name
+        "TOKEN_SECRET_NAME": TOKEN_SECRET,  # keyvault.tf's azurerm_key_vault_secret name
         "IDENTITY_CLIENT_ID": CLIENT_ID,
         "RAY_ADMIN_USER": parameters.get("adminUsername", "azureuser"),
         "EXTRA_PIP_PACKAGES": " ".join(parameters.get("extraPipPackages", [])),
@@ -162,13 +160,13 @@ def terraform_values(parameters: dict[str, Any], vault_uri: str) -> dict[str, st
 
 def custom_data(parameters: dict[str, Any], role: str) -> tuple[str, dict[str, str]]:
     """(the decoded custom data of ``role``, the values Terraform would use)."""
-    d = deploy_template({**REQUIRED, **parameters})
+    d = deploy_template({**REQUIRED_PARAMETERS, **parameters})
     assert not d.refused and check_results(d) == [], d.refused
     [module] = [n for n in d.module_parameters if n.endswith(ROLES[role])]
     encoded = d.module_parameters[module]["customData"]
     [vault] = [r for r in d.resources if r["type"] == "Microsoft.KeyVault/vaults"]
     values = terraform_values(
-        {**REQUIRED, **parameters}, f"https://{vault['name']}.vault.azure.net/"
+        {**REQUIRED_PARAMETERS, **parameters}, f"https://{vault['name']}.vault.azure.net/"
     )
     return base64.b64decode(encoded, validate=True).decode(), values
 
@@ -240,7 +238,7 @@ def test_the_documents_are_loaded_from_the_committed_files_and_filled_with_one_r
 
 
 def test_the_token_is_in_no_custom_data_and_no_output() -> None:
-    d = deploy_template({**REQUIRED, "clusterToken": "t0ken" * 10})
+    d = deploy_template({**REQUIRED_PARAMETERS, "clusterToken": "t0ken" * 10})
     for role in ROLES:
         [module] = [n for n in d.module_parameters if n.endswith(ROLES[role])]
         document = base64.b64decode(d.module_parameters[module]["customData"]).decode()

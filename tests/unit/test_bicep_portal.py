@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bicep_support import BICEP, MAIN, MODULES, check_results, deploy_template, template
-from test_terraform_validations import ED25519, RSA_4096
+from validation_cases import ED25519, RSA_4096
 
 UI = BICEP / "createUiDefinition.json"
 

@@ -27,7 +27,8 @@ from bicep_support import (
     template,
     template_text,
 )
-from test_terraform_validations import BAD, GOOD, MODULE, REQUIRED, _case_id, _messages
+from terraform_support import MODULE, error_messages, terraform_env
+from validation_cases import BAD, GOOD, REQUIRED, case_id, console
 
 VARIABLES = set(variables())
 # Terraform's rules about its Key Vault firewall: Bicep's vault has no public endpoint.
@@ -105,7 +106,7 @@ def test_the_tables_are_the_terraform_ones_and_nothing_is_dropped_silently() -> 
         )
 
 
-@pytest.mark.parametrize("case", BICEP_BAD, ids=[_case_id(c) for c in BICEP_BAD])
+@pytest.mark.parametrize("case", BICEP_BAD, ids=[case_id(c) for c in BICEP_BAD])
 def test_bad_value_is_refused_before_anything_is_created(case: tuple[dict, str]) -> None:
     variables, expected = case
     decorators, rules = refusals(variables)
@@ -125,7 +126,7 @@ def test_bad_value_is_refused_before_anything_is_created(case: tuple[dict, str])
 @pytest.mark.parametrize(
     "variables",
     GOOD + BICEP_GOOD_TOO,
-    ids=[_case_id(c) for c in GOOD + BICEP_GOOD_TOO],
+    ids=[case_id(c) for c in GOOD + BICEP_GOOD_TOO],
 )
 def test_good_value_deploys_every_resource(variables: dict[str, Any]) -> None:
     d = deploy_template(to_bicep({**REQUIRED, **variables}))
@@ -231,7 +232,7 @@ def test_every_message_is_terraform_s_in_camel_case() -> None:
     terraform = [
         bicep_message(m.replace('\\"', '"')).split("${")[0]
         for path, kind in ((MODULE / "variables.tf", "validation"), (MODULE / "checks.tf", "p"))
-        for m in _messages(path, kind)
+        for m in error_messages(path, kind)
     ]
     for name, start in rule_messages().items():
         assert any(t.startswith(start) or start.startswith(t) for t in terraform), name
@@ -324,14 +325,12 @@ def terraform_inputs(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import shutil
     import subprocess
 
-    from test_terraform_validations import _env
-
     work = tmp_path_factory.mktemp("tf-pools")
     for name in ("variables.tf", "checks.tf"):
         shutil.copy(MODULE / name, work / name)
     init = subprocess.run(
         ["terraform", "init", "-input=false", "-no-color"],
-        cwd=work, env=_env(work), capture_output=True, text=True, timeout=120,
+        cwd=work, env=terraform_env(work), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert init.returncode == 0, init.stderr
     return work
@@ -346,7 +345,6 @@ def test_two_pools_are_the_same_scale_sets_in_both_stacks(terraform_inputs: Any)
     import yaml
 
     from nodekit import render
-    from test_terraform_validations import console
 
     tf = console(terraform_inputs, TWO_POOLS, "local.worker_pool_settings")
     d = deploy_template(to_bicep({**REQUIRED, **TWO_POOLS}))

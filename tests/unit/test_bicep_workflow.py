@@ -16,7 +16,7 @@ from bicep_to_arm import TARGETS
 from compare_arm import compare
 
 from support import REPO
-from test_terraform_workflow import PINNED
+from workflow_support import PINNED
 
 WORKFLOW = REPO / ".github" / "workflows" / "bicep.yml"
 TEMPLATE = REPO / "infra" / "bicep" / "azuredeploy.json"

@@ -14,14 +14,17 @@ from typing import Any
 
 import pytest
 
+from azure_support import SUB, deploy_requests, driver
 from driver import capacity
 from driver.errors import EXIT_CAPACITY, DriverError
 from driver.price import Pool, Sizing
 from fakes.fake_arm import FakeAzure, location_restriction, vm_sku, zone_restriction
 from fakes.retail_prices import FakeRetailPrices
 from support import REPO, error_lines, run_driver
-from test_arm_up_down import SUB, deploy_requests, driver, fake, params, prices  # noqa: F401
-from test_up_down import CONFIG
+from terraform_support import CONFIG
+
+pytestmark = pytest.mark.usefixtures("prices")
+"""Azure's Retail Prices API, which `up` asks before it asks for a yes."""
 
 REGION = "westeurope"
 D4, F8, D8 = "Standard_D4s_v5", "Standard_F8s_v2", "Standard_D8s_v5"
@@ -172,12 +175,12 @@ def test_worker_pools_take_the_place_of_the_single_pool() -> None:
 
 
 # -- up and price against the fake Resource Manager ------------------------------------------
-def up(fake: FakeAzure, home: Path, params: Path, *args: str) -> Any:  # noqa: F811
+def up(fake: FakeAzure, home: Path, params: Path, *args: str) -> Any:
     return driver(fake, home, "up", "--resource-group", "rg-ray", "--location", REGION,
                   "--parameters", str(params), *args)  # fmt: skip
 
 
-def with_values(params: Path, **values: Any) -> Path:  # noqa: F811
+def with_values(params: Path, **values: Any) -> Path:
     doc = json.loads(params.read_text())
     doc["parameters"].update({k: {"value": v} for k, v in values.items()})
     params.write_text(json.dumps(doc))
@@ -200,9 +203,9 @@ def nothing_created(azure: FakeAzure) -> None:
 
 
 def test_a_cluster_that_fits_shows_the_table_and_deploys(
-    fake: FakeAzure,  # noqa: F811
+    fake: FakeAzure,
     tmp_path: Path,
-    params: Path,  # noqa: F811
+    params: Path,
 ) -> None:
     fake.page_size = 2  # usages and sizes come in pages: nextLink followed
     fake.usages["standardDSv5Family"] = (4, 24)
@@ -226,9 +229,9 @@ def test_a_cluster_that_fits_shows_the_table_and_deploys(
 
 
 def test_a_quota_too_small_is_one_line_exit_3_and_nothing_created(
-    fake: FakeAzure,  # noqa: F811
+    fake: FakeAzure,
     tmp_path: Path,
-    params: Path,  # noqa: F811
+    params: Path,
 ) -> None:
     fake.usages["standardDSv5Family"] = (8, 24)  # 16 free, the cluster needs 20 at its maximum
     r = up(fake, tmp_path, params, "--yes")
@@ -252,9 +255,9 @@ def test_a_quota_too_small_is_one_line_exit_3_and_nothing_created(
 
 
 def test_spot_workers_count_against_the_spot_quota_with_their_placement_score(
-    fake: FakeAzure,  # noqa: F811
+    fake: FakeAzure,
     tmp_path: Path,
-    params: Path,  # noqa: F811
+    params: Path,
 ) -> None:
     with_values(params, workerSpotEnabled=True, workerMaxCount=10)
     fake.usages["lowPriorityCores"] = (8, 40)  # 32 free, 40 needed; the family quota is not asked
@@ -285,9 +288,9 @@ def test_spot_workers_count_against_the_spot_quota_with_their_placement_score(
 
 
 def test_a_size_the_region_does_not_offer_is_one_line(
-    fake: FakeAzure,  # noqa: F811
+    fake: FakeAzure,
     tmp_path: Path,
-    params: Path,  # noqa: F811
+    params: Path,
 ) -> None:
     fake.skus = [s for s in fake.skus if s["name"] != D4] + [
         vm_sku(D4, DSV5, 4, locations=("eastus",))
@@ -303,9 +306,9 @@ def test_a_size_the_region_does_not_offer_is_one_line(
 
 
 def test_a_size_restricted_in_one_zone_is_a_note_in_every_zone_a_refusal(
-    fake: FakeAzure,  # noqa: F811
+    fake: FakeAzure,
     tmp_path: Path,
-    params: Path,  # noqa: F811
+    params: Path,
 ) -> None:
     with_values(params, workerVmSize=F8)
     [f8] = [s for s in fake.skus if s["name"] == F8]
@@ -333,9 +336,9 @@ def test_a_size_restricted_in_one_zone_is_a_note_in_every_zone_a_refusal(
 
 
 def test_usages_refused_with_403_is_one_line_and_up_goes_on(
-    fake: FakeAzure,  # noqa: F811
+    fake: FakeAzure,
     tmp_path: Path,
-    params: Path,  # noqa: F811
+    params: Path,
 ) -> None:
     path = f"/subscriptions/{SUB}/providers/Microsoft.Compute/locations/{REGION}/usages"
     fake.errors[path.lower()] = (403, "AuthorizationFailed", "The client does not have "
@@ -354,9 +357,9 @@ def test_usages_refused_with_403_is_one_line_and_up_goes_on(
 
 
 def test_an_existing_group_is_checked_against_the_limits_alone(
-    fake: FakeAzure,  # noqa: F811
+    fake: FakeAzure,
     tmp_path: Path,
-    params: Path,  # noqa: F811
+    params: Path,
 ) -> None:
     fake.resource_groups.add((SUB, "rg-ray"))
     fake.groups[(SUB, "rg-ray")] = {"location": REGION, "tags": {}}
@@ -373,10 +376,10 @@ def test_an_existing_group_is_checked_against_the_limits_alone(
 
 
 def test_price_checks_capacity_with_a_subscription_and_says_so_without(
-    fake: FakeAzure,  # noqa: F811
+    fake: FakeAzure,
     tmp_path: Path,
-    params: Path,  # noqa: F811
-    prices: FakeRetailPrices,  # noqa: F811
+    params: Path,
+    prices: FakeRetailPrices,
 ) -> None:
     args = ("price", "--parameters", str(params), "--location", REGION)
     fake.usages["cores"] = (90, 100)
@@ -400,9 +403,9 @@ def test_price_checks_capacity_with_a_subscription_and_says_so_without(
 
 
 def test_terraform_up_checks_after_the_plan_and_applies_nothing(
-    fake: FakeAzure,  # noqa: F811
+    fake: FakeAzure,
     tmp_path: Path,
-    prices: FakeRetailPrices,  # noqa: F811
+    prices: FakeRetailPrices,
 ) -> None:
     """The stack's own variables.tf and checks.tf with a head resource (no provider): the plan's
     variables are checked in $ARM_SUBSCRIPTION_ID's subscription, against the limits alone."""

@@ -23,10 +23,10 @@ from types import ModuleType
 import pytest
 from packaging.requirements import Requirement
 
+from node_support import probe_tree
 from nodekit import render
 from nodekit.node import health
 from support import REPO
-from test_install_phase import probe_tree
 
 RENDERED = REPO / "cloud-init" / "rendered"
 DEFINITIONS_END = "# ---- end of the definitions"

@@ -24,18 +24,14 @@ from typing import Any, ClassVar
 
 import pytest
 
+from azure_support import AUTOSCALE_ID, CLOSED, CREDENTIAL_ENV, PARAMETERS, SUB, VM_ID
+from blob_support import laptop_driver, laptop_environment, put_blob
 from driver import price
 from fakes.fake_arm import FakeAzure, self_signed_cert
+from fakes.local_blob import Blob
 from fakes.retail_prices import FakeRetailPrices, vm_meters
 from support import REPO, driver_timeout, error_lines, run_driver
-from test_arm_up_down import CREDENTIAL_ENV, SUB
-from test_azurite import Blob, blob
-from test_price import PARAMETERS
-from test_results_remote import _driver, _laptop_env, _put
-from test_results_store import env
-from test_start import AUTOSCALE_ID, CLOSED, VM_ID
 
-__all__ = ["blob", "env"]  # fixtures, imported to be used here
 MAX_DEPTH = 64
 """driver.untrusted.MAX_DEPTH, as the README says it (imported in the tests that use the module,
 so that each test fails on its own on a driver without it)."""
@@ -165,19 +161,19 @@ def test_1_deep_json_in_the_store_is_one_line_and_runs_still_lists(
     every run (without their pointers), `download` says the pointer is not one."""
     url = f"{env.url}/results"
     deep, inner = f"deep-{os.getpid()}", f"inner-{os.getpid()}"
-    _put(env, f"{deep}/progress.csv", b"iteration\n1\n")
-    _put(env, f"{deep}/latest.json", b"[" * 200_000 + b"]" * 200_000)
+    put_blob(env, f"{deep}/progress.csv", b"iteration\n1\n")
+    put_blob(env, f"{deep}/latest.json", b"[" * 200_000 + b"]" * 200_000)
     nested = b"[" * 100_000 + b"]" * 100_000
-    _put(env, f"{inner}/progress.csv", b"iteration\n1\n")
+    put_blob(env, f"{inner}/progress.csv", b"iteration\n1\n")
     pointer = b'{"checkpoint": "checkpoints/000001", "files": {}, "iteration": ' + nested + b"}"
-    _put(env, f"{inner}/latest.json", pointer)
-    listed = _driver(env, "runs", "--results-url", url, cwd=tmp_path)
+    put_blob(env, f"{inner}/latest.json", pointer)
+    listed = laptop_driver(env, "runs", "--results-url", url, cwd=tmp_path)
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr[-3000:]
     for run in (deep, inner):
         line = next(x for x in listed.stdout.splitlines() if x.startswith(f"{run} "))
         assert "no checkpoint yet" in line
     for run in (deep, inner):
-        done = _driver(env, "download", run, "--results-url", url, cwd=tmp_path)
+        done = laptop_driver(env, "download", run, "--results-url", url, cwd=tmp_path)
         assert _one_error(done) == (
             f"error: {url}/{run}/latest.json is not a checkpoint pointer (JSON nested deeper "
             f"than {MAX_DEPTH} levels)"
@@ -555,7 +551,7 @@ def test_7_a_host_that_is_not_azure_gets_no_token(env: Blob, tmp_path: Path) -> 
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
     url = f"https://127.0.0.1:{port}/attacker/results"
-    laptop = {**_laptop_env(env), "REQUESTS_CA_BUNDLE": str(cert)}
+    laptop = {**laptop_environment(env), "REQUESTS_CA_BUNDLE": str(cert)}
     asked_before = len(env.imds.state.lines("requests.jsonl"))
     try:
         for named in (None, f"127.0.0.1:{env.port}"):  # unset, or naming another host
@@ -586,15 +582,15 @@ def test_8_a_blob_named_like_a_partial_file_is_never_resumed_from(
     url = f"{env.url}/results"
     run = f"parts-{os.getpid()}"
     whole, other = os.urandom(100_000), os.urandom(30_000)
-    _put(env, f"{run}/data.bin", whole)
-    _put(env, f"{run}/data.bin.part", other)
-    first = _driver(env, "download", run, "--results-url", url, cwd=tmp_path)
+    put_blob(env, f"{run}/data.bin", whole)
+    put_blob(env, f"{run}/data.bin.part", other)
+    first = laptop_driver(env, "download", run, "--results-url", url, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     local = tmp_path / "results" / run
     assert (local / "data.bin").read_bytes() == whole
     assert (local / "data.bin.part").read_bytes() == other
     (local / "data.bin").unlink()
-    again = _driver(env, "download", run, "--results-url", url, cwd=tmp_path)
+    again = laptop_driver(env, "download", run, "--results-url", url, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "resumed" not in again.stderr, again.stderr
     assert (local / "data.bin").read_bytes() == whole
@@ -605,7 +601,7 @@ def test_8_a_blob_named_like_a_partial_file_is_never_resumed_from(
     stale = partial(local / "data.bin", Wanted("data.bin", len(whole), 0.0, '"0x1"'))
     stale.write_bytes(b"\x00" * 50_000)
     (local / "data.bin").unlink()
-    third = _driver(env, "download", run, "--results-url", url, cwd=tmp_path)
+    third = laptop_driver(env, "download", run, "--results-url", url, cwd=tmp_path)
     assert third.returncode == 0 and "resumed" not in third.stderr, third.stderr
     assert (local / "data.bin").read_bytes() == whole
     assert not stale.exists()  # an earlier version's partial file goes
@@ -619,16 +615,16 @@ def test_9_store_text_reaches_the_terminal_without_control_sequences(
     csi = "\u009b"
     run = f"ctl-{os.getpid()}"
     fake_line = f"evil-{os.getpid()}\nfake-run-{os.getpid()}  checkpoints/000009 (iteration 9)"
-    _put(env, f"{run}/progress.csv", b"iteration\n1\n")
-    _put(env, f"{run}/checkpoints/000001{csi}2J/a.bin", b"x")
-    _put(env, f"{run}/latest.json", json.dumps(
+    put_blob(env, f"{run}/progress.csv", b"iteration\n1\n")
+    put_blob(env, f"{run}/checkpoints/000001{csi}2J/a.bin", b"x")
+    put_blob(env, f"{run}/latest.json", json.dumps(
         {"checkpoint": f"checkpoints/000001{csi}2J", "iteration": 1, "files": {"a.bin": 1}}
     ).encode())  # fmt: skip
-    _put(env, f"{run}/note{csi}31m.txt", b"y")
-    _put(env, f"{fake_line}/progress.csv", b"iteration\n1\n")
-    _put(env, f"cr-{os.getpid()}\rnothing-here/progress.csv", b"iteration\n1\n")
-    listed = _driver(env, "runs", "--results-url", url, cwd=tmp_path)
-    done = _driver(env, "download", run, "--results-url", url, cwd=tmp_path)
+    put_blob(env, f"{run}/note{csi}31m.txt", b"y")
+    put_blob(env, f"{fake_line}/progress.csv", b"iteration\n1\n")
+    put_blob(env, f"cr-{os.getpid()}\rnothing-here/progress.csv", b"iteration\n1\n")
+    listed = laptop_driver(env, "runs", "--results-url", url, cwd=tmp_path)
+    done = laptop_driver(env, "download", run, "--results-url", url, cwd=tmp_path)
     for r in (listed, done):
         assert "Traceback" not in r.stderr, r.stderr[-3000:]
         text = r.stdout + r.stderr
@@ -651,11 +647,11 @@ def test_10_a_file_this_file_system_cannot_hold_is_left_out_not_the_run(
     url = f"{env.url}/results"
     run = f"lows-{os.getpid()}"
     long = "x" * 300 + ".bin"
-    _put(env, f"{run}/ok.txt", b"fine")
-    _put(env, f"{run}/{long}", b"long")
-    _put(env, f"{run}/clash", b"a file")
-    _put(env, f"{run}/clash/inner.txt", b"a file in a folder of the same name")
-    done = _driver(env, "download", run, "--results-url", url, cwd=tmp_path)
+    put_blob(env, f"{run}/ok.txt", b"fine")
+    put_blob(env, f"{run}/{long}", b"long")
+    put_blob(env, f"{run}/clash", b"a file")
+    put_blob(env, f"{run}/clash/inner.txt", b"a file in a folder of the same name")
+    done = laptop_driver(env, "download", run, "--results-url", url, cwd=tmp_path)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     local = tmp_path / "results" / run
     assert (local / "ok.txt").read_bytes() == b"fine"

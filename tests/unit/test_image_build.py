@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from azure_support import CREDENTIAL_ENV, SUB
 from driver import image
 from fakes.fake_arm import FakeAzure
 from support import REPO, error_lines, run_driver
-from test_arm_up_down import CREDENTIAL_ENV, SUB
 
 IMAGE_TEMPLATE = REPO / image.IMAGE_TEMPLATE
 VERSION = "/providers/Microsoft.Compute/galleries/ray_nodes/images/ray-node-ubuntu-22.04/versions/"

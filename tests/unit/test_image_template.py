@@ -21,9 +21,10 @@ from typing import Any
 import hcl2
 import pytest
 
+from arm_template_support import TYPES, problems, resource_errors, scopes
 from armeval import deploy
 from bicep_support import REPO, context, template
-from test_bicep_template import TYPES, problems, resource_errors, scopes
+from checkov_support import checkov_binary, run_checkov
 
 IMAGE = REPO / "infra" / "bicep" / "image"
 IMAGE_TEMPLATE = IMAGE / "azuredeploy.json"
@@ -251,8 +252,6 @@ def test_checkov_passes_the_image_template_and_its_bicep(tmp_path: Path) -> None
     the arm framework on the compiled template where the workflow puts it fails nothing
     (checkov 3.3 has no ARM check for galleries, image definitions, identities, role
     assignments or image templates, so it reports no resource there at all)."""
-    from test_terraform_checkov import run_checkov
-
     bicep = run_checkov(IMAGE, "bicep")
     assert bicep["summary"]["failed"] == 0, bicep["results"]["failed_checks"]
     assert bicep["summary"]["parsing_errors"] == 0
@@ -261,8 +260,6 @@ def test_checkov_passes_the_image_template_and_its_bicep(tmp_path: Path) -> None
     compiled = tmp_path / "bicep-image"
     compiled.mkdir()
     shutil.copy(IMAGE_TEMPLATE, compiled / "azuredeploy.json")
-    from test_terraform_checkov import checkov_binary
-
     result = subprocess.run(
         [str(checkov_binary()), "--config-file", str(REPO / ".checkov.yaml"),
          "--directory", str(compiled), "--framework", "arm", "--output", "json"],

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from azure_support import TOKEN_SECRET
 from nodekit import render
 from nodekit.rehearsal.standins.azure_node import (
     FakeImds,
@@ -25,8 +26,6 @@ from nodekit.rehearsal.standins.azure_node import (
 from support import REPO
 
 CLIENT_ID = "11111111-2222-4333-8444-555555555555"
-# checkov:skip=CKV_SECRET_6:The name of the token's Key Vault secret, not a secret value
-SECRET = "ray-cluster-token"
 
 
 @dataclass
@@ -46,7 +45,7 @@ class Azure:
             "--vault",
             self.vault.url,
             "--secret",
-            SECRET,
+            TOKEN_SECRET,
             "--client-id",
             CLIENT_ID,
             "--out",
@@ -78,7 +77,7 @@ class Azure:
 
     def grant(self, readers: list[str], secrets_: dict[str, str] | None = None) -> None:
         self.vault.state.write(
-            "config.json", vault_config(self.key, readers, secrets_ or {SECRET: self.token})
+            "config.json", vault_config(self.key, readers, secrets_ or {TOKEN_SECRET: self.token})
         )
 
 
@@ -90,7 +89,7 @@ def azure(tmp_path: Path) -> Iterator[Azure]:
     imds.state.write("config.json", imds_config(key, "ray-head", {CLIENT_ID: "principal-1"}))
     ca, cert, cert_key = tls_certificate(tmp_path / "tls", "127.0.0.1")
     vault = FakeKeyVault(tmp_path / "vault", cert, cert_key)
-    vault.state.write("config.json", vault_config(key, [CLIENT_ID], {SECRET: token}))
+    vault.state.write("config.json", vault_config(key, [CLIENT_ID], {TOKEN_SECRET: token}))
     source = render.document_files((REPO / "cloud-init" / "rendered" / "worker.yaml").read_text())[
         render.NODE_CHECK_PATH
     ]
@@ -116,7 +115,7 @@ def test_reads_the_token_with_the_identity(azure: Azure, tmp_path: Path) -> None
     assert imds_calls[0]["query"]["client_id"] == CLIENT_ID
     assert imds_calls[0]["query"]["resource"] == "https://vault.azure.net"
     vault_calls = azure.vault.state.lines("requests.jsonl")
-    assert [c["path"] for c in vault_calls] == [f"/secrets/{SECRET}"]
+    assert [c["path"] for c in vault_calls] == [f"/secrets/{TOKEN_SECRET}"]
     assert vault_calls[0]["query"]["api-version"] == "7.4" and vault_calls[0]["authorization"]
 
 
@@ -178,7 +177,7 @@ def test_refuses_plain_http_and_short_tokens(azure: Azure, tmp_path: Path) -> No
             "--vault",
             "http://vault.example/",
             "--secret",
-            SECRET,
+            TOKEN_SECRET,
             "--client-id",
             CLIENT_ID,
             "--out",
@@ -188,7 +187,7 @@ def test_refuses_plain_http_and_short_tokens(azure: Azure, tmp_path: Path) -> No
         text=True,
     )
     assert p.returncode == 1 and "must be an https:// URL" in p.stderr
-    azure.grant(readers=[CLIENT_ID], secrets_={SECRET: "short"})
+    azure.grant(readers=[CLIENT_ID], secrets_={TOKEN_SECRET: "short"})
     p, _, failed = azure.run(tmp_path)
     assert p.returncode == 1 and "holds 5 characters, need 32+" in failed.read_text()
 
@@ -203,7 +202,7 @@ def test_an_untrusted_vault_certificate_is_not_accepted(azure: Azure, tmp_path: 
             "--vault",
             azure.vault.url,
             "--secret",
-            SECRET,
+            TOKEN_SECRET,
             "--client-id",
             CLIENT_ID,
             "--out",

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
+from azure_support import PARAMETERS, TEMPLATE
 from driver import price
 from fakes.retail_prices import FakeRetailPrices, vm_meters
+from price_support import HEADER, closed_port_url, rows
 from support import REPO, error_lines, run_driver
 
-PARAMETERS = REPO / "infra" / "bicep" / "azuredeploy.parameters.json"
-TEMPLATE = REPO / "infra" / "bicep" / "azuredeploy.json"
 TFVARS = REPO / "infra" / "terraform" / "terraform.tfvars.example"
 STACK = REPO / "infra" / "terraform"
 
@@ -40,11 +40,6 @@ ITEMS = [
     # F8s_v2 has no Spot meter in northeurope.
     *vm_meters("northeurope", "Standard_F8s_v2", 0.41, product=FSV2),
 ]  # fmt: skip
-HEADER = re.compile(
-    r"^Hourly price in (?P<region>\w+) \(USD; Azure retail prices, pay-as-you-go Linux VMs; "
-    r"(?:effective (?P<effective>[\d-]+); )?fetched (?P<fetched>[\d-]+ [\d:]+) UTC"
-    r"(?P<cached>, cached)?\):$"
-)
 
 
 @pytest.fixture
@@ -66,20 +61,6 @@ def parameters(tmp_path: Path, **values: Any) -> Path:
     path = tmp_path / "my.parameters.json"
     path.write_text(json.dumps(doc))
     return path
-
-
-def rows(stdout: str) -> list[list[str]]:
-    """The table's rows (header line excluded), split on runs of two or more spaces."""
-    lines = stdout.splitlines()
-    assert HEADER.match(lines[0]), lines[0]
-    return [re.split(r" {2,}", line.strip()) for line in lines[1:] if line.startswith("  ")]
-
-
-def closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/api/retail/prices"
 
 
 # -- the table -------------------------------------------------------------------------------

@@ -14,18 +14,20 @@ import os
 import shutil
 import subprocess
 import sys
-import urllib.parse
 from pathlib import Path
 
 import pytest
 
+from blob_support import (
+    get_blob,
+    laptop_driver,
+    laptop_environment,
+    put_blob,
+    start_uploader,
+)
 from driver.store import safe_name
-from nodekit.rehearsal.standins.azure_node import laptop_env
-from support import driver_timeout
-from test_azurite import CLIENT_ID, Blob, _request, blob
-from test_results_store import _get, _token, env, refused, start_uploader
+from fakes.local_blob import Blob
 
-__all__ = ["blob", "env", "refused"]  # fixtures, imported to be used here
 REPO = Path(__file__).resolve().parents[2]
 PROGRESS = "iteration,env_steps,time_total_s,episode_return_mean\n1,100,1.5,20.0\n2,200,3.0,35.5\n"
 PART_FILE = "checkpoints/000002/checkpoint/learner/part0001.bin"
@@ -58,51 +60,6 @@ def _mirrored(tmp_path: Path, run: str) -> Path:
     return folder
 
 
-def _put(blob: Blob, name: str, data: bytes) -> None:
-    status, code, _ = _request(
-        blob,
-        "PUT",
-        "results/" + urllib.parse.quote(name, safe="/").replace("..", "%2E%2E"),
-        _token(blob),
-        data,
-        {"x-ms-blob-type": "BlockBlob"},
-    )
-    assert status == 201, (name, status, code)
-
-
-def _laptop_env(blob: Blob) -> dict[str, str]:
-    """The environment of a laptop signed in to Azure: here the credential is the fake metadata
-    service's, reached through azure-identity's own variables."""
-    strip = (
-        "RAYDRIVER_RESULTS_URL",
-        "RAYDRIVER_RESULTS_CLIENT_ID",
-        "RAYDRIVER_RESULTS_EMULATOR",
-        "SSL_CERT_FILE",
-    )
-    return {
-        **{k: v for k, v in os.environ.items() if k not in strip and not k.startswith("AZURE_")},
-        "PYTHONPATH": str(REPO / "python"),
-        **laptop_env(blob.imds.url, CLIENT_ID, blob.ca),
-        # Azurite is no Azure storage endpoint: the user names it for it to get a token.
-        "RAYDRIVER_RESULTS_EMULATOR": f"127.0.0.1:{blob.port}",
-    }
-
-
-def _driver(
-    blob: Blob, *args: str, cwd: Path, extra: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``python -m driver ARGS`` on that laptop."""
-    environment = {**_laptop_env(blob), **(extra or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "driver", *args],
-        env=environment,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=driver_timeout(args, 300),
-    )
-
-
 def _tree(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
@@ -113,24 +70,26 @@ def test_runs_download_and_plot_read_the_store_with_no_cluster(env: Blob, tmp_pa
     url = f"{env.url}/results"
     # A newer checkpoint still uploading (no pointer names it), an older one published before,
     # and names a job could plant.
-    _put(env, f"{run}/checkpoints/000004/checkpoint/harness.json", b"{}")
-    _put(env, f"{run}/checkpoints/000001/checkpoint/harness.json", b"{}")
+    put_blob(env, f"{run}/checkpoints/000004/checkpoint/harness.json", b"{}")
+    put_blob(env, f"{run}/checkpoints/000001/checkpoint/harness.json", b"{}")
     planted = [f"{run}/x/../../y", f"{run}//absolute"]  # a backslash: Azure makes it /
     for name in planted:
-        _put(env, name, b"planted")
+        put_blob(env, name, b"planted")
 
-    listed = _driver(env, "runs", "--results-url", url, cwd=tmp_path)
+    listed = laptop_driver(env, "runs", "--results-url", url, cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     line = next(x for x in listed.stdout.splitlines() if x.startswith(f"{run} "))
     assert "checkpoints/000002 (iteration 2)" in line
-    as_json = _driver(env, "runs", "--json", cwd=tmp_path, extra={"RAYDRIVER_RESULTS_URL": url})
+    as_json = laptop_driver(
+        env, "runs", "--json", cwd=tmp_path, extra={"RAYDRIVER_RESULTS_URL": url}
+    )
     mine = next(r for r in json.loads(as_json.stdout) if r["id"] == run)
     assert (mine["checkpoint"], mine["iteration"]) == ("checkpoints/000002", 2)
-    stored = sum(len(_get(env, f"{run}/{n}")[1]) for n in RUN_FILES) + 4 + 2 * len("planted")
+    stored = sum(len(get_blob(env, f"{run}/{n}")[1]) for n in RUN_FILES) + 4 + 2 * len("planted")
     assert mine["size"] == stored
 
     # download: the plain files and the published checkpoint; nothing else, nothing outside.
-    done = _driver(env, "download", run, "--results-url", url, cwd=tmp_path)
+    done = laptop_driver(env, "download", run, "--results-url", url, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     local = tmp_path / "results" / run
     assert _tree(local) == RUN_FILES
@@ -160,7 +119,7 @@ def test_runs_download_and_plot_read_the_store_with_no_cluster(env: Blob, tmp_pa
     outside.write_text("not the store's")
     (local / "summary.json").unlink()
     (local / "summary.json").symlink_to(outside)
-    again = _driver(env, "download", run, "--plot", "--results-url", url, cwd=tmp_path)
+    again = laptop_driver(env, "download", run, "--plot", "--results-url", url, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert again.stderr.splitlines()[0] == (
         f"Downloaded 2 files (48.8 KB) from {url}/{run} to results/{run}: checkpoint "
@@ -175,7 +134,7 @@ def test_runs_download_and_plot_read_the_store_with_no_cluster(env: Blob, tmp_pa
     assert (local / "curve.png").read_bytes().startswith(b"\x89PNG")
 
     # plot, from the store's progress.csv.
-    drawn = _driver(env, "plot", run, "--results-url", url, cwd=tmp_path)
+    drawn = laptop_driver(env, "plot", run, "--results-url", url, cwd=tmp_path)
     assert drawn.returncode == 0, drawn.stderr
     assert drawn.stderr.splitlines() == [f"Wrote {run}.png: 1 run, 2 points"]
     assert (tmp_path / f"{run}.png").read_bytes().startswith(b"\x89PNG")
@@ -242,7 +201,7 @@ def test_bad_input_is_one_line(
     }
     for verb in ("download", "plot", "runs"):
         args = [verb, run] if verb != "runs" else [verb]
-        done = _driver(env, *args, "--results-url", url, cwd=tmp_path, extra=extra)
+        done = laptop_driver(env, *args, "--results-url", url, cwd=tmp_path, extra=extra)
         if verb == "runs" and case == "no run":
             assert done.returncode == 0 and f"{run} " not in done.stdout, done.stderr
             continue
@@ -272,7 +231,7 @@ def test_a_full_disk_is_one_line_and_the_next_download_resumes(env: Blob, tmp_pa
     unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "-rm"]
     full = subprocess.run(
         [*unshare, "sh", "-c", script],
-        env=_laptop_env(env),
+        env=laptop_environment(env),
         capture_output=True,
         text=True,
         timeout=300,

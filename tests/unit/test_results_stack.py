@@ -21,9 +21,9 @@ import hcl2
 import pytest
 from azurerm_schema import check_dir, load_schema
 
+from arm_template_support import TYPES, resource_errors
 from armeval import Context, deploy
 from bicep_support import REPO, camel
-from test_bicep_template import TYPES, resource_errors
 
 TF = REPO / "infra" / "terraform" / "results"
 CLUSTER_TF = REPO / "infra" / "terraform" / "modules" / "cluster"
@@ -264,13 +264,13 @@ def test_cluster_endpoint_is_blob_on_the_subnets_sixth_host() -> None:
 
 def test_bicep_cluster_with_an_account_gets_the_endpoint_and_the_url() -> None:
     from bicep_support import deploy_template
-    from test_bicep_custom_data import REQUIRED
+    from validation_cases import REQUIRED_PARAMETERS
 
-    none = deploy_template(dict(REQUIRED))
+    none = deploy_template(dict(REQUIRED_PARAMETERS))
     assert not any(r["type"] == "Microsoft.Network/privateEndpoints" and "blob" in r["name"]
                    for r in none.resources)  # fmt: skip
     assert none.outputs["resultsUrl"] == ""
-    d = deploy_template({**REQUIRED, "resultsStorageAccountId": ACCOUNT_ID})
+    d = deploy_template({**REQUIRED_PARAMETERS, "resultsStorageAccountId": ACCOUNT_ID})
     [endpoint] = [r for r in d.resources if r["type"] == "Microsoft.Network/privateEndpoints"
                   and r["name"] == "ray-blob-pe"]  # fmt: skip
     props = endpoint["properties"]

@@ -16,44 +16,30 @@ from pathlib import Path
 
 import pytest
 
+from blob_support import (
+    Lines,
+    answer_tokens_with,
+    blob_request,
+    get_blob,
+    start_uploader,
+    storage_token,
+    token_answer,
+)
+from fakes.local_blob import CLIENT_ID, Blob
 from harness import blobsync, store
 from harness.blobsync import StoreError
 from harness.runs import PROGRESS_COLUMNS, latest_checkpoint, read_progress
-from nodekit.rehearsal.standins.azure_node import STORAGE_RESOURCE, VAULT_RESOURCE, issue_token
-from test_azurite import CLIENT_ID, Blob, _request, blob
+from nodekit.rehearsal.standins.azure_node import STORAGE_RESOURCE
 
-__all__ = ["blob"]  # the fixture, imported to be used here
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def env(blob: Blob, monkeypatch: pytest.MonkeyPatch) -> Blob:
-    """A node's environment naming the rehearsal's results container."""
-    monkeypatch.setenv(blobsync.URL_ENV, f"{blob.url}/results")
-    monkeypatch.setenv(blobsync.CLIENT_ID_ENV, CLIENT_ID)
-    monkeypatch.setenv(blobsync.IMDS_ENV, blob.imds.url)
-    monkeypatch.setenv("SSL_CERT_FILE", str(blob.ca))
-    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
-    return blob
-
-
-def _token(blob: Blob) -> str:
-    """The test's own storage token (what the metadata service would issue, asked directly:
-    some tests make the metadata service answer otherwise)."""
-    return issue_token(blob.token_key, CLIENT_ID, "principal-0", STORAGE_RESOURCE)
-
-
-def _get(blob: Blob, name: str) -> tuple[int, bytes]:
-    status, _, body = _request(blob, "GET", f"results/{name}", _token(blob))
-    return status, body
-
-
 def _listing(blob: Blob, prefix: str) -> list[str]:
-    status, _, body = _request(
+    status, _, body = blob_request(
         blob,
         "GET",
         f"results?restype=container&comp=list&prefix={prefix}/&maxresults=5000",
-        _token(blob),
+        storage_token(blob),
     )
     assert status == 200
     text = body.decode()
@@ -74,20 +60,6 @@ def _run_folder(tmp_path: Path, run: str, files: int = 3, size: int = 1000) -> P
         json.dumps({"iteration": 2, "env_steps": 200})
     )
     return folder
-
-
-class Lines(list[str]):
-    def __call__(self, line: str) -> None:
-        self.append(line)
-
-
-def start_uploader(folder: Path) -> tuple[store.Uploader, Lines]:
-    """The harness's uploader for ``folder``, on the store the environment names (the ``env``
-    fixture), and the lines it says."""
-    lines = Lines()
-    found = blobsync.from_env()
-    assert found is not None
-    return store.Uploader(found, folder, lines).start(), lines
 
 
 def _wait(condition: object, what: str, timeout: float = 60) -> None:
@@ -162,14 +134,14 @@ def test_a_run_is_mirrored_and_its_checkpoint_published_by_a_pointer_written_las
     )
     # What went up is what the run folder holds.
     for name in ("progress.csv", "summary.json", "events.out.tfevents.1.host"):
-        assert _get(env, f"{run}/{name}") == (200, (folder / name).read_bytes())
+        assert get_blob(env, f"{run}/{name}") == (200, (folder / name).read_bytes())
     part = folder / "checkpoint" / "learner" / "part0001.bin"
-    assert _get(env, f"{run}/checkpoints/000002/checkpoint/learner/part0001.bin") == (
+    assert get_blob(env, f"{run}/checkpoints/000002/checkpoint/learner/part0001.bin") == (
         200,
         part.read_bytes(),
     )
     # The pointer names the complete checkpoint, and came after every one of its files.
-    pointer = json.loads(_get(env, f"{run}/latest.json")[1])
+    pointer = json.loads(get_blob(env, f"{run}/latest.json")[1])
     assert pointer["checkpoint"] == "checkpoints/000002"
     assert (pointer["iteration"], pointer["env_steps"]) == (2, 200)
     assert sorted(pointer["files"]) == checkpoint
@@ -213,7 +185,7 @@ def test_killing_the_uploader_mid_checkpoint_keeps_the_previous_pointer(
     found = up.store
     up.checkpoint(folder / "checkpoint", {"iteration": 2, "env_steps": 200})
     _wait(lambda: up.published, "the first checkpoint's pointer")
-    first = json.loads(_get(env, f"{run}/latest.json")[1])
+    first = json.loads(get_blob(env, f"{run}/latest.json")[1])
     # A second, bigger checkpoint: killed once three of its 60 files are up.
     second = _second_checkpoint_under_way(up, tmp_path, 60)
     assert up.pid is not None
@@ -224,10 +196,10 @@ def test_killing_the_uploader_mid_checkpoint_keeps_the_previous_pointer(
     partial = [n for n in names if n.startswith("checkpoints/000004/")]
     assert 3 <= len(partial) < 61, "killed mid-checkpoint"
     # The pointer still names the first checkpoint, which is complete; the partial is ignored.
-    assert json.loads(_get(env, f"{run}/latest.json")[1]) == first
+    assert json.loads(get_blob(env, f"{run}/latest.json")[1]) == first
     for name, size in first["files"].items():
         assert f"checkpoints/000002/{name}" in names
-        assert len(_get(env, f"{run}/checkpoints/000002/{name}")[1]) == size
+        assert len(get_blob(env, f"{run}/checkpoints/000002/{name}")[1]) == size
     fetched = store.fetch_latest(found, run, timeout=60)
     restored = latest_checkpoint(fetched)
     assert restored.state == {"iteration": 2, "env_steps": 200}
@@ -249,7 +221,7 @@ def test_killing_the_uploader_mid_checkpoint_keeps_the_previous_pointer(
     up.checkpoint(second, {"iteration": 6, "env_steps": 600})
     assert up.finish(60), lines
     assert "results store: uploader started again (1 of 3)" in lines
-    pointer = json.loads(_get(env, f"{run}/latest.json")[1])
+    pointer = json.loads(get_blob(env, f"{run}/latest.json")[1])
     assert (pointer["checkpoint"], pointer["iteration"], len(pointer["files"])) == (
         "checkpoints/000006",
         6,
@@ -313,60 +285,18 @@ def test_mirroring_takes_at_most_its_share_of_the_uploaders_time(env: Blob, tmp_
     assert waits["second"] == blobsync.SYNC_INTERVAL_S, waits
 
 
-def _token_answer(blob: Blob, resource: str, issued_at: float, lifetime_s: int) -> str:
-    """What the metadata service answers with a token of ours (issued at ``issued_at``)."""
-    when = int(issued_at)
-    return json.dumps(
-        {
-            "access_token": issue_token(
-                blob.token_key, CLIENT_ID, "principal-0", resource, when, lifetime_s
-            ),
-            "client_id": CLIENT_ID,
-            "expires_in": str(lifetime_s),
-            "expires_on": str(when + lifetime_s),
-            "ext_expires_in": str(lifetime_s),
-            "not_before": str(when),
-            "resource": resource,
-            "token_type": "Bearer",
-        }
-    )
-
-
-def _vault_token_answer(blob: Blob) -> str:
-    """What the metadata service would answer with a token storage refuses (for Key Vault)."""
-    return _token_answer(blob, VAULT_RESOURCE, time.time(), 86400)
-
-
 AN_HOUR_AGO = time.time() - 3600
 
 
 def _expired_token_answer(blob: Blob) -> str:
     """A storage token that expired 50 minutes ago (as a VM whose clock is off gets them)."""
-    return _token_answer(blob, STORAGE_RESOURCE, AN_HOUR_AGO, 600)
-
-
-def _answer_tokens_with(blob: Blob, body: str) -> Path:
-    faults = blob.imds.state.path / "faults.json"
-    faults.write_text(
-        json.dumps({"/metadata/identity/oauth2/token": {"status": 200, "body": body}})
-    )
-    return faults
-
-
-@pytest.fixture
-def refused(env: Blob) -> Iterator[Blob]:
-    """The metadata service hands out tokens storage answers with 403."""
-    faults = _answer_tokens_with(env, _vault_token_answer(env))
-    try:
-        yield env
-    finally:
-        faults.unlink()
+    return token_answer(blob, STORAGE_RESOURCE, AN_HOUR_AGO, 600)
 
 
 @pytest.fixture
 def expired(env: Blob) -> Iterator[Blob]:
     """The metadata service hands out storage tokens that have already expired."""
-    faults = _answer_tokens_with(env, _expired_token_answer(env))
+    faults = answer_tokens_with(env, _expired_token_answer(env))
     try:
         yield env
     finally:
@@ -494,9 +424,9 @@ def test_a_run_resumes_from_the_store_when_its_folder_is_gone(env: Blob, tmp_pat
     before = _result(first.stdout)
     assert f"results store: all uploaded to {env.url}/results/{run}" in first.stdout
     assert "Traceback" not in first.stdout
-    pointer = json.loads(_get(env, f"{run}/latest.json")[1])
+    pointer = json.loads(get_blob(env, f"{run}/latest.json")[1])
     assert (pointer["checkpoint"], pointer["iteration"]) == ("checkpoints/000002", 2)
-    stored_rows = _get(env, f"{run}/progress.csv")[1].decode().splitlines()
+    stored_rows = get_blob(env, f"{run}/progress.csv")[1].decode().splitlines()
     assert len(stored_rows) == 3  # header + two iterations
     # The head and its disk are gone; a new head's results root is empty.
     old = (tmp_path / "old-head" / run / "progress.csv").read_text()
@@ -519,7 +449,7 @@ def test_a_run_resumes_from_the_store_when_its_folder_is_gone(env: Blob, tmp_pat
     assert rows[:3] == old.splitlines()  # the earlier run's rows carried over
     assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3"]
     # The resumed run is mirrored under its own id; the temporary copy is gone.
-    assert json.loads(_get(env, f"resumed-{os.getpid()}/latest.json")[1])["iteration"] == 3
+    assert json.loads(get_blob(env, f"resumed-{os.getpid()}/latest.json")[1])["iteration"] == 3
     assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob(f"resume-{run}-*"))
 
 
@@ -529,14 +459,16 @@ def test_a_store_lost_mid_run_is_one_line_and_the_run_ends_normally(
     """The container goes away after the first checkpoint (deleted, as by a teardown): the next
     checkpoint is not published, said once, and the end of the run says uploads failed."""
     container = f"lost{os.getpid()}"
-    assert _request(env, "PUT", f"{container}?restype=container", _token(env))[0] == 201
+    assert blob_request(env, "PUT", f"{container}?restype=container", storage_token(env))[0] == 201
     monkeypatch.setenv(blobsync.URL_ENV, f"{env.url}/{container}")
     run = "run-lost"
     folder = _run_folder(tmp_path, run)
     up, lines = start_uploader(folder)
     up.checkpoint(folder / "checkpoint", {"iteration": 2, "env_steps": 200})
     _wait(lambda: up.published, "the first checkpoint's pointer")
-    assert _request(env, "DELETE", f"{container}?restype=container", _token(env))[0] == 202
+    assert (
+        blob_request(env, "DELETE", f"{container}?restype=container", storage_token(env))[0] == 202
+    )
     up.checkpoint(folder / "checkpoint", {"iteration": 4, "env_steps": 400})
     up.sync()
     assert not up.finish(60)
@@ -574,7 +506,7 @@ def test_a_network_blip_mid_checkpoint_never_publishes_a_checkpoint_that_does_no
         f"{env.url}/results/{run}/checkpoints/{i:06d}"
         for i in (2, 4)
     ], lines
-    pointer = json.loads(_get(env, f"{run}/latest.json")[1])
+    pointer = json.loads(get_blob(env, f"{run}/latest.json")[1])
     assert (pointer["checkpoint"], len(pointer["files"])) == ("checkpoints/000004", 202)
     restored = latest_checkpoint(store.fetch_latest(up.store, run, timeout=60))
     assert restored.state == {"iteration": 4, "env_steps": 400}

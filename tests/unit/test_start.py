@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from azure_support import AUTOSCALE_ID, CLOSED, CREDENTIAL_ENV, GROUP, SUB, VM_ID
 from driver import power
 from driver.arm import ResourceManager
 from driver.cli.power import idle_line, rate_line
@@ -20,19 +21,6 @@ from driver.errors import DriverError
 from fakes.fake_arm import FakeAzure
 from fakes.retail_prices import FakeRetailPrices, vm_meters
 from support import error_lines, run_driver
-from test_arm_up_down import CREDENTIAL_ENV, SUB
-
-GROUP = "rg-ray"
-VM_ID = (
-    f"/subscriptions/{SUB}/resourceGroups/{GROUP}"
-    "/providers/Microsoft.Compute/virtualMachines/ray-head"
-)
-AUTOSCALE_ID = (
-    f"/subscriptions/{SUB}/resourceGroups/{GROUP}"
-    "/providers/Microsoft.Insights/autoscalesettings/ray-workers-autoscale"
-)
-CLOSED = "azureuser@127.0.0.1:1"
-"""A head whose SSH port refuses at once: what follows the start fails fast, after it."""
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ it these tests fail, they do not skip.
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import re
 import shutil
@@ -20,46 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from checkov_support import run_checkov
+from support import REPO
+
 STACK = REPO / "infra" / "terraform"
 SKIP_COMMENT = re.compile(r"#\s*checkov:skip=(?P<id>[A-Z0-9_]+)(?::(?P<reason>.*))?")
-
-
-def checkov_binary() -> Path:
-    path = Path(
-        os.environ.get("RAYDRIVER_CHECKOV", REPO / ".tools" / "checkov" / "bin" / "checkov")
-    )
-    if not path.exists():
-        pytest.fail(
-            f"checkov not found at {path}: run scripts/test.sh, or python3 -m venv .tools/checkov"
-            " && .tools/checkov/bin/pip install -r scripts/checkov-requirements.txt"
-        )
-    return path
-
-
-def run_checkov(directory: Path | None, framework: str, root: Path = REPO) -> dict[str, Any]:
-    """checkov with ``root``'s .checkov.yaml, run from ``root``; ``directory`` None scans what
-    the configuration names (the repository root)."""
-    where = [] if directory is None else ["--directory", str(directory)]
-    result = subprocess.run(
-        [
-            str(checkov_binary()),
-            "--config-file", str(root / ".checkov.yaml"),
-            *where,
-            "--framework", framework,
-            "--output", "json",
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert result.returncode in (0, 1), result.stderr[-2000:]
-    report = json.loads(result.stdout)
-    if isinstance(report, list):
-        [report] = [r for r in report if r.get("check_type") == framework]
-    assert report.get("check_type") == framework, result.stdout[:2000]
-    return report
 
 
 @pytest.fixture(scope="module")

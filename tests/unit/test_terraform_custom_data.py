@@ -23,6 +23,11 @@ import yaml
 
 from driver import layout
 from nodekit import render
+from validation_cases import (
+    KEY_VAULT_NAME_MAX,
+    MAX_VALUE_LENGTHS,
+    SECRET_NAME_MAX,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = REPO / "infra" / "terraform" / "modules" / "cluster"
@@ -30,69 +35,6 @@ PLACEHOLDERS = REPO / "cloud-init" / "placeholders.yaml"
 ROLES = ("head", "worker")
 
 CUSTOM_DATA_LIMIT = render.CUSTOM_DATA_LIMIT
-
-KEY_VAULT_NAME_MAX = 24  # Key Vault names: 3-24 characters (checked below for the stack's name)
-SECRET_NAME_MAX = 127  # Key Vault secret names: 1-127 letters, digits and '-'
-
-POOLS_MAX = 4  # worker_pools validation
-POOL_NAME_MAX = 10  # worker_pools validation: pool names of 1-10 characters
-SCALE_SET_NAME_MAX = "p" * 16 + "-" + "q" * POOL_NAME_MAX  # name_prefix (2-16) and a pool name
-
-POOL_JSON = '{"labels":"","max":,"min":,"name":"","resources":,"scale_set":"","vm_size":""}'
-"""An entry of AUTOSCALER_POOLS without its values."""
-
-MAX_VALUE_LENGTHS = {
-    "RAY_HEAD_IP": len("255.255.255.255"),
-    "KEY_VAULT_URL": len("https://") + KEY_VAULT_NAME_MAX + len(".vault.azure.net/"),
-    "TOKEN_SECRET_NAME": SECRET_NAME_MAX,
-    "IDENTITY_CLIENT_ID": len("00000000-0000-0000-0000-000000000000"),  # a GUID
-    "RAY_ADMIN_USER": 32,  # admin_username validation
-    "EXTRA_PIP_PACKAGES": 1024,  # extra_pip_packages validation (joined by spaces)
-    "EXTRA_APT_PACKAGES": 1024,  # extra_apt_packages validation (joined by spaces)
-    "PIP_INDEX_URL": 512,  # pip_index_url validation
-    "TORCH_INDEX_URL": 512,  # torch_index_url validation
-    "APT_SOURCE": 512,  # apt_source validation
-    "SCALING_MODE": len("cpu"),  # scaling_mode validation: cpu or ray
-    "WORKER_SCALE_SET_ID": len(
-        "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/"
-        + "g" * 90  # resource group names: 1-90 characters
-        + "/providers/Microsoft.Compute/virtualMachineScaleSets/"
-        + SCALE_SET_NAME_MAX
-    ),
-    "WORKER_VM_SIZE": 48,  # worker_vm_size and worker_pools' vm_size validations
-    # Every pool's entry (at most 4): counts of 3 digits, name, scale set name, VM size, its
-    # labels (key=value,...) and resources (a JSON object); each '"' escaped in the outer JSON.
-    "AUTOSCALER_POOLS": 2
-    + POOLS_MAX
-    * (
-        len(POOL_JSON)
-        + POOL_JSON.count('"')
-        + 2 * 3
-        + POOL_NAME_MAX
-        + len(SCALE_SET_NAME_MAX)
-        + 48
-        + 64  # its labels as RAY_LABELS: 64 characters of key=value pairs
-        + 64
-        + 2 * (64 // 6 + 1)
-        + 1
-    ),
-    "AUTOSCALER_IDLE_TIMEOUT_MINUTES": 4,  # ray_idle_timeout_minutes: 1-1440
-    "AUTOSCALER_CLIENT_ID": len("00000000-0000-0000-0000-000000000000"),  # a GUID or empty
-    "ARM_ENDPOINT": 64,  # environment().resourceManager; Terraform: the same, by the vault's cloud
-    "AUTOSTOP_IDLE_MINUTES": 5,  # autostop_idle_minutes: 0 or 10-10080
-    # Every pool's, space separated (at most 4 pools, worker_pools validation), or empty.
-    "WORKER_AUTOSCALE_NAME": POOLS_MAX * (len(SCALE_SET_NAME_MAX) + len("-autoscale") + 1) - 1,
-    "WORKER_SCALE_SETS": POOLS_MAX * (len(SCALE_SET_NAME_MAX) + 1) - 1,
-    "WORKER_POOL": POOL_NAME_MAX,
-    # 64 characters of JSON (worker_pools validation), each '"' escaped in the outer JSON: an
-    # entry ("a":1,) takes 6 characters or more, 2 of them quotes.
-    "RAY_RESOURCES": 64 + 2 * (64 // 6 + 1),
-    "RAY_LABELS": 64,  # worker_pools validation: 64 characters of key=value pairs
-    # https://ACCOUNT.blob.SUFFIX/results: a 24-character account name (the
-    # results_storage_account_id validation), the longest cloud's suffix (core.usgovcloudapi.net).
-    "RESULTS_URL": len("https://") + 24 + len(".blob.core.usgovcloudapi.net/results"),
-}
-"""The longest value each placeholder can receive from the stack's validated variables."""
 
 
 def placeholder_names() -> set[str]:

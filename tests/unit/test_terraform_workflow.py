@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from workflow_support import PINNED
+
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = REPO / ".github" / "workflows"
 TERRAFORM = WORKFLOWS / "terraform.yml"
 VERSIONS = REPO / "infra" / "terraform" / "versions.tf"
-PINNED = re.compile(r"^\s*-?\s*uses:\s*([\w.-]+/[\w./-]+)@([0-9a-f]{40}) # v\d+(\.\d+){0,2}\s*$")
 
 
 def actionlint() -> str:

@@ -15,31 +15,9 @@ import pytest
 
 from driver.terraform import summarize
 from fakes.retail_prices import FakeRetailPrices, vm_meters
+from price_support import closed_port_url, rows
 from support import REPO, error_lines, run_driver
-from test_price import closed_port_url, rows
-
-CONFIG = """
-variable "head_ip" {
-  type = string
-}
-
-resource "terraform_data" "head" {
-  input            = var.head_ip
-  triggers_replace = var.head_ip
-}
-
-resource "terraform_data" "workers" {
-  input = "workers"
-}
-
-output "head_public_ip" {
-  value = terraform_data.head.output
-}
-
-output "admin_username" {
-  value = "root"
-}
-"""
+from terraform_support import CONFIG
 
 
 @pytest.fixture

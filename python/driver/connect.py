@@ -15,11 +15,18 @@ from driver.ssh import SshOptions
 
 
 def connect(
-    settings: Settings, *, start_local: bool, results_root: Path, progress: Progress
+    settings: Settings,
+    *,
+    start_local: bool,
+    results_root: Path,
+    progress: Progress,
+    head_started: bool = False,
 ) -> Cluster:
     """Find the cluster (see :data:`driver.settings.CLUSTER_ORDER`) and open a way to it.
 
     Use the result in a ``with`` block. Only ``submit`` may start local Ray (``start_local``).
+    ``head_started``: this command just started the head VM, whose sshd may not answer yet; it
+    gets the ready timeout for that, as a head still bootstrapping gets it for its Ray.
     """
     target = locate(settings.cluster)
     if target.head is None:
@@ -28,6 +35,7 @@ def connect(
         identity=settings.identity,
         connect_timeout=settings.connect_timeout,
         retries=settings.retries,
+        boot_wait_s=settings.ready_timeout if head_started else 0.0,
         strict_host_keys=settings.strict_host_keys,
         keepalive_s=settings.connect_timeout,
         dead_after_s=3 * settings.connect_timeout,

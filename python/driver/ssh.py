@@ -49,6 +49,10 @@ class SshOptions:
     """Per attempt: TCP connect, SSH banner and authentication each."""
     retries: int = DEFAULT_RETRIES
     """Further attempts after a connection that was refused or timed out (back-off 1, 2, 4 s…)."""
+    boot_wait_s: float = 0.0
+    """A head VM just started: refusals and timeouts are retried for this long since the first
+    attempt, beyond ``retries`` (sshd answers some time after Azure says the VM runs: a loaded
+    rehearsal head took longer than the default retries' 7 s)."""
     strict_host_keys: bool = False
     """Refuse a head whose key is not known yet, instead of trusting it once."""
     known_hosts: Path | None = None
@@ -161,22 +165,31 @@ class SshSession:
         delay = 1.0
         started = time.monotonic()
         reason = ""
-        for attempt in range(1, attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return cls(head, _connect_once(head, options, progress), options)
             except _Transient as e:
                 reason = str(e)
+            elapsed = time.monotonic() - started
             if attempt < attempts:
                 progress(
                     f"cannot reach {head.endpoint} yet ({reason}); retry {attempt} of "
                     f"{attempts - 1} in {delay:.0f} s"
                 )
-                time.sleep(delay)
-                delay = min(delay * 2, MAX_BACKOFF_S)
-        elapsed = time.monotonic() - started
+            elif elapsed + delay <= options.boot_wait_s:
+                progress(
+                    f"cannot reach {head.endpoint} yet ({reason}); the VM was just started: "
+                    f"again in {delay:.0f} s (for {options.boot_wait_s:.0f} s at most)"
+                )
+            else:
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, MAX_BACKOFF_S)
         raise ConnectionLost(
-            f"cannot reach the head {head.endpoint} over SSH after {attempts} attempt"
-            f"{'s' if attempts > 1 else ''} in {elapsed:.0f} s: {reason} — expected sshd "
+            f"cannot reach the head {head.endpoint} over SSH after {attempt} attempt"
+            f"{'s' if attempt > 1 else ''} in {elapsed:.0f} s: {reason} — expected sshd "
             "there (is the VM running, and does its network security group allow SSH from "
             "your IP?)"
         )

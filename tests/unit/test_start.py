@@ -170,16 +170,29 @@ def test_local_ray_has_no_head_vm_even_with_the_variable_set() -> None:
 
 
 # -- the commands --------------------------------------------------------------------------------
+BOOT = ("--retries", "0", "--ready-timeout", "6")
+"""A head VM just started may refuse SSH for a while (its boot): retried for the ready timeout,
+beyond --retries."""
+
+
 def test_start_starts_the_head_then_reaches_for_ssh(fake: FakeAzure, tmp_path: Path) -> None:
-    r = driver(fake, tmp_path, "start", "--head", CLOSED, "--retries", "0", **ids())
+    r = driver(fake, tmp_path, "start", "--head", CLOSED, *BOOT, **ids())
     assert fake.vms[VM_ID.lower()] == "running"
     assert fake.autoscale[AUTOSCALE_ID.lower()] is True
     assert "Starting the head VM ray-head" in r.stderr
     assert "The head VM ray-head runs" in r.stderr
-    assert r.returncode == 2  # the head at this address never answers SSH: said, not hidden
-    # Once running, start again only says so.
-    r = driver(fake, tmp_path, "start", "--head", CLOSED, "--retries", "0", **ids())
+    # The head at this address never answers SSH: waited for as a boot, then said, not hidden.
+    assert r.returncode == 2
+    # Attempts at 0, 1 and 3 s; the next (7 s) would come after the 6 s.
+    assert "the VM was just started: again in 1 s (for 6 s at most)" in r.stderr
+    assert "the VM was just started: again in 2 s (for 6 s at most)" in r.stderr
+    [line] = error_lines(r.stderr)[-1:]
+    assert "over SSH after 3 attempts in " in line and ": connection refused" in line
+    # Once running, start again only says so, and SSH gets --retries alone.
+    r = driver(fake, tmp_path, "start", "--head", CLOSED, *BOOT, **ids())
     assert "The head VM ray-head runs already" in r.stderr
+    assert "the VM was just started" not in r.stderr
+    assert "over SSH after 1 attempt in 0 s" in r.stderr
     assert [m for m, _, _ in fake.bodies].count("POST") == 1
 
 
@@ -198,7 +211,7 @@ def test_start_reads_the_ids_from_the_arm_deployments_outputs(
         },
     )
     r = driver(fake, tmp_path, "start", "--resource-group", GROUP, "--deployment", "ray-cluster",
-               "--subscription", SUB, "--retries", "0", "--connect-timeout", "1")  # fmt: skip
+               "--subscription", SUB, *BOOT, "--connect-timeout", "1")  # fmt: skip
     assert fake.vms[VM_ID.lower()] == "running", r.stderr
     assert fake.autoscale[AUTOSCALE_ID.lower()] is True
 
@@ -234,10 +247,12 @@ def test_submit_on_a_stopped_cluster_starts_it_first(fake: FakeAzure, tmp_path: 
     script = tmp_path / "job" / "train.py"
     script.parent.mkdir()
     script.write_text("print('hi')\n")
-    r = driver(fake, tmp_path, "submit", str(script), "--head", CLOSED, "--retries", "0", **ids())
+    r = driver(fake, tmp_path, "submit", str(script), "--head", CLOSED, *BOOT, **ids())
     assert "The cluster is stopped (its head VM is deallocated): starting it first" in r.stderr
     assert fake.vms[VM_ID.lower()] == "running"
-    assert r.returncode == 2  # then SSH to this address fails, as it would for any head
+    # Then SSH to this address fails, as it would for any head, after the boot's wait.
+    assert "the VM was just started" in r.stderr
+    assert r.returncode == 2
 
 
 # -- what status adds ---------------------------------------------------------------------------

@@ -160,7 +160,8 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
         "--ready-timeout",
         type=seconds,
         metavar="S",
-        help="how long to wait for a head that is still bootstrapping (env "
+        help="how long to wait for a head that is still bootstrapping, and for its SSH after "
+        "the driver started its VM (env "
         f"{READY_TIMEOUT_ENV}; default {DEFAULT_READY_TIMEOUT_S:.0f})",
     )
     g.add_argument(
@@ -202,6 +203,11 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return resolve(**given, load_profile=profiles.load)
 
 
+HEAD_STARTED = "head_started"
+"""Set on a command's arguments once it has started the head VM (``start``, or ``submit`` on a
+stopped cluster): the connection then waits for the head's boot."""
+
+
 def open_cluster(args: argparse.Namespace, start_local: bool = False) -> Cluster:
     """Connect to the cluster the options name; use the result in a ``with`` block.
 
@@ -217,6 +223,7 @@ def open_cluster(args: argparse.Namespace, start_local: bool = False) -> Cluster
             start_local=start_local,
             results_root=Path(getattr(args, "results", "results")),
             progress=say,
+            head_started=getattr(args, HEAD_STARTED, False),
         )
     finally:
         preload.join()

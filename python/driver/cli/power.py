@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from driver import power, price
-from driver.cli.options import Verbs, open_cluster, settings_from, verb
+from driver.cli.options import HEAD_STARTED, Verbs, open_cluster, settings_from, verb
 from driver.cli.output import say, shown
 from driver.errors import EXIT_OK, DriverError
 from driver.settings import HEAD_VM_ID_ENV, prices_cache_dir, prices_url
@@ -55,6 +55,7 @@ def cmd_start(args: argparse.Namespace) -> int:
             say(f"The head VM {vm.name} runs already")
         else:
             power.start(arm, vm, say)
+            setattr(args, HEAD_STARTED, True)
     with open_cluster(args) as cluster:
         cluster.jobs()  # SSH, the head's Ray (a fresh boot is waited for), the Jobs API
         say(f"{cluster.description}: Ray's Jobs API answers; the cluster is ready")
@@ -72,6 +73,7 @@ def start_if_stopped(args: argparse.Namespace) -> None:
     say(f"The cluster is stopped (its head VM is {state}): starting it first")
     with _manager(args, vm) as arm:
         power.start(arm, vm, say)
+    setattr(args, HEAD_STARTED, True)
 
 
 def stopped(args: argparse.Namespace) -> tuple[power.HeadVm, str] | None:

@@ -222,10 +222,16 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if still:
         print(f"\n== why they failed (the end of each failure, {args.why_lines} lines at most)")
+        shown: list[str] = []
         for lane_name, test, text in still:
             rerun = " (and on its rerun alone)" if test in again_failed else ""
             print(f"-- {lane_name}: {test}{rerun}")
-            for line in tail(text, args.why_lines):
+            lines = tail(text, args.why_lines)
+            if lines == shown:  # a module's fixture failed each of its tests alike
+                print("   (the same as the one above)")
+                continue
+            shown = lines
+            for line in lines:
                 print(f"   {line}")
     flaky = [(lane.name, t) for lane in lanes for t in lane.passed_on_rerun]
     if flaky:

@@ -220,8 +220,9 @@ RESULTS=("unit=$rc_unit:$LANES/unit.xml" "e2e=$rc_e2e:$LANES/e2e.xml"
 # the load at 10-20, and a test whose process misses a bound of Ray's own (a node's 30 s to
 # register) or of the test's there passes alone. scripts/lanes.py lists each such test as
 # flaky under load, never silently; one that fails again fails the suite. More failures than
-# RERUN_MAX are not rerun: that is a broken change, not load.
-RERUN_MAX=5
+# RERUN_MAX are not rerun: that is a broken change, not load (a run whose machine was busy with
+# other work beside the suite, load 13-20, had 9: five of them one module's local Ray head).
+RERUN_MAX=10
 mapfile -t failed < <(.venv/bin/python scripts/lanes.py --print-failed "${RESULTS[@]}")
 RERUN=()
 if [ "${#failed[@]}" -ge 1 ] && [ "${#failed[@]}" -le "$RERUN_MAX" ]; then

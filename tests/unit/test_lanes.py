@@ -181,3 +181,16 @@ def test_the_closing_shows_the_end_of_each_failure_its_reruns_if_it_failed_again
         f"lane line {n}" for n in range(25, 30)
     ]
     assert out[i + 9] == "suite: 0 passed, 2 failed, 0 skipped"
+
+
+def test_failures_alike_are_shown_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A module's fixture that failed fails each of its tests with the same report."""
+    unit = _cases(tmp_path / "unit.xml", {"test_a": "error", "test_b": "error"}, "FIXTURE-DOWN")
+    assert lanes.main([f"unit=1:{unit}"]) == 1
+    out = capsys.readouterr().out.rstrip().splitlines()
+    i = out.index("-- unit: tests/unit/test_lanes.py::test_a")
+    assert out[i + 1 : i + 4] == [
+        "   FIXTURE-DOWN",
+        "-- unit: tests/unit/test_lanes.py::test_b",
+        "   (the same as the one above)",
+    ]

@@ -361,9 +361,10 @@ def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure
 
 def start_cmd(azure: FakeAzure, home: Path) -> Any:
     """``start`` of the fake's head VM (its worker autoscale setting too), the head's SSH port
-    closed: what follows the start fails fast."""
+    closed: what follows the start fails fast (no retries, and no wait for the boot of the VM
+    it just started)."""
     return run_driver(
-        "start", "--head", CLOSED, "--retries", "0", home=home,
+        "start", "--head", CLOSED, "--retries", "0", "--ready-timeout", "0", home=home,
         env={**azure.env(), "RAYDRIVER_HEAD_VM_ID": VM_ID,
              "RAYDRIVER_WORKER_AUTOSCALE_ID": AUTOSCALE_ID},
     )  # fmt: skip

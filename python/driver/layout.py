@@ -71,6 +71,13 @@ AUTOSTOP_LOG = f"{STATE_DIR}/autostop.log"
 """On the head: the autostop agent's decisions, one line each (also in its journal)."""
 RESULTS_DIR = f"{STATE_DIR}/results"
 """Jobs write results and checkpoints to RESULTS_DIR/<submission id> on the head."""
+CLUSTER_STORAGE_DIR = "/mnt/cluster_storage"
+"""On every node: the cluster's Blob container (RESULTS_URL), mounted at boot by rclone with the
+node's managed identity before Ray starts (ray-storage.service). One folder all nodes share and
+that outlives the cluster: Tune's and Train's default storage (the ray user's ~/ray_results)
+is a link to its ``ray_results`` folder. Absent on a cluster deployed without results storage."""
+STORAGE_ENV = f"{CONFIG_DIR}/storage.env"
+"""The cluster storage's rclone settings (account, endpoint, identity), written at boot."""
 IMDS_ENDPOINT = "http://169.254.169.254"
 """Azure's instance metadata service, as every VM sees it (managed identity tokens, scheduled
 events); the rehearsal cluster serves a fake at the same address inside each node."""

@@ -197,6 +197,7 @@ _CONFIG_TYPES: dict[str, type | tuple[type, ...]] = {
     "head_num_cpus": int,
     "xvfb_screen": str,
     "nvidia_driver": str,
+    "storage_dir_cache_s": int,
 }
 DEB_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 """A Debian package name (os_packages, EXTRA_APT_PACKAGES: the bootstrap checks the same)."""
@@ -220,6 +221,8 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
                 raise DriverError(f"{key}: {r!r} is not a pip requirement this renderer accepts")
     if config["head_num_cpus"] < 0:
         raise DriverError("head_num_cpus must be >= 0")
+    if not 1 <= config["storage_dir_cache_s"] <= 300:
+        raise DriverError("storage_dir_cache_s must be 1-300 (seconds)")
     if not re.fullmatch(r"\d+x\d+x\d+", config["xvfb_screen"]):
         raise DriverError("xvfb_screen must look like 1280x1024x24")
     if not re.fullmatch(r"\d{3}(-server)?", config["nvidia_driver"]):

@@ -124,6 +124,8 @@ def start(node: Node, binds: list[str]) -> int:
             "--keep-unit",
             f"--machine={node.netns}",
             f"--network-namespace-path=/run/netns/{node.netns}",
+            # A VM has FUSE: the cluster storage's rclone mounts with it.
+            "--bind=/dev/fuse",
             *(f"--bind={b}" for b in binds),
         ]
     )

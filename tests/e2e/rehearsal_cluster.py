@@ -96,6 +96,39 @@ print(json.dumps(reply["data"]["result"]["result"]))
 """
 
 
+def results_container(url: str, ca: Path, token_key: bytes) -> Any:
+    """The rehearsal's results container (Azurite on the bridge, ``url``: the container's URL),
+    read and written from this machine with a token its metadata service would issue."""
+    import time
+
+    from azure.core.credentials import AccessToken
+    from azure.storage.blob import ContainerClient
+
+    from nodekit.rehearsal.standins.azure_node import STORAGE_RESOURCE, issue_token
+
+    class Credential:
+        def get_token(self, *scopes: str, **_: Any) -> AccessToken:
+            token = issue_token(token_key, CLIENT_ID, "principal-test", STORAGE_RESOURCE)
+            return AccessToken(token, int(time.time()) + 3600)
+
+    account, container = url.rsplit("/", 1)
+    return ContainerClient(account, container, credential=Credential(), connection_verify=str(ca))
+
+
+def cluster_results_container(cluster_dir: Path) -> Any:
+    """:func:`results_container` of the cluster in ``cluster_dir`` (its state and Key Vault)."""
+    from nodekit.rehearsal.services import keyvault
+
+    url = json.loads((cluster_dir / "state.json").read_text())["results_url"]
+    assert url, "the cluster has no results storage"
+    shared = keyvault.shared(cluster_dir / "azure")
+    return results_container(url, Path(shared["ca"]), bytes.fromhex(shared["token_key"]))
+
+
+CLIENT_ID = "5b0c9d7e-3f1a-4c2b-8e6d-0a9f8b7c6d5e"
+"""The identity the tests' tokens name (a person's on a laptop, on Azure)."""
+
+
 def _quote(s: str) -> str:
     return "'" + s.replace("'", "'\"'\"'") + "'"
 

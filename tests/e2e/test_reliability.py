@@ -45,21 +45,17 @@ from nodekit.rehearsal import trust
 from nodekit.rehearsal.cluster import Rehearsal
 from nodekit.rehearsal.services import keyvault
 from nodekit.rehearsal.standins.azure_node import (
-    STORAGE_RESOURCE,
     FakeImds,
     StateFolder,
     imds_config,
-    issue_token,
     laptop_env,
 )
-from rehearsal_cluster import RehearsalCluster
+from rehearsal_cluster import CLIENT_ID, RehearsalCluster, results_container
 from support import REPO, job_failure, run_driver
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal, pytest.mark.disruptive]
 
 T = TypeVar("T")
-CLIENT_ID = "5b0c9d7e-3f1a-4c2b-8e6d-0a9f8b7c6d5e"
-"""The identity this machine reads the results storage as (a person's, on Azure)."""
 RUN = time.strftime("%H%M%S")
 """Submission ids are unique per session (a reused cluster keeps its jobs)."""
 
@@ -358,20 +354,7 @@ class ResultsStore:
         return cls(state.results_url, Path(shared["ca"]), bytes.fromhex(shared["token_key"]))
 
     def container(self) -> Any:
-        from azure.core.credentials import AccessToken
-        from azure.storage.blob import ContainerClient
-
-        key = self.token_key
-
-        class Credential:
-            def get_token(self, *scopes: str, **_: Any) -> AccessToken:
-                token = issue_token(key, CLIENT_ID, "principal-test", STORAGE_RESOURCE)
-                return AccessToken(token, int(time.time()) + 3600)
-
-        account, container = self.url.rsplit("/", 1)
-        return ContainerClient(
-            account, container, credential=Credential(), connection_verify=str(self.ca)
-        )
+        return results_container(self.url, self.ca, self.token_key)
 
     def pointer(self, run: str) -> dict[str, Any] | None:
         from azure.core.exceptions import ResourceNotFoundError

@@ -177,6 +177,10 @@ def url_from(given: str | None, env: Mapping[str, str] | None = None) -> StoreUr
     return parse_url(text, env.get(EMULATOR_ENV))
 
 
+class NoRun(DriverError):
+    """The store holds nothing under the run's id (it may name a Tune experiment instead)."""
+
+
 @dataclass(frozen=True)
 class Run:
     """One run in the store."""
@@ -434,7 +438,7 @@ class Store:
             for blob in self.container().list_blobs(name_starts_with=f"{run}/"):
                 blobs[str(blob.name)[len(run) + 1 :]] = blob
         if not blobs:
-            raise DriverError(f"no run {run} in {self.url.url} (see `runs` for the runs there)")
+            raise NoRun(f"no run {run} in {self.url.url} (see `runs` for the runs there)")
         wanted: list[Wanted] = []
         left_out: list[str] = []
         unpublished = older = 0
@@ -492,7 +496,7 @@ class Store:
                 if _code(e) == "ContainerNotFound":
                     raise
                 if not any(True for _ in self.container().list_blobs(name_starts_with=f"{run}/")):
-                    raise DriverError(
+                    raise NoRun(
                         f"no run {run} in {self.url.url} (see `runs` for the runs there)"
                     ) from None
                 raise DriverError(
@@ -597,6 +601,14 @@ class Store:
         if not safe_name(name) or "/" in name or self._holds(f"{name}/"):
             return None
         return f"{TUNE_ROOT}/{name}" if self._holds(f"{TUNE_ROOT}/{name}/") else None
+
+    def experiment_instead(self, name: str, e: NoRun) -> str:
+        """After :class:`NoRun` for NAME: the Tune experiment ``ray_results/NAME``, or ``e``
+        raised again when there is none."""
+        found = self.experiment(name) if "/" not in name else None
+        if found is None:
+            raise e
+        return found
 
     def _holds(self, prefix: str) -> bool:
         with self.errors(f"listing {untrusted.shown(prefix, 200)} in {self.url.url}"):

@@ -16,6 +16,7 @@ from driver.jobs import check_submission_id
 from driver.store import (
     RESULTS_URL_ENV,
     TUNE_ROOT,
+    NoRun,
     Store,
     StoreDownload,
     StoreUrl,
@@ -132,13 +133,15 @@ def cmd_plot(args: argparse.Namespace) -> int:
             if run not in stored:
                 folders.append(Path(run))
                 continue
-            experiment = store.experiment(run)
-            if experiment is not None:  # a Tune experiment: one line per trial
-                folders.extend(store.trial_progress(experiment, Path(tmp) / experiment))
-                continue
-            folder = Path(tmp) / run
-            store.fetch_progress(run, folder)
-            folders.append(folder)
+            experiment = store.experiment(run) if "/" in run else None
+            if experiment is None:
+                try:
+                    folders.append(store.fetch_progress(run, Path(tmp) / run))
+                    continue
+                except NoRun as e:  # no harness run of that name: a Tune experiment's?
+                    experiment = store.experiment_instead(run, e)
+            # A Tune experiment: one line per trial.
+            folders.extend(store.trial_progress(experiment, Path(tmp) / experiment))
         if output is None and len(stored) == len(args.runs) == 1:
             output = Path(f"{stored[0].rsplit('/', 1)[-1]}.png")
         plot_runs(folders, output)
@@ -179,13 +182,16 @@ def download_from_store(url: StoreUrl, sid: str, results: Path) -> StoreDownload
     experiment (``ray_results/NAME``, or NAME when no run has that id) into
     RESULTS/ray_results/NAME."""
     with Store(url) as store:
-        experiment = store.experiment(sid)
+        experiment = store.experiment(sid) if "/" in sid else None
+        if experiment is None:
+            try:
+                report = store.download(sid, results / sid, progress=byte_bar(f"downloading {sid}"))
+            except NoRun as e:  # no harness run of that name: a Tune experiment's?
+                experiment = store.experiment_instead(sid, e)
         if experiment is not None:
             report = store.download_experiment(
                 experiment, results / experiment, progress=byte_bar(f"downloading {experiment}")
             )
-        else:
-            report = store.download(sid, results / sid, progress=byte_bar(f"downloading {sid}"))
     if report.trials is not None:
         without = [shown(t, 100) for t, checkpoint in report.trials if checkpoint is None]
         what = f"Tune experiment of {plural(len(report.trials), 'trial')}, " + (

@@ -1,4 +1,5 @@
-"""Learning curves from a run's own ``progress.csv`` (written by the examples' harness).
+"""Learning curves from a run's own ``progress.csv`` (written by the examples' harness, or by
+Ray Tune for each trial of an experiment: a folder of trial folders is drawn one line per trial).
 
 The library part of ``python -m driver plot``: it reads, draws and saves, and returns what it
 drew (the points of every line, taken back from the figure) so callers and tests can check the
@@ -24,6 +25,23 @@ if TYPE_CHECKING:
 PROGRESS_CSV = "progress.csv"
 STEPS, TIME, RETURN = "env_steps", "time_total_s", "episode_return_mean"
 """The columns a curve needs (examples/harness/runs.py writes them)."""
+COLUMNS = {
+    STEPS: (
+        STEPS,
+        "num_env_steps_sampled_lifetime",
+        "env_runners/num_env_steps_sampled_lifetime",
+        "timesteps_total",
+    ),
+    TIME: (TIME,),
+    RETURN: (
+        RETURN,
+        "env_runners/episode_return_mean",
+        "episode_reward_mean",
+        "env_runners/episode_reward_mean",
+    ),
+}
+"""Each column and, after the harness's name, what RLlib's results under Tune call it (the
+new API stack's names first)."""
 
 
 @dataclass(frozen=True)
@@ -70,17 +88,33 @@ def read_curve(run: Path) -> Curve:
             columns = reader.fieldnames or []
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise DriverError(f"cannot read {path}: {one_line(e)}") from None
-    missing = [c for c in (STEPS, TIME, RETURN) if c not in columns]
     if not columns:
         raise DriverError(f"{path} is empty (the run finished no iteration)")
+    found = {c: next((n for n in names if n in columns), None) for c, names in COLUMNS.items()}
+    missing = [c for c, name in found.items() if name is None]
     if missing:
         raise DriverError(f"{path} has no column {', '.join(missing)} (columns: {columns})")
-    points = [(_number(r.get(STEPS)), _number(r.get(TIME)), _number(r.get(RETURN))) for r in rows]
+    steps_, time_, return_ = (str(found[c]) for c in (STEPS, TIME, RETURN))
+    points = [
+        (_number(r.get(steps_)), _number(r.get(time_)), _number(r.get(return_))) for r in rows
+    ]
     points = [p for p in points if not any(math.isnan(v) for v in p)]
     if not points:
         raise DriverError(f"{path} has no row with a mean return yet ({len(rows)} rows)")
     steps, times, returns = zip(*points, strict=True)
     return Curve(run.resolve().name, path, steps, times, returns)
+
+
+def trials(run: Path) -> list[Path]:
+    """A Tune experiment's folder (no progress.csv of its own, trial folders with one) as its
+    trial folders in name order; any other folder as itself."""
+    if not run.is_dir() or (run / PROGRESS_CSV).exists():
+        return [run]
+    try:
+        found = sorted(p for p in run.iterdir() if (p / PROGRESS_CSV).is_file())
+    except OSError:
+        return [run]
+    return found or [run]
 
 
 def default_output(runs: Sequence[Path]) -> Path:
@@ -122,10 +156,11 @@ def _umask() -> int:
 
 
 def plot(runs: Sequence[Path], output: Path | None = None) -> Drawn:
-    """Mean episode return vs env steps and vs training time, one line per run, as a PNG."""
+    """Mean episode return vs env steps and vs training time, one line per run (per trial of a
+    Tune experiment's folder), as a PNG."""
     if not runs:
         raise DriverError("no run folders given")
-    curves = tuple(read_curve(Path(r)) for r in runs)
+    curves = tuple(read_curve(t) for r in runs for t in trials(Path(r)))
     output = output or default_output([Path(r) for r in runs])
     if output.suffix.lower() != ".png":
         raise DriverError(f"{output}: expected a .png file name")

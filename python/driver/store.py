@@ -15,6 +15,17 @@ files, with the user's own Azure credential (azure-identity's ``DefaultAzureCred
 (or one whose uploader was killed), so a download takes the run's plain files and exactly the
 files the pointer lists, never a half-written checkpoint.
 
+Ray Tune's own experiments (a user's ``Tuner``, whose default storage is the container mounted
+on the nodes) are under ``ray_results/<experiment>/``, in Tune's layout::
+
+    experiment_state-<timestamp>.json, tuner.pkl, trainable.pkl, basic-variant-state-*.json
+    <trial>/params.json, params.pkl, progress.csv, result.json, events.out.tfevents.*
+    <trial>/checkpoint_000000/..., checkpoint_000001/...   numbered from 0
+
+:meth:`Store.runs` lists each as one run (``ray_results/<experiment>``, with its trial count);
+:meth:`Store.download_experiment` takes its top-level files, each trial's plain files and each
+trial's last complete checkpoint (:func:`last_checkpoint` says which is complete and why).
+
 What is in the store is not trusted more than what is on a head: a job (or anyone with write
 access to the container) chooses blob names, so a name that is not a plain relative path
 (``..``, a leading ``/``, a backslash, control characters) is left out and said, every local
@@ -34,6 +45,7 @@ as named is left out, not the run.
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
 import hashlib
 import os
@@ -41,7 +53,7 @@ import re
 import stat
 import urllib.parse
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -62,6 +74,11 @@ MAX_POINTER_BYTES = 8 << 20
 LATEST = "latest.json"
 PROGRESS_CSV = "progress.csv"
 CHECKPOINTS = "checkpoints"
+TUNE_ROOT = "ray_results"
+"""Tune's default storage on the nodes (the ``ray`` user's ~/ray_results) is this prefix."""
+TUNE_CHECKPOINT = re.compile(r"checkpoint_(\d{6,})")
+CHECKPOINT_COLUMN = "checkpoint_dir_name"
+"""The column of a Tune trial's progress.csv naming the checkpoint a result came with."""
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 CHUNK = 4 << 20
 EXPECTED = (
@@ -160,6 +177,10 @@ def url_from(given: str | None, env: Mapping[str, str] | None = None) -> StoreUr
     return parse_url(text, env.get(EMULATOR_ENV))
 
 
+class NoRun(DriverError):
+    """The store holds nothing under the run's id (it may name a Tune experiment instead)."""
+
+
 @dataclass(frozen=True)
 class Run:
     """One run in the store."""
@@ -171,12 +192,16 @@ class Run:
     last_write: datetime
     size: int
     blobs: int
+    trials: int | None = None
+    """A Tune experiment's (``ray_results/<experiment>``) trial count; None for a harness run."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
+            "kind": "run" if self.trials is None else "tune-experiment",
             "checkpoint": self.checkpoint,
             "iteration": self.iteration,
+            "trials": self.trials,
             "last_write": self.last_write.isoformat(),
             "size": self.size,
             "blobs": self.blobs,
@@ -214,6 +239,9 @@ class StoreDownload:
     unwritable: tuple[str, ...] = ()
     """Files this file system cannot hold as named (``NAME (reason)``): a name part over 255
     bytes, a file where the store also has a folder of that name."""
+    trials: tuple[tuple[str, str | None], ...] | None = None
+    """A Tune experiment's trials and the checkpoint downloaded for each (None: no complete
+    one); None for a harness run."""
 
 
 def safe_name(name: str) -> bool:
@@ -353,11 +381,33 @@ class Store:
         found: dict[str, list[Any]] = {}
         with self.errors(f"listing {self.url.url}"):
             for blob in self.container().list_blobs():
-                run, sep, _ = str(blob.name).partition("/")
+                run, sep, rest = str(blob.name).partition("/")
+                if run == TUNE_ROOT:  # ray_results/<experiment>/...: one run per experiment
+                    experiment, sep, _ = rest.partition("/")
+                    run = f"{TUNE_ROOT}/{experiment}"
                 if sep:
                     found.setdefault(run, []).append(blob)
         runs = []
         for run, blobs in found.items():
+            if run.startswith(f"{TUNE_ROOT}/"):
+                # A trial is a folder of the experiment that holds files of its own.
+                trials = {
+                    parts[2]
+                    for b in blobs
+                    if len(parts := str(b.name).split("/")) == 4 and parts[2] and parts[3]
+                }
+                runs.append(
+                    Run(
+                        run,
+                        None,
+                        None,
+                        max(b.last_modified for b in blobs),
+                        sum(int(b.size or 0) for b in blobs),
+                        len(blobs),
+                        len(trials),
+                    )
+                )
+                continue
             pointer = None
             if any(b.name == f"{run}/{LATEST}" for b in blobs):
                 try:
@@ -388,7 +438,7 @@ class Store:
             for blob in self.container().list_blobs(name_starts_with=f"{run}/"):
                 blobs[str(blob.name)[len(run) + 1 :]] = blob
         if not blobs:
-            raise DriverError(f"no run {run} in {self.url.url} (see `runs` for the runs there)")
+            raise NoRun(f"no run {run} in {self.url.url} (see `runs` for the runs there)")
         wanted: list[Wanted] = []
         left_out: list[str] = []
         unpublished = older = 0
@@ -446,7 +496,7 @@ class Store:
                 if _code(e) == "ContainerNotFound":
                     raise
                 if not any(True for _ in self.container().list_blobs(name_starts_with=f"{run}/")):
-                    raise DriverError(
+                    raise NoRun(
                         f"no run {run} in {self.url.url} (see `runs` for the runs there)"
                     ) from None
                 raise DriverError(
@@ -469,14 +519,39 @@ class Store:
         self, run: str, destination: Path, progress: ByteProgress | None = None
     ) -> StoreDownload:
         pointer, data, wanted, left_out, unpublished, older = self.published(run)
-        try:
-            destination.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise local_error(destination, e) from None
-        if destination.is_symlink():
-            raise DriverError(f"{destination} is a symlink: refusing to write through it")
+        _prepare(destination)
+        got = self._get(run, wanted, destination, progress, left_out)
+        if pointer:
+            _write_whole(destination / LATEST, data)
+        iteration = pointer.get("iteration") if pointer else None
+        return StoreDownload(
+            f"{self.url.url}/{run}",
+            destination,
+            str(pointer["checkpoint"]) if pointer else None,
+            iteration if isinstance(iteration, int) else None,
+            got.fetched,
+            got.resumed,
+            got.skipped,
+            got.bytes,
+            tuple(left_out),
+            unpublished,
+            older,
+            tuple(got.unwritable),
+        )
+
+    def _get(
+        self,
+        run: str,
+        wanted: list[Wanted],
+        destination: Path,
+        progress: ByteProgress | None,
+        left_out: list[str],
+    ) -> _Got:
+        """The ``wanted`` blobs of RUN's prefix into ``destination``: a complete file is
+        skipped, a partial one continued; a name whose folder would leave ``destination`` is
+        added to ``left_out``."""
+        got = _Got()
         todo: list[tuple[Wanted, Path, int]] = []
-        skipped = 0
         for w in wanted:
             local = destination.joinpath(*PurePosixPath(w.name).parts)
             # The folder must stay inside; a link at the file's own name is replaced.
@@ -485,47 +560,156 @@ class Store:
                 continue
             start = _resume_from(local, w)
             if start is None:
-                skipped += 1
+                got.skipped += 1
             else:
                 todo.append((w, local, start))
         total = sum(w.size - start for w, _, start in todo)
-        done = fetched = resumed = 0
-        unwritable: list[str] = []
         if progress:
             progress(0, total)
         for w, local, start in todo:
-            base = done
+            base = got.bytes
 
-            def step(got: int, base: int = base) -> None:
+            def step(done: int, base: int = base) -> None:
                 if progress:
-                    progress(min(base + got, total), total)
+                    progress(min(base + done, total), total)
 
             try:
                 self._fetch(run, w, local, start, step)
             except _Unwritable as e:
-                unwritable.append(f"{untrusted.shown(w.name, 80)} ({e})")
+                got.unwritable.append(f"{untrusted.shown(w.name, 80)} ({e})")
                 continue
-            fetched += 1
-            resumed += start > 0
-            done += w.size - start
-        if pointer:
-            _write_whole(destination / LATEST, data)
+            got.fetched += 1
+            got.resumed += start > 0
+            got.bytes += w.size - start
         if progress:
             progress(total, total)
-        iteration = pointer.get("iteration") if pointer else None
+        return got
+
+    # -- Tune experiments ------------------------------------------------------------------------
+    def experiment(self, name: str) -> str | None:
+        """The Tune experiment NAME means, as ``ray_results/<experiment>``: NAME itself when it
+        starts with ``ray_results/``; ``ray_results/NAME`` when the store has no harness run
+        NAME but has that experiment (a harness run of the same name wins); else None."""
+        if name.startswith(f"{TUNE_ROOT}/"):
+            experiment = name[len(TUNE_ROOT) + 1 :]
+            if not safe_name(experiment) or "/" in experiment:
+                raise DriverError(
+                    f"{untrusted.shown(name, 200)!r}: expected {TUNE_ROOT}/EXPERIMENT (one "
+                    "folder name, as `runs` lists it)"
+                )
+            return name
+        if not safe_name(name) or "/" in name or self._holds(f"{name}/"):
+            return None
+        return f"{TUNE_ROOT}/{name}" if self._holds(f"{TUNE_ROOT}/{name}/") else None
+
+    def experiment_instead(self, name: str, e: NoRun) -> str:
+        """After :class:`NoRun` for NAME: the Tune experiment ``ray_results/NAME``, or ``e``
+        raised again when there is none."""
+        found = self.experiment(name) if "/" not in name else None
+        if found is None:
+            raise e
+        return found
+
+    def _holds(self, prefix: str) -> bool:
+        with self.errors(f"listing {untrusted.shown(prefix, 200)} in {self.url.url}"):
+            listed = self.container().list_blobs(name_starts_with=prefix, results_per_page=1)
+            return next(iter(listed), None) is not None
+
+    def _experiment_blobs(self, name: str) -> dict[str, Any]:
+        """The experiment's blobs by their name under ``name/``; one line when it has none."""
+        blobs: dict[str, Any] = {}
+        with self.errors(f"listing {untrusted.shown(name, 200)} in {self.url.url}"):
+            for blob in self.container().list_blobs(name_starts_with=f"{name}/"):
+                blobs[str(blob.name)[len(name) + 1 :]] = blob
+        if not blobs:
+            raise DriverError(
+                f"no Tune experiment {untrusted.shown(name, 200)} in {self.url.url} (see `runs` "
+                "for the runs and experiments there)"
+            )
+        return blobs
+
+    def trial_progress(self, name: str, folder: Path) -> list[Path]:
+        """Each trial's progress.csv of the experiment ``name`` into ``folder/<trial>/``, for
+        plotting; the trial folders, in name order."""
+        blobs = self._experiment_blobs(name)
+        wanted = [
+            _wanted(rel, blob)
+            for rel, blob in sorted(blobs.items())
+            if safe_name(rel) and len(rel.split("/")) == 2 and rel.endswith(f"/{PROGRESS_CSV}")
+        ]
+        if not wanted:
+            raise DriverError(
+                f"no trial of {untrusted.shown(name, 200)} in {self.url.url} has a "
+                f"{PROGRESS_CSV} yet (no trial finished an iteration)"
+            )
+        _prepare(folder)
+        got = self._get(name, wanted, folder, None, [])
+        if got.unwritable:
+            raise DriverError(f"cannot write {folder}: {', '.join(got.unwritable)}")
+        return [folder / w.name.split("/")[0] for w in wanted]
+
+    def download_experiment(
+        self, name: str, destination: Path, progress: ByteProgress | None = None
+    ) -> StoreDownload:
+        """The Tune experiment ``name`` (``ray_results/<experiment>``) into ``destination``:
+        its top-level files, each trial's plain files and each trial's last complete checkpoint
+        (:func:`last_checkpoint`), so the folder restores with ``Tuner.restore`` and a trial's
+        checkpoint with ``Algorithm.from_checkpoint``."""
+        blobs = self._experiment_blobs(name)
+        left_out: list[str] = []
+        plain: list[Wanted] = []
+        trials: set[str] = set()
+        checkpoints: dict[str, dict[int, tuple[str, list[Wanted]]]] = {}
+        for rel, blob in sorted(blobs.items()):
+            if not safe_name(rel):
+                left_out.append(rel)
+                continue
+            parts = rel.split("/")
+            if len(parts) >= 2:
+                trials.add(parts[0])
+            found = TUNE_CHECKPOINT.fullmatch(parts[1]) if len(parts) >= 3 else None
+            if found:
+                by_number = checkpoints.setdefault(parts[0], {})
+                by_number.setdefault(int(found.group(1)), (parts[1], []))[1].append(
+                    _wanted(rel, blob)
+                )
+            else:
+                plain.append(_wanted(rel, blob))
+        _prepare(destination)
+        # The trials' progress.csv first: it says which checkpoints are complete.
+        first = [w for w in plain if w.name == f"{w.name.split('/')[0]}/{PROGRESS_CSV}"]
+        got = self._get(name, first, destination, None, left_out)
+        chosen: list[Wanted] = []
+        picked: list[tuple[str, str | None]] = []
+        older = unpublished = 0
+        for trial in sorted(trials):
+            by_number = checkpoints.get(trial, {})
+            last = last_checkpoint(destination / trial / PROGRESS_CSV, by_number)
+            for number, (_, files) in by_number.items():
+                if number == last:
+                    chosen.extend(files)
+                elif last is not None and number < last:
+                    older += len(files)
+                else:
+                    unpublished += len(files)
+            picked.append((trial, by_number[last][0] if last is not None else None))
+        rest = self._get(
+            name, [w for w in plain if w not in first] + chosen, destination, progress, left_out
+        )
         return StoreDownload(
-            f"{self.url.url}/{run}",
+            f"{self.url.url}/{name}",
             destination,
-            str(pointer["checkpoint"]) if pointer else None,
-            iteration if isinstance(iteration, int) else None,
-            fetched,
-            resumed,
-            skipped,
-            done,
+            None,
+            None,
+            got.fetched + rest.fetched,
+            got.resumed + rest.resumed,
+            got.skipped + rest.skipped,
+            got.bytes + rest.bytes,
             tuple(left_out),
             unpublished,
             older,
-            tuple(unwritable),
+            tuple(got.unwritable + rest.unwritable),
+            tuple(picked),
         )
 
     def _fetch(self, run: str, w: Wanted, local: Path, start: int, step: Any) -> None:
@@ -588,6 +772,57 @@ class Store:
             if e.errno in _NOT_HERE:
                 part.unlink(missing_ok=True)
             raise _unwritable(local, e) from None
+
+
+@dataclass
+class _Got:
+    fetched: int = 0
+    resumed: int = 0
+    skipped: int = 0
+    bytes: int = 0
+    unwritable: list[str] = field(default_factory=list)
+
+
+def _wanted(name: str, blob: Any) -> Wanted:
+    return Wanted(name, int(blob.size or 0), blob.last_modified.timestamp(), str(blob.etag or ""))
+
+
+def _prepare(destination: Path) -> None:
+    try:
+        destination.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise local_error(destination, e) from None
+    if destination.is_symlink():
+        raise DriverError(f"{destination} is a symlink: refusing to write through it")
+
+
+def last_checkpoint(progress: Path, present: Mapping[int, object]) -> int | None:
+    """A Tune trial's last complete checkpoint, of the numbers in ``present`` (its
+    ``checkpoint_NNNNNN`` folders in the store): the highest one a row of its progress.csv
+    (``progress``, downloaded) names in the column ``checkpoint_dir_name``; None when none.
+
+    Why a row and not "all its files are there": Tune writes no list of a checkpoint's files,
+    so the store cannot say which are missing. But Ray Train persists a reported checkpoint to
+    the storage (every file copied and closed; on the mounted container each file is one blob,
+    committed whole) *before* the result that names it reaches Tune, which only then appends
+    the row. So a checkpoint a row names is complete, and a newer one no row names yet is still
+    being written (or its trial stopped mid-copy). A progress.csv without the column (not
+    Tune's) leaves the highest-numbered folder; one that cannot be read, none."""
+    if not present or not _regular(progress):
+        return None
+    named: set[int] = set()
+    try:
+        with progress.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if CHECKPOINT_COLUMN not in (reader.fieldnames or []):
+                return max(present)
+            for row in reader:
+                found = TUNE_CHECKPOINT.fullmatch((row.get(CHECKPOINT_COLUMN) or "").strip())
+                if found:
+                    named.add(int(found.group(1)))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return max((n for n in present if n in named), default=None)
 
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

@@ -119,3 +119,23 @@ def test_an_output_in_a_missing_folder_is_refused_not_created(tmp_path: Path, wh
     assert not (tmp_path / "new").exists()
     assert not Path("/raydriver-no-such-folder").exists()
     assert sorted(p.name for p in run.iterdir()) == ["progress.csv"]
+
+
+def test_a_tune_experiment_folder_is_one_line_per_trial(tmp_path: Path) -> None:
+    """A downloaded Tune experiment: trial folders with RLlib's column names."""
+    experiment = tmp_path / "sweep"
+    header = "env_runners/episode_return_mean,num_env_steps_sampled_lifetime,time_total_s\n"
+    for x, trial in ((1, "trainable_a_00000"), (2, "trainable_a_00001")):
+        (experiment / trial / "checkpoint_000000").mkdir(parents=True)
+        (experiment / trial / "progress.csv").write_text(
+            header + "".join(f"{x * i},{100 * i},{0.5 * i}\n" for i in (1, 2, 3))
+        )
+    (experiment / "tuner.pkl").write_bytes(b"pickle")
+    drawn = plot([experiment])
+    assert drawn.output == experiment / "curve.png"
+    assert [c.label for c in drawn.curves] == ["trainable_a_00000", "trainable_a_00001"]
+    assert drawn.vs_env_steps == (
+        ((100.0, 200.0, 300.0), (1.0, 2.0, 3.0)),
+        ((100.0, 200.0, 300.0), (2.0, 4.0, 6.0)),
+    )
+    assert drawn.vs_time[1] == ((0.5, 1.0, 1.5), (2.0, 4.0, 6.0))

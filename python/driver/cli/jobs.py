@@ -44,7 +44,7 @@ from driver.errors import (
 )
 from driver.jobs import TERMINAL, LogStream
 from driver.settings import RESULTS_ENV
-from driver.store import url_from
+from driver.store import RESULTS_URL_ENV, url_from
 from driver.upload import ALLOW_FLAG
 from driver.workdir import (
     ENTRYPOINT_NAMES,
@@ -178,7 +178,14 @@ def register(verbs: Verbs) -> None:
         "instead, with no cluster: its plain files and the checkpoint latest.json names; a "
         "partial download resumes where it stopped.",
     )
-    job_id_arg(p)
+    p.add_argument(
+        "submission_id",
+        metavar="ID",
+        type=results.run_name,
+        help="the job's id; with a results store also a Tune experiment, "
+        "ray_results/EXPERIMENT (or EXPERIMENT when no run has that id), downloaded to "
+        "DIR/ray_results/EXPERIMENT",
+    )
     p.add_argument(
         "--results",
         default="results",
@@ -435,6 +442,11 @@ def cmd_download(args: argparse.Namespace) -> int:
         if args.plot:
             results.plot_runs([stored.destination], None)
         return EXIT_OK
+    if "/" in sid:
+        raise DriverError(
+            f"{terminal_safe(sid)} is a Tune experiment: it is read from the results store, "
+            f"give --results-url URL (or set {RESULTS_URL_ENV})"
+        )
     with open_cluster(args) as cluster:
         report = cluster.download(
             sid, Path(args.results) / sid, progress=byte_bar(f"downloading {sid}")

@@ -13,7 +13,32 @@ from driver.cli.options import Verbs, verb
 from driver.cli.output import byte_bar, listed, plural, say, shown, size
 from driver.errors import EXIT_OK, DriverError
 from driver.jobs import check_submission_id
-from driver.store import RESULTS_URL_ENV, Store, StoreDownload, StoreUrl, url_from
+from driver.store import (
+    RESULTS_URL_ENV,
+    TUNE_ROOT,
+    NoRun,
+    Store,
+    StoreDownload,
+    StoreUrl,
+    safe_name,
+    url_from,
+)
+
+
+def run_name(text: str) -> str:
+    """A run's id (a submission id), or a Tune experiment as ``ray_results/EXPERIMENT``."""
+    if text.startswith(f"{TUNE_ROOT}/"):
+        experiment = text[len(TUNE_ROOT) + 1 :]
+        if not safe_name(experiment) or "/" in experiment:
+            raise DriverError(
+                f"{shown(text, 200)!r}: expected {TUNE_ROOT}/EXPERIMENT, one folder name (as "
+                "`runs` lists it)"
+            )
+        return text
+    try:
+        return check_submission_id(text)
+    except ValueError as e:
+        raise DriverError(f"{text!r}: {e}") from None
 
 
 def results_url_arg(p: argparse.ArgumentParser, what: str) -> None:
@@ -101,21 +126,24 @@ def cmd_plot(args: argparse.Namespace) -> int:
         return EXIT_OK
     assert url is not None
     for run in stored:
-        try:
-            check_submission_id(run)
-        except ValueError as e:
-            raise DriverError(f"{run!r}: {e}") from None
+        run_name(run)
     with tempfile.TemporaryDirectory(prefix="raydriver-plot-") as tmp, Store(url) as store:
         folders = []
         for run in args.runs:
             if run not in stored:
                 folders.append(Path(run))
                 continue
-            folder = Path(tmp) / run
-            store.fetch_progress(run, folder)
-            folders.append(folder)
-        if output is None and len(folders) == 1:
-            output = Path(f"{stored[0]}.png")
+            experiment = store.experiment(run) if "/" in run else None
+            if experiment is None:
+                try:
+                    folders.append(store.fetch_progress(run, Path(tmp) / run))
+                    continue
+                except NoRun as e:  # no harness run of that name: a Tune experiment's?
+                    experiment = store.experiment_instead(run, e)
+            # A Tune experiment: one line per trial.
+            folders.extend(store.trial_progress(experiment, Path(tmp) / experiment))
+        if output is None and len(stored) == len(args.runs) == 1:
+            output = Path(f"{stored[0].rsplit('/', 1)[-1]}.png")
         plot_runs(folders, output)
     return EXIT_OK
 
@@ -137,7 +165,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in runs:
         checkpoint = shown(r.checkpoint, 100) if r.checkpoint else None
         published = (
-            f"{checkpoint} (iteration {r.iteration})"
+            f"Tune experiment, {plural(r.trials, 'trial')}"
+            if r.trials is not None
+            else f"{checkpoint} (iteration {r.iteration})"
             if checkpoint and r.iteration is not None
             else checkpoint or "no checkpoint yet"
         )
@@ -148,14 +178,32 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def download_from_store(url: StoreUrl, sid: str, results: Path) -> StoreDownload:
-    """``download`` with a results store: the run's published files, into RESULTS/SID."""
+    """``download`` with a results store: the run's published files, into RESULTS/SID; a Tune
+    experiment (``ray_results/NAME``, or NAME when no run has that id) into
+    RESULTS/ray_results/NAME."""
     with Store(url) as store:
-        report = store.download(sid, results / sid, progress=byte_bar(f"downloading {sid}"))
-    what = (
-        f"checkpoint {shown(report.checkpoint, 100)} (iteration {report.iteration})"
-        if report.checkpoint
-        else "no checkpoint published yet"
-    )
+        experiment = store.experiment(sid) if "/" in sid else None
+        if experiment is None:
+            try:
+                report = store.download(sid, results / sid, progress=byte_bar(f"downloading {sid}"))
+            except NoRun as e:  # no harness run of that name: a Tune experiment's?
+                experiment = store.experiment_instead(sid, e)
+        if experiment is not None:
+            report = store.download_experiment(
+                experiment, results / experiment, progress=byte_bar(f"downloading {experiment}")
+            )
+    if report.trials is not None:
+        without = [shown(t, 100) for t, checkpoint in report.trials if checkpoint is None]
+        what = f"Tune experiment of {plural(len(report.trials), 'trial')}, " + (
+            "each with its last complete checkpoint"
+            if not without
+            else f"{len(report.trials) - len(without)} with their last complete checkpoint, "
+            f"none yet for {listed(without)}"
+        )
+    elif report.checkpoint:
+        what = f"checkpoint {shown(report.checkpoint, 100)} (iteration {report.iteration})"
+    else:
+        what = "no checkpoint published yet"
     say(
         f"Downloaded {plural(report.fetched, 'file')} ({size(report.bytes_fetched)}) from "
         f"{report.source} to {report.destination}: {what}"
@@ -164,13 +212,23 @@ def download_from_store(url: StoreUrl, sid: str, results: Path) -> StoreDownload
     )
     if report.older:
         say(
-            f"Left out {plural(report.older, 'file')} of older checkpoints (published before; "
-            "only the one latest.json names is downloaded)"
+            f"Left out {plural(report.older, 'file')} of older checkpoints "
+            + (
+                "(only each trial's last complete one is downloaded)"
+                if report.trials is not None
+                else "(published before; only the one latest.json names is downloaded)"
+            )
         )
     if report.unpublished:
         say(
-            f"Left out {plural(report.unpublished, 'file')} of checkpoints not published "
-            f"(newer than latest.json: still uploading, or their uploader stopped)"
+            f"Left out {plural(report.unpublished, 'file')} of checkpoints "
+            + (
+                "no result of their trial names yet (still being written, or the trial "
+                "stopped while writing)"
+                if report.trials is not None
+                else "not published (newer than latest.json: still uploading, or their "
+                "uploader stopped)"
+            )
         )
     if report.left_out:
         say(

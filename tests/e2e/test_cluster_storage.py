@@ -4,13 +4,18 @@ storage in it, so a user's own Tune sweep runs across nodes as on a laptop."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
 
 from driver import layout
-from rehearsal_cluster import RehearsalCluster, cluster_results_container
+from nodekit.rehearsal.services import keyvault
+from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config, laptop_env
+from rehearsal_cluster import CLIENT_ID, RehearsalCluster, cluster_results_container
 from support import REPO, job_failure, run_driver
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
@@ -31,7 +36,8 @@ def test_a_users_own_tune_sweep_runs_its_trials_on_both_workers_and_every_node_r
 ) -> None:
     """Two PPO trials, checkpoints every 2 iterations and at the end, no storage_path: each trial
     runs on its own worker and saves there; the checkpoints are in Blob storage; each one
-    restores on the other worker."""
+    restores on the other worker; ``download`` brings the experiment from Blob storage to this
+    machine (as a laptop, with its own identity) and each trial's last checkpoint restores here."""
     cluster = ["--head", rehearsal.head, "-i", str(rehearsal.ssh_key)]
     name = f"sweep-{time.strftime('%H%M%S')}"
     r = run_driver(
@@ -88,3 +94,45 @@ def test_a_users_own_tune_sweep_runs_its_trials_on_both_workers_and_every_node_r
     assert sorted((str(x["node_ip"]), str(x["path"]), x["iteration"]) for x in restored) == sorted(
         (other[str(t["node_ip"])], str(t["checkpoint"]), 4) for t in trials
     )
+
+    # From Blob storage to a laptop, as with the cluster gone: every trial's last checkpoint.
+    url = json.loads((rehearsal.dir / "state.json").read_text())["results_url"]
+    shared = keyvault.shared(rehearsal.dir / "azure")
+    laptop = FakeImds(tmp_path / "imds")
+    (tmp_path / "imds" / "config.json").write_text(
+        json.dumps(imds_config(bytes.fromhex(shared["token_key"]), "laptop", {CLIENT_ID: "laptop"}))
+    )
+    laptop.start()
+    try:
+        environment = {
+            **laptop_env(laptop.url, CLIENT_ID, Path(shared["ca"])),
+            "RAYDRIVER_RESULTS_EMULATOR": urllib.parse.urlsplit(url).netloc,
+        }
+        done = run_driver(
+            "download", f"ray_results/{name}", "--results-url", url,
+            home=tmp_path / "home", cwd=tmp_path, env=environment,
+        )  # fmt: skip
+    finally:
+        laptop.stop()
+    assert done.returncode == 0, done.stderr[-3000:]
+    local = tmp_path / "results" / "ray_results" / name
+    checkpoints = [local / (str(t["checkpoint"])[len(HOME_RESULTS + name) + 1 :]) for t in trials]
+    assert all((c / "rllib_checkpoint.json").is_file() for c in checkpoints), done.stderr
+    restored = subprocess.run(
+        [sys.executable, "-c", _RESTORE_HERE, *map(str, checkpoints)],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    )  # fmt: skip
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    assert restored.stdout.split() == ["4", "4"], restored.stdout
+
+
+_RESTORE_HERE = """
+import sys
+import ray
+from ray.rllib.algorithms.algorithm import Algorithm
+ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+for path in sys.argv[1:]:
+    algo = Algorithm.from_checkpoint(path)
+    print(algo.iteration, flush=True)
+    algo.stop()
+"""

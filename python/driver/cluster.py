@@ -58,6 +58,11 @@ class Cluster(Protocol):
         """What the head's autostop agent last recorded (idle since, sizes), None without one."""
         ...
 
+    def storage_state(self) -> dict[str, Any] | None:
+        """The cluster storage as the head has it: ``{"configured", "mounted", "path",
+        "account", "container"}``; None where there is none to have (local Ray)."""
+        ...
+
     def download(
         self, submission_id: str, destination: Path, progress: ByteProgress | None = None
     ) -> DownloadReport:

@@ -451,6 +451,9 @@ class LocalCluster:
     def autostop_state(self) -> dict[str, Any] | None:
         return None  # local Ray never stops itself
 
+    def storage_state(self) -> dict[str, Any] | None:
+        return None  # one machine: its own disk is every node's
+
     def download(
         self, submission_id: str, destination: Path, progress: ByteProgress | None = None
     ) -> DownloadReport:

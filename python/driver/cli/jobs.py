@@ -9,6 +9,7 @@ import secrets
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from driver import layout, upload
 from driver.cli import results
@@ -351,10 +352,15 @@ def cluster_status(args: argparse.Namespace) -> int:
     with open_cluster(args) as cluster:
         status = cluster.jobs().cluster_status()
         autostop = cluster.autostop_state()
+        storage = cluster.storage_state()
     workers = len([n for n in status.nodes if n["state"] == "ALIVE" and not n["head"]])
     extra = [idle_line(autostop), rate_line(autostop, workers)] if autostop else []
+    if storage is not None:
+        extra.append(storage_line(storage))
     if args.json:
         doc = status.as_dict()
+        if storage is not None:
+            doc["storage"] = storage
         if autostop:
             doc["autostop"] = autostop
             doc["idle"], doc["rate"] = extra
@@ -377,6 +383,25 @@ def cluster_status(args: argparse.Namespace) -> int:
     for line in extra:
         print(line)
     return EXIT_OK
+
+
+def storage_line(state: dict[str, Any]) -> str:
+    """One line on the cluster storage (README: "Cluster storage"), from ``storage_state``."""
+    if not state.get("configured"):
+        return (
+            "cluster storage: none (deployed without results storage): a Tune run on several "
+            "nodes needs a storage_path every node reaches"
+        )
+    where = terminal_safe(f"{state.get('account', '')}/{state.get('container', '')}")
+    if state.get("mounted"):
+        return (
+            f"cluster storage: {state['path']} on every node (Blob container {where}), "
+            "Tune's default ~/ray_results there"
+        )
+    return (
+        f"cluster storage: NOT MOUNTED on the head (Blob container {where}): see "
+        "`python -m driver ssh -- journalctl -u ray-storage`"
+    )
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

@@ -585,6 +585,64 @@ def test_the_rehearsal_power_verbs_refuse_unknown_nodes(verb: str) -> None:
     ], r.stderr
 
 
+# -- 4. a Tune trial's worker lost: the trial goes on from the cluster storage -------------------
+def test_a_tune_trial_whose_worker_crashes_goes_on_from_its_last_checkpoint_on_a_new_worker(
+    rehearsal: RehearsalCluster, tmp_path: Path
+) -> None:
+    """A user's own Tune sweep (tests/fixtures/jobs/tune_sweep.py: Tune's default storage, a
+    checkpoint every 2 iterations, FailureConfig) runs on the workers; once a trial's second
+    checkpoint is in the cluster storage, every worker crashes (no drain) and a new one boots,
+    as the scale set's repair brings one. The trial goes on from a checkpoint on the new
+    worker: its iteration counter continues (8 in all) with fewer iterations since its restore
+    than in all, which a trial started over would not show; Ray saw the old workers die."""
+    cluster = Rehearsal(rehearsal.name)
+    store = ResultsStore.of(cluster)
+    home = tmp_path / "home"
+    name = f"sweep-crash-{RUN}"
+    r = run_driver(
+        "submit", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), "--submission-id",
+        name, "--no-wait", str(REPO / "tests/fixtures/jobs/tune_sweep.py"), "--", "8", name,
+        home=home,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+    def second_checkpoint() -> str | None:
+        blobs = store.container().list_blobs(name_starts_with=f"ray_results/{name}/")
+        return next((b.name for b in blobs if "/checkpoint_000001/" in b.name), None)
+
+    try:
+        saved = _until(second_checkpoint, 900, "a trial's second checkpoint in storage", every=1)
+    except AssertionError as e:
+        pytest.fail(f"{e}\n{_job_report(rehearsal, home, name)}")
+    lost = _alive_workers(rehearsal)
+    assert lost, "no worker to lose"
+    for ip in lost:
+        cluster.crash(_worker_at(cluster, ip).name)
+    assert _status(rehearsal, home, name) == "RUNNING"  # the loss came while it trained
+    [new] = cluster.add_workers(1)
+
+    done = _follow_lines(rehearsal, home, name)
+    trials = [json.loads(ln[len("TRIAL ") :]) for ln in done if ln.startswith("TRIAL ")]
+    assert len(trials) == 2, done[-40:]
+    assert all(t["iterations"] == 8 for t in trials), trials
+    resumed = [t for t in trials if t["since_restore"] < t["iterations"]]
+    assert resumed, f"no trial went on from a checkpoint (saved first: {saved}): {trials}"
+    assert all(t["node_ip"] == new.ip for t in resumed), (new.ip, trials)
+    nodes = [n for n in _ray_nodes(rehearsal) or [] if n["node_ip"] in lost]
+    assert nodes and all(n["state"] == "DEAD" for n in nodes), nodes
+    print(json.dumps({"saved_first": saved, "lost": sorted(lost), "new": new.ip, "trials": trials}))
+
+
+def _follow_lines(rehearsal: RehearsalCluster, home: Path, sid: str) -> list[str]:
+    """``logs -f`` to the end of a job that succeeds; its output's lines."""
+    r = run_driver(
+        "logs", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), "-f", sid,
+        home=home, timeout=1800,
+    )  # fmt: skip
+    assert r.returncode == 0, job_failure(r)
+    return r.stdout.splitlines()
+
+
 # -- 4. the results with every node off ---------------------------------------------------------
 def test_with_every_node_powered_off_download_and_plot_read_the_results_storage(
     rehearsal: RehearsalCluster, tmp_path: Path

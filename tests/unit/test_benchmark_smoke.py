@@ -174,3 +174,24 @@ def test_the_results_store_benchmark_in_smoke_mode() -> None:
     assert on["iterations"] == 2 and positive(on["env_steps_per_s"]), on
     # A checkpoint after each iteration: the first published while the run trained on.
     assert on["published"] == 2 and on["store_problems"] == [] and on["final_upload"], on
+
+
+def test_the_cluster_storage_benchmark_in_smoke_mode(tmp_path: Path) -> None:
+    """Any two folders stand for the mount and the disk: a CartPole checkpoint written and read
+    back in each, and nothing of it left."""
+    shared, local = tmp_path / "shared", tmp_path / "local"
+    shared.mkdir()
+    local.mkdir()
+    p, printed = run_benchmark(
+        "cluster_storage", "--smoke", "--shared", str(shared), "--local", str(local), timeout=300
+    )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [out] = printed
+    assert out["smoke"] is True and list(out["models"]) == ["cartpole"]
+    cartpole = out["models"]["cartpole"]
+    assert cartpole["checkpoint_bytes"] > 1_000_000
+    for where in ("shared", "local"):
+        assert positive(cartpole[where]["write_s"]) and positive(cartpole[where]["restore_s"])
+    assert not any(shared.iterdir()) and not any(local.iterdir())
+    p, _ = run_benchmark("cluster_storage", "--shared", "/nonexistent/x/y", timeout=300)
+    assert p.returncode == 2 and "does not exist" in p.stderr.strip().splitlines()[-1]

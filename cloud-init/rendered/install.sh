@@ -809,7 +809,14 @@ ENV
             --config /dev/null --max-depth 1 --contimeout 10s --timeout 30s --retries 1 \
             --low-level-retries 1 2>&1 >/dev/null) || { log "$out"; return 1; }
     }
-    retry storage_check || fail "cluster storage $RESULTS_URL: $(tail -n 1 <<<"$out" | sed -E 's#^[0-9/]+ [0-9:]+ ##' | cut -c1-300)"
+    storage_reason() {
+        local why
+        why=$(grep -E ' ERROR : |^RESPONSE [0-9]+|^ERROR CODE:' <<<"$out" | head -n 3 |
+            sed -E 's#^[0-9/]+ [0-9:]+ ERROR : ##; s/ +$//' | paste -sd '|' | sed 's/|/; /g')
+        [ -n "$why" ] || why=$(grep -v '^ *$' <<<"$out" | tail -n 1)
+        cut -c1-300 <<<"$why"
+    }
+    retry storage_check || fail "cluster storage $RESULTS_URL: $(storage_reason)"
     systemctl daemon-reload
     systemctl enable --now ray-storage.service || fail "cluster storage: ray-storage.service did not mount $RESULTS_URL"
     install -d -m 0755 /etc/systemd/system/ray-$ROLE.service.d

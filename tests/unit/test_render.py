@@ -608,3 +608,96 @@ def test_the_storage_client_is_pinned_in_the_node_lock() -> None:
     assert len(pinned) == 1
     assert re.search(rf"^{re.escape(pinned[0])} \\$", render.read_lock(), re.M)
     assert "fuse3" in render.load_config()["os_packages"]
+
+
+# What rclone 1.75 prints to stderr when `lsf` fails, as it printed it here (the first two: a
+# closed port, and the node's metadata service refusing an identity not attached), and Azure's
+# storage refusal in the Azure SDK's documented error layout (Azurite checks no roles).
+_RCLONE_REFUSED = (
+    "2026/11/28 12:28:08 ERROR : error listing: dial tcp 127.0.0.1:1: connect: connection "
+    "refused\n2026/11/28 12:28:08 NOTICE: Failed to lsf with 2 errors: last error was: error in "
+    "ListJSON: dial tcp 127.0.0.1:1: connect: connection refused\n"
+)
+_RCLONE_NO_IDENTITY = """2026/11/28 12:28:08 ERROR : error listing: ManagedIdentityCredential \
+authentication failed. the requested identity isn't assigned to this resource
+GET http://169.254.169.254/metadata/identity/oauth2/token
+--------------------------------------------------------------------------------
+RESPONSE 400: 400 Bad Request
+--------------------------------------------------------------------------------
+{
+  "error": "invalid_request",
+  "error_description": "Identity not found"
+}
+--------------------------------------------------------------------------------
+To troubleshoot, visit https://aka.ms/azsdk/go/identity/troubleshoot#managed-id
+"""
+_RCLONE_FORBIDDEN = """2026/11/28 12:28:08 ERROR : error listing: GET \
+https://rlresults42.blob.core.windows.net/results
+--------------------------------------------------------------------------------
+RESPONSE 403: 403 This request is not authorized to perform this operation using this permission.
+ERROR CODE: AuthorizationPermissionMismatch
+--------------------------------------------------------------------------------
+<?xml version="1.0" encoding="utf-8"?><Error><Code>AuthorizationPermissionMismatch</Code></Error>
+--------------------------------------------------------------------------------
+"""
+
+
+@pytest.mark.parametrize(
+    ("stderr", "reason"),
+    [
+        (_RCLONE_REFUSED, "error listing: dial tcp 127.0.0.1:1: connect: connection refused"),
+        (
+            _RCLONE_NO_IDENTITY,
+            "error listing: ManagedIdentityCredential authentication failed. the requested "
+            "identity isn't assigned to this resource; RESPONSE 400: 400 Bad Request",
+        ),
+        (
+            _RCLONE_FORBIDDEN,
+            "error listing: GET https://rlresults42.blob.core.windows.net/results; RESPONSE "
+            "403: 403 This request is not authorized to perform this operation using this "
+            "permission.; ERROR CODE: AuthorizationPermissionMismatch",
+        ),
+        ("something else\n\n", "something else"),
+    ],
+)
+def test_storage_out_of_reach_at_boot_fails_the_node_with_rclones_reason_on_one_line(
+    stderr: str, reason: str, tmp_path: Path
+) -> None:
+    """The bootstrap's check (``rclone lsf`` of the container, retried) run with an rclone that
+    fails as the real one does: the failed marker's line names the URL and the reason, one
+    line; nothing is mounted."""
+    script = _files((RENDERED / "worker.yaml").read_text())["/usr/local/sbin/ray-cluster-bootstrap"]
+    found = re.search(
+        r"^ *storage_check\(\) \{.*?^ *retry storage_check \|\| fail .*?$", script, re.S | re.M
+    )
+    assert found, "the bootstrap's storage check moved"
+    block = found.group(0).replace(layout.STORAGE_ENV, str(tmp_path / "storage.env"))
+    (tmp_path / "storage.env").write_text("RCLONE_AZUREBLOB_ACCOUNT=rlresults42\n")
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "rclone").write_text(
+        f"#!/bin/bash\necho x >>{tmp_path}/calls\ncat >&2 <<'OUT'\n{stderr}OUT\nexit 1\n"
+    )
+    (tmp_path / "venv" / "bin" / "rclone").chmod(0o755)
+    shell = subprocess.run(
+        [
+            "bash",
+            "-c",
+            "set -Eeuo pipefail\nlog() { :; }\n"
+            'fail() { printf "%s\\n" "$*" >"$FAILED"; exit 1; }\n'
+            'retry() { "$@" || "$@"; }\n' + block,
+        ],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "VENV": str(tmp_path / "venv"),
+            "FAILED": str(tmp_path / "failed"),
+            "S_CONTAINER": "results",
+            "RESULTS_URL": "https://rlresults42.blob.core.windows.net/results",
+        },
+        capture_output=True,
+        text=True,
+    )
+    assert shell.returncode == 1, shell.stderr
+    assert (tmp_path / "calls").read_text() == "x\nx\n"  # retried
+    assert (tmp_path / "failed").read_text() == (
+        f"cluster storage https://rlresults42.blob.core.windows.net/results: {reason}\n"
+    )

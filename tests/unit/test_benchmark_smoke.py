@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from driver import layout
 from support import REPO, run_benchmark
 
 BENCHMARKS = sorted(p.stem for p in (REPO / "benchmarks").glob("*.py"))
@@ -193,5 +194,12 @@ def test_the_cluster_storage_benchmark_in_smoke_mode(tmp_path: Path) -> None:
     for where in ("shared", "local"):
         assert positive(cartpole[where]["write_s"]) and positive(cartpole[where]["restore_s"])
     assert not any(shared.iterdir()) and not any(local.iterdir())
+    # Its default is in the cluster storage (it runs on nodes, where the driver is not).
+    default = re.search(r'^SHARED_DEFAULT = "(.*)"$', _source("cluster_storage"), re.M)
+    assert default and default[1].startswith(layout.CLUSTER_STORAGE_DIR + "/")
     p, _ = run_benchmark("cluster_storage", "--shared", "/nonexistent/x/y", timeout=300)
     assert p.returncode == 2 and "does not exist" in p.stderr.strip().splitlines()[-1]
+
+
+def _source(name: str) -> str:
+    return (REPO / "benchmarks" / f"{name}.py").read_text()

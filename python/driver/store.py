@@ -89,6 +89,21 @@ RETRY: dict[str, Any] = {"retry_total": 3, "initial_backoff": 1, "increment_base
 """Storage's default retries wait 15 s, 18 s, 24 s... on an address that does not answer."""
 
 
+def tune_experiment(text: str) -> str | None:
+    """``text`` when it names a Tune experiment (``ray_results/EXPERIMENT``, one folder name);
+    None when it does not start with ``ray_results/``; a DriverError when it does but names no
+    one folder."""
+    if not text.startswith(f"{TUNE_ROOT}/"):
+        return None
+    experiment = text[len(TUNE_ROOT) + 1 :]
+    if not safe_name(experiment) or "/" in experiment:
+        raise DriverError(
+            f"{untrusted.shown(text, 200)!r}: expected {TUNE_ROOT}/EXPERIMENT (one folder "
+            "name, as `runs` lists it)"
+        )
+    return text
+
+
 @dataclass(frozen=True)
 class StoreUrl:
     url: str
@@ -590,14 +605,8 @@ class Store:
         """The Tune experiment NAME means, as ``ray_results/<experiment>``: NAME itself when it
         starts with ``ray_results/``; ``ray_results/NAME`` when the store has no harness run
         NAME but has that experiment (a harness run of the same name wins); else None."""
-        if name.startswith(f"{TUNE_ROOT}/"):
-            experiment = name[len(TUNE_ROOT) + 1 :]
-            if not safe_name(experiment) or "/" in experiment:
-                raise DriverError(
-                    f"{untrusted.shown(name, 200)!r}: expected {TUNE_ROOT}/EXPERIMENT (one "
-                    "folder name, as `runs` lists it)"
-                )
-            return name
+        if (named := tune_experiment(name)) is not None:
+            return named
         if not safe_name(name) or "/" in name or self._holds(f"{name}/"):
             return None
         return f"{TUNE_ROOT}/{name}" if self._holds(f"{TUNE_ROOT}/{name}/") else None

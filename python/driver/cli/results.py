@@ -15,26 +15,19 @@ from driver.errors import EXIT_OK, DriverError
 from driver.jobs import check_submission_id
 from driver.store import (
     RESULTS_URL_ENV,
-    TUNE_ROOT,
     NoRun,
     Store,
     StoreDownload,
     StoreUrl,
-    safe_name,
+    tune_experiment,
     url_from,
 )
 
 
 def run_name(text: str) -> str:
     """A run's id (a submission id), or a Tune experiment as ``ray_results/EXPERIMENT``."""
-    if text.startswith(f"{TUNE_ROOT}/"):
-        experiment = text[len(TUNE_ROOT) + 1 :]
-        if not safe_name(experiment) or "/" in experiment:
-            raise DriverError(
-                f"{shown(text, 200)!r}: expected {TUNE_ROOT}/EXPERIMENT, one folder name (as "
-                "`runs` lists it)"
-            )
-        return text
+    if (experiment := tune_experiment(text)) is not None:
+        return experiment
     try:
         return check_submission_id(text)
     except ValueError as e:

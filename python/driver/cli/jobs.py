@@ -177,7 +177,8 @@ def register(verbs: Verbs) -> None:
         "size are skipped. For local Ray, say where the results already are. With a results "
         "store (--results-url, or its env), read the run's published files from Blob storage "
         "instead, with no cluster: its plain files and the checkpoint latest.json names; a "
-        "partial download resumes where it stopped.",
+        "partial download resumes where it stopped. ID ray_results/EXPERIMENT (a store "
+        "only): a Tune experiment, each trial's files and last checkpoint.",
     )
     p.add_argument(
         "submission_id",

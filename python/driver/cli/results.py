@@ -80,8 +80,9 @@ def register(verbs: Verbs) -> None:
         "List the runs in the results store (Blob storage), with no cluster.",
         "List the runs the jobs mirrored to the results store: one line each with the run's "
         "id, its last published checkpoint and iteration, the time of its last write and its "
-        "size. Reads the store with your Azure credential (az login); works after the "
-        "cluster is down or destroyed.",
+        "size; and the Tune experiments in the cluster storage (ray_results/EXPERIMENT, with "
+        "their trial count). Reads the store with your Azure credential (az login); works "
+        "after the cluster is down or destroyed.",
         cluster=False,
     )
     results_url_arg(p, "list")

@@ -5,7 +5,7 @@ object.
     python benchmarks/cluster_storage.py --shared DIR --local DIR      # any two folders
     python benchmarks/cluster_storage.py --smoke --shared DIR --local DIR   # it runs, untimed
 
-On a cluster (README: "Cluster storage") ``--shared`` defaults to a folder in
+On a cluster (docs/results-and-storage.md: "Cluster storage") ``--shared`` defaults to a folder in
 ``/mnt/cluster_storage`` (the results container, mounted by rclone without a write cache: a file
 is in Blob storage when its ``close()`` returns) and ``--local`` to one on the node's disk.
 

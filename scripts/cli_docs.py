@@ -53,7 +53,9 @@ def render() -> str:
     parts = [HEADER]
     for depth, parser in _walk(build_parser()):
         level = "#" * min(depth + 2, 6)
-        parts.append(f"\n{level} `{parser.prog}`\n\n```text\n{parser.format_help().rstrip()}\n```\n")
+        parts.append(
+            f"\n{level} `{parser.prog}`\n\n```text\n{parser.format_help().rstrip()}\n```\n"
+        )
     return "".join(parts)
 
 

@@ -205,9 +205,12 @@ def test_exec_help_names_the_ray_commands_it_refuses(capsys: pytest.CaptureFixtu
         assert f"`ray {verb}`" in text
 
 
-def test_the_readme_names_every_verb_of_the_driver() -> None:
-    """A verb the README never mentions is one nobody finds (exec was missing: issue 19)."""
-    readme = re.sub(r"```.*?```", "", (REPO / "README.md").read_text(), flags=re.S)
+def test_the_docs_name_every_verb_of_the_driver() -> None:
+    """A verb the docs never mention is one nobody finds (exec was missing: issue 19); docs/cli.md,
+    generated from the parser, has them all anyway, so it does not count here."""
+    pages = sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "cli.md")
+    text = "\n".join(p.read_text() for p in pages)
+    readme = re.sub(r"```.*?```", "", text, flags=re.S)
     parser = build_parser()
     verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     named = {w for span in re.findall(r"`([^`]+)`", readme) for w in re.split(r"[\s|]+", span)}

@@ -1,4 +1,4 @@
-"""The README's "Deploy to Azure" button opens the portal on this repository's raw
+"""The "Deploy to Azure" button (docs/deploy-bicep.md) opens the portal on this repository's raw
 azuredeploy.json and createUiDefinition.json (pyproject.toml's Repository, branch main), and
 scripts/deploy_button.py makes it for any repository."""
 
@@ -15,7 +15,7 @@ PORTAL = "https://portal.azure.com/#create/Microsoft.Template/uri/"
 
 
 def readme_link() -> str:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "deploy-bicep.md").read_text()
     [link] = re.findall(
         r"\[!\[Deploy to Azure\]\(https://aka\.ms/deploytoazurebutton\)\]\(([^)]+)\)", text
     )
@@ -42,4 +42,7 @@ def test_the_script_makes_links_for_a_fork_and_branch() -> None:
         "https://raw.githubusercontent.com/you/fork/my-branch/infra/bicep/azuredeploy.json"
     )
     assert unquote(ui).endswith("/you/fork/my-branch/infra/bicep/createUiDefinition.json")
-    assert deploy_button.badge(deploy_button.repository()) in (REPO / "README.md").read_text()
+    assert (
+        deploy_button.badge(deploy_button.repository())
+        in (REPO / "docs" / "deploy-bicep.md").read_text()
+    )

@@ -33,7 +33,7 @@ from fakes.retail_prices import FakeRetailPrices, vm_meters
 from support import REPO, driver_timeout, error_lines, run_driver
 
 MAX_DEPTH = 64
-"""driver.untrusted.MAX_DEPTH, as the README says it (imported in the tests that use the module,
+"""driver.untrusted.MAX_DEPTH, as docs/driver.md says it (imported in the tests that use the module,
 so that each test fails on its own on a driver without it)."""
 MEMORY = 1 << 30
 """The address space each driver process may use here (RLIMIT_AS): an unbounded read fails it."""
@@ -191,7 +191,7 @@ def test_1_deep_json_from_the_prices_api_is_one_line(hostile: Any, tmp_path: Pat
 
 # -- 2. a trickle -------------------------------------------------------------------------------
 BOUND_S = 2 * price.FETCH_TIMEOUT_S
-"""The documented bound on the whole price list (README: 20 s)."""
+"""The documented bound on the whole price list (docs/driver.md: 20 s)."""
 
 
 @pytest.mark.timeout(120)
@@ -683,8 +683,8 @@ def test_10_status_says_why_it_cannot_use_the_head_vm_id(
     assert azure.bodies == []
 
 
-def test_10_env_home_is_refused_as_the_readme_says() -> None:
-    """README: `--env HOME=/x` (any value but ${HOME}) would keep the job from starting; the
+def test_10_env_home_is_refused_as_the_docs_say() -> None:
+    """docs/driver.md: `--env HOME=/x` (any value but ${HOME}) would keep the job from starting; the
     advice is a variable of one's own, not `HOME=/x:${HOME}` (no home folder either)."""
     from driver.cli.jobs import check_job_env
     from driver.errors import DriverError
@@ -698,7 +698,7 @@ def test_10_env_home_is_refused_as_the_readme_says() -> None:
             f"e.g. MY_HOME={value}"
         )
     assert check_job_env({"HOME": "${HOME}", "PATH": "/opt/x:${PATH}"})["HOME"] == "${HOME}"
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "driver.md").read_text()
     assert (
         "| `--env HOME=/x` (any value but `${HOME}`) | would keep the job from starting; " in readme
     )

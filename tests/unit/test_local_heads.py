@@ -88,17 +88,17 @@ LISTENER_KINDS = {
     # A worker the raylet has just started listens before it renames itself ray::IDLE.
     "ray/_private/workers/default_worker.py": "worker",
 }
-"""A piece of a listening process's command line, and the name the README gives that kind."""
+"""A piece of a listening process's command line, and the name docs/driver.md gives that kind."""
 
 
 def _exposure_paragraph() -> str:
-    text = " ".join((REPO / "README.md").read_text().split())
+    text = " ".join((REPO / "docs" / "driver.md").read_text().split())
     start = text.index("What a local head exposes:")
     return text[start : text.index("For a cluster on Azure", start)]
 
 
-def test_the_readme_names_every_kind_of_process_that_listens(head) -> None:  # type: ignore[no-untyped-def]
-    """The README's list of what a local head exposes covers every process of it that listens
+def test_the_docs_name_every_kind_of_process_that_listens(head) -> None:  # type: ignore[no-untyped-def]
+    """docs/driver.md's list of what a local head exposes covers every process of it that listens
     (the Ray Client server was missing): a new kind of listener fails here until it is named."""
     _, running = head
     required = {"GCS", "raylet", "dashboard", "Ray Client server"}

@@ -36,6 +36,7 @@ def test_top_level_layout() -> None:
         ".github",
         "examples",
         "benchmarks",
+        "docs",
     ):
         path = REPO / folder
         assert path.is_dir(), folder

@@ -1,4 +1,4 @@
-"""``status``'s line on the cluster storage (README: "Cluster storage")."""
+"""``status``'s line on the cluster storage (docs/results-and-storage.md: "Cluster storage")."""
 
 from __future__ import annotations
 

@@ -577,7 +577,7 @@ def test_ray_plans_gpu_demand_on_the_gpu_pool_and_cpu_demand_on_the_cpu_pool() -
     assert plan(config, [{"CPU": 1, layout.SIMULATOR_RESOURCE: 1}] * 3) == {vp.WORKER_TYPE: 1}
     assert plan(config, [{"CPU": 1, "GPU": 1}, {"CPU": 4}]) == {GPU_TYPE: 1, vp.WORKER_TYPE: 1}
     # Ray prefers, it does not forbid: with the CPU pool at its max, CPU demand that fits
-    # nowhere else goes to the GPU pool (Ray's behaviour, kept; README "Worker pools").
+    # nowhere else goes to the GPU pool (Ray's behaviour, kept; docs/pools.md).
     assert plan(config, [{"CPU": 4}], existing={vp.WORKER_TYPE: 5}) == {GPU_TYPE: 1}
 
 

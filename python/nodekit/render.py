@@ -300,7 +300,7 @@ def gzip_b64(text: str) -> str:
 def without_docstrings(text: str) -> str:
     """Python source without its docstrings (the lines they span, found by ``ast``; every
     other line byte for byte): the head's custom data has no room for the autostop agent's
-    documentation, which stays in python/nodekit/node/ and README.md. A body that is only a
+    documentation, which stays in python/nodekit/node/ and docs/. A body that is only a
     docstring keeps it."""
     import ast
 
@@ -450,7 +450,7 @@ def compact_python(text: str) -> str:
     """Python source as the nodes get it: without its docstrings (``without_docstrings``) and
     its comments (found by ``tokenize``; a line that held only a comment goes, a trailing one is
     cut; a ``#!`` first line stays), every other line byte for byte. The custom data has no
-    room for the documentation, which stays in the sources and README.md."""
+    room for the documentation, which stays in the sources and docs/."""
     import io
     import tokenize
 

@@ -387,7 +387,7 @@ def cluster_status(args: argparse.Namespace) -> int:
 
 
 def storage_line(state: dict[str, Any]) -> str:
-    """One line on the cluster storage (README: "Cluster storage"), from ``storage_state``."""
+    """One line on the cluster storage (docs/results-and-storage.md), from ``storage_state``."""
     if not state.get("configured"):
         return (
             "cluster storage: none (deployed without results storage): a Tune run on several "

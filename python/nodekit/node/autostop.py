@@ -6,8 +6,8 @@ loopback, with the token; unreadable counts as busy), or an established TCP conn
 idle time is recorded): mode cpu disables every worker pool's autoscale setting; every pool's
 scale set's capacity goes to 0 (mode ray: then the head's Ray, its autoscaler, stops and the
 capacity is set to 0 again); the head's VM is deallocated. With the head's managed identity and
-azure_vmss_provider.py's client. README.md
-("Autostop") has the whole story; python/nodekit/node/autostop.py is the source.
+azure_vmss_provider.py's client. docs/autostop.md
+has the whole story; python/nodekit/node/autostop.py is the source.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ GPU_SIZES = {
     r"nc80adis_h100_v5": 2,
     r"nd96(asr_v4|amsr_a100_v4|isr_h100_v5)": 8,
 }
-"""NVIDIA GPUs of the N-series sizes whose GPUs the nodes support (README "GPU nodes": Turing
+"""NVIDIA GPUs of the N-series sizes whose GPUs the nodes support (docs/gpu.md: Turing
 and newer for the CUDA 13 torch: NCasT4_v3, NC A100 v4, NC H100 v5, ND A100 v4, NDm A100 v4,
 ND H100 v5), by the size's name without ``Standard_``, lower case: what a worker of that size
 registers with Ray (``--num-gpus``, the count its own check finds), so the autoscaler plans
@@ -143,8 +143,7 @@ def vm_size_gpus(size: str) -> int:
         return 0
     if re.match(UNSUPPORTED_GPUS, name):
         raise ProviderError(
-            f"VM size {size!r}: its GPUs (V100, NV-series) do not work on the nodes (README "
-            '"GPU nodes")'
+            f"VM size {size!r}: its GPUs (V100, NV-series) do not work on the nodes (docs/gpu.md)"
         )
     for pattern, count in GPU_SIZES.items():
         if re.fullmatch(pattern, name):

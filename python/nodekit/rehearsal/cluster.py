@@ -71,7 +71,7 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,8}$")
 GPU_VM_SIZE = "Standard_NC4as_T4_v3"
 """The GPU pool's VM size: the smallest of the node provider's GPU sizes (GPU_SIZES), one GPU
 as its containers declare to Ray. The provider plans its 4 vCPUs; a container offers this
-machine's CPUs (``nproc``), as the default pool's containers do (README "Rehearsal")."""
+machine's CPUs (``nproc``), as the default pool's containers do (docs/rehearsal.md)."""
 GPU_POOL_ADDRESSES = 10
 """The GPU pool's workers take the last addresses of the worker range (nodes 41 to 50), the
 default pool's the others: the scale sets never hand out one address twice."""

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from support import REPO
 
 PYTHON = REPO / "python"
@@ -175,6 +177,34 @@ def test_help_works_outside_the_checkout(tmp_path: Path) -> None:
                 env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NODEKIT_REPO": str(tmp_path)},
             )
             assert p.returncode == 0, (module, args, p.stderr)
+
+
+@pytest.mark.parametrize(("command", "module"), [("raydriver", "driver"), ("nodekit", "nodekit")])
+def test_the_console_scripts_are_the_modules_command_lines(
+    command: str, module: str, tmp_path: Path
+) -> None:
+    """pyproject's [project.scripts], installed next to this Python: the same parser, the
+    same answer as ``python -m MODULE`` (usage, help, and a usage error's exit code)."""
+    script = Path(sys.executable).parent / command
+    assert script.is_file(), f"{script} is not installed (pip install -e . installs it)"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for args in (["--help"], ["no-such-verb"]):
+        by_script = subprocess.run(
+            [str(script), *args], capture_output=True, text=True, cwd=tmp_path, env=env
+        )
+        by_module = subprocess.run(
+            [sys.executable, "-m", module, *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+        )
+        assert (by_script.returncode, by_script.stdout, by_script.stderr) == (
+            by_module.returncode,
+            by_module.stdout,
+            by_module.stderr,
+        )
+    assert by_script.returncode == 2
 
 
 TESTS_PATH = re.compile(r"(?:^|/)tests(?:/|$)")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from driver import layout
+from driver.store import TUNE_ROOT
 from nodekit.rehearsal.services import keyvault
 from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config, laptop_env
 from rehearsal_cluster import CLIENT_ID, RehearsalCluster, cluster_results_container
@@ -21,7 +22,7 @@ from support import REPO, job_failure, run_driver
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
 
 JOBS = REPO / "tests" / "fixtures" / "jobs"
-HOME_RESULTS = f"{layout.STATE_DIR}/home/ray_results/"
+HOME_RESULTS = f"{layout.STATE_DIR}/home/{TUNE_ROOT}/"
 """Tune's default storage as the job sees it (the ray user's ~/ray_results)."""
 
 
@@ -67,14 +68,14 @@ def test_a_users_own_tune_sweep_runs_its_trials_on_both_workers_and_every_node_r
     blobs = [
         b.name
         for b in cluster_results_container(rehearsal.dir).list_blobs(
-            name_starts_with=f"ray_results/{name}/"
+            name_starts_with=f"{TUNE_ROOT}/{name}/"
         )
     ]
-    assert any(b.startswith(f"ray_results/{name}/experiment_state") for b in blobs), blobs[:20]
+    assert any(b.startswith(f"{TUNE_ROOT}/{name}/experiment_state") for b in blobs), blobs[:20]
     for t in trials:
         path = str(t["path"])
         assert path.startswith(HOME_RESULTS + name + "/"), path
-        trial = "ray_results/" + path[len(HOME_RESULTS) :]
+        trial = f"{TUNE_ROOT}/" + path[len(HOME_RESULTS) :]
         for number in ("000000", "000001"):
             assert any(b.startswith(f"{trial}/checkpoint_{number}/") for b in blobs), (trial, blobs)
         assert str(t["checkpoint"]) == f"{path}/checkpoint_000001"
@@ -113,13 +114,13 @@ def test_a_users_own_tune_sweep_runs_its_trials_on_both_workers_and_every_node_r
             "RAYDRIVER_RESULTS_EMULATOR": urllib.parse.urlsplit(url).netloc,
         }
         done = run_driver(
-            "download", f"ray_results/{name}", "--results-url", url,
+            "download", f"{TUNE_ROOT}/{name}", "--results-url", url,
             home=tmp_path / "home", cwd=tmp_path, env=environment,
         )  # fmt: skip
     finally:
         laptop.stop()
     assert done.returncode == 0, done.stderr[-3000:]
-    local = tmp_path / "results" / "ray_results" / name
+    local = tmp_path / "results" / TUNE_ROOT / name
     checkpoints = [local / (str(t["checkpoint"])[len(HOME_RESULTS + name) + 1 :]) for t in trials]
     assert all((c / "rllib_checkpoint.json").is_file() for c in checkpoints), done.stderr
     restored = subprocess.run(

@@ -148,14 +148,20 @@ def _submit_no_wait(rehearsal: RehearsalCluster, home: Path, sid: str, *flags: s
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
 
-def _follow(rehearsal: RehearsalCluster, home: Path, sid: str) -> dict[str, Any]:
-    """``logs -f`` to the end; the job's RESULT summary."""
+def _follow_lines(rehearsal: RehearsalCluster, home: Path, sid: str) -> list[str]:
+    """``logs -f`` to the end of a job that succeeds; its output's lines."""
     r = run_driver(
         "logs", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), "-f", sid,
         home=home, timeout=1800,
     )  # fmt: skip
     assert r.returncode == 0, job_failure(r)
-    line = next(ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("RESULT "))
+    return r.stdout.splitlines()
+
+
+def _follow(rehearsal: RehearsalCluster, home: Path, sid: str) -> dict[str, Any]:
+    """``logs -f`` to the end; the job's RESULT summary."""
+    lines = _follow_lines(rehearsal, home, sid)
+    line = next(ln for ln in reversed(lines) if ln.startswith("RESULT "))
     return dict(json.loads(line[len("RESULT ") :]))
 
 
@@ -631,16 +637,6 @@ def test_a_tune_trial_whose_worker_crashes_goes_on_from_its_last_checkpoint_on_a
     nodes = [n for n in _ray_nodes(rehearsal) or [] if n["node_ip"] in lost]
     assert nodes and all(n["state"] == "DEAD" for n in nodes), nodes
     print(json.dumps({"saved_first": saved, "lost": sorted(lost), "new": new.ip, "trials": trials}))
-
-
-def _follow_lines(rehearsal: RehearsalCluster, home: Path, sid: str) -> list[str]:
-    """``logs -f`` to the end of a job that succeeds; its output's lines."""
-    r = run_driver(
-        "logs", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), "-f", sid,
-        home=home, timeout=1800,
-    )  # fmt: skip
-    assert r.returncode == 0, job_failure(r)
-    return r.stdout.splitlines()
 
 
 # -- 4. the results with every node off ---------------------------------------------------------

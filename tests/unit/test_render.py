@@ -16,6 +16,7 @@ import yaml
 
 from driver import layout
 from driver.errors import DriverError
+from driver.store import TUNE_ROOT
 from nodekit import render
 from nodekit.cli import main
 from support import REPO
@@ -596,7 +597,9 @@ def test_every_node_mounts_the_cluster_storage_before_ray_without_a_cache(name: 
     bootstrap = files["/usr/local/sbin/ray-cluster-bootstrap"]
     assert "Requires=ray-storage.service" in bootstrap
     assert f"ReadWritePaths={layout.CLUSTER_STORAGE_DIR}" in bootstrap
-    assert f"ln -sfn {layout.CLUSTER_STORAGE_DIR}/ray_results" in bootstrap
+    # Tune's folder where the driver's store looks for experiments (store.TUNE_ROOT).
+    assert f"ln -sfn {layout.CLUSTER_STORAGE_DIR}/{TUNE_ROOT} " in bootstrap
+    assert f'"$STATE/home/{TUNE_ROOT}"' in bootstrap
     assert "RCLONE_AZUREBLOB_DIRECTORY_MARKERS=true" in bootstrap
     # The mount comes before Ray starts.
     assert bootstrap.index("phase storage") < bootstrap.index("phase start_ray")

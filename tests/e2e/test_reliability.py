@@ -27,8 +27,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -41,6 +43,7 @@ import pytest
 
 from driver import hostkeys, layout
 from driver.procs import pid_alive
+from driver.store import TUNE_ROOT
 from nodekit.rehearsal import trust
 from nodekit.rehearsal.cluster import Rehearsal
 from nodekit.rehearsal.services import keyvault
@@ -51,7 +54,7 @@ from nodekit.rehearsal.standins.azure_node import (
     laptop_env,
 )
 from rehearsal_cluster import CLIENT_ID, RehearsalCluster, results_container
-from support import REPO, job_failure, run_driver
+from support import REPO, communicate_or_explain, job_failure, run_driver
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal, pytest.mark.disruptive]
 
@@ -340,6 +343,8 @@ for path in sys.argv[1:]:
 """
 """The harness's own restore path (its config, ``restore_from_path``), once per checkpoint in
 one process: every published checkpoint must restore and say its iteration."""
+SWEEP = REPO / "tests/fixtures/jobs/tune_sweep.py"
+"""A user's own Tune sweep (Tune's default storage, checkpoints every 2 iterations)."""
 STORED_RUN = f"reliability-after-replace-{RUN}"
 """The resumed run the last test of the file reads from the store with every node off."""
 
@@ -428,6 +433,28 @@ def test_after_the_head_is_replaced_with_its_disk_workers_rejoin_and_resume_from
         home=home, timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    # A user's own Tune sweep, mid-way when the head goes: Tune's experiment state and a
+    # trial's first checkpoint in the cluster storage.
+    sweep = f"sweep-head-replaced-{RUN}"
+    r = run_driver(
+        "submit", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), "--submission-id",
+        sweep, "--no-wait", str(SWEEP), "--", "4", sweep,
+        home=home,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+    def sweep_saved() -> list[str] | None:
+        found = [
+            b.name for b in store.container().list_blobs(name_starts_with=f"{TUNE_ROOT}/{sweep}/")
+        ]
+        state = any(n.startswith(f"{TUNE_ROOT}/{sweep}/experiment_state") for n in found)
+        return found if state and any("/checkpoint_000000/" in n for n in found) else None
+
+    try:
+        _until(sweep_saved, 900, f"{sweep}'s state and a first checkpoint in storage", every=2)
+    except AssertionError as e:
+        pytest.fail(f"{e}\n{_job_report(rehearsal, home, sweep)}")
+    assert _status(rehearsal, home, sweep) == "RUNNING"
 
     workers = _alive_workers(rehearsal)
     assert len(workers) >= 2, workers
@@ -485,6 +512,19 @@ def test_after_the_head_is_replaced_with_its_disk_workers_rejoin_and_resume_from
     assert {1, 2, last["iteration"]} <= {int(f.parent.name) for f in before}, before
     assert int(after[0].parent.name) > last["iteration"] and expected[-1] == result["iterations"]
     print(json.dumps({"resumed_at": last["iteration"], "restored": expected, **result}))
+
+    # The sweep, submitted again as it was, finds its experiment in the cluster storage and
+    # finishes it (Tuner.restore).
+    r = run_driver(
+        "submit", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), "--submission-id",
+        f"{sweep}-again", str(SWEEP), "--", "4", sweep,
+        home=home, timeout=2400,
+    )  # fmt: skip
+    assert r.returncode == 0, job_failure(r)
+    assert f"RESUMING {layout.STATE_DIR}/home/{TUNE_ROOT}/{sweep}" in r.stdout, r.stdout[-3000:]
+    trials = [json.loads(ln[6:]) for ln in r.stdout.splitlines() if ln.startswith("TRIAL ")]
+    assert len(trials) == 2 and all(t["iterations"] == 4 for t in trials), trials
+    print(json.dumps({"sweep": sweep, "trials": trials}))
 
 
 # -- 3. a worker lost without notice ------------------------------------------------------------
@@ -591,52 +631,82 @@ def test_the_rehearsal_power_verbs_refuse_unknown_nodes(verb: str) -> None:
     ], r.stderr
 
 
-# -- 4. a Tune trial's worker lost: the trial goes on from the cluster storage -------------------
-def test_a_tune_trial_whose_worker_crashes_goes_on_from_its_last_checkpoint_on_a_new_worker(
+# -- 4. a Tune trial's worker lost right after a checkpoint: the trial goes on from it ----------
+def _logs_until(
+    rehearsal: RehearsalCluster, home: Path, sid: str, match: Callable[[str], bool]
+) -> tuple[subprocess.Popen[str], list[str]]:
+    """``logs -f`` of a running job, read line by line until ``match`` takes one: the follower,
+    still running, and the lines so far (the matched one last)."""
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "driver", "logs", "--head", rehearsal.head, "-i",
+         str(rehearsal.ssh_key), "-f", sid],
+        cwd=REPO, env={**os.environ, "RAYDRIVER_HOME": str(home)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    watchdog = threading.Timer(900, follower.kill)
+    watchdog.start()
+    lines: list[str] = []
+    try:
+        assert follower.stdout is not None
+        for line in follower.stdout:
+            lines.append(line.rstrip("\n"))
+            if match(lines[-1]):
+                return follower, lines
+    finally:
+        watchdog.cancel()
+    follower.wait()
+    raise AssertionError(
+        f"{sid}'s log ended (or 900 s passed) before the line awaited:\n"
+        + "\n".join(lines[-40:])
+        + f"\n{_job_report(rehearsal, home, sid)}"
+    )
+
+
+def test_a_tune_trial_whose_worker_dies_right_after_a_checkpoint_goes_on_from_that_checkpoint(
     rehearsal: RehearsalCluster, tmp_path: Path
 ) -> None:
     """A user's own Tune sweep (tests/fixtures/jobs/tune_sweep.py: Tune's default storage, a
-    checkpoint every 2 iterations, FailureConfig) runs on the workers; once a trial's second
-    checkpoint is in the cluster storage, every worker crashes (no drain) and a new one boots,
-    as the scale set's repair brings one. The trial goes on from a checkpoint on the new
-    worker: its iteration counter continues (8 in all) with fewer iterations since its restore
-    than in all, which a trial started over would not show; Ray saw the old workers die."""
+    checkpoint every 2 iterations, FailureConfig) runs on the workers. The moment Tune reports
+    a trial's checkpoint of iteration 4 (the sweep's callback prints it), that trial's worker
+    crashes (no drain: its disk never uploads anything more) and a new one boots, as the scale
+    set's repair brings one. The trial goes on on the new worker from exactly that checkpoint:
+    8 iterations in all, 8 - 4 since its restore, read from the cluster storage; the other
+    trial runs on untouched; Ray saw the old worker die."""
     cluster = Rehearsal(rehearsal.name)
-    store = ResultsStore.of(cluster)
     home = tmp_path / "home"
     name = f"sweep-crash-{RUN}"
     r = run_driver(
         "submit", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), "--submission-id",
-        name, "--no-wait", str(REPO / "tests/fixtures/jobs/tune_sweep.py"), "--", "8", name,
+        name, "--no-wait", str(SWEEP), "--", "8", name,
         home=home,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
 
-    def second_checkpoint() -> str | None:
-        blobs = store.container().list_blobs(name_starts_with=f"ray_results/{name}/")
-        return next((b.name for b in blobs if "/checkpoint_000001/" in b.name), None)
+    def fourth(line: str) -> bool:
+        return line.startswith("CHECKPOINT ") and json.loads(line[11:])["iteration"] >= 4
 
-    try:
-        saved = _until(second_checkpoint, 900, "a trial's second checkpoint in storage", every=1)
-    except AssertionError as e:
-        pytest.fail(f"{e}\n{_job_report(rehearsal, home, name)}")
-    lost = _alive_workers(rehearsal)
-    assert lost, "no worker to lose"
-    for ip in lost:
-        cluster.crash(_worker_at(cluster, ip).name)
+    follower, lines = _logs_until(rehearsal, home, name, fourth)
+    reported = json.loads(lines[-1][len("CHECKPOINT ") :])
+    lost = str(reported["node_ip"])
+    cluster.crash(_worker_at(cluster, lost).name)
     assert _status(rehearsal, home, name) == "RUNNING"  # the loss came while it trained
     [new] = cluster.add_workers(1)
 
-    done = _follow_lines(rehearsal, home, name)
-    trials = [json.loads(ln[len("TRIAL ") :]) for ln in done if ln.startswith("TRIAL ")]
-    assert len(trials) == 2, done[-40:]
-    assert all(t["iterations"] == 8 for t in trials), trials
-    resumed = [t for t in trials if t["since_restore"] < t["iterations"]]
-    assert resumed, f"no trial went on from a checkpoint (saved first: {saved}): {trials}"
-    assert all(t["node_ip"] == new.ip for t in resumed), (new.ip, trials)
-    nodes = [n for n in _ray_nodes(rehearsal) or [] if n["node_ip"] in lost]
+    lines += communicate_or_explain(follower, 1800).splitlines()
+    assert follower.returncode == 0, "\n".join(lines[-60:])
+    trials = {
+        t["trial"]: t for t in (json.loads(ln[6:]) for ln in lines if ln.startswith("TRIAL "))
+    }
+    assert len(trials) == 2, lines[-40:]
+    assert all(t["iterations"] == 8 for t in trials.values()), trials
+    hit = trials[reported["trial"]]
+    assert hit["node_ip"] == new.ip, (new.ip, hit)
+    assert hit["since_restore"] == 8 - reported["iteration"], (reported, hit)
+    [other] = [t for t in trials.values() if t is not hit]
+    assert other["node_ip"] != lost and other["since_restore"] == 8, other
+    nodes = [n for n in _ray_nodes(rehearsal) or [] if n["node_ip"] == lost]
     assert nodes and all(n["state"] == "DEAD" for n in nodes), nodes
-    print(json.dumps({"saved_first": saved, "lost": sorted(lost), "new": new.ip, "trials": trials}))
+    print(json.dumps({"reported": reported, "new": new.ip, "trials": trials}))
 
 
 # -- 4. the results with every node off ---------------------------------------------------------

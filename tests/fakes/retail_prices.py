@@ -197,7 +197,11 @@ def private_link_meters(
     """Private endpoints' meters (the real price list keeps them in region "Global"): per hour
     (``hourly`` None: no hourly meter), and per GB processed in and out, each in three tiers
     (the first 1 PB, the next 4 PB, beyond)."""
-    tiers = [(0, per_gb), (1_000_000, round(per_gb * 0.6, 6)), (5_000_000, round(per_gb * 0.4, 6))]
+    tiers: list[tuple[float, float]] = [
+        (0, per_gb),
+        (1_000_000, round(per_gb * 0.6, 6)),
+        (5_000_000, round(per_gb * 0.4, 6)),
+    ]
     items = []
     if hourly is not None:
         items += _meter(NETWORK, PRIVATE_LINK, region, "Standard", "Standard Private Endpoint",

@@ -33,6 +33,7 @@ The functions that read and judge are pure (:func:`usages`, :func:`skus`, :func:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import urllib.parse
@@ -97,7 +98,7 @@ def sizing(values: Mapping[str, Any], arm: bool, region: str | None = None) -> p
             raise DriverError(f"{name(WORKER_POOLS)}: pool {pool_name}'s counts must be whole")
         low, default, high = (int(c) for c in counts)
         pools.append(price.Pool(pool_name, size.strip(), spot, (low, default, high)))
-    return price.Sizing(base.region, tuple(pools))
+    return dataclasses.replace(base, pools=tuple(pools))
 
 
 def _whole(value: Any) -> bool:

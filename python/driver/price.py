@@ -15,6 +15,12 @@ Linux pay-as-you-go hours count: ``productName`` without "Windows", ``unitOfMeas
 not "Low Priority"; Spot meters carry " Spot" in ``skuName``/``meterName``. The answer is kept
 under the driver's home for :data:`~driver.settings.PRICES_CACHE_S`.
 
+A cluster with results storage (:data:`RESULTS_STORAGE`, mounted as its cluster storage) is
+priced with it: the account the results stack creates (:data:`RESULTS_ACCOUNT`) per GB-month
+stored and per 10,000 writes and reads, and the cluster's private endpoint to it per hour and per
+GB processed (:func:`storage_prices`: two more queries, cached alike). A meter the price list
+lacks stays ``None``: never a guessed number.
+
 Library code: nothing here prints. A price list that cannot be had raises
 :class:`PricesUnavailable`, which ``up`` reports in one line and goes on.
 """
@@ -22,6 +28,7 @@ Library code: nothing here prints. A price list that cannot be had raises
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -85,9 +92,13 @@ def arm_name(name: str) -> str:
     return first + "".join(w.capitalize() for w in rest)
 
 
+RESULTS_STORAGE = "results_storage_account_id"
+"""The results storage account's id, empty without one (cluster storage off)."""
+
+
 def variable_names() -> list[str]:
     """Every Terraform variable the price reads."""
-    names = [LOCATION]
+    names = [LOCATION, RESULTS_STORAGE]
     for pool in (HEAD, *POOLS):
         names += [
             n
@@ -111,6 +122,8 @@ class Sizing:
     region: str
     pools: tuple[Pool, ...]
     """The head first, then each worker pool."""
+    results_storage: bool = False
+    """Whether the cluster has results storage (:data:`RESULTS_STORAGE` set)."""
 
     @property
     def vm_sizes(self) -> list[str]:
@@ -187,7 +200,13 @@ def sizing(values: Mapping[str, Any], arm: bool, region: str | None = None) -> S
         )
         for p in (HEAD, *POOLS)
     )
-    return Sizing(region.lower(), pools)
+    # Declared with default "" in both stacks; a stack without it has no results storage.
+    storage = values.get(name(RESULTS_STORAGE))
+    if storage is not None and not isinstance(storage, str):
+        raise DriverError(f"{name(RESULTS_STORAGE)} must be a string, got {storage!r}")
+    if storage and _is_expression(storage):
+        raise DriverError(f"no value for {name(RESULTS_STORAGE)}")
+    return Sizing(region.lower(), pools, bool(storage and storage.strip()))
 
 
 # -- the price list ------------------------------------------------------------------------
@@ -227,9 +246,9 @@ def query(region: str, vm_sizes: Iterable[str]) -> str:
     )
 
 
-def _first_url(url: str, region: str, vm_sizes: Iterable[str]) -> str:
+def _first_url(url: str, odata_filter: str) -> str:
     sep = "&" if urllib.parse.urlsplit(url).query else "?"
-    return f"{url}{sep}{urllib.parse.urlencode({'$filter': query(region, vm_sizes)})}"
+    return f"{url}{sep}{urllib.parse.urlencode({'$filter': odata_filter})}"
 
 
 def _get_json(url: str, timeout: float, read_timeout: float = FETCH_TIMEOUT_S) -> dict[str, Any]:
@@ -321,7 +340,7 @@ def select(
     return best
 
 
-def _better(new: Meter, old: Meter, today: str) -> bool:
+def _better(new: Meter | Rate, old: Meter | Rate, today: str) -> bool:
     """Prices in effect before future ones, the newest of those, then the higher one."""
     new_now, old_now = new.effective[:19] <= today, old.effective[:19] <= today
     if new_now != old_now:
@@ -335,6 +354,36 @@ def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
+def _cached_items(
+    first: str,
+    keep: Callable[[Mapping[str, Any]], bool],
+    cache_dir: Path,
+    moment: datetime.datetime,
+    max_age_s: float,
+) -> tuple[list[dict[str, Any]], datetime.datetime, bool]:
+    """The items of the query ``first`` that ``keep`` keeps, from the cache when it is younger
+    than ``max_age_s``, else from the API (and cached): (items, fetched at, from the cache)."""
+    cache = cache_dir / f"{hashlib.sha256(first.encode()).hexdigest()[:32]}.json"
+    try:
+        saved = json.loads(cache.read_text())
+        fetched = datetime.datetime.fromisoformat(saved["fetched_at"])
+        age = (moment - fetched).total_seconds()
+        if saved.get("url") == first and 0 <= age <= max_age_s and isinstance(saved["items"], list):
+            return [i for i in saved["items"] if isinstance(i, dict)], fetched, True
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no cache, or one we cannot use: ask the API
+    kept = [i for i in fetch_items(first) if keep(i)]
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps({"url": first, "fetched_at": moment.isoformat(), "items": kept}))
+        tmp.replace(cache)
+    except OSError:
+        # A cache we cannot write only costs the next run a fetch; a half-written one goes.
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+    return kept, moment, False
+
+
 def price_list(
     region: str,
     vm_sizes: Iterable[str],
@@ -346,29 +395,219 @@ def price_list(
     """The Linux hourly prices of these sizes in this region, from the cache when it is younger
     than ``max_age_s``, else from the API (and cached)."""
     sizes = sorted({s for s in vm_sizes}, key=str.lower)
-    first = _first_url(url, region, sizes)
-    cache = cache_dir / f"{hashlib.sha256(first.encode()).hexdigest()[:32]}.json"
+    wanted = {s.lower() for s in sizes}
     moment = now()
-    try:
-        saved = json.loads(cache.read_text())
-        fetched = datetime.datetime.fromisoformat(saved["fetched_at"])
-        age = (moment - fetched).total_seconds()
-        if saved.get("url") == first and 0 <= age <= max_age_s:
-            meters = select(saved["items"], region, sizes, moment)
-            return PriceList(region, meters, fetched, cached=True)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # no cache, or one we cannot use: ask the API
-    items = fetch_items(first)
-    kept = [i for i in items if _is_linux_hour(i, region.lower(), {s.lower() for s in sizes})]
-    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps({"url": first, "fetched_at": moment.isoformat(), "items": kept}))
-        tmp.replace(cache)
-    except OSError:
-        # A cache we cannot write only costs the next run a fetch; a half-written one goes.
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-    return PriceList(region, select(kept, region, sizes, moment), moment, cached=False)
+    items, fetched, cached = _cached_items(
+        _first_url(url, query(region, sizes)),
+        lambda i: _is_linux_hour(i, region.lower(), wanted),
+        cache_dir,
+        moment,
+        max_age_s,
+    )
+    return PriceList(region, select(items, region, sizes, moment), fetched, cached)
+
+
+# -- the results storage ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class StorageAccount:
+    """The results storage account, as the results stacks create it (infra/terraform/results,
+    infra/bicep/results.bicep: a test holds both to this)."""
+
+    kind: str
+    performance: str
+    access_tier: str
+    replication: str
+
+    @property
+    def sku_name(self) -> str:
+        """The price list's ``skuName`` of its blobs: "Hot LRS"."""
+        return f"{self.access_tier} {self.replication}"
+
+    def __str__(self) -> str:
+        return f"{self.performance} {self.kind}, {self.access_tier} {self.replication}"
+
+
+RESULTS_ACCOUNT = StorageAccount("StorageV2", "Standard", "Hot", "LRS")
+BLOB_PRODUCTS = ("General Block Blob v2", "Blob Storage")
+"""A general-purpose v2 account's block blobs, in order of preference: in some regions the
+price list has its Hot LRS meters only under "Blob Storage" (the same meters and prices)."""
+PRIVATE_LINK = ("Virtual Network", "Virtual Network Private Link")
+"""(serviceName, productName) of private endpoints; their meters are region "Global"."""
+GLOBAL_REGION = "global"
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """One meter of the price list."""
+
+    label: str
+    service: str
+    products: tuple[str, ...]
+    sku: str
+    meter: str
+    unit: str
+    """``unitOfMeasure``; a meter in another unit is not this one."""
+
+
+def storage_meters(account: StorageAccount = RESULTS_ACCOUNT) -> dict[str, Wanted]:
+    """The results storage's meters: data stored, writes and reads (the account's region), the
+    private endpoint's hours and the data it processes (region "Global")."""
+    blob = ("Storage", BLOB_PRODUCTS, account.sku_name)
+    link = (*PRIVATE_LINK[:1], PRIVATE_LINK[1:], "Standard")
+    return {
+        "stored": Wanted("data stored", *blob, f"{account.sku_name} Data Stored", "1 GB/Month"),
+        "write": Wanted("write operations", *blob, f"{account.sku_name} Write Operations", "10K"),
+        "read": Wanted("read operations", *blob, f"{account.access_tier} Read Operations", "10K"),
+        "endpoint": Wanted("private endpoint", *link, "Standard Private Endpoint", "1 Hour"),
+        "ingress": Wanted(
+            "private endpoint, data in", *link, "Standard Data Processed - Ingress", "1 GB"
+        ),
+        "egress": Wanted(
+            "private endpoint, data out", *link, "Standard Data Processed - Egress", "1 GB"
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class Rate:
+    price: float
+    """Per :attr:`unit`, in :attr:`currency`."""
+    unit: str
+    currency: str
+    effective: str
+    region: str
+    """``armRegionName``: the account's region or "Global"."""
+    up_to: float | None = None
+    """Where the next, lower price tier starts (in units of :attr:`unit`); ``None``: no tier."""
+
+
+@dataclass(frozen=True)
+class StoragePrices:
+    region: str
+    account: StorageAccount
+    wanted: dict[str, Wanted]
+    rates: dict[str, Rate | None]
+    """:func:`storage_meters`' keys -> the rate, ``None``: not in the price list."""
+    fetched_at: datetime.datetime
+    cached: bool
+
+
+def storage_queries(region: str, account: StorageAccount = RESULTS_ACCOUNT) -> list[str]:
+    """The OData ``$filter`` of the account's blob meters in its region, and of private
+    endpoints' meters (in the region, or "Global" where the price list keeps them)."""
+    products = " or ".join(f"productName eq '{p}'" for p in BLOB_PRODUCTS)
+    return [
+        "serviceName eq 'Storage' and priceType eq 'Consumption' and "
+        f"armRegionName eq '{region}' and skuName eq '{account.sku_name}' and ({products})",
+        f"serviceName eq '{PRIVATE_LINK[0]}' and priceType eq 'Consumption' and "
+        f"productName eq '{PRIVATE_LINK[1]}' and "
+        f"(armRegionName eq '{region}' or armRegionName eq 'Global')",
+    ]
+
+
+def _rate_rank(item: Mapping[str, Any], want: Wanted, region: str) -> tuple[int, int] | None:
+    """Whether ``item`` is a price (any tier) of ``want`` in ``region`` (or Global), and how good
+    a match it is (lower is better: the region before Global, then the product's order)."""
+
+    def field(key: str) -> str:
+        value = item.get(key)
+        return value if isinstance(value, str) else ""
+
+    price = item.get("retailPrice")
+    where = field("armRegionName").lower()
+    product = field("productName").lower()
+    products = [p.lower() for p in want.products]
+    if not (
+        field("serviceName") == want.service
+        and item.get("type", item.get("priceType", "Consumption")) == "Consumption"
+        and where in (region, GLOBAL_REGION)
+        and product in products
+        and field("skuName").lower() == want.sku.lower()
+        and field("meterName").lower() == want.meter.lower()
+        and field("unitOfMeasure") == want.unit
+        and _tier(item) is not None
+        and item.get("isPrimaryMeterRegion", True) is not False
+        and isinstance(price, (int, float))
+        and not isinstance(price, bool)
+        and price >= 0
+    ):
+        return None
+    return (0 if where == region else 1, products.index(product))
+
+
+def _tier(item: Mapping[str, Any]) -> float | None:
+    """The units from which this price applies (``tierMinimumUnits``; absent: 0)."""
+    value = item.get("tierMinimumUnits", 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        return None
+    return float(value)
+
+
+def select_rates(
+    items: Iterable[Mapping[str, Any]],
+    region: str,
+    wanted: Mapping[str, Wanted],
+    now: datetime.datetime,
+) -> dict[str, Rate | None]:
+    """Each wanted meter's first tier (``tierMinimumUnits`` 0) in effect now (as :func:`select`),
+    up to where its next tier starts; ``None`` where the price list has none."""
+    today = now.strftime("%Y-%m-%dT%H:%M:%S")
+    region = region.lower()
+    found: dict[str, Rate | None] = {}
+    for key, want in wanted.items():
+        ranked = [(r, i) for i in items if (r := _rate_rank(i, want, region)) is not None]
+        best: tuple[tuple[int, int], Rate] | None = None
+        for rank, item in ranked:
+            if _tier(item) != 0:
+                continue
+            rate = Rate(
+                price=float(item["retailPrice"]),
+                unit=want.unit,
+                currency=str(item.get("currencyCode") or "USD"),
+                effective=str(item.get("effectiveStartDate") or ""),
+                region=str(item.get("armRegionName")),
+            )
+            if (
+                best is None
+                or rank < best[0]
+                or (rank == best[0] and _better(rate, best[1], today))
+            ):
+                best = (rank, rate)
+        if best is None:
+            found[key] = None
+            continue
+        higher = [t for r, i in ranked if r == best[0] and (t := _tier(i))]
+        found[key] = dataclasses.replace(best[1], up_to=min(higher) if higher else None)
+    return found
+
+
+def storage_prices(
+    region: str,
+    url: str,
+    cache_dir: Path,
+    now: Callable[[], datetime.datetime] = _utcnow,
+    max_age_s: float = PRICES_CACHE_S,
+    account: StorageAccount = RESULTS_ACCOUNT,
+) -> StoragePrices:
+    """The results storage's prices in this region (:func:`storage_meters`), each query from
+    the cache when it is younger than ``max_age_s``, else from the API (and cached)."""
+    wanted = storage_meters(account)
+    region_l = region.lower()
+    moment = now()
+    items: list[dict[str, Any]] = []
+    oldest, all_cached = moment, True
+    for q in storage_queries(region, account):
+        got, fetched, cached = _cached_items(
+            _first_url(url, q),
+            lambda i: any(_rate_rank(i, w, region_l) is not None for w in wanted.values()),
+            cache_dir,
+            moment,
+            max_age_s,
+        )
+        items += got
+        oldest, all_cached = min(oldest, fetched), all_cached and cached
+    rates = select_rates(items, region, wanted, moment)
+    return StoragePrices(region, account, wanted, rates, oldest, all_cached)
 
 
 # -- the estimate -------------------------------------------------------------------------
@@ -388,10 +627,20 @@ class Estimate:
     sizing: Sizing
     prices: PriceList
     lines: tuple[Line, ...]
+    storage: StoragePrices | None = None
+    """The results storage's prices; ``None`` without results storage."""
+
+    @property
+    def endpoint(self) -> Rate | None:
+        """The private endpoint's hourly rate (with results storage; ``None``: not found)."""
+        return None if self.storage is None else self.storage.rates["endpoint"]
 
     def total(self, which: int) -> float | None:
-        """The cluster's hourly price at the pools' minimum (0), default (1) or maximum (2)."""
+        """The cluster's hourly price at the pools' minimum (0), default (1) or maximum (2):
+        its VMs, and its private endpoint to the results storage."""
         parts = [line.at(line.pool.counts[which]) for line in self.lines]
+        if self.storage is not None:
+            parts.append(None if self.endpoint is None else self.endpoint.price)
         return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
 
     @property
@@ -403,6 +652,7 @@ class Estimate:
     def effective(self) -> str:
         """The newest ``effectiveStartDate`` among the prices used (a date)."""
         dates = [line.meter.effective[:10] for line in self.lines if line.meter]
+        dates += [self.endpoint.effective[:10]] if self.endpoint else []
         return max(dates) if dates else ""
 
     @property
@@ -410,6 +660,12 @@ class Estimate:
         return [line.pool for line in self.lines if line.meter is None]
 
 
-def estimate(deployment: Sizing, prices: PriceList) -> Estimate:
+def estimate(
+    deployment: Sizing, prices: PriceList, storage: StoragePrices | None = None
+) -> Estimate:
+    """The deployment's price; ``storage``: the results storage's prices (with results storage,
+    :attr:`Sizing.results_storage`)."""
+    if deployment.results_storage and storage is None:
+        raise ValueError("a deployment with results storage needs its prices")
     lines = tuple(Line(p, prices.meter(p.vm_size, p.spot)) for p in deployment.pools)
-    return Estimate(deployment, prices, lines)
+    return Estimate(deployment, prices, lines, storage if deployment.results_storage else None)

@@ -16,7 +16,11 @@ server on loopback answering what the driver asks, in the real wire format.
   ``serviceId``, ``serviceFamily``, ``unitOfMeasure`` ("1 Hour"), ``type``,
   ``isPrimaryMeterRegion``, ``armSkuName`` (plus ``reservationTerm`` on reservations). Made by
   :func:`vm_meters`: per size and region the Linux and Windows meters, regular, Spot and Low
-  Priority, and 1-year reservations, as the real price list has them.
+  Priority, and 1-year reservations, as the real price list has them; :func:`blob_meters`: a
+  storage account's block blob meters of one tier and redundancy in one region (data stored in
+  three price tiers, writes, reads and the other operations, serviceName "Storage"); and
+  :func:`private_link_meters`: private endpoints' hours and the data they process in and out
+  (serviceName "Virtual Network", region "Global", tiered), as the real price list has them.
 
 :attr:`FakeRetailPrices.requests` records every query (path and parameters);
 :attr:`FakeRetailPrices.fail_with` makes every answer that HTTP status.
@@ -98,6 +102,113 @@ def vm_meters(
             if kind == "Reservation":
                 item["reservationTerm"] = "1 Year"
             items.append(item)
+    return items
+
+
+def _meter(
+    service: tuple[str, str, str],
+    product: tuple[str, str],
+    region: str,
+    sku: str,
+    meter: str,
+    unit: str,
+    tiers: list[tuple[float, float]],
+    effective: str,
+    primary: bool = True,
+) -> list[dict[str, Any]]:
+    """One meter's items, one per price tier ((tierMinimumUnits, price))."""
+    meter_id = str(uuid.uuid4())
+    return [
+        {
+            "currencyCode": "USD",
+            "tierMinimumUnits": float(minimum),
+            "retailPrice": price,
+            "unitPrice": price,
+            "armRegionName": region,
+            "location": "Global" if region == "Global" else region,
+            "effectiveStartDate": effective,
+            "meterId": meter_id,
+            "meterName": meter,
+            "productId": product[1],
+            "skuId": f"{product[1]}/{meter_id[:4].upper()}",
+            "productName": product[0],
+            "skuName": sku,
+            "serviceName": service[0],
+            "serviceId": service[1],
+            "serviceFamily": service[2],
+            "unitOfMeasure": unit,
+            "type": "Consumption",
+            "isPrimaryMeterRegion": primary,
+            "armSkuName": "",
+        }
+        for minimum, price in tiers
+    ]
+
+
+STORAGE = ("Storage", "DZH317F1HKN0", "Storage")
+BLOB_PRODUCTS = {"Blob Storage": "DZH318Z0BNVX", "General Block Blob v2": "DZH318Z0BPH7"}
+
+
+def blob_meters(
+    region: str,
+    sku: str = "Hot LRS",
+    stored: float = 0.0208,
+    write: float | None = 0.065,
+    read: float = 0.0052,
+    product: str = "Blob Storage",
+    effective: str = "2025-06-01T00:00:00Z",
+    primary: bool = True,
+) -> list[dict[str, Any]]:
+    """A storage account's block blob meters of one ``sku`` ("Hot LRS": access tier and
+    redundancy) in one region: data stored per GB-month in three tiers (the first 50 TB, the
+    next 450 TB, beyond: 4 % and 8 % less), writes and reads per 10,000 (``write`` None: no
+    write meter), list/create-container and other operations. The read meter names the tier
+    alone ("Hot Read Operations"), as the real price list does."""
+    tier, redundancy = sku.split(" ", 1)
+    where = (product, BLOB_PRODUCTS[product])
+
+    def one(meter: str, unit: str, tiers: list[tuple[float, float]]) -> list[dict[str, Any]]:
+        return _meter(STORAGE, where, region, sku, meter, unit, tiers, effective, primary)
+
+    items = one(
+        f"{sku} Data Stored",
+        "1 GB/Month",
+        [(0, stored), (51200, round(stored * 0.96, 6)), (512000, round(stored * 0.92, 6))],
+    )
+    if write is not None:
+        items += one(f"{sku} Write Operations", "10K", [(0, write)])
+    items += one(f"{tier} Read Operations", "10K", [(0, read)])
+    items += one(f"{sku} List and Create Container Operations", "10K", [(0, write or 0.065)])
+    items += one("All Other Operations", "10K", [(0, read)])
+    items += one(f"{redundancy} Early Hot To Cool Tier Down", "1 GB", [(0, 0.0)])
+    return items
+
+
+NETWORK = ("Virtual Network", "DZH3180KKTJN", "Networking")
+PRIVATE_LINK = ("Virtual Network Private Link", "DZH318Z0BQTS")
+
+
+def private_link_meters(
+    hourly: float | None = 0.01,
+    per_gb: float = 0.01,
+    region: str = "Global",
+    effective: str = "2025-06-01T00:00:00Z",
+) -> list[dict[str, Any]]:
+    """Private endpoints' meters (the real price list keeps them in region "Global"): per hour
+    (``hourly`` None: no hourly meter), and per GB processed in and out, each in three tiers
+    (the first 1 PB, the next 4 PB, beyond)."""
+    tiers: list[tuple[float, float]] = [
+        (0, per_gb),
+        (1_000_000, round(per_gb * 0.6, 6)),
+        (5_000_000, round(per_gb * 0.4, 6)),
+    ]
+    items = []
+    if hourly is not None:
+        items += _meter(NETWORK, PRIVATE_LINK, region, "Standard", "Standard Private Endpoint",
+                        "1 Hour", [(0, hourly)], effective)  # fmt: skip
+    for way in ("Ingress", "Egress"):
+        items += _meter(NETWORK, PRIVATE_LINK, region, "Standard",
+                        f"Standard Data Processed - {way}", "1 GB", tiers, effective)  # fmt: skip
     return items
 
 

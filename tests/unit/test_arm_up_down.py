@@ -13,8 +13,8 @@ import pytest
 
 from azure_support import SUB, TEMPLATE, deploy_requests, driver
 from fakes.fake_arm import FakeAzure
-from fakes.retail_prices import FakeRetailPrices
-from price_support import HEADER, closed_port_url, rows
+from fakes.retail_prices import FakeRetailPrices, blob_meters, private_link_meters
+from price_support import HEADER, closed_port_url, rows, storage
 from support import error_lines
 
 pytestmark = pytest.mark.usefixtures("prices")
@@ -87,6 +87,31 @@ def test_up_prices_in_the_existing_groups_region_with_the_parameters_file(
         "workers", "Standard_D4s_v5", "Spot", "0.0192", "0 = 0.0000", "2 = 0.0384", "10 = 0.1920"
     ]  # fmt: skip
     assert "armRegionName eq 'eastus'" in prices.filters()[0]
+
+
+def test_up_shows_the_results_storage_price_before_asking(
+    fake: FakeAzure, tmp_path: Path, params: Path, prices: FakeRetailPrices
+) -> None:
+    """With results storage, the private endpoint counts in the hourly total and the storage's
+    own prices follow (tests/unit/test_price.py has the cases)."""
+    prices.items += [*blob_meters("westeurope"), *private_link_meters()]
+    doc = json.loads(params.read_text())
+    doc["parameters"]["resultsStorageAccountId"] = {
+        "value": f"/subscriptions/{SUB}/resourceGroups/rg-results/providers/"
+        "Microsoft.Storage/storageAccounts/rayres0123456789abcdef"
+    }
+    params.write_text(json.dumps(doc))
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
+               "--parameters", str(params))  # fmt: skip
+    assert r.returncode == 2 and "pass --yes" in error_lines(r.stderr)[-1]
+    out = r.stdout[r.stdout.index("Hourly price") :]
+    assert rows(out)[3:] == [
+        ["storage", "private endpoint", "regular", "0.0100", "1 = 0.0100", "1 = 0.0100",
+         "1 = 0.0100"],
+        ["total", "0.2400", "0.7000", "1.1600"],
+    ]  # fmt: skip
+    assert storage(out)["data stored (up to 51,200 GB)"] == "0.0208 per GB-month"
+    assert deploy_requests(fake) == [("PUT", "rg-ray"), ("POST", "whatIf")]  # nothing deployed
 
 
 def test_up_without_the_price_says_so_in_one_line_and_deploys(

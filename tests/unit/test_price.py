@@ -1,8 +1,9 @@
 """`python -m driver price`: the hourly price of a deployment from Azure's Retail Prices API,
 asked of the fake API (tests/fakes/retail_prices.py: a real HTTP server on loopback with the
 real wire format, paging by NextPageLink): the table for both stacks' inputs with their own
-defaults, Spot pools, a size or region without a price, the hour-long cache, and the one-line
-answers when the API cannot be reached or the input is wrong."""
+defaults, Spot pools, a size or region without a price, results storage (cluster storage) and
+its meters or their absence, the hour-long cache, and the one-line answers when the API cannot
+be reached or the input is wrong."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ import pytest
 
 from azure_support import PARAMETERS, TEMPLATE
 from driver import price
-from fakes.retail_prices import FakeRetailPrices, vm_meters
-from price_support import HEADER, closed_port_url, rows
+from driver.cli.price import NO_STORAGE
+from fakes.retail_prices import FakeRetailPrices, blob_meters, private_link_meters, vm_meters
+from price_support import HEADER, STORAGE_HEADER, closed_port_url, rows, storage
 from support import REPO, error_lines, run_driver
 
 TFVARS = REPO / "infra" / "terraform" / "terraform.tfvars.example"
@@ -39,7 +41,29 @@ ITEMS = [
     *vm_meters("westeurope", "Standard_D4s_v5", 9.99, spot=9.99, primary=False),
     # F8s_v2 has no Spot meter in northeurope.
     *vm_meters("northeurope", "Standard_F8s_v2", 0.41, product=FSV2),
+    # The results account's Hot LRS blob meters, as the real price list has them in some regions:
+    # under "Blob Storage", and under "General Block Blob v2" only as a non-primary meter; and
+    # the account's other redundancies and tiers, which are not its price.
+    *blob_meters("westeurope"),
+    *blob_meters("westeurope", product="General Block Blob v2", stored=9.0, primary=False),
+    *blob_meters("westeurope", "Hot GRS", stored=0.0458, write=0.13),
+    *blob_meters("westeurope", "Cool LRS", stored=0.0152, write=0.13, read=0.013),
+    *blob_meters("eastus", stored=0.0184, write=0.055, read=0.0044),
+    *private_link_meters(),
+    # northeurope's block blobs lack a write meter; its private endpoints an hourly one.
+    *blob_meters("northeurope", stored=0.0191, write=None),
 ]  # fmt: skip
+ACCOUNT_ID = ("/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg-results/"
+              "providers/Microsoft.Storage/storageAccounts/rayres0123456789abcdef")  # fmt: skip
+WESTEUROPE_STORAGE = {
+    "data stored (up to 51,200 GB)": "0.0208 per GB-month",
+    "write operations": "0.0650 per 10,000",
+    "read operations": "0.0052 per 10,000",
+    "private endpoint, data in (up to 1,000,000 GB)": "0.0100 per GB",
+    "private endpoint, data out (up to 1,000,000 GB)": "0.0100 per GB",
+}
+STORAGE_ROW = ["storage", "private endpoint", "regular", "0.0100", "1 = 0.0100", "1 = 0.0100",
+               "1 = 0.0100"]  # fmt: skip
 
 
 @pytest.fixture
@@ -79,7 +103,8 @@ def test_bicep_defaults_priced_page_by_page(fake: FakeRetailPrices, tmp_path: Pa
          "4 = 0.9200"],
         ["total", "0.2300", "0.6900", "1.1500"],
     ]  # fmt: skip
-    assert r.stdout.splitlines()[-1].startswith("Compute only: disks, public IP")
+    assert r.stdout.splitlines()[-2].startswith("Compute only: disks, public IP")
+    assert r.stdout.splitlines()[-1] == NO_STORAGE  # no results storage: nothing more asked
     # One query, followed through its pages: the filter the real API takes, then NextPageLink.
     filters = fake.filters()
     assert filters[0] == (
@@ -160,6 +185,97 @@ def test_a_size_or_region_without_a_price(fake: FakeRetailPrices, tmp_path: Path
     assert [row[3] for row in rows(r.stdout)[1:3]] == ["no price", "no price"]
     assert rows(r.stdout)[3] == ["total", "unknown", "unknown", "unknown"]
     assert HEADER.match(r.stdout.splitlines()[0])["effective"] is None  # type: ignore[index]
+
+
+# -- results storage (cluster storage) ------------------------------------------------------------
+def test_results_storage_is_priced_apart_and_its_endpoint_by_the_hour(
+    fake: FakeRetailPrices, tmp_path: Path
+) -> None:
+    given = parameters(tmp_path, location="westeurope", resultsStorageAccountId=ACCOUNT_ID)
+    r = driver(fake.url, tmp_path, "--parameters", str(given))
+    assert r.returncode == 0, r.stderr
+    # The private endpoint is the cluster's: one more hourly row, in the totals.
+    assert rows(r.stdout)[1:] == [
+        ["head", "Standard_D4s_v5", "regular", "0.2300", "1 = 0.2300", "1 = 0.2300", "1 = 0.2300"],
+        ["workers", "Standard_D4s_v5", "regular", "0.2300", "0 = 0.0000", "2 = 0.4600",
+         "4 = 0.9200"],
+        STORAGE_ROW,
+        ["total", "0.2400", "0.7000", "1.1600"],
+    ]  # fmt: skip
+    # The storage outlives the cluster: its own lines, per GB-month and per operation, the
+    # account's Hot LRS from the primary "Blob Storage" meters (first tier), not GRS, not Cool.
+    assert STORAGE_HEADER in r.stdout.splitlines()
+    assert storage(r.stdout) == WESTEUROPE_STORAGE
+    assert NO_STORAGE not in r.stdout
+    filters = set(fake.filters())
+    assert filters == {
+        "serviceName eq 'Virtual Machines' and priceType eq 'Consumption' and "
+        "armRegionName eq 'westeurope' and (armSkuName eq 'Standard_D4s_v5')",
+        "serviceName eq 'Storage' and priceType eq 'Consumption' and armRegionName eq "
+        "'westeurope' and skuName eq 'Hot LRS' and (productName eq 'General Block Blob v2' or "
+        "productName eq 'Blob Storage')",
+        "serviceName eq 'Virtual Network' and priceType eq 'Consumption' and productName eq "
+        "'Virtual Network Private Link' and (armRegionName eq 'westeurope' or armRegionName eq "
+        "'Global')",
+    }
+    # Cached like the VM prices: asked again within the hour, the API is not.
+    asked = len(fake.requests)
+    again = driver(fake.url, tmp_path, "--parameters", str(given))
+    assert again.returncode == 0, again.stderr
+    assert len(fake.requests) == asked
+    assert storage(again.stdout) == WESTEUROPE_STORAGE and rows(again.stdout)[3] == STORAGE_ROW
+
+
+def test_terraform_results_storage_prices_like_the_bicep_stack(
+    fake: FakeRetailPrices, tmp_path: Path
+) -> None:
+    args = ("--terraform-dir", str(STACK), "--var-file", str(TFVARS))
+    r = driver(fake.url, tmp_path, *args, "--var", f"results_storage_account_id={ACCOUNT_ID}")
+    assert r.returncode == 0, r.stderr
+    bicep = parameters(tmp_path, location="westeurope", resultsStorageAccountId=ACCOUNT_ID)
+    arm = driver(fake.url, tmp_path, "--parameters", str(bicep))
+    assert rows(r.stdout) == rows(arm.stdout) and rows(r.stdout)[3] == STORAGE_ROW
+    assert storage(r.stdout) == storage(arm.stdout) == WESTEUROPE_STORAGE
+    # The variable's default, "": no results storage, one line says so, nothing more asked.
+    asked = len(fake.requests)
+    r = driver(fake.url, tmp_path, *args)
+    assert r.returncode == 0, r.stderr
+    assert rows(r.stdout)[-1] == ["total", "0.2300", "0.6900", "1.1500"]
+    assert r.stdout.splitlines()[-1] == NO_STORAGE and STORAGE_HEADER not in r.stdout
+    assert len(fake.requests) == asked  # the VM prices from the cache, no storage query
+
+
+def test_a_storage_meter_the_price_list_lacks_is_not_found(tmp_path: Path) -> None:
+    """northeurope's blobs have no write meter, and this price list no private endpoint hour:
+    "not found" and "no price", the totals unknown, never a number from elsewhere."""
+    items = [i for i in ITEMS if i["meterName"] != "Standard Private Endpoint"]
+    given = parameters(
+        tmp_path, location="northeurope", headVmSize="Standard_F8s_v2",
+        workerVmSize="Standard_F8s_v2", resultsStorageAccountId=ACCOUNT_ID,
+    )  # fmt: skip
+    with FakeRetailPrices(items) as api:
+        r = driver(api.url, tmp_path, "--parameters", str(given))
+    assert r.returncode == 0, r.stderr
+    assert rows(r.stdout)[3:] == [
+        ["storage", "private endpoint", "regular", "no price", "1 = ?", "1 = ?", "1 = ?"],
+        ["total", "unknown", "unknown", "unknown"],
+    ]
+    lines = r.stdout.splitlines()
+    assert (
+        "No Standard Private Endpoint price in Azure's retail prices (in northeurope or Global): "
+        "the totals are unknown."
+    ) in lines
+    assert storage(r.stdout) == {
+        "data stored (up to 51,200 GB)": "0.0191 per GB-month",
+        "write operations": "not found",
+        "read operations": "0.0052 per 10,000",
+        "private endpoint, data in (up to 1,000,000 GB)": "0.0100 per GB",
+        "private endpoint, data out (up to 1,000,000 GB)": "0.0100 per GB",
+    }
+    assert (
+        "Not found in Azure's retail prices for northeurope: Hot LRS Write Operations, "
+        "Standard Private Endpoint."
+    ) in lines
 
 
 # -- the cache and the fallbacks ---------------------------------------------------------------
@@ -298,6 +414,44 @@ def test_select_keeps_the_linux_pay_as_you_go_hour_in_effect() -> None:
     }
     windows_only = [i for i in ITEMS if "Windows" in i["productName"]]
     assert price.select(windows_only, "westeurope", ["Standard_D4s_v5"], NOW) == {}
+
+
+def test_select_rates_prefers_the_region_the_product_and_the_first_tier() -> None:
+    wanted = price.storage_meters()
+    regional = private_link_meters(hourly=0.02, per_gb=0.02, region="westeurope")
+    rates = price.select_rates([*ITEMS, *regional], "westeurope", wanted, NOW)
+    assert {k: (r.price, r.region, r.up_to) for k, r in rates.items() if r} == {
+        "stored": (0.0208, "westeurope", 51200.0),
+        "write": (0.065, "westeurope", None),
+        "read": (0.0052, "westeurope", None),
+        "endpoint": (0.02, "westeurope", None),  # the region's own before Global's
+        "ingress": (0.02, "westeurope", 1_000_000.0),
+        "egress": (0.02, "westeurope", 1_000_000.0),
+    }
+    # "General Block Blob v2" before "Blob Storage" where both are primary meters.
+    gpv2 = blob_meters("westeurope", product="General Block Blob v2", stored=0.02)
+    assert price.select_rates([*ITEMS, *gpv2], "westeurope", wanted, NOW)["stored"].price == 0.02  # type: ignore[union-attr]
+    assert price.select_rates([], "westeurope", wanted, NOW) == {k: None for k in wanted}
+
+
+def test_the_priced_account_is_the_one_the_results_stacks_create() -> None:
+    """price.RESULTS_ACCOUNT is what both results stacks create: a test, not a second copy."""
+    account = price.RESULTS_ACCOUNT
+    tf = (REPO / "infra" / "terraform" / "results" / "main.tf").read_text()
+    settings = dict(re.findall(r'^\s*(account_kind|account_tier|account_replication_type|'
+                               r'access_tier)\s*=\s*"([^"]*)"', tf, re.M))  # fmt: skip
+    assert settings == {
+        "account_kind": account.kind,
+        "account_tier": account.performance,
+        "account_replication_type": account.replication,
+        "access_tier": account.access_tier,
+    }
+    bicep = (REPO / "infra" / "bicep" / "results.bicep").read_text()
+    assert re.findall(r"^\s*kind: '(\w+)'", bicep, re.M) == [account.kind]
+    assert re.findall(r"^\s*sku: \{\s*name: '(\w+)'", bicep, re.M) == [
+        f"{account.performance}_{account.replication}"
+    ]
+    assert re.findall(r"^\s*accessTier: '(\w+)'", bicep, re.M) == [account.access_tier]
 
 
 def test_the_priced_variables_exist_in_both_stacks() -> None:

@@ -26,6 +26,18 @@ from driver.settings import (
 
 WHICH = ("at minimum", "at default", "at maximum")
 NOT_INCLUDED = "Compute only: disks, public IP, NAT gateway, Key Vault and traffic come on top."
+NOT_INCLUDED_WITH_STORAGE = (
+    "Compute and the storage's private endpoint only: disks, public IP, NAT gateway, Key Vault, "
+    "private DNS zones and traffic come on top."
+)
+NO_STORAGE = (
+    "Cluster storage: none (no results storage account: cluster storage off, results stay on "
+    "the head's disk)."
+)
+UNITS = {"1 GB/Month": "per GB-month", "10K": "per 10,000", "1 Hour": "per hour", "1 GB": "per GB"}
+"""The price list's ``unitOfMeasure`` of each storage meter, as the lines say it."""
+TIER_UNITS = {"1 GB/Month": "GB", "1 GB": "GB"}
+"""What a price tier of a meter in this unit counts."""
 
 
 def register(verbs: Verbs) -> None:
@@ -39,7 +51,10 @@ def register(verbs: Verbs) -> None:
         "--var) or of an ARM parameters file (--parameters: azuredeploy.json's defaults under "
         "the file's values), from Azure's public Retail Prices API (no sign-in; env "
         f"{PRICES_URL_ENV}, default {DEFAULT_PRICES_URL}), pay-as-you-go Linux prices, "
-        "cached for an hour. `up` shows the same table before it asks for a yes.",
+        "cached for an hour. With results storage (cluster storage), its private endpoint "
+        "counts in the hourly total, and the storage's own prices (per GB-month stored, per "
+        "10,000 writes and reads, per GB through the endpoint) follow apart: the account "
+        "outlives the cluster. `up` shows the same before it asks for a yes.",
         cluster=False,
     )
     where = p.add_mutually_exclusive_group(required=True)
@@ -122,10 +137,10 @@ def cmd_price(args: argparse.Namespace) -> int:
         except DriverError as e:
             raise DriverError(f"{args.terraform_dir}: {e}") from None
     try:
-        prices = price.price_list(deployment.region, deployment.vm_sizes, url, prices_cache_dir())
+        est = _estimate(deployment, url)
     except price.PricesUnavailable as e:
         raise DriverError(f"price unknown: {unknown_line(url, e)}") from None
-    show(price.estimate(deployment, prices))
+    show(est)
     capacity_cli.check_with_subscription(
         args,
         full if args.parameters else values,
@@ -137,6 +152,16 @@ def cmd_price(args: argparse.Namespace) -> int:
         refused="counted as a new cluster: free = limit - in use",
     )
     return EXIT_OK
+
+
+def _estimate(deployment: price.Sizing, url: str) -> price.Estimate:
+    """The deployment's prices: its VMs, and with results storage the storage's."""
+    cache = prices_cache_dir()
+    prices = price.price_list(deployment.region, deployment.vm_sizes, url, cache)
+    storage = None
+    if deployment.results_storage:
+        storage = price.storage_prices(deployment.region, url, cache)
+    return price.estimate(deployment, prices, storage)
 
 
 def unknown_line(url: str, reason: object) -> str:
@@ -152,14 +177,14 @@ def show_for_up(values: Mapping[str, Any], arm_names: bool, url: str, region: st
         say(f"Price unknown: {e}; going on without it.")
         return
     try:
-        prices = price.price_list(deployment.region, deployment.vm_sizes, url, prices_cache_dir())
+        est = _estimate(deployment, url)
     except price.PricesUnavailable as e:
         say(f"Price unknown: {unknown_line(url, e)}; going on without it.")
         return
     except OSError as e:  # the driver's home cannot be made
         say(f"Price unknown: {e.strerror}: {e.filename}; going on without it.")
         return
-    show(price.estimate(deployment, prices))
+    show(est)
 
 
 def _money(value: float | None) -> str:
@@ -188,6 +213,18 @@ def table(est: price.Estimate) -> list[str]:
                 *(f"{n} = {_money(line.at(n))}" for n in pool.counts),
             ]
         )
+    if est.storage is not None:
+        endpoint = est.endpoint
+        hourly = None if endpoint is None else endpoint.price
+        rows.append(
+            [
+                "storage",
+                "private endpoint",
+                "regular",
+                "no price" if hourly is None else _money(hourly),
+                *(f"1 = {_money(hourly)}" for _ in WHICH),
+            ]
+        )
     totals = [est.total(i) for i in range(3)]
     rows.append(["total", "", "", "", *("unknown" if t is None else _money(t) for t in totals)])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -203,7 +240,44 @@ def table(est: price.Estimate) -> list[str]:
             f"No Linux {kind} price for {pool.vm_size} in {est.sizing.region} in Azure's retail "
             "prices: the totals with one or more of these VMs are unknown."
         )
-    lines.append(NOT_INCLUDED)
+    if est.storage is not None and est.endpoint is None:
+        lines.append(
+            "No Standard Private Endpoint price in Azure's retail prices (in "
+            f"{est.sizing.region} or Global): the totals are unknown."
+        )
+    if est.storage is None:
+        return [*lines, NOT_INCLUDED, NO_STORAGE]
+    return [*lines, NOT_INCLUDED_WITH_STORAGE, *storage_table(est.storage)]
+
+
+def storage_table(storage: price.StoragePrices) -> list[str]:
+    """The results storage's own prices, apart from the hourly total: it outlives the cluster."""
+    lines = [
+        f"Cluster storage (the results storage account: {storage.account}), billed apart from "
+        "the cluster: it outlives it.",
+    ]
+    rows = []
+    for key, want in storage.wanted.items():
+        if key == "endpoint":
+            continue  # the cluster's, in its hourly total
+        rate = storage.rates[key]
+        label = want.label
+        if rate is not None and rate.up_to is not None:
+            label += f" (up to {rate.up_to:,.0f} {TIER_UNITS.get(rate.unit, rate.unit)})"
+        rows.append(
+            [label, "not found" if rate is None else f"{_money(rate.price)} {UNITS[rate.unit]}"]
+        )
+    width = max(len(r[0]) for r in rows)
+    lines += [f"  {label.ljust(width)}  {value}" for label, value in rows]
+    missing = [storage.wanted[k].meter for k, r in storage.rates.items() if r is None]
+    if missing:
+        lines.append(
+            f"Not found in Azure's retail prices for {storage.region}: {', '.join(missing)}."
+        )
+    lines.append(
+        "Deleted blobs are billed as stored while soft delete keeps them (the results stack's "
+        "soft_delete_days)."
+    )
     return lines
 
 

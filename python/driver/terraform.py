@@ -107,9 +107,11 @@ def _run(path: Path, args: list[str], what: str, capture: bool = False) -> str:
 
 
 def _var_args(variables: dict[str, str], var_files: list[str]) -> list[str]:
+    """Terraform reads its command line's ``-var-file`` and ``-var`` in order, the later
+    winning: ``--var`` comes last, the last word, as the commands' help says."""
     return [
-        *(f"-var={k}={v}" for k, v in variables.items()),
         *(f"-var-file={Path(f).resolve()}" for f in var_files),
+        *(f"-var={k}={v}" for k, v in variables.items()),
     ]
 
 

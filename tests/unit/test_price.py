@@ -150,6 +150,14 @@ def test_terraform_inputs_with_their_defaults_price_like_the_bicep_stack(
     ]  # fmt: skip
 
 
+def test_a_var_beats_a_var_file_as_the_help_says(fake: FakeRetailPrices, tmp_path: Path) -> None:
+    """--var is the last word (Terraform takes its command line's -var/-var-file in order)."""
+    r = driver(fake.url, tmp_path, "--terraform-dir", str(STACK), "--var-file", str(TFVARS),
+               "--var", "location=eastus")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert HEADER.match(r.stdout.splitlines()[0])["region"] == "eastus"  # type: ignore[index]
+
+
 def test_the_folders_own_tfvars_count_as_terraform_counts_them(
     fake: FakeRetailPrices, tmp_path: Path
 ) -> None:

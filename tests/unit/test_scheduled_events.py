@@ -270,3 +270,126 @@ def test_the_real_drain_runs_ray_with_the_nodes_settings_read_when_the_event_com
     node_env.write_text("RAY_HEAD_IP=10.0.0.4\nRAY_NODE_IP=10.0.0.7\n")  # no token settings
     with pytest.raises(RuntimeError, match="AuthenticationError: token missing"):
         actions.drain(20.0, "Azure Terminate event E2")
+
+
+# -- notices for the jobs (issue 38) ------------------------------------------------------------
+class Jobs:
+    """Records the notices published and plays the jobs' holds: ``held`` seconds of holding by
+    ``holders`` (none: no job cares)."""
+
+    def __init__(self, node: Node, holders: list[str], held: float = 0.0) -> None:
+        self.node, self.holders, self.held = node, holders, held
+        self.notices: list[tuple[str, str, float]] = []
+        self.waits: list[tuple[float, float]] = []
+
+    def announce(self, event_id: str, kind: str, not_before: float) -> str:
+        with self.node.lock:
+            self.node.calls.append(("announce", time.monotonic(), event_id))
+        self.notices.append((event_id, kind, not_before))
+        return "ab" * 28
+
+    def hold_wait(self, node_id: str, window: float, left: float) -> tuple[list[str], list[str]]:
+        self.waits.append((window, left))
+        time.sleep(self.held if self.holders else min(window, 0.5))
+        with self.node.lock:
+            self.node.calls.append(("waited", time.monotonic(), self.holders))
+        return list(self.holders), []
+
+
+def test_a_notice_is_published_and_a_job_holding_the_worker_gets_until_the_notices_end(
+    imds: FakeImds, node: Node
+) -> None:
+    """The worker publishes the notice, drains, and gives a job that holds it (while it
+    checkpoints) until the notice's end less the safety margin, not just its grace; then it
+    stops Ray and acknowledges."""
+    jobs = Jobs(node, ["raysubmit_abc"], held=1.0)
+    w = Running(imds, node)
+    w.watcher.actions = Actions(node.drain, node.stop, jobs.announce, jobs.hold_wait)
+    try:
+        w.wait_for(f"watching scheduled events for {ME}")
+        posted = time.time()
+        event_id = imds.schedule("Preempt", [ME], not_before_s=30)
+        w.wait_for(f"acknowledged {event_id}")
+    finally:
+        w.close()
+    assert node.names() == ["announce", "drain", "waited", "stop"]
+    [(announced, kind, not_before)] = jobs.notices
+    assert (announced, kind) == (event_id, "Preempt")
+    assert posted + 29 <= not_before <= posted + 31  # NotBefore in Unix seconds (whole ones)
+    [(window, left)] = jobs.waits
+    assert 20 < left <= 25  # the notice's end, less the 5 s safety margin
+    assert window == 1.0  # the grace (Running's) for a hold to appear
+    assert any("released by raysubmit_abc" in line for line in w.lines), w.lines
+    assert [a["EventId"] for a in imds.acks()] == [event_id]
+
+
+def test_a_notice_that_cannot_be_published_still_drains_and_stops(
+    imds: FakeImds, node: Node
+) -> None:
+    def fails(event_id: str, kind: str, not_before: float) -> str:
+        raise RuntimeError("no live Ray node at 10.0.0.7")
+
+    w = Running(imds, node)
+    w.watcher.actions = Actions(node.drain, node.stop, fails, Jobs(node, []).hold_wait)
+    try:
+        w.wait_for(f"watching scheduled events for {ME}")
+        event_id = imds.schedule("Preempt", [ME], not_before_s=30)
+        w.wait_for(f"acknowledged {event_id}")
+    finally:
+        w.close()
+    assert node.names() == ["drain", "stop"]
+    assert any("publishing the notice failed (no live Ray node" in ln for ln in w.lines), w.lines
+
+
+def test_the_real_notice_and_holds_go_through_rays_key_value_store(tmp_path: Path) -> None:
+    """real_actions against a real Ray (this process's): the notice lands under notice/NODE_ID
+    in the namespace jobs read, with this node's Ray id; a hold a job takes while the watcher
+    waits is seen, and the wait ends when the job deletes it; with no hold, after the window."""
+    import json
+    import os
+    import sys
+
+    import ray
+    from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_put
+
+    from nodekit.node.scheduled_events import HOLD_PREFIX, KV_NAMESPACE, real_actions
+
+    environ = dict(os.environ)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR")
+    try:
+        host, port = ray.get_runtime_context().gcs_address.rsplit(":", 1)
+        me = ray.get_runtime_context().get_node_id()
+        node_env = tmp_path / "node.env"
+        node_env.write_text(
+            f"RAY_HEAD_IP={host}\nRAY_GCS_PORT={port}\nRAY_NODE_IP={ray.util.get_node_ip_address()}\n"
+        )
+        actions = real_actions(str(Path(sys.executable).parent.parent), str(node_env), "-")
+        assert actions.announce and actions.hold_wait
+        assert actions.announce("E1", "Preempt", 1234.5) == me
+        notice = json.loads(_internal_kv_get(f"notice/{me}", namespace=KV_NAMESPACE))
+        assert {k: notice[k] for k in ("node_id", "event_id", "event_type", "not_before")} == {
+            "node_id": me, "event_id": "E1", "event_type": "Preempt", "not_before": 1234.5
+        }  # fmt: skip
+
+        hold = f"{HOLD_PREFIX}{me}/raysubmit_1"
+
+        def job() -> None:
+            time.sleep(1.0)
+            _internal_kv_put(hold, b"{}", namespace=KV_NAMESPACE)
+            time.sleep(2.0)
+            _internal_kv_del(hold, namespace=KV_NAMESPACE)
+
+        holder = threading.Thread(target=job)
+        started = time.monotonic()
+        holder.start()
+        assert actions.hold_wait(me, 10.0, 60.0) == (["raysubmit_1"], [])
+        took = time.monotonic() - started
+        holder.join()
+        assert took >= 3.0  # until the hold went, not the window's end
+        started = time.monotonic()
+        assert actions.hold_wait(me, 1.0, 60.0) == ([], [])
+        assert time.monotonic() - started >= 1.0
+    finally:
+        ray.shutdown()
+        os.environ.clear()
+        os.environ.update(environ)

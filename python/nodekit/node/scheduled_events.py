@@ -1,4 +1,5 @@
-"""Drain this worker before Azure takes it away: a watcher of Azure's Scheduled Events.
+"""Tell the jobs and drain this worker before Azure takes it away: a watcher of Azure's
+Scheduled Events.
 
 Runs on every worker (systemd unit ``ray-scheduled-events``, as root), with the node's own Python
 and no package but the standard library. About once a second it asks the instance metadata
@@ -6,11 +7,19 @@ service (``GET /metadata/scheduledevents``, header ``Metadata: true``) what is c
 ``Terminate`` (scale-in, deletion: the scale set's termination notice) or ``Preempt`` (Spot
 eviction, ~30 s) event names this VM, it
 
-1. drains the Ray node — Ray's own drain (``ray drain-node``, reason PREEMPTION, with the time
+1. publishes a **notice** in Ray's internal key-value store (the GCS), which every job on the
+   cluster can read: key ``notice/NODE_ID`` in namespace :data:`KV_NAMESPACE`, a JSON object
+   (``node_id``, ``node_ip``, ``event_id``, ``event_type``, ``not_before`` in Unix seconds, 0
+   when Azure gave none, ``announced``). A job whose learning state lives on that node (the
+   examples' harness: ``examples/harness/notice.py``) takes a **hold** (``hold/NODE_ID/HOLDER``)
+   while it checkpoints and deletes it once the checkpoint is published;
+2. drains the Ray node — Ray's own drain (``ray drain-node``, reason PREEMPTION, with the time
    left before ``NotBefore`` as the deadline), so no new task or actor lands here and Ray knows
    the node is going;
-2. stops Ray gracefully (``systemctl stop ray-worker``), after a short grace for running tasks;
-3. acknowledges the event (``POST`` ``{"StartRequests": [{"EventId": ...}]}``), so Azure goes
+3. waits for the jobs: while a hold exists, until :data:`SAFETY_S` before ``NotBefore``; with no
+   hold after its short grace (:data:`DRAIN_GRACE_S`: running tasks may finish), it goes on;
+4. stops Ray gracefully (``systemctl stop ray-worker``);
+5. acknowledges the event (``POST`` ``{"StartRequests": [{"EventId": ...}]}``), so Azure goes
    ahead at once instead of waiting out the notice.
 
 Events for other VMs (every VM of the scale set sees them all) and other types (Reboot,
@@ -43,10 +52,16 @@ EVENTS_API = "2020-07-01"
 INSTANCE_API = "2021-02-01"
 ACTED_ON = ("Terminate", "Preempt")
 DRAIN_GRACE_S = 10.0
-"""At most this long between the drain and stopping Ray (running tasks may finish; actors —
-RLlib's env runners — never do, and RLlib restarts them on other nodes)."""
+"""At most this long between the drain and stopping Ray when no job holds the node (running
+tasks may finish; actors — RLlib's env runners — never do, and RLlib restarts them on other
+nodes). A job that holds it has until :data:`SAFETY_S` before the notice's end."""
 SAFETY_S = 5.0
-"""Stop Ray at least this long before the event's NotBefore."""
+"""Stop Ray (and stop waiting for jobs) at least this long before the event's NotBefore."""
+KV_NAMESPACE = "raycluster"
+"""The notices' namespace in Ray's internal key-value store (``examples/harness/notice.py``
+writes it too; tests/unit/test_notice_protocol.py holds the copies equal)."""
+NOTICE_PREFIX = "notice/"
+HOLD_PREFIX = "hold/"
 
 Log = Callable[[str], None]
 
@@ -62,6 +77,13 @@ class Actions:
     drain: Callable[[float, str], None]
     """``drain(deadline_seconds, reason_message)``"""
     stop: Callable[[], None]
+    announce: Callable[[str, str, float], str] | None = None
+    """``announce(event_id, event_type, not_before_unix)``: publish the notice; this node's
+    Ray id."""
+    hold_wait: Callable[[str, float, float], tuple[list[str], list[str]]] | None = None
+    """``hold_wait(node_id, window_s, deadline_s)``: wait up to ``window_s`` for a job's hold on
+    the node; once one appeared, until every hold is gone or ``deadline_s`` has passed. The
+    holders seen, and those still holding at the end."""
 
 
 @dataclass
@@ -131,20 +153,53 @@ class Watcher:
                 self.log(f"ignoring event {event_id} ({kind} for {resources}): {why}")
             return
         self.handled.add(event_id)
-        remaining = _seconds_until(str(event.get("NotBefore", "")))
-        self.log(f"{kind} event {event_id} for this VM, {remaining:.0f} s before it goes: draining")
+        not_before = _unix_time(str(event.get("NotBefore", "")))
+        remaining = max(0.0, not_before - time.time())
+        self.log(f"{kind} event {event_id} for this VM, {remaining:.0f} s before it goes")
+        node_id = ""
+        if self.actions.announce:
+            try:
+                node_id = self.actions.announce(event_id, kind, not_before)
+                self.log(f"notice published for Ray node {node_id}")
+            except Exception as e:  # the drain still tells Ray; jobs learn it from Ray's death
+                self.log(f"publishing the notice failed ({e})")
+        self.log("draining")
         try:
             self.actions.drain(max(1.0, remaining - SAFETY_S), f"Azure {kind} event {event_id}")
         except Exception as e:  # stopping Ray matters more than a drain that failed
             self.log(f"drain failed ({e}); stopping Ray anyway")
-        grace = max(0.0, min(self.grace, remaining - SAFETY_S))
-        time.sleep(grace)
-        self.log(f"stopping Ray after {grace:.0f} s of grace")
+        left = max(0.0, remaining - SAFETY_S)
+        self._wait_for_jobs(node_id, min(self.grace, left), left)
+        self.log("stopping Ray")
         try:
             self.actions.stop()
         except Exception as e:
             self.log(f"stopping Ray failed ({e}); acknowledging anyway")
         self._acknowledge(event_id)
+
+    def _wait_for_jobs(self, node_id: str, window: float, left: float) -> None:
+        """The grace, or as long as jobs hold the node (at most ``left`` seconds)."""
+        started = time.monotonic()
+        if not (node_id and self.actions.hold_wait):
+            time.sleep(window)
+            self.log(f"waited {window:.0f} s of grace")
+            return
+        try:
+            seen, holding = self.actions.hold_wait(node_id, window, left)
+        except Exception as e:
+            rest = max(0.0, window - (time.monotonic() - started))
+            self.log(f"reading the jobs' holds failed ({e}); waiting {rest:.0f} s of grace")
+            time.sleep(rest)
+            return
+        took = time.monotonic() - started
+        if not seen:
+            self.log(f"no job held the node in {took:.0f} s")
+        elif holding:
+            self.log(
+                f"still held by {', '.join(holding)} at the notice's end ({took:.0f} s): going on"
+            )
+        else:
+            self.log(f"released by {', '.join(seen)} after {took:.1f} s")
 
     def _acknowledge(self, event_id: str) -> None:
         self.acknowledge(event_id)  # an error here is retried at the next poll
@@ -175,13 +230,12 @@ class Watcher:
             time.sleep(delay)
 
 
-def _seconds_until(not_before: str) -> float:
-    """Seconds until an RFC 1123 time ("Mon, 19 Sep 2016 18:29:47 GMT"); 0 if unknown or past."""
+def _unix_time(not_before: str) -> float:
+    """An RFC 1123 time ("Mon, 19 Sep 2016 18:29:47 GMT") in Unix seconds; 0 if unknown."""
     try:
-        when = email.utils.parsedate_to_datetime(not_before).timestamp()
+        return email.utils.parsedate_to_datetime(not_before).timestamp()
     except (TypeError, ValueError, IndexError):
         return 0.0
-    return max(0.0, when - time.time())
 
 
 # -- the real actions on a node ----------------------------------------------------------------
@@ -189,27 +243,64 @@ def _ray(venv: str) -> str:
     return os.path.join(venv, "bin", "ray")
 
 
-def _node_id(python: str, gcs: str, node_ip: str, env: dict[str, str]) -> str:
-    """This node's Ray id, by its IP, from the GCS (a child process: a GCS client that cannot
-    authenticate aborts its process)."""
-    code = (
-        "import sys\n"
-        "from ray._raylet import GcsClient\n"
-        f"nodes = GcsClient(address={gcs!r}).get_all_node_info(timeout=10)\n"
-        "alive = [i for i, n in nodes.items() if n.node_manager_address == "
-        f"{node_ip!r} and n.state == 0]\n"
-        "print(alive[0].hex() if alive else '')\n"
-    )
+_LOOKUP = (
+    "import json, sys, time\n"
+    "from ray._raylet import GcsClient\n"
+    "gcs = GcsClient(address=sys.argv[1])\n"
+    "nodes = gcs.get_all_node_info(timeout=10)\n"
+    "alive = [i.hex() for i, n in nodes.items()\n"
+    "         if n.node_manager_address == sys.argv[2] and n.state == 0]\n"
+    "node_id = alive[0] if alive else ''\n"
+)
+"""A child's first lines: this node's Ray id (``node_id``, "" if none) by its IP (argv[2]),
+from the GCS at argv[1]. A child process: a GCS client that cannot authenticate aborts its
+process."""
+_ANNOUNCE = _LOOKUP + (
+    "if node_id:\n"
+    "    notice = dict(json.loads(sys.argv[4]), node_id=node_id)\n"
+    "    gcs.internal_kv_put(f'{NOTICE_PREFIX}{node_id}'.encode(), json.dumps(notice).encode(),\n"
+    "                        True, sys.argv[3].encode(), timeout=10)\n"
+    "print(node_id)\n"
+)
+"""argv[3]: the namespace, argv[4]: the notice without its node id."""
+_HOLDS = (
+    "import json, sys, time\n"
+    "from ray._raylet import GcsClient\n"
+    "gcs = GcsClient(address=sys.argv[1])\n"
+    "ns, prefix = sys.argv[2].encode(), sys.argv[3].encode()\n"
+    "window, left, start, seen = float(sys.argv[4]), float(sys.argv[5]), time.monotonic(), []\n"
+    "while True:\n"
+    "    keys = gcs.internal_kv_keys(prefix, ns, timeout=10)\n"
+    "    held = sorted(k[len(prefix):].decode() for k in keys)\n"
+    "    seen += [h for h in held if h not in seen]\n"
+    "    waited = time.monotonic() - start\n"
+    "    if (not seen and waited >= window) or (seen and not held) or waited >= left:\n"
+    "        break\n"
+    "    time.sleep(0.25)\n"
+    "print(json.dumps({'seen': seen, 'holding': held}))\n"
+)
+"""Waits as :attr:`Actions.hold_wait` says: argv 1-5: GCS, namespace, prefix, window, left."""
+
+
+def _child(python: str, code: str, args: list[str], env: dict[str, str], timeout: float) -> str:
+    """A child's stdout; a failure says the line of its stderr that tells why."""
     why = ""
     for _ in range(2):  # a node busy training can miss one 10-second deadline
         out = subprocess.run(
-            [python, "-c", code], env=env, capture_output=True, text=True, timeout=60
+            [python, "-c", code, *args], env=env, capture_output=True, text=True, timeout=timeout
         )
-        node_id = out.stdout.strip()
-        if out.returncode == 0 and node_id:
-            return node_id
-        why = _reason(out.stderr) or "not in the GCS's node table"
-    raise RuntimeError(f"no live Ray node at {node_ip}: {why}")
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+        why = _reason(out.stderr) or f"exit {out.returncode}, no answer"
+    raise RuntimeError(why)
+
+
+def _node_id(python: str, gcs: str, node_ip: str, env: dict[str, str]) -> str:
+    """This node's Ray id, by its IP, from the GCS."""
+    node_id = _child(python, _LOOKUP + "print(node_id or '-')\n", [gcs, node_ip], env, 60)
+    if node_id == "-":
+        raise RuntimeError(f"no live Ray node at {node_ip}: not in the GCS's node table")
+    return node_id
 
 
 def _reason(stderr: str) -> str:
@@ -222,15 +313,41 @@ def _reason(stderr: str) -> str:
 
 
 def real_actions(venv: str, node_env: str, service: str) -> Actions:
-    """Drain with Ray's CLI and stop the unit. The node's environment file is read when an
-    event comes, not at start: each start of Ray writes the node's current address into it."""
+    """Publish notices and read holds in Ray's key-value store, drain with Ray's CLI and stop
+    the unit. The node's environment file is read when an event comes, not at
+    start: each start of Ray writes the node's current address into it."""
     python = os.path.join(venv, "bin", "python")
 
-    def drain(deadline: float, message: str) -> None:
+    def ray_env() -> tuple[dict[str, str], str, dict[str, str]]:
         env = read_env(node_env)
         gcs = f"{env['RAY_HEAD_IP']}:{env.get('RAY_GCS_PORT', '6379')}"
         # The node's Ray settings (token authentication among them) for Ray's own clients.
-        child_env = {**os.environ, **env, "RAY_ADDRESS": gcs}
+        return env, gcs, {**os.environ, **env, "RAY_ADDRESS": gcs}
+
+    def announce(event_id: str, kind: str, not_before: float) -> str:
+        env, gcs, child_env = ray_env()
+        notice = {
+            "node_ip": env["RAY_NODE_IP"],
+            "event_id": event_id,
+            "event_type": kind,
+            "not_before": not_before,
+            "announced": round(time.time(), 3),
+        }
+        code = f"NOTICE_PREFIX = {NOTICE_PREFIX!r}\n" + _ANNOUNCE
+        args = [gcs, env["RAY_NODE_IP"], KV_NAMESPACE, json.dumps(notice)]
+        node_id = _child(python, code, args, child_env, 60)
+        if not node_id:
+            raise RuntimeError(f"no live Ray node at {env['RAY_NODE_IP']}")
+        return node_id
+
+    def hold_wait(node_id: str, window: float, left: float) -> tuple[list[str], list[str]]:
+        _, gcs, child_env = ray_env()
+        args = [gcs, KV_NAMESPACE, f"{HOLD_PREFIX}{node_id}/", str(window), str(left)]
+        answer = json.loads(_child(python, _HOLDS, args, child_env, left + 60))
+        return list(answer["seen"]), list(answer["holding"])
+
+    def drain(deadline: float, message: str) -> None:
+        env, gcs, child_env = ray_env()
         node_id = _node_id(python, gcs, env["RAY_NODE_IP"], child_env)
         out = subprocess.run(
             [
@@ -258,7 +375,7 @@ def real_actions(venv: str, node_env: str, service: str) -> Actions:
     def stop() -> None:
         subprocess.run(["systemctl", "stop", service], check=True, timeout=120)
 
-    return Actions(drain, stop)
+    return Actions(drain, stop, announce, hold_wait)
 
 
 def read_env(path: str) -> dict[str, str]:
@@ -280,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=1.0)
     args = p.parse_args(argv)
     read_env(args.node_env)  # refuse to start without it
-    Watcher(args.imds, real_actions(args.venv, args.node_env, args.service)).run(args.interval)
+    actions = real_actions(args.venv, args.node_env, args.service)
+    Watcher(args.imds, actions).run(args.interval)
     return 0
 
 

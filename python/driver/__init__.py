@@ -8,8 +8,10 @@ def __getattr__(name: str) -> str:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from importlib.metadata import PackageNotFoundError, version
 
+    from driver.package import DISTRIBUTION
+
     try:
-        value = version("azure-ray-rl")
+        value = version(DISTRIBUTION)
     except PackageNotFoundError:  # pragma: no cover - run from a source tree without installing
         value = "0+unknown"
     globals()["__version__"] = value

@@ -42,6 +42,7 @@ from typing import IO, Any
 from driver.cluster import DASHBOARD, TENSORBOARD, WebUI
 from driver.errors import ConnectionLost, DriverError
 from driver.jobs import JobsClient
+from driver.package import DISTRIBUTION, LOCAL_EXTRA, LOCAL_INSTALL, missing
 from driver.procs import pid_alive, spawn
 from driver.progress import ByteProgress, Progress
 from driver.results import DownloadReport
@@ -164,6 +165,21 @@ def private_tmp() -> Path:
     return path
 
 
+def require_local_extra() -> None:
+    """Jobs on local Ray run in this environment: an error, in one line with the command that
+    installs it, if it lacks what they import (pyproject's local extra: RLlib, torch, ...), as
+    an environment made for driving remote clusters only does."""
+    lacking = missing(LOCAL_EXTRA)
+    if not lacking:
+        return
+    shown = ", ".join(lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
+    raise DriverError(
+        f"local Ray cannot train here: this environment lacks {shown} ({DISTRIBUTION}'s "
+        f"{LOCAL_EXTRA} extra, for jobs on local Ray; remote clusters need none of it): "
+        f"{LOCAL_INSTALL} (in a checkout: pip install -e '.[{LOCAL_EXTRA}]')"
+    )
+
+
 class LocalRay:
     """Start, find and stop the local Ray head of this Python environment, state under ``home``."""
 
@@ -223,7 +239,9 @@ class LocalRay:
 
         Ray's own ``ray start`` gives its node 30 s to register (hard-coded in Ray's node.py):
         on a loaded machine it can miss that and exit with "The current node timed out during
-        startup"; then it is started again (STARTS in all), within ``timeout`` in all."""
+        startup"; then it is started again (STARTS in all), within ``timeout`` in all.
+        Without the local extra installed, an error that says so (:func:`require_local_extra`)."""
+        require_local_extra()
         head = self.running()
         if head is not None:
             return head, False

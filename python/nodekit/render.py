@@ -3,7 +3,8 @@
 Inputs, each from its one source of truth:
   - the templates in ``cloud-init/templates/`` (a shared base plus head and worker parts);
   - render-time settings in ``cloud-init/config.yaml`` (optionally overridden by ``--config``);
-  - the Ray/torch/gymnasium pins from this package's metadata (pyproject.toml);
+  - the Ray/torch/gymnasium pins from this package's metadata (pyproject.toml: Ray's in the
+    core dependencies, the rest in the ``local`` extra);
   - paths and ports from :mod:`driver.layout`;
   - the deploy-time placeholder names from ``cloud-init/placeholders.yaml``.
 
@@ -26,14 +27,15 @@ from typing import Any
 
 import yaml
 
-from driver import layout
+from driver import layout, package
 from driver.errors import DriverError
 from driver.yamlfile import load_mapping
 
-DISTRIBUTION = "azure-ray-rl"
 ROLES = ("head", "worker")
 CLUSTER_PACKAGES = ("ray", "torch", "gymnasium", "pillow")
-"""The pinned packages every node installs, at exactly the driver's versions."""
+"""The pinned packages every node installs, at exactly the driver's versions: pyproject's core
+dependencies and its local extra (what local Ray trains with) hold them, Ray's extras spread
+over the two (``ray[default]==...`` and ``ray[rllib]``)."""
 CUSTOM_DATA_LIMIT = 87_380
 """Azure's limit on custom data, in base64 characters."""
 PLACEHOLDER = "@@DEPLOY_VALUES@@"
@@ -134,17 +136,6 @@ class Pins:
     """e.g. ``{"ray": "2.60.0", ...}``."""
 
 
-def _requirements() -> list[Any]:
-    """This package's requirements (pyproject.toml via its metadata), parsed."""
-    from packaging.requirements import Requirement
-
-    try:
-        requires = importlib.metadata.requires(DISTRIBUTION) or []
-    except importlib.metadata.PackageNotFoundError:
-        raise DriverError(f"{DISTRIBUTION} is not installed: pip install -e .") from None
-    return [Requirement(text) for text in requires]
-
-
 def _exact_version(req: Any) -> str:
     """The version a requirement pins with ``==``; an error for any other specifier."""
     specs = list(req.specifier)
@@ -154,17 +145,30 @@ def _exact_version(req: Any) -> str:
 
 
 def cluster_pins() -> Pins:
-    """The exact Ray/torch/gymnasium pins of this package (pyproject.toml via its metadata)."""
-    found: dict[str, tuple[str, str]] = {}
-    for req in _requirements():
-        if req.marker is None and req.name in CLUSTER_PACKAGES:
-            found[req.name] = (str(req), _exact_version(req))
+    """The exact Ray/torch/gymnasium pins of this package (pyproject.toml via its metadata):
+    its core dependencies and its local extra, one requirement per package (a package named in
+    both, as Ray is, with the extras of both and the version pinned in either)."""
+    from packaging.requirements import Requirement
+
+    own = package.requirements()
+    chosen = [r for r in own if r.marker is None]
+    chosen += package.extra_requirements(package.LOCAL_EXTRA, own)
+    found: dict[str, Any] = {}
+    for req in chosen:
+        if req.name not in CLUSTER_PACKAGES:
+            continue
+        if req.name in found:
+            joined = Requirement(str(found[req.name]))
+            joined.extras |= req.extras
+            joined.specifier &= req.specifier
+            req = joined
+        found[req.name] = req
     missing = [p for p in CLUSTER_PACKAGES if p not in found]
     if missing:
         raise DriverError(f"pyproject.toml does not pin {', '.join(missing)}")
     return Pins(
-        requirements=tuple(found[p][0] for p in CLUSTER_PACKAGES),
-        versions={p: found[p][1] for p in CLUSTER_PACKAGES},
+        requirements=tuple(str(found[p]) for p in CLUSTER_PACKAGES),
+        versions={p: _exact_version(found[p]) for p in CLUSTER_PACKAGES},
     )
 
 
@@ -240,15 +244,8 @@ def workload_pins(extra: str = WORKLOADS_EXTRA) -> list[str]:
     """An extra's requirements (by default ``workloads``), as written in pyproject.toml (each
     pinned ==)."""
     pins = []
-    for req in _requirements():
-        marker = req.marker
-        # In the extra, and not a requirement that holds without it (a platform marker only).
-        if marker is None or not marker.evaluate({"extra": extra}):
-            continue
-        if marker.evaluate({"extra": ""}):
-            continue
+    for req in package.extra_requirements(extra):
         _exact_version(req)
-        req.marker = None
         pins.append(str(req))
     return pins
 

@@ -21,6 +21,7 @@ SHARED = {
     "driver.progress",
     "driver.yamlfile",
     "driver.hostkeys",
+    "driver.package",
 }
 """What the node toolkit may use from the client's package."""
 

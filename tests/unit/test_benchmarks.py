@@ -23,7 +23,7 @@ from support import REPO, error_lines
 BENCHMARKS = sorted(p.name for p in (REPO / "benchmarks").glob("*.py"))
 NO_PYTEST = (
     "import runpy, sys\n"
-    "sys.modules['pytest'] = None  # what `pip install -e .` (the quickstart) leaves out\n"
+    "sys.modules['pytest'] = None  # what the quickstart's `pip install -e .[local]` leaves out\n"
     "sys.argv = [sys.argv[1], '--help']\n"
     "runpy.run_path(sys.argv[0], run_name='__main__')\n"
 )

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from driver import layout
 from driver.errors import DriverError
+from driver.package import LOCAL_EXTRA
 from driver.store import TUNE_ROOT
 from nodekit import render
 from nodekit.cli import main
@@ -123,12 +125,24 @@ def test_custom_data_fits_azure_limit(filled: dict[str, Path], name: str) -> Non
 
 # -- versions -----------------------------------------------------------------------------------
 def test_nodes_install_exactly_the_pyproject_pins() -> None:
-    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    deps = {re.split(r"[\[=<>!~ ]", d)[0]: d for d in pyproject["project"]["dependencies"]}
+    """As written in pyproject.toml: Ray's pin in the core dependencies (a laptop's Jobs SDK),
+    the rest in the local extra with Ray's rllib extra; every node installs the two joined."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    written = [*project["dependencies"], *project["optional-dependencies"][LOCAL_EXTRA]]
+    wanted: dict[str, Requirement] = {}
+    for text in map(Requirement, written):
+        if text.name in render.CLUSTER_PACKAGES:
+            req = wanted.setdefault(text.name, Requirement(text.name))
+            req.extras |= text.extras
+            req.specifier &= text.specifier
+    assert sorted(wanted) == sorted(render.CLUSTER_PACKAGES)
+    assert wanted["ray"].extras == {"default", "rllib"}
     for name in ("head.yaml", "worker.yaml"):
         reqs = _files((RENDERED / name).read_text())[render.REQUIREMENTS_PATH].split()
-        for package in render.CLUSTER_PACKAGES:
-            assert deps[package] in reqs, f"{name}: {deps[package]} not installed as pinned"
+        for package, req in wanted.items():
+            assert [r for r in reqs if Requirement(r).name == package] == [str(req)], (
+                f"{name}: {req} not installed as pinned"
+            )
         header = (RENDERED / name).read_text().splitlines()[1]
         assert f"Ray {render.cluster_pins().versions['ray']}" in header
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from driver.package import LOCAL_EXTRA
 from support import REPO
 
 
@@ -15,6 +16,8 @@ def test_readme_opens_with_the_setup_and_test_commands() -> None:
     assert commands == ["./scripts/quickstart.sh", "./scripts/test.sh"]
     quickstart = (REPO / "scripts" / "quickstart.sh").read_text()
     assert "python -m driver submit examples/cartpole/train.py" in quickstart
+    # It trains on local Ray: the package with the extra that brings RLlib and torch.
+    assert f'-e ".[{LOCAL_EXTRA}]"' in quickstart
 
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:

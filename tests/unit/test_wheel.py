@@ -1,6 +1,8 @@
 """A normal install works: the wheel, installed into a fresh virtual environment outside the
 checkout, runs the driver's --help, a job on local Ray and status, from a folder that is not
-the repository (nothing reads repository files at import or parse time).
+the repository (nothing reads repository files at import or parse time). Installed first
+without its local extra (a laptop that drives remote clusters only: no torch), it says in one
+line what local Ray needs; with the extra, the job runs.
 
 The wheel's dependencies are installed by uv (the dev extra's pin), from the indexes pip is
 configured with here: the same environment ``pip install`` makes (the same distributions at the
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from driver.package import DISTRIBUTION, LOCAL_EXTRA, LOCAL_INSTALL
 from support import REPO
 
 pytestmark = pytest.mark.slow
@@ -104,20 +107,35 @@ def test_wheel_in_a_fresh_environment(tmp_path: Path) -> None:
     assert made.returncode == 0, made.stderr
     python = str(venv / "bin" / "python")
     options, uv_env = pip_indexes_for_uv(work, env)
-    installed = _run(
-        [sys.executable, "-m", "uv", "pip", "install", "--compile-bytecode", "--python", python,
-         *options, str(wheels[0])],
-        work,
-        {**env, **uv_env},
-        timeout=1800,
-    )  # fmt: skip
-    assert installed.returncode == 0, installed.stderr[-3000:]
+
+    def install(requirement: str) -> None:
+        installed = _run(
+            [sys.executable, "-m", "uv", "pip", "install", "--compile-bytecode", "--python",
+             python, *options, requirement],
+            work,
+            {**env, **uv_env},
+            timeout=1800,
+        )  # fmt: skip
+        assert installed.returncode == 0, installed.stderr[-3000:]
 
     run_env = {
         **env,
         "RAYDRIVER_HOME": str(tmp_path / "home"),
         "PATH": f"{venv / 'bin'}:{env['PATH']}",
     }
+    job = work / "job"
+    job.mkdir()
+    (job / "train.py").write_text("import ray\nprint('WHEEL-JOB', ray.__version__)\n")
+
+    install(str(wheels[0]))  # the core alone: what drives remote clusters
+    r = _run([python, "-c", "import ray.job_submission, matplotlib, paramiko; import torch"],
+             work, run_env)  # fmt: skip
+    assert "No module named 'torch'" in r.stderr, r.stderr[-3000:]
+    r = _run([python, "-m", "driver", "submit", str(job / "train.py")], work, run_env)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-3000:]
+    assert r.stderr.startswith("error: local Ray cannot train here: this environment lacks torch")
+    assert f"{LOCAL_INSTALL} (in a checkout" in r.stderr
+    install(f"{DISTRIBUTION}[{LOCAL_EXTRA}] @ {wheels[0].as_uri()}")
     where = _run(
         [python, "-c", "import driver, nodekit; print(driver.__file__, driver.__version__)"],
         work,
@@ -129,9 +147,6 @@ def test_wheel_in_a_fresh_environment(tmp_path: Path) -> None:
     r = _run([python, "-m", "driver", "--help"], work, run_env)
     assert r.returncode == 0 and "submit" in r.stdout, r.stderr
 
-    job = work / "job"
-    job.mkdir()
-    (job / "train.py").write_text("import ray\nprint('WHEEL-JOB', ray.__version__)\n")
     try:
         r = _run(
             [python, "-m", "driver", "submit", "--submission-id", "wheel-1", str(job / "train.py")],

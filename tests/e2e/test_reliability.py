@@ -270,11 +270,16 @@ def test_a_terminate_notice_drains_and_stops_the_worker_before_its_deletion_as_t
     assert acked == [event], acked  # its own event only, never the other VM's
     assert other in [e["EventId"] for e in json.loads((imds_dir / "events.json").read_text())]
 
-    # In this order, each decision on one line: drain, stop, acknowledge.
+    # In this order, each decision on one line: the notice published for the jobs (in Ray's
+    # key-value store, under this node's Ray id), drain, stop, acknowledge.
     log = _journal(cluster, worker)
-    steps = [
-        log.find(word) for word in (": draining", "stopping Ray after", f"acknowledged {event}")
-    ]
+    words = (
+        "notice published for Ray node ",
+        ": draining",
+        "stopping Ray",
+        f"acknowledged {event}",
+    )
+    steps = [log.find(word) for word in words]
     assert -1 not in steps and steps == sorted(steps), log
     assert f"ignoring event {other}" in log, log
     assert "failed" not in log, log  # the drain went through Ray, not around it

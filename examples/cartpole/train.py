@@ -35,6 +35,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "runners: the tuning holds for any number of runners)",
     )
     p.add_argument(
+        "--num-learners",
+        type=int,
+        choices=range(0, 9),
+        default=0,
+        metavar="N",
+        help="0: the learner in the job's main process, on the head (default); N >= 1: N "
+        "learner actors of 1 CPU each, which Ray places on the workers",
+    )
+    p.add_argument(
         "--train-batch-size",
         type=int,
         default=4000,
@@ -56,7 +65,7 @@ def build_config(args: argparse.Namespace):  # -> PPOConfig
             or max(1, TOTAL_ENVS // max(1, args.num_env_runners)),
             num_cpus_per_env_runner=1,
         )
-        .learners(num_learners=0)
+        .learners(num_learners=args.num_learners)
         .training(
             train_batch_size_per_learner=args.train_batch_size,
             minibatch_size=min(128, args.train_batch_size),

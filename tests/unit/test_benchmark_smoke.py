@@ -16,6 +16,9 @@ measures them.
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import importlib.util
 import math
 import os
 import re
@@ -199,6 +202,68 @@ def test_the_cluster_storage_benchmark_in_smoke_mode(tmp_path: Path) -> None:
     assert default and default[1].startswith(layout.CLUSTER_STORAGE_DIR + "/")
     p, _ = run_benchmark("cluster_storage", "--shared", "/nonexistent/x/y", timeout=300)
     assert p.returncode == 2 and "does not exist" in p.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_the_cluster_storage_sweep_benchmark_in_smoke_mode(tmp_path: Path) -> None:
+    """Two folders stand for the mount and the disk: the two-trial sweep run in each on a local
+    Ray of its own, its checkpoint and results in the folder given, and nothing of it left."""
+    shared, local = tmp_path / "shared", tmp_path / "local"
+    shared.mkdir()
+    local.mkdir()
+    p, printed = run_benchmark(
+        "cluster_storage_sweep", "--smoke", "--shared", str(shared), "--local", str(local),
+        env={"RAY_ADDRESS": ""}, timeout=RUN_S,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [out] = printed
+    assert out["smoke"] is True and out["repeats"] == 1 and out["sweep"]["iterations"] == 1
+    for where, folder in (("shared", shared), ("local", local)):
+        assert Path(out["folders"][where]).parent == folder
+        assert out["mounts"][where]["mount_point"] in [str(p) for p in (folder, *folder.parents)]
+        [run] = out[where]["runs"]
+        assert positive(run["wall_s"]) and positive(run["env_steps_per_s"]), run
+        assert [t["lr"] for t in run["trials"]] == out["sweep"]["lr"]
+        for trial in run["trials"]:
+            assert trial["iterations"] == 1 and trial["checkpoints"] == 1, trial  # at the end
+            assert positive(trial["env_steps"]) and positive(trial["env_steps_per_s"]), trial
+            assert trial["last_checkpoint_bytes"] > 1_000_000, trial
+        assert run["env_steps"] == sum(t["env_steps"] for t in run["trials"])
+        assert not any(folder.iterdir())
+    ratio = out["shared"]["env_steps_per_s"] / out["local"]["env_steps_per_s"]
+    assert math.isclose(out["shared_over_local"], ratio, abs_tol=1e-4)
+    assert out["goal_met"] is (ratio >= 0.95) and "0.95" in out["goal"]
+
+
+def test_the_cluster_storage_sweep_is_the_users_sweep() -> None:
+    """The benchmark measures tests/fixtures/jobs/tune_sweep.py's sweep: every setting that
+    fixture gives its config and its tuner as a literal (the grid of learning rates included),
+    the benchmark's too."""
+    fixture = ast.parse((REPO / "tests" / "fixtures" / "jobs" / "tune_sweep.py").read_text())
+    made = [
+        n.value
+        for n in fixture.body
+        if isinstance(n, ast.Assign)
+        and [ast.unparse(t) for t in n.targets] in (["config"], ["tuner"])
+    ]
+    assert len(made) == 2
+    settings = {}
+    for call in (n for tree in made for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        for keyword in call.keywords:
+            value = keyword.value
+            if isinstance(value, ast.Call) and getattr(value.func, "attr", "") == "grid_search":
+                [value] = value.args
+            with contextlib.suppress(ValueError):
+                settings[keyword.arg] = ast.literal_eval(value)
+    assert settings == _module("cluster_storage_sweep").SWEEP
+
+
+def _module(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _source(name: str) -> str:

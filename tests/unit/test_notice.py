@@ -196,6 +196,29 @@ def test_each_event_is_due_once_and_a_notice_past_before_the_job_began_never(
     ]
 
 
+@pytest.mark.slow
+def test_a_learner_actors_node_is_watched(cluster: tuple[str, str]) -> None:
+    """With a learner actor (``--num-learners 1``), its node is asked once through RLlib's
+    learner group; on this one-node Ray it is the job's own node."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    _, node = cluster
+    algo = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0)
+        .learners(num_learners=1, num_cpus_per_learner=1)
+        .build_algo()
+    )
+    try:
+        assert not algo.learner_group.is_local
+        [answer] = algo.learner_group.foreach_learner(notice._node_of_learner)
+        assert answer.ok and answer.get() == node
+        assert notice.learning_nodes(algo) == [node]
+    finally:
+        algo.stop()
+
+
 class HoldWatcher:
     """Polls the KV's hold keys from the test while the job runs: every key ever seen."""
 

@@ -17,7 +17,9 @@ from typing import Any, NoReturn
 
 from harness import learner_lock
 from harness.metrics import ProgressWriter
+from harness.notice import Watch, act
 from harness.runs import (
+    CHECKPOINT,
     PROGRESS_CSV,
     SUMMARY_JSON,
     Checkpoint,
@@ -176,6 +178,8 @@ def _train(
     import ray
 
     learner_lock.guard(algo)  # checkpoints wait for an APPO/IMPALA update in progress
+    watch = Watch.for_algorithm(algo)  # eviction notices for the learning state's nodes
+    notices: list[dict[str, Any]] = []
     time_before = 0.0
     if resume:
         algo.restore_from_path(str(resume.path))
@@ -239,6 +243,12 @@ def _train(
                 flush=True,
             )
             reason = stop_reason(args, ret, it, steps, total)
+            notice = watch.due()
+            if notice is not None:  # a node of the learning state is going: save now
+                notices.append(act(notice, watch, algo, run_dir, state(), uploader))
+                if notices[-1]["saved"]:
+                    checkpoint = run_dir / CHECKPOINT
+                    continue  # this iteration's checkpoint is saved (the final one follows)
             if reason is None and args.checkpoint_every and it % args.checkpoint_every == 0:
                 checkpoint = save_checkpoint(algo, run_dir, state())
                 if uploader:
@@ -271,6 +281,7 @@ def _train(
         "stopped_by": reason,
         "seed": args.seed,
         "resumed_from": resumed_from,
+        "notices": notices,
         **extra,
     }
     (run_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")

@@ -82,6 +82,8 @@ class Uploader:
         self.declined = False
         """The helper ended on a reason it said (exit 3): not started again."""
         self._done = threading.Event()
+        self._changed = threading.Condition()
+        """Notified when a checkpoint is published and when a helper ends."""
         self._failed = False
         self._proc: subprocess.Popen[str] | None = None
 
@@ -132,7 +134,9 @@ class Uploader:
             if kind == "error":
                 self.log(f"results store: {event.get('message')}")
             elif kind == "published":
-                self.published.append(event)
+                with self._changed:
+                    self.published.append(event)
+                    self._changed.notify_all()
                 self.log(
                     f"results store: checkpoint at iteration {event.get('iteration')} "
                     f"published as {self.where}/{event.get('checkpoint')}"
@@ -160,6 +164,8 @@ class Uploader:
                     f"{self.run_dir} has every result"
                 )
             done.set()
+        with self._changed:
+            self._changed.notify_all()
 
     def _send(self, command: dict[str, Any]) -> bool:
         if not self.alive() or self._proc is None or self._proc.stdin is None:
@@ -205,6 +211,26 @@ class Uploader:
                 "env_steps": state.get("env_steps"),
             }
         )
+
+    def wait_published(self, iteration: int, timeout: float) -> dict[str, Any] | None:
+        """Wait until a checkpoint of ``iteration`` or later is published (its pointer written),
+        at most ``timeout`` seconds: its ``published`` event, or None (not in time, or the
+        helper is not running: a stopped one is replaced only at the next checkpoint)."""
+
+        def found() -> dict[str, Any] | None:
+            for event in reversed(self.published):
+                if int(event.get("iteration") or 0) >= iteration:
+                    return event
+            return None
+
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while (event := found()) is None and self.alive():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
+        return event
 
     def finish(self, timeout: float) -> bool:
         """Wait for the last upload (at most ``timeout`` s); True when everything went up."""

@@ -180,6 +180,31 @@ def test_the_results_store_benchmark_in_smoke_mode() -> None:
     assert on["published"] == 2 and on["store_problems"] == [] and on["final_upload"], on
 
 
+@pytest.mark.slow
+def test_the_notice_checkpoint_benchmark_in_smoke_mode() -> None:
+    """Against Azurite and the fake metadata service on loopback, as the benchmark starts them:
+    a notice for its own Ray node acted on by the harness for each model, each checkpoint
+    published and its hold released."""
+    p, printed = run_benchmark("notice_checkpoint", "--smoke", timeout=RUN_S)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [out] = printed
+    assert out["smoke"] is True and list(out["models"]) == ["cartpole", "pong"]
+    for name, model in out["models"].items():
+        assert model["repeats"] == 1 and model["holds_left"] == [], (name, model)
+        assert positive(model["median_notice_to_published_s"]), (name, model)
+        [line] = model["lines"]
+        assert line.startswith("notice: Azure Preempt for 127.0.0.1 (event ") and (
+            "checkpoint at iteration 1 published in " in line
+        ), line
+    # Pong's checkpoint is an order of magnitude bigger than CartPole's (as RLlib's are).
+    assert (
+        out["models"]["pong"]["checkpoint_bytes"]
+        > 10 * out["models"]["cartpole"]["checkpoint_bytes"]
+    )
+    assert out["goal"]["pong_notice_to_published_s_at_most"] == 15.0
+    assert isinstance(out["goal"]["met"], bool)
+
+
 def test_the_cluster_storage_benchmark_in_smoke_mode(tmp_path: Path) -> None:
     """Any two folders stand for the mount and the disk: a CartPole checkpoint written and read
     back in each, and nothing of it left."""

@@ -170,13 +170,8 @@ def anchor_documents(out: Path, source: Path | None = None) -> Path:
                 "benchmarks/bootstrap.py"
             )
         script = script[:start] + install + script[end:]
-        doc = yaml.safe_load(text)
-        entries = doc["write_files"]
-        for entry in entries:
-            if entry["path"] == BOOTSTRAP:
-                entry["encoding"] = "gz+b64"
-                entry["content"] = render.gzip_b64(script)
-        entries += [
+        doc = yaml.safe_load(render.replace_files(text, {BOOTSTRAP: script}))
+        doc["write_files"] += [
             {"path": p, "permissions": "0644", "content": "\n".join(lines) + "\n"}
             for p, lines in ((ANCHOR_REQUIREMENTS, requirements), (ANCHOR_CONSTRAINTS, constraints))
         ]

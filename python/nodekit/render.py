@@ -18,9 +18,12 @@ import base64
 import gzip
 import hashlib
 import importlib.metadata
+import io
 import json
+import lzma
 import os
 import re
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,13 +76,37 @@ AUTOSTOP_PATH = "/usr/local/lib/ray-cluster/autostop.py"
 client it uses."""
 NODE_MODULES = ("scheduled_events", "health", "azure_vmss_provider", "autostop")
 """Modules of :mod:`nodekit.node` embedded in the documents, read from this package."""
+BUNDLE_PATH = f"{layout.STATE_DIR}/node-files.tar.xz"
+"""On every node: its files but the deploy-time values, as one xz-compressed tar (:func:`bundle`)
+that the document's write_files writes and its first runcmd entry unpacks (:data:`UNPACK`):
+compressed together, they take about a fifth less custom data than each gzip-compressed on its
+own."""
+UNPACK = """\
+import os, sys, tarfile
+archive, root = sys.argv[1:]
+with tarfile.open(archive) as bundle:
+    for member in bundle:
+        if not member.isfile():
+            sys.exit(f"{archive}: {member.name} is not a plain file")
+        path = os.path.join(root, member.name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, member.mode)
+        os.fchmod(fd, member.mode)
+        with os.fdopen(fd, "wb") as out:
+            out.write(bundle.extractfile(member).read())
+        print(f"unpacked {path} ({member.mode:04o})")
+"""
+"""The documents' first runcmd entry, ``python3 -c UNPACK ARCHIVE ROOT``: every file of the
+archive written under ROOT at its path with its mode (cloud-init's write_files cannot decompress
+xz; python3 is on every image cloud-init runs on, its own interpreter). Files only, owned by
+whoever runs it (root at boot); a file that exists is overwritten in place."""
 BOOTSTRAP_PATH = "/usr/local/sbin/ray-cluster-bootstrap"
 """The node bootstrap (cloud-init/templates/files/ray-cluster-bootstrap.sh.j2), one script for
 every role: ``ray-cluster-bootstrap head|worker`` at first boot, ``... install`` to bake an
 image."""
 CUSTOMIZER = "install.sh"
 """In cloud-init/rendered/: the image customizer, which writes the files the bootstrap's install
-phase reads (as the documents' write_files do) and runs ``ray-cluster-bootstrap install``."""
+phase reads (as the documents' archives hold them) and runs ``ray-cluster-bootstrap install``."""
 INSTALL_VALUE_NAMES = (
     "PIP_INDEX_URL",
     "TORCH_INDEX_URL",
@@ -289,9 +316,46 @@ def lock_digest(inputs: list[str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def gzip_b64(text: str) -> str:
-    """cloud-init's ``encoding: gz+b64``, byte-stable (no timestamp) for golden files."""
-    return base64.b64encode(gzip.compress(text.encode(), 9, mtime=0)).decode()
+def b64(text: str) -> str:
+    """cloud-init's ``encoding: b64`` of a text (UTF-8)."""
+    return base64.b64encode(text.encode()).decode()
+
+
+def bundle(files: list[dict[str, Any]]) -> bytes:
+    """Files (``path``: absolute, ``permissions``: octal text, ``content``: text) as one
+    xz-compressed tar: each at its path (without the leading ``/``) with its mode, owned by
+    root, without timestamps, in the given order; byte-stable for the golden files."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        seen = set()
+        for f in files:
+            path = f["path"]
+            if not path.startswith("/") or path in seen or ".." in path.split("/"):
+                raise DriverError(f"{path}: a node's files have distinct absolute paths")
+            seen.add(path)
+            data = f["content"].encode()
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode = len(data), int(f["permissions"], 8)
+            info.uname = info.gname = "root"
+            tar.addfile(info, io.BytesIO(data))
+    data = raw.getvalue()
+    # A dictionary as large as the archive: all it can use, and all a node must allocate.
+    lzma2 = {"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME}
+    return lzma.compress(data, filters=[{**lzma2, "dict_size": max(len(data), 4096)}])
+
+
+def unbundle(data: bytes) -> list[dict[str, Any]]:
+    """The inverse of :func:`bundle` (the files as :data:`UNPACK` writes them)."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:xz") as tar:
+        out = []
+        for member in tar:
+            reader = tar.extractfile(member)
+            if not member.isfile() or reader is None:
+                raise DriverError(f"the node's archive holds {member.name}, not a plain file")
+            content = reader.read().decode()
+            permissions = f"{member.mode:04o}"
+            out.append({"path": "/" + member.name, "permissions": permissions, "content": content})
+    return out
 
 
 def without_docstrings(text: str) -> str:
@@ -467,19 +531,58 @@ def compact_python(text: str) -> str:
     return "".join(kept)
 
 
-def document_files(text: str) -> dict[str, str]:
-    """A rendered document's write_files as ``{path: content}``, decoded as cloud-init does
-    (``b64``, ``gz+b64``); the placeholder's file, not yet filled, stays as it is."""
-    files = {}
+def _document_entries(text: str) -> dict[str, dict[str, Any]]:
+    """A document's files as the node has them once its first runcmd entry ran: its
+    write_files entries, decoded as cloud-init does (``b64``, ``gz+b64``), but the archive
+    (:data:`BUNDLE_PATH`), which stands for the files it holds."""
+    files: dict[str, dict[str, Any]] = {}
     for entry in yaml.safe_load(text).get("write_files", []):
         content = entry.get("content", "")
         encoding = entry.get("encoding", "")
+        permissions = str(entry.get("permissions", "0644"))
+        if entry["path"] == BUNDLE_PATH:
+            for f in unbundle(base64.b64decode(content)):
+                files[f["path"]] = f
+            continue
         if content != PLACEHOLDER and encoding in ("b64", "base64"):
             content = base64.b64decode(content).decode()
         elif encoding in ("gz+b64", "gzip+base64"):
             content = gzip.decompress(base64.b64decode(content)).decode()
-        files[entry["path"]] = content
+        files[entry["path"]] = {
+            "path": entry["path"],
+            "permissions": permissions,
+            "content": content,
+        }
     return files
+
+
+def document_files(text: str) -> dict[str, str]:
+    """A rendered document's files as ``{path: content}``: its write_files entries decoded as
+    cloud-init does, and the files of its archive (:data:`BUNDLE_PATH`) in the archive's
+    place; the placeholder's file, not yet filled, stays as it is."""
+    return {path: f["content"] for path, f in _document_entries(text).items()}
+
+
+def document_permissions(text: str) -> dict[str, str]:
+    """The mode of each of :func:`document_files`, as octal text (``"0644"``)."""
+    return {path: f["permissions"] for path, f in _document_entries(text).items()}
+
+
+def replace_files(text: str, changes: dict[str, str]) -> str:
+    """The document with files of its archive given new contents (each keeping its mode):
+    the archive packed again, every other byte of the document as it was. A path the archive
+    lacks is an error."""
+    entry = next(
+        (e for e in yaml.safe_load(text).get("write_files", []) if e["path"] == BUNDLE_PATH), None
+    )
+    if entry is None:
+        raise DriverError(f"the document has no {BUNDLE_PATH}")
+    files = unbundle(base64.b64decode(entry["content"]))
+    missing = sorted(set(changes) - {f["path"] for f in files})
+    if missing:
+        raise DriverError(f"the document's archive holds no {', '.join(missing)}")
+    files = [{**f, "content": changes.get(f["path"], f["content"])} for f in files]
+    return text.replace(entry["content"], base64.b64encode(bundle(files)).decode())
 
 
 def install_digest(inputs_digest: str, values: dict[str, str], gpu: str = "none") -> str:
@@ -533,9 +636,11 @@ def read_lock(name: str = LOCK_FILE) -> str:
 def render(config: dict[str, Any] | None = None) -> dict[str, str]:
     """Return ``{"head.yaml": text, "worker.yaml": text, "install.sh": text}``.
 
-    The install phase's files (:func:`install_files`: the bootstrap, the OS package list, the
-    requirements and the locks) are built once and given to every template, so the documents'
-    write_files and the image customizer carry the same bytes.
+    The install phase's files (the bootstrap, the OS package list, the requirements and the
+    locks) are built once and given to every template, so the documents' archives and the
+    image customizer carry the same bytes. A role's files (``ROLE-files.yaml.j2``, extending
+    ``files.yaml.j2``) go into its document (``document.yaml.j2``) as one archive
+    (:func:`bundle`), the deploy-time values' file beside it.
     """
     import jinja2
 
@@ -550,7 +655,7 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         comment_start_string="{##",
         comment_end_string="##}",
     )
-    env.filters["gzip_b64"] = gzip_b64
+    env.filters["b64"] = b64
     env.filters["without_docstrings"] = without_docstrings
     env.filters["compact_python"] = compact_python
     env.filters["compact_shell"] = compact_shell
@@ -582,9 +687,9 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
         _install_file(
             REQUIREMENTS_PATH, "0644", "".join(f"{r}\n" for r in node_requirements(config))
         ),
-        _install_file(LOCK_PATH, "0644", read_lock(), gzip=True),
-        _install_file(AUTOSCALER_LOCK_PATH, "0644", read_lock(AUTOSCALER_LOCK_FILE), gzip=True),
-        _install_file(CUDA_LOCK_PATH, "0644", read_lock(CUDA_LOCK_FILE), gzip=True),
+        _install_file(LOCK_PATH, "0644", read_lock()),
+        _install_file(AUTOSCALER_LOCK_PATH, "0644", read_lock(AUTOSCALER_LOCK_FILE)),
+        _install_file(CUDA_LOCK_PATH, "0644", read_lock(CUDA_LOCK_FILE)),
     ]
     inputs_digest = install_inputs_digest(install_code, files, pins)
     bootstrap = compact_shell(
@@ -592,15 +697,27 @@ def render(config: dict[str, Any] | None = None) -> dict[str, str]:
             install_code=install_code.rstrip("\n"), install_inputs_digest=inputs_digest, **common
         )
     )
-    files.append(_install_file(BOOTSTRAP_PATH, "0755", bootstrap, gzip=True))
+    files.append(_install_file(BOOTSTRAP_PATH, "0755", bootstrap))
     out: dict[str, str] = {}
     for role in ROLES:
-        text = env.get_template(f"{role}.yaml.j2").render(
+        listed = env.get_template(f"{role}-files.yaml.j2").render(
             role=role,
             install_files=files,
             node_modules={
                 m: (Path(__file__).parent / "node" / f"{m}.py").read_text() for m in NODE_MODULES
             },
+            **common,
+        )
+        node_files = [
+            {**f, "content": base64.b64decode(f["content"]).decode()}
+            for f in yaml.safe_load(listed)["files"]
+        ]
+        text = env.get_template("document.yaml.j2").render(
+            role=role,
+            bundle_path=BUNDLE_PATH,
+            bundle=base64.b64encode(bundle(node_files)).decode(),
+            unpack=UNPACK,
+            bootstrap_path=BOOTSTRAP_PATH,
             **common,
         )
         out[f"{role}.yaml"] = _tidy(text)
@@ -624,13 +741,13 @@ HEREDOC_END = "RAY_CLUSTER_FILE_END"
 """Ends each file's here-document in the image customizer (no file may hold it as a line)."""
 
 
-def _install_file(path: str, permissions: str, content: str, gzip: bool = False) -> dict[str, Any]:
-    """One file of the install phase, as write_files and the customizer write it."""
+def _install_file(path: str, permissions: str, content: str) -> dict[str, Any]:
+    """One file of the install phase, as the documents' archives and the customizer hold it."""
     if not content.endswith("\n") or content.endswith("\n\n"):
         raise DriverError(f"{path}: the install phase's files end with exactly one newline")
     if any(line == HEREDOC_END for line in content.splitlines()):
         raise DriverError(f"{path} holds the line {HEREDOC_END}")
-    return {"path": path, "permissions": permissions, "content": content, "gzip": gzip}
+    return {"path": path, "permissions": permissions, "content": content}
 
 
 def _tidy(text: str) -> str:

@@ -58,7 +58,7 @@ def _bootstrap_benchmark() -> ModuleType:
 
 
 def test_the_anchor_documents_install_our_packages_with_pip(tmp_path: Path) -> None:
-    """The documents embed the bootstrap gz+b64: the anchor's is built from the decoded script,
+    """The documents' archives hold the bootstrap: the anchor's is built from the unpacked script,
     installs torch as ours does and then our top-level requirements unpinned with one pip
     install (no uv, no lock), held to the lock's versions, and is otherwise our bootstrap."""
     bench = _bootstrap_benchmark()

@@ -2,9 +2,9 @@
 
 The customizer must be the install phase of the rendered bootstrap, not a copy: it is run here
 (``--files-only``, which writes the files and installs nothing) and what it writes is compared,
-byte for byte and mode for mode, with the write_files of both rendered documents. The install
-digest and the skip decision are the bootstrap's own shell code, cut out of the rendered script
-and run with bash.
+byte for byte and mode for mode, with the files of both rendered documents (those of their
+archives). The install digest and the skip decision are the bootstrap's own shell code, cut out
+of the rendered script and run with bash.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from driver import layout
 from node_support import probe_tree
@@ -34,12 +33,13 @@ def _documents() -> dict[str, str]:
     return {role: (RENDERED / f"{role}.yaml").read_text() for role in render.ROLES}
 
 
-def _write_files(text: str) -> dict[str, dict]:
-    """A document's write_files entries by path, with the content decoded as cloud-init does."""
-    decoded = render.document_files(text)
+def _node_files(text: str) -> dict[str, dict]:
+    """A document's files by path (its write_files and its archive's, as the node has them),
+    with their contents and modes."""
+    modes = render.document_permissions(text)
     return {
-        e["path"]: {"content": decoded[e["path"]], "permissions": e.get("permissions", "0644")}
-        for e in yaml.safe_load(text)["write_files"]
+        path: {"content": content, "permissions": modes[path]}
+        for path, content in render.document_files(text).items()
     }
 
 
@@ -71,7 +71,7 @@ def test_the_customizer_writes_the_documents_install_files_byte_for_byte(tmp_pat
     written = _customizer_files(tmp_path)
     install_code = _install_code(_bootstrap())
     for role, text in _documents().items():
-        files = _write_files(text)
+        files = _node_files(text)
         # Every file of the document that the install phase reads (it names it), and the
         # bootstrap that runs it.
         read = {p for p in files if p in install_code} | {render.BOOTSTRAP_PATH}

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
 
 from driver.errors import DriverError
 from nodekit import render
@@ -254,12 +253,9 @@ def test_a_cluster_pypi_mirror_starts_with_the_files_other_clusters_fetched(
 
 
 def _with_bootstrap(document: str, change: Callable[[str], str]) -> str:
-    """The document with its bootstrap (a gz+b64 write_files entry) changed."""
-    doc = yaml.safe_load(document)
-    for f in doc["write_files"]:
-        if f["path"] == render.BOOTSTRAP_PATH:
-            f["content"] = render.gzip_b64(change(render.document_files(document)[f["path"]]))
-    return "#cloud-config\n" + yaml.safe_dump(doc)
+    """The document with its bootstrap (in the document's archive) changed."""
+    bootstrap = render.document_files(document)[render.BOOTSTRAP_PATH]
+    return render.replace_files(document, {render.BOOTSTRAP_PATH: change(bootstrap)})
 
 
 def test_documents_that_disagree_on_the_install_are_refused_in_one_line() -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import re
 import shutil
+import stat
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -118,9 +121,114 @@ def test_custom_data_fits_azure_limit(filled: dict[str, Path], name: str) -> Non
     # the head's Python modules and the node check go without docstrings and comments
     # (render.compact_python), and the shell scripts and systemd units without their comment
     # and blank lines (render.compact_shell, which made room for worker pools' values and code,
-    # and render.compact_unit). What comes next must make room (e.g. one compressed bundle of
-    # every file) rather than raise this.
+    # and render.compact_unit). The head was then at ~77,400 of the 78,642 here with sample
+    # values; every file but the deploy-time values then went into one xz-compressed archive
+    # (render.bundle: ~63,000, the workers' ~60,600). What comes next must make room rather
+    # than raise this.
     assert len(base64.b64encode(raw)) < render.CUSTOM_DATA_LIMIT * 0.90
+
+
+# -- the node's files: one archive, unpacked before the bootstrap runs ----------------------------
+_UNPACK_WITH_CLOUD_INIT = """
+import grp, os, pwd, subprocess, sys
+import yaml
+from cloudinit import util
+from cloudinit.config.cc_write_files import write_files
+
+document, root, bundle_path = sys.argv[1:]
+doc = yaml.safe_load(open(document))
+me = f"{pwd.getpwuid(os.getuid()).pw_name}:{grp.getgrgid(os.getgid()).gr_name}"
+entries = [{**e, "path": root + e["path"], "owner": me} for e in doc["write_files"]]
+write_files("write_files", entries, me)
+unpack = doc["runcmd"][0]
+assert unpack[-2:] == [bundle_path, "/"], unpack
+script = util.shellify([[*unpack[:-2], root + bundle_path, root]])
+p = subprocess.run(["sh", "-c", script], env={"PATH": "/usr/bin:/bin"})
+sys.exit(p.returncode)
+"""
+
+
+@pytest.mark.parametrize("name", ["head.yaml", "worker.yaml"])
+def test_cloud_init_writes_and_the_first_runcmd_unpacks_every_file_with_its_mode(
+    filled: dict[str, Path], name: str, tmp_path: Path
+) -> None:
+    """cloud-init's own write_files and runcmd code (its modules, with its Python: the one a
+    node has) write the filled document into a folder standing in for the node's root: the
+    files there, with their modes, are render.document_files' and document_permissions'."""
+    cloud_init = shutil.which("cloud-init")
+    assert cloud_init, "cloud-init is not installed (scripts/test.sh installs it as root)"
+    interpreter = Path(cloud_init).read_text().splitlines()[0].removeprefix("#!").split()
+    root = tmp_path / "root"
+    root.mkdir()
+    p = subprocess.run(
+        [*interpreter, "-c", _UNPACK_WITH_CLOUD_INIT, str(filled[name]), str(root),
+         render.BUNDLE_PATH],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    text = filled[name].read_text()
+    expected = render.document_files(text)
+    modes = render.document_permissions(text)
+    written = {"/" + str(f.relative_to(root)): f for f in root.rglob("*") if f.is_file()}
+    assert set(written) == {*expected, render.BUNDLE_PATH}
+    assert len(expected) > 15 and render.BOOTSTRAP_PATH in expected
+    for path, f in written.items():
+        mode = f"{stat.S_IMODE(f.stat().st_mode):04o}"
+        if path == render.BUNDLE_PATH:
+            assert mode == "0600"
+            continue
+        assert f.read_text() == expected[path], path
+        assert mode == modes[path], path
+    assert modes[render.BOOTSTRAP_PATH] == "0755" and modes[layout.DEPLOY_VALUES] == "0600"
+    assert f"unpacked {root}{render.BOOTSTRAP_PATH} (0755)" in p.stdout
+
+
+@pytest.mark.parametrize("name", ["head.yaml", "worker.yaml"])
+def test_the_document_carries_one_archive_and_unpacks_it_before_the_bootstrap(name: str) -> None:
+    """Two files in write_files: the deploy-time values (the stacks replace() its placeholder)
+    and the archive; runcmd unpacks the archive, then runs the bootstrap (no bootcmd: it runs
+    before write_files)."""
+    doc = yaml.safe_load((RENDERED / name).read_text())
+    role = name.removesuffix(".yaml")
+    assert [e["path"] for e in doc["write_files"]] == [layout.DEPLOY_VALUES, render.BUNDLE_PATH]
+    assert doc["runcmd"] == [
+        ["python3", "-c", render.UNPACK, render.BUNDLE_PATH, "/"],
+        [render.BOOTSTRAP_PATH, role],
+    ]
+    assert "bootcmd" not in doc
+    archive = base64.b64decode(doc["write_files"][1]["content"])
+    assert archive.startswith(b"\xfd7zXZ\x00")  # xz
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:xz") as tar:
+        members = tar.getmembers()
+    assert all(m.isfile() and not m.name.startswith("/") for m in members)
+    assert {(m.uid, m.gid, m.uname, m.gname, m.mtime) for m in members} == {
+        (0, 0, "root", "root", 0)
+    }
+    assert ["/" + m.name for m in members] == [
+        p for p in render.document_files((RENDERED / name).read_text()) if p != layout.DEPLOY_VALUES
+    ]
+
+
+def test_bundle_refuses_a_path_twice_or_a_relative_one() -> None:
+    one = {"path": "/etc/x", "permissions": "0644", "content": "x\n"}
+    files = [one, {**one, "path": "/etc/y", "permissions": "0755"}]
+    assert render.unbundle(render.bundle(files)) == files
+    assert render.bundle(files) == render.bundle(files)  # byte-stable
+    for bad in ([one, one], [{**one, "path": "etc/x"}], [{**one, "path": "/etc/../x"}]):
+        with pytest.raises(DriverError, match="distinct absolute paths"):
+            render.bundle(bad)
+
+
+def test_replace_files_packs_the_archive_again_and_keeps_the_rest() -> None:
+    text = (RENDERED / "worker.yaml").read_text()
+    changed = render.replace_files(text, {render.NODE_CHECK_PATH: "print('changed')\n"})
+    files, theirs = render.document_files(text), render.document_files(changed)
+    assert theirs == {**files, render.NODE_CHECK_PATH: "print('changed')\n"}
+    assert render.document_permissions(changed) == render.document_permissions(text)
+    assert changed.splitlines()[:20] == text.splitlines()[:20]
+    assert len(changed.splitlines()) == len(text.splitlines())
+    with pytest.raises(DriverError, match="archive holds no /etc/none"):
+        render.replace_files(text, {"/etc/none": "x\n"})
 
 
 # -- versions -----------------------------------------------------------------------------------

@@ -13,10 +13,8 @@ Each piece is keyed by a hash of its recipe, so a change rebuilds only what move
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
-import gzip
 import hashlib
 import html
 import json
@@ -28,11 +26,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from driver import layout
 from driver.errors import DriverError
 from driver.progress import Progress
+from nodekit import render
 from nodekit.rehearsal.system import mount_overlay, run
 
 SUITE = "bookworm"
@@ -304,16 +301,12 @@ def document_requirements(documents: dict[str, str]) -> NodeRequirements:
     reqs: set[str] = set()
     locks: set[str] = set()
     for text in documents.values():
-        doc = yaml.safe_load(text)
-        for f in doc.get("write_files", []):
-            content = f.get("content", "")
-            if f.get("encoding") == "gz+b64":
-                content = gzip.decompress(base64.b64decode(content)).decode()
-            if f["path"] == layout.OS_PACKAGES:
+        for path, content in render.document_files(text).items():
+            if path == layout.OS_PACKAGES:
                 packages.update(ln.strip() for ln in content.splitlines() if ln.strip())
-            if f["path"].endswith("/requirements.txt"):
+            if path.endswith("/requirements.txt"):
                 reqs.update(ln.strip() for ln in content.splitlines() if ln.strip())
-            if f["path"].endswith("/requirements.lock"):
+            if path.endswith("/requirements.lock"):
                 locks.add(content)
             uv = re.search(r'"uv==([^"]+)"', content)
             if uv:

@@ -875,11 +875,10 @@ systemctl daemon-reload
 systemctl enable ray-node-ready.service
 systemctl enable --now ray-xvfb.service
 systemctl enable --now "ray-$ROLE.service"
+systemctl enable --now ray-scheduled-events.service
 if [ "$ROLE" = head ]; then
     systemctl enable --now ray-tensorboard.service
     systemctl enable --now ray-autostop.service
-else
-    systemctl enable --now ray-scheduled-events.service
 fi
 phase wait_ray
 set -a

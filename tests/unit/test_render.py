@@ -416,17 +416,18 @@ def test_nodes_check_their_python_and_join_at_the_minor_level() -> None:
     assert "\nRAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL=minor\n" in bootstrap
 
 
-def test_workers_carry_the_scheduled_events_watcher_and_its_unit() -> None:
-    worker = _files((RENDERED / "worker.yaml").read_text())
+@pytest.mark.parametrize("role", ["head", "worker"])
+def test_every_node_carries_the_scheduled_events_watcher_in_its_role(role: str) -> None:
+    """Workers drain and stop on a notice; the head only publishes it for its jobs and waits
+    for them (``--role head``): both run the tested module, byte for byte."""
+    files = _files((RENDERED / f"{role}.yaml").read_text())
     source = (REPO / "python" / "nodekit" / "node" / "scheduled_events.py").read_text()
-    assert worker[render.SCHEDULED_EVENTS_PATH] == source  # the tested module, byte for byte
-    unit = worker["/etc/systemd/system/ray-scheduled-events.service"]
+    assert files[render.SCHEDULED_EVENTS_PATH] == source
+    unit = files["/etc/systemd/system/ray-scheduled-events.service"]
     assert f"{render.SCHEDULED_EVENTS_PATH} --node-env {layout.NODE_ENV}" in unit
-    assert "--service ray-worker.service" in unit and "Restart=always" in unit
-    bootstrap = worker["/usr/local/sbin/ray-cluster-bootstrap"]
+    assert f"--service ray-{role}.service --role {role} " in unit and "Restart=always" in unit
+    bootstrap = files["/usr/local/sbin/ray-cluster-bootstrap"]
     assert "systemctl enable --now ray-scheduled-events.service" in bootstrap
-    head = _files((RENDERED / "head.yaml").read_text())
-    assert render.SCHEDULED_EVENTS_PATH not in head  # the head is no scale set instance
 
 
 def test_workers_carry_the_health_endpoint_and_its_unit() -> None:

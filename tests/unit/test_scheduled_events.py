@@ -323,6 +323,28 @@ def test_a_notice_is_published_and_a_job_holding_the_worker_gets_until_the_notic
     assert [a["EventId"] for a in imds.acks()] == [event_id]
 
 
+def test_the_head_publishes_the_notice_and_waits_for_its_jobs_but_never_drains_or_stops(
+    imds: FakeImds, node: Node
+) -> None:
+    """The head's Ray is the cluster's (draining an idle head ends its raylet): the watcher
+    only publishes the notice and gives its jobs until the notice's end, less the safety
+    margin, to take a hold; once they released it, it acknowledges."""
+    jobs = Jobs(node, ["raysubmit_abc"], held=1.0)
+    w = Running(imds, node)
+    w.watcher.actions = Actions(None, None, jobs.announce, jobs.hold_wait)
+    try:
+        w.wait_for(f"watching scheduled events for {ME}")
+        event_id = imds.schedule("Preempt", [ME], not_before_s=30)
+        w.wait_for(f"acknowledged {event_id}")
+    finally:
+        w.close()
+    assert node.names() == ["announce", "waited"]
+    [(window, left)] = jobs.waits
+    assert window == left and 20 < left <= 25
+    assert not any("draining" in line or "stopping Ray" in line for line in w.lines), w.lines
+    assert [a["EventId"] for a in imds.acks()] == [event_id]
+
+
 def test_a_notice_that_cannot_be_published_still_drains_and_stops(
     imds: FakeImds, node: Node
 ) -> None:
@@ -363,7 +385,8 @@ def test_the_real_notice_and_holds_go_through_rays_key_value_store(tmp_path: Pat
         node_env.write_text(
             f"RAY_HEAD_IP={host}\nRAY_GCS_PORT={port}\nRAY_NODE_IP={ray.util.get_node_ip_address()}\n"
         )
-        actions = real_actions(str(Path(sys.executable).parent.parent), str(node_env), "-")
+        actions = real_actions(str(Path(sys.executable).parent.parent), str(node_env), "-", "head")
+        assert actions.drain is None and actions.stop is None
         assert actions.announce and actions.hold_wait
         assert actions.announce("E1", "Preempt", 1234.5) == me
         notice = json.loads(_internal_kv_get(f"notice/{me}", namespace=KV_NAMESPACE))

@@ -1,7 +1,7 @@
-"""Tell the jobs and drain this worker before Azure takes it away: a watcher of Azure's
+"""Tell the jobs, and drain a worker, before Azure takes the node away: a watcher of Azure's
 Scheduled Events.
 
-Runs on every worker (systemd unit ``ray-scheduled-events``, as root), with the node's own Python
+Runs on every node (systemd unit ``ray-scheduled-events``, as root), with the node's own Python
 and no package but the standard library. About once a second it asks the instance metadata
 service (``GET /metadata/scheduledevents``, header ``Metadata: true``) what is coming. When a
 ``Terminate`` (scale-in, deletion: the scale set's termination notice) or ``Preempt`` (Spot
@@ -13,12 +13,14 @@ eviction, ~30 s) event names this VM, it
    when Azure gave none, ``announced``). A job whose learning state lives on that node (the
    examples' harness: ``examples/harness/notice.py``) takes a **hold** (``hold/NODE_ID/HOLDER``)
    while it checkpoints and deletes it once the checkpoint is published;
-2. drains the Ray node — Ray's own drain (``ray drain-node``, reason PREEMPTION, with the time
-   left before ``NotBefore`` as the deadline), so no new task or actor lands here and Ray knows
-   the node is going;
-3. waits for the jobs: while a hold exists, until :data:`SAFETY_S` before ``NotBefore``; with no
-   hold after its short grace (:data:`DRAIN_GRACE_S`: running tasks may finish), it goes on;
-4. stops Ray gracefully (``systemctl stop ray-worker``);
+2. on a worker, drains the Ray node — Ray's own drain (``ray drain-node``, reason PREEMPTION,
+   with the time left before ``NotBefore`` as the deadline), so no new task or actor lands here
+   and Ray knows the node is going. The head (``--role head``) is never drained: draining an
+   idle head ends its raylet (measured, Ray 2.60), and its Ray is the cluster's;
+3. waits for the jobs: while a hold exists, until :data:`SAFETY_S` before ``NotBefore``. With no
+   hold, a worker goes on after its short grace (:data:`DRAIN_GRACE_S`: running tasks may
+   finish); the head waits until that deadline (its jobs' learners look between iterations);
+4. on a worker, stops Ray gracefully (``systemctl stop ray-worker``);
 5. acknowledges the event (``POST`` ``{"StartRequests": [{"EventId": ...}]}``), so Azure goes
    ahead at once instead of waiting out the notice.
 
@@ -72,11 +74,12 @@ def _log(message: str) -> None:
 
 @dataclass
 class Actions:
-    """What the watcher does to the node; the tests substitute recorders."""
+    """What the watcher does to the node; the tests substitute recorders. The head's have no
+    ``drain`` and no ``stop``."""
 
-    drain: Callable[[float, str], None]
+    drain: Callable[[float, str], None] | None
     """``drain(deadline_seconds, reason_message)``"""
-    stop: Callable[[], None]
+    stop: Callable[[], None] | None
     announce: Callable[[str, str, float], str] | None = None
     """``announce(event_id, event_type, not_before_unix)``: publish the notice; this node's
     Ray id."""
@@ -163,18 +166,22 @@ class Watcher:
                 self.log(f"notice published for Ray node {node_id}")
             except Exception as e:  # the drain still tells Ray; jobs learn it from Ray's death
                 self.log(f"publishing the notice failed ({e})")
-        self.log("draining")
-        try:
-            self.actions.drain(max(1.0, remaining - SAFETY_S), f"Azure {kind} event {event_id}")
-        except Exception as e:  # stopping Ray matters more than a drain that failed
-            self.log(f"drain failed ({e}); stopping Ray anyway")
+        if self.actions.drain:
+            self.log("draining")
+            try:
+                self.actions.drain(max(1.0, remaining - SAFETY_S), f"Azure {kind} event {event_id}")
+            except Exception as e:  # stopping Ray matters more than a drain that failed
+                self.log(f"drain failed ({e}); stopping Ray anyway")
         left = max(0.0, remaining - SAFETY_S)
-        self._wait_for_jobs(node_id, min(self.grace, left), left)
-        self.log("stopping Ray")
-        try:
-            self.actions.stop()
-        except Exception as e:
-            self.log(f"stopping Ray failed ({e}); acknowledging anyway")
+        # A worker's jobs may take a hold within its grace; the head's until the end.
+        window = min(self.grace, left) if self.actions.stop else left
+        self._wait_for_jobs(node_id, window, left)
+        if self.actions.stop:
+            self.log("stopping Ray")
+            try:
+                self.actions.stop()
+            except Exception as e:
+                self.log(f"stopping Ray failed ({e}); acknowledging anyway")
         self._acknowledge(event_id)
 
     def _wait_for_jobs(self, node_id: str, window: float, left: float) -> None:
@@ -312,9 +319,9 @@ def _reason(stderr: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def real_actions(venv: str, node_env: str, service: str) -> Actions:
-    """Publish notices and read holds in Ray's key-value store, drain with Ray's CLI and stop
-    the unit. The node's environment file is read when an event comes, not at
+def real_actions(venv: str, node_env: str, service: str, role: str = "worker") -> Actions:
+    """Publish notices and read holds in Ray's key-value store; on a worker, drain with Ray's
+    CLI and stop the unit. The node's environment file is read when an event comes, not at
     start: each start of Ray writes the node's current address into it."""
     python = os.path.join(venv, "bin", "python")
 
@@ -375,6 +382,8 @@ def real_actions(venv: str, node_env: str, service: str) -> Actions:
     def stop() -> None:
         subprocess.run(["systemctl", "stop", service], check=True, timeout=120)
 
+    if role == "head":
+        return Actions(None, None, announce, hold_wait)
     return Actions(drain, stop, announce, hold_wait)
 
 
@@ -393,11 +402,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--node-env", required=True, help="the node's environment file (node.env)")
     p.add_argument("--venv", required=True, help="the node's Ray environment")
     p.add_argument("--service", default="ray-worker.service")
+    p.add_argument(
+        "--role", choices=("worker", "head"), default="worker",
+        help="head: publish notices and wait for the jobs, never drain or stop Ray",
+    )  # fmt: skip
     p.add_argument("--imds", default=IMDS)
     p.add_argument("--interval", type=float, default=1.0)
     args = p.parse_args(argv)
     read_env(args.node_env)  # refuse to start without it
-    actions = real_actions(args.venv, args.node_env, args.service)
+    actions = real_actions(args.venv, args.node_env, args.service, args.role)
     Watcher(args.imds, actions).run(args.interval)
     return 0
 

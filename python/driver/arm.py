@@ -8,7 +8,9 @@ followed as ARM asks: ``202`` + ``Location``, polled after ``Retry-After`` secon
 
 Resource groups: ``up`` creates a missing one (with ``--location``) and tags it
 :data:`CREATED_TAG`; ``down`` deletes a resource group only when it carries that tag, i.e. only
-what ``up`` created. A group that existed before is never deleted by the driver.
+what ``up`` created. A group that existed before is never deleted by the driver. The results
+storage ``up`` deploys first goes into a group of its own (:data:`RESULTS_GROUP_SUFFIX`), tagged
+:data:`RESULTS_TAG`, which ``down`` never deletes.
 
 Library code: nothing here prints; the CLI shows what these functions return or yield.
 """
@@ -31,6 +33,16 @@ from driver.settings import DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV
 
 CREATED_TAG = ("created-by", "python -m driver up")
 """The tag ``up`` puts on a resource group it creates; ``down`` deletes only such groups."""
+RESULTS_TAG = ("raydriver-results", "kept by python -m driver down")
+"""The tag ``up`` puts on the results storage's resource group it creates (never
+:data:`CREATED_TAG`): ``down`` refuses to delete a group with it, results outlive clusters."""
+RESULTS_GROUP_SUFFIX = "-results"
+"""``up --resource-group RG`` deploys the results storage into ``RG-results``."""
+RESULTS_DEPLOYMENT = "ray-results"
+RESULTS_TEMPLATE_NAME = "results.json"
+"""The results storage's template, beside the cluster's (infra/bicep/results.json)."""
+RESULTS_OUTPUT = "storageAccountId"
+"""Its output the cluster takes as ``resultsStorageAccountId``."""
 DEFAULT_DEPLOYMENT = "ray-cluster"
 DEFAULT_TEMPLATE = Path("infra") / "bicep" / "azuredeploy.json"
 TERMINAL = {"Succeeded", "Failed", "Canceled"}
@@ -55,6 +67,11 @@ def load_template(path: str | Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or "deploymentTemplate.json" not in str(doc.get("$schema", "")):
         raise DriverError(f"--template: {path} is not an ARM deployment template")
     return doc
+
+
+def results_group(group: str) -> str:
+    """The resource group of the results storage ``up`` makes for the cluster in ``group``."""
+    return f"{group}{RESULTS_GROUP_SUFFIX}"
 
 
 def load_parameters(path: str | Path | None) -> dict[str, Any]:
@@ -299,8 +316,8 @@ class ResourceManager:
         status, _, data = self.request("GET", self._group_path(group), ok=(200, 404))
         return data if status == 200 else None
 
-    def create_group(self, group: str, location: str) -> None:
-        body = {"location": location, "tags": {CREATED_TAG[0]: CREATED_TAG[1]}}
+    def create_group(self, group: str, location: str, tag: tuple[str, str] = CREATED_TAG) -> None:
+        body = {"location": location, "tags": {tag[0]: tag[1]}}
         self.request("PUT", self._group_path(group), body, ok=(200, 201))
 
     def delete_group(self, group: str) -> None:

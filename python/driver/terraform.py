@@ -38,6 +38,11 @@ AUTO_VAR_FILES = (
     "*.auto.tfvars.json",
 )
 """The variable files Terraform loads by itself from the configuration's folder."""
+RESULTS_DIR = "results"
+"""The results storage stack's folder inside the cluster's (infra/terraform/results): ``up``
+applies it first, in its own state, unless told otherwise."""
+RESULTS_OUTPUT = "storage_account_id"
+"""The results stack's output the cluster takes as ``results_storage_account_id``."""
 HEAD_VM = "azurerm_linux_virtual_machine.head"
 """The head VM of the cluster module: replacing it loses what is on its disk."""
 
@@ -166,6 +171,20 @@ def planned(
 def apply_plan(directory: str, planfile: Path) -> None:
     """Apply exactly the saved plan (its output streams to the terminal)."""
     _run(Path(directory).expanduser(), ["apply", "-input=false", str(planfile)], "terraform apply")
+
+
+def outputs(directory: str | Path) -> dict[str, Any]:
+    """The root module's outputs in ``directory``'s state (``terraform output -json``), as
+    plain values."""
+    path = Path(directory).expanduser()
+    shown = _run(path, ["output", "-json"], "terraform output", capture=True)
+    try:
+        doc = json.loads(shown or "{}")
+    except ValueError:
+        raise DriverError(f"terraform output -json printed no JSON in {path}") from None
+    if not isinstance(doc, dict):
+        raise DriverError(f"terraform output -json in {path} is not a JSON object")
+    return {k: v.get("value") for k, v in doc.items() if isinstance(v, dict)}
 
 
 def input_values(directory: str, variables: dict[str, str], var_files: list[str]) -> dict[str, Any]:

@@ -22,9 +22,12 @@ stands in for exactly the calls the driver makes, with the real wire format:
   ``changeType``); ``PUT .../deployments/{name}`` (body recorded in :attr:`FakeAzure.bodies`)
   → 201 with ``provisioningState: Accepted``, then ``Running`` and ``Succeeded`` (or
   ``Failed``, :attr:`FakeAzure.fail_with`) on the next GETs, with the outputs the test gave in
-  :attr:`FakeAzure.next_outputs`; ``GET .../deployments/{name}/operations`` → ``{"value":
-  [DeploymentOperation]}``, one per resource of the template, following the deployment's state.
-  A PUT without a required template parameter gets 400 ``InvalidTemplateDeployment``.
+  :attr:`FakeAzure.next_outputs` (a template whose outputs need no more of its resources than
+  a storage account's endpoints, infra/bicep/results.json, gets its own outputs, evaluated
+  with tests/armeval.py as Resource Manager would); ``GET .../deployments/{name}/operations``
+  → ``{"value": [DeploymentOperation]}``, one per resource of the template, following the
+  deployment's state. A PUT without a required template parameter gets 400
+  ``InvalidTemplateDeployment``.
 * **Image Builder** (``python -m driver image build``, api-version 2024-02-01, the section
   "Image Builder" below): a deployment that succeeds creates the image templates
   (``Microsoft.VirtualMachineImages/imageTemplates``) its template declares; ``GET
@@ -601,9 +604,40 @@ class FakeAzure:
             for i, (t, n) in enumerate(self._resources(props["template"], values))
         ]
         deployment["_image_templates"] = _image_templates(props["template"], values)
+        deployment["_outputs"] = self._template_outputs(
+            match["sub"], match["rg"], props["template"], values
+        )
         self._polls[key] = 0
         shown = {k: v for k, v in deployment.items() if not k.startswith("_")}
         self._send(h, 201, shown, {"Retry-After": "0"})
+
+    def _template_outputs(
+        self, sub: str, rg: str, template: dict[str, Any], values: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The template's outputs as Resource Manager computes them after the deployment
+        (tests/armeval.py in the group's subscription, name and region), where they need no
+        more of the deployed resources than a storage account's ``primaryEndpoints``
+        (infra/bicep/results.json's). None where they need more (the cluster's head address):
+        then :attr:`next_outputs` stands in for them."""
+
+        def runtime(rtype: str, rid: str) -> dict[str, Any]:
+            if rtype.lower() != "microsoft.storage/storageaccounts":
+                raise armeval.ArmError(f"the fake deploys no {rtype}")
+            account = rid.rsplit("/", 1)[1]
+            return {"primaryEndpoints": {"blob": f"https://{account}.blob.core.windows.net/"}}
+
+        group = self.groups.get((sub.lower(), rg.lower()), {})
+        context = armeval.Context(
+            subscription_id=sub,
+            resource_group=rg,
+            location=group.get("location", "westeurope"),
+            runtime=runtime,
+        )
+        try:
+            deployed = armeval.deploy(template, values, context)
+        except armeval.ArmError:
+            return None
+        return None if deployed.refused else deployed.outputs
 
     def _advance(self, key: tuple[str, str, str]) -> None:
         """Each GET of a deployment moves it on: Running, then Succeeded or Failed."""
@@ -622,8 +656,10 @@ class FakeAzure:
                     "error": {"code": "ResourceDeploymentFailure", "message": self.fail_with}
                 }
         if done and not failed:
+            outputs = deployment.get("_outputs")
             deployment["properties"]["outputs"] = {
-                k: {"type": "String", "value": v} for k, v in self.next_outputs.items()
+                k: {"type": "String", "value": v}
+                for k, v in (self.next_outputs if outputs is None else outputs).items()
             }
             if deployment.get("_image_templates"):
                 self._create_image_templates(key, deployment.pop("_image_templates"))

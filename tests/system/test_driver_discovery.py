@@ -146,6 +146,7 @@ def test_up_and_down_wrap_terraform(tmp_path: Path) -> None:
     r = run_driver(
         "up",
         "--yes",
+        "--no-results-storage",
         "--terraform-dir",
         str(folder),
         "--var",
@@ -173,7 +174,13 @@ def test_up_and_down_wrap_terraform(tmp_path: Path) -> None:
     with pytest.raises(DriverError, match="no Terraform outputs"):
         from_terraform(folder)
     r = run_driver(
-        "up", "--yes", "--terraform-dir", str(folder), home=tmp_path, env=env
+        "up",
+        "--yes",
+        "--no-results-storage",
+        "--terraform-dir",
+        str(folder),
+        home=tmp_path,
+        env=env,
     )  # no head_ip
     assert r.returncode == 2
     assert error_lines(r.stderr)[-1].startswith(f"error: terraform plan failed in {folder}")

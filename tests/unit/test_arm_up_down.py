@@ -2,7 +2,8 @@
 Manager (tests/fakes/fake_arm.py, the real wire format over HTTPS, the real azure-identity and
 azure-mgmt-resource in the driver): what-if first and shown, nothing deployed without a yes,
 operations streamed, the cluster remembered as `use` remembers it, bad input refused in one line
-before anything is sent, and `down` deleting only the resource group `up` created."""
+before anything is sent, and `down` deleting only the resource group `up` created. By default
+`up` deploys infra/bicep/results.json first into a group of its own, which `down` keeps."""
 
 from __future__ import annotations
 
@@ -12,18 +13,25 @@ from pathlib import Path
 import pytest
 
 from azure_support import SUB, TEMPLATE, deploy_requests, driver
+from driver import arm
+from driver.cli.cluster import NO_STORAGE
+from driver.cli.price import NO_STORAGE as NO_STORAGE_PRICE
 from fakes.fake_arm import FakeAzure
 from fakes.retail_prices import FakeRetailPrices, blob_meters, private_link_meters
 from price_support import HEADER, closed_port_url, rows, storage
 from support import error_lines
 
+RESULTS_TEMPLATE = TEMPLATE.parent / "results.json"
 pytestmark = pytest.mark.usefixtures("prices")
 """Azure's Retail Prices API, which `up` asks before it asks for a yes."""
 
 
 def test_up_creates_the_group_shows_what_if_deploys_and_remembers(
-    fake: FakeAzure, tmp_path: Path, params: Path
+    fake: FakeAzure, tmp_path: Path, params: Path, prices: FakeRetailPrices
 ) -> None:
+    """By default the results storage first (results.json in a group of its own, tagged to
+    outlive the cluster), then the cluster with the storage's id, priced with it."""
+    prices.items += [*blob_meters("westeurope"), *private_link_meters()]
     r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
                "--parameters", str(params), "--yes")  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -31,27 +39,125 @@ def test_up_creates_the_group_shows_what_if_deploys_and_remembers(
     assert (
         "Create" in r.stdout and "/providers/Microsoft.Resources/deployments/ray-head" in r.stdout
     )
-    assert deploy_requests(fake) == [("PUT", "rg-ray"), ("POST", "whatIf"), ("PUT", "ray-cluster")]
-    _, _, group = fake.bodies[0]
+    assert deploy_requests(fake) == [
+        ("PUT", "rg-ray-results"), ("POST", "whatIf"), ("PUT", "ray-results"),
+        ("PUT", "rg-ray"), ("POST", "whatIf"), ("PUT", "ray-cluster"),
+    ]  # fmt: skip
+    _, _, results_group = fake.bodies[0]
+    assert results_group == {"location": "westeurope", "tags": dict([arm.RESULTS_TAG])}
+    _, _, results = fake.bodies[2]
+    assert results["properties"]["template"] == json.loads(RESULTS_TEMPLATE.read_text())
+    assert results["properties"]["parameters"] == {}
+    # Resource Manager's answer for results.json: its outputs, computed in rg-ray-results.
+    deployed = fake.deployments[(SUB, "rg-ray-results", "ray-results")]["properties"]["outputs"]
+    account = deployed["storageAccountId"]["value"]
+    name = account.rsplit("/", 1)[1]
+    assert account == (
+        f"/subscriptions/{SUB}/resourceGroups/rg-ray-results/providers/"
+        f"Microsoft.Storage/storageAccounts/{name}"
+    )
+    assert deployed["containerUrl"] == {
+        "type": "String", "value": f"https://{name}.blob.core.windows.net/results"
+    }  # fmt: skip
+    assert f"Results storage: {account} in resource group rg-ray-results" in r.stderr
+    _, _, group = fake.bodies[3]
     assert group == {"location": "westeurope", "tags": {"created-by": "python -m driver up"}}
-    _, _, body = fake.bodies[2]
+    _, _, body = fake.bodies[5]
     assert body["properties"]["mode"] == "Incremental"
     assert body["properties"]["template"] == json.loads(TEMPLATE.read_text())
     given = json.loads(params.read_text())["parameters"]
-    assert body["properties"]["parameters"] == given
-    assert fake.bodies[1][2] == body  # what-if saw exactly what was deployed
+    assert body["properties"]["parameters"] == {
+        **given, "resultsStorageAccountId": {"value": account}
+    }  # fmt: skip
+    assert fake.bodies[4][2] == body  # what-if saw exactly what was deployed
     assert "Succeeded  Microsoft.Resources/deployments ray-workers" in r.stderr
     assert "head azureuser@20.1.2.3" in r.stderr
+    # The cluster's price counts the storage: its private endpoint, then its own prices.
+    out = r.stdout[r.stdout.index("Hourly price") :]
+    assert rows(out)[3][:2] == ["storage", "private endpoint"]
+    assert storage(out)["data stored (up to 51,200 GB)"] == "0.0208 per GB-month"
     profile = json.loads((tmp_path / "profile.json").read_text())
     assert profile == {"resource_group": "rg-ray", "deployment": "ray-cluster", "subscription": SUB,
                        "arm_endpoint": fake.endpoint}  # fmt: skip
+    # Again: the storage is reused (its deployment is incremental), the same id given.
+    fake.bodies.clear()
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--parameters", str(params),
+               "--yes")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert deploy_requests(fake) == [
+        ("POST", "whatIf"), ("PUT", "ray-results"), ("POST", "whatIf"), ("PUT", "ray-cluster")
+    ]  # fmt: skip
+    assert fake.bodies[3][2]["properties"]["parameters"]["resultsStorageAccountId"] == {
+        "value": account
+    }
+
+
+def test_no_results_storage_deploys_the_cluster_alone_and_says_so(
+    fake: FakeAzure, tmp_path: Path, params: Path
+) -> None:
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
+               "--parameters", str(params), "--yes", "--no-results-storage")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert NO_STORAGE in error_lines(r.stderr)
+    assert "multi-node Tune run needs a storage_path of its own" in NO_STORAGE
+    assert deploy_requests(fake) == [("PUT", "rg-ray"), ("POST", "whatIf"), ("PUT", "ray-cluster")]
+    assert "resultsStorageAccountId" not in fake.bodies[2][2]["properties"]["parameters"]
+    assert (SUB, "rg-ray-results") not in fake.resource_groups
+    assert NO_STORAGE_PRICE in r.stdout
+
+
+def test_a_refused_results_storage_deploys_nothing_and_deletes_its_new_group(
+    fake: FakeAzure, tmp_path: Path, params: Path
+) -> None:
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
+               "--parameters", str(params))  # fmt: skip
+    assert r.returncode == 2
+    assert "Microsoft.Storage/storageAccounts/rayres" in r.stdout  # its what-if was shown
+    [line] = [x for x in error_lines(r.stderr) if x.startswith("error:")]
+    assert line.startswith("error: results storage: Deploy the results storage first: ")
+    assert line.endswith("pass --yes to apply the plan shown above — the cluster was not deployed")
+    assert "Deleted the resource group rg-ray-results created for the results storage." in r.stderr
+    assert deploy_requests(fake) == [("PUT", "rg-ray-results"), ("POST", "whatIf")]
+    assert fake.resource_groups == set()
+    assert "Hourly price" not in r.stdout
+    assert not (tmp_path / "profile.json").exists()
+
+
+def test_a_failed_results_storage_deploys_nothing_of_the_cluster(
+    fake: FakeAzure, tmp_path: Path, params: Path
+) -> None:
+    fake.fail_with = "StorageAccountAlreadyTaken: the storage account name is taken"
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
+               "--parameters", str(params), "--yes")  # fmt: skip
+    assert r.returncode == 2
+    assert error_lines(r.stderr)[-1] == (
+        "error: results storage: deployment ray-results in rg-ray-results Failed: "
+        "DeploymentFailed: StorageAccountAlreadyTaken: the storage account name is taken — "
+        "the cluster was not deployed"
+    )
+    assert deploy_requests(fake) == [
+        ("PUT", "rg-ray-results"), ("POST", "whatIf"), ("PUT", "ray-results")
+    ]  # fmt: skip
+    assert fake.resource_groups == set()  # the results group made in this run is gone again
+
+
+def test_a_results_group_that_exists_is_reused_and_kept_on_refusal(
+    fake: FakeAzure, tmp_path: Path, params: Path
+) -> None:
+    fake.resource_groups.add((SUB, "rg-ray-results"))
+    fake.groups[(SUB, "rg-ray-results")] = {"location": "westeurope", "tags": {}}
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
+               "--parameters", str(params))  # fmt: skip
+    assert r.returncode == 2 and "the cluster was not deployed" in error_lines(r.stderr)[-1]
+    assert deploy_requests(fake) == [("POST", "whatIf")]
+    assert fake.resource_groups == {(SUB, "rg-ray-results")}
 
 
 def test_without_a_yes_nothing_is_deployed_and_the_new_group_is_deleted(
     fake: FakeAzure, tmp_path: Path, params: Path
 ) -> None:
     r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
-               "--parameters", str(params))  # fmt: skip
+               "--parameters", str(params), "--no-results-storage")  # fmt: skip
     assert r.returncode == 2
     assert "Create" in r.stdout  # the what-if was shown
     assert "pass --yes" in error_lines(r.stderr)[-1]
@@ -79,7 +185,8 @@ def test_up_prices_in_the_existing_groups_region_with_the_parameters_file(
     doc["parameters"]["workerSpotEnabled"] = {"value": True}
     doc["parameters"]["workerMaxCount"] = {"value": 10}
     params.write_text(json.dumps(doc))
-    r = driver(fake, tmp_path, "up", "--resource-group", "rg-east", "--parameters", str(params))
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-east", "--parameters", str(params),
+               "--no-results-storage")  # fmt: skip
     assert r.returncode == 2 and "pass --yes" in error_lines(r.stderr)[-1]
     out = r.stdout[r.stdout.index("Hourly price") :]
     assert HEADER.match(out.splitlines()[0])["region"] == "eastus"  # type: ignore[index]
@@ -92,8 +199,9 @@ def test_up_prices_in_the_existing_groups_region_with_the_parameters_file(
 def test_up_shows_the_results_storage_price_before_asking(
     fake: FakeAzure, tmp_path: Path, params: Path, prices: FakeRetailPrices
 ) -> None:
-    """With results storage, the private endpoint counts in the hourly total and the storage's
-    own prices follow (tests/unit/test_price.py has the cases)."""
+    """An account the parameters file names: nothing deployed for it, and the private endpoint
+    counts in the hourly total and the storage's own prices follow (tests/unit/test_price.py
+    has the cases)."""
     prices.items += [*blob_meters("westeurope"), *private_link_meters()]
     doc = json.loads(params.read_text())
     doc["parameters"]["resultsStorageAccountId"] = {
@@ -112,6 +220,8 @@ def test_up_shows_the_results_storage_price_before_asking(
     ]  # fmt: skip
     assert storage(out)["data stored (up to 51,200 GB)"] == "0.0208 per GB-month"
     assert deploy_requests(fake) == [("PUT", "rg-ray"), ("POST", "whatIf")]  # nothing deployed
+    named = doc["parameters"]["resultsStorageAccountId"]["value"]
+    assert f"Results storage: {named} (from --parameters; nothing deployed for it)." in r.stderr
 
 
 def test_up_without_the_price_says_so_in_one_line_and_deploys(
@@ -135,7 +245,8 @@ def test_up_without_the_price_says_so_in_one_line_and_deploys(
         ((), "required adminSshPublicKey, allowedSshCidrs not given"),
         (("--parameters", "/nonexistent.json"), "--parameters: cannot read /nonexistent.json"),
         (("--template", "/nonexistent.json"), "--template: cannot read /nonexistent.json"),
-        (("--var", "a=b"), "--var/--var-file are Terraform's"),
+        (("--var", "a=b"), "--var/--var-file/--results-dir are Terraform's"),
+        (("--results-dir", "x"), "--var/--var-file/--results-dir are Terraform's"),
     ],
 )
 def test_bad_input_is_one_line_and_nothing_is_sent(
@@ -146,6 +257,18 @@ def test_bad_input_is_one_line_and_nothing_is_sent(
     assert r.returncode == 2
     [line] = error_lines(r.stderr)
     assert expected in line
+    assert fake.requests == []
+
+
+def test_a_results_template_that_cannot_be_read_sends_nothing(
+    fake: FakeAzure, tmp_path: Path, params: Path
+) -> None:
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
+               "--parameters", str(params), "--results-template", "/nonexistent.json")  # fmt: skip
+    assert r.returncode == 2
+    [line] = error_lines(r.stderr)
+    assert line.startswith("error: --template: cannot read /nonexistent.json")
+    assert line.endswith("(the results storage; --no-results-storage deploys without it)")
     assert fake.requests == []
 
 
@@ -169,7 +292,7 @@ def test_unknown_parameter_and_missing_location_send_nothing(
 def test_a_failed_deployment_says_why(fake: FakeAzure, tmp_path: Path, params: Path) -> None:
     fake.fail_with = "OperationNotAllowed: quota exceeded for standardDSv5Family"
     r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
-               "--parameters", str(params), "--yes")  # fmt: skip
+               "--parameters", str(params), "--yes", "--no-results-storage")  # fmt: skip
     assert r.returncode == 2
     assert "Failed" in r.stderr and "quota exceeded" in error_lines(r.stderr)[-1]
     assert not (tmp_path / "profile.json").exists()
@@ -193,3 +316,18 @@ def test_down_deletes_only_a_group_up_created(
     assert r.returncode == 0, r.stderr
     assert (SUB, "rg-ray") not in fake.resource_groups
     assert not (tmp_path / "profile.json").exists()  # the remembered cluster is gone too
+    # The results storage `up` made stays, and down says where and how to delete it.
+    assert (SUB, "rg-ray-results") in fake.resource_groups
+    assert error_lines(r.stderr)[-1] == (
+        "The results storage stays in resource group rg-ray-results (it outlives clusters; `up` "
+        "reuses it): `az group delete --name rg-ray-results` deletes it with every result."
+    )
+    r = driver(fake, tmp_path, "down", "--resource-group", "rg-ray-results", "--yes")
+    assert r.returncode == 2
+    [line] = error_lines(r.stderr)
+    assert line == (
+        "error: resource group rg-ray-results holds results storage (tag raydriver-results="
+        "'kept by python -m driver down'), which outlives clusters: down never deletes it; "
+        "`az group delete --name rg-ray-results` deletes it with every result"
+    )
+    assert (SUB, "rg-ray-results") in fake.resource_groups

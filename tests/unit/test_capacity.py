@@ -223,7 +223,11 @@ def test_a_cluster_that_fits_shows_the_table_and_deploys(
     assert lines[4].split() == ["all", "regular", "cores", "20", "100/100"]
     assert "Capacity: the cluster fits in westeurope at its maximum size." in error_lines(r.stderr)
     assert out.index("Capacity in") < out.index("Create")  # before the what-if
-    assert deploy_requests(fake) == [("PUT", "rg-ray"), ("POST", "whatIf"), ("PUT", "ray-cluster")]
+    # before anything is created: the results storage `up` deploys first, then the cluster
+    assert deploy_requests(fake) == [
+        ("PUT", "rg-ray-results"), ("POST", "whatIf"), ("PUT", "ray-results"),
+        ("PUT", "rg-ray"), ("POST", "whatIf"), ("PUT", "ray-cluster"),
+    ]  # fmt: skip
     asked = [p for p, _, _ in fake.requests if "Microsoft.Compute" in p]
     assert asked.count(f"/subscriptions/{SUB}/providers/Microsoft.Compute/skus") >= 2  # paged
 
@@ -421,8 +425,8 @@ def test_terraform_up_checks_after_the_plan_and_applies_nothing(
     fake.usages["standardDSv5Family"] = (0, 19)  # the example's head + 4 workers need 20
     env = {**fake.env(), "AZURE_SUBSCRIPTION_ID": "", "ARM_SUBSCRIPTION_ID": SUB,
            "CHECKPOINT_DISABLE": "1", "RAYDRIVER_PRICES_URL": prices.url}  # fmt: skip
-    r = run_driver("up", "--yes", "--terraform-dir", str(stack), home=tmp_path, env=env,
-                   timeout=300)  # fmt: skip
+    r = run_driver("up", "--yes", "--terraform-dir", str(stack), "--no-results-storage",
+                   home=tmp_path, env=env, timeout=300)  # fmt: skip
     assert r.returncode == 3
     assert error_lines(r.stderr)[-1] == (
         "error: capacity: Azure would refuse the cluster at its maximum size: quota "

@@ -7,8 +7,10 @@ import json
 import shlex
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
-from driver import arm, layout, profiles
+from driver import arm, layout, price, profiles, terraform
 from driver.cli import capacity as capacity_cli
 from driver.cli.options import Verbs, open_cluster, parse_pairs, port, settings_from, verb
 from driver.cli.output import PROG, say, shown
@@ -93,7 +95,17 @@ def register(verbs: Verbs) -> None:
             "Manager (what-if first, then its operations as progress), and the cluster "
             "remembered as `use` does; a missing resource group is created (--location) and "
             f"tagged {arm.CREATED_TAG[0]}={arm.CREATED_TAG[1]!r}. `down --resource-group` "
-            "deletes only a resource group `up` created (that tag), with everything in it.",
+            "deletes only a resource group `up` created (that tag), with everything in it. "
+            "Cluster storage: unless the cluster's inputs name a results storage account "
+            "(results_storage_account_id, resultsStorageAccountId) or --no-results-storage is "
+            "given, `up` first creates or updates the results storage the nodes mount as "
+            "/mnt/cluster_storage (shown and asked like the cluster, --yes for both), then "
+            f"deploys the cluster with its id: Terraform's {terraform.RESULTS_DIR}/ stack "
+            "(--results-dir, its own state, the cluster's location), or "
+            f"{arm.RESULTS_TEMPLATE_NAME} beside the template in resource group "
+            f"RG{arm.RESULTS_GROUP_SUFFIX} (tagged {arm.RESULTS_TAG[0]}={arm.RESULTS_TAG[1]!r}). "
+            "If that step fails or is declined, no cluster is deployed. The storage outlives "
+            "the cluster: `down` keeps it and says how to delete it.",
             cluster=False,
         )
         where = p.add_mutually_exclusive_group(required=True)
@@ -142,7 +154,27 @@ def register(verbs: Verbs) -> None:
             help=f"Resource Manager endpoint (env {ARM_ENDPOINT_ENV}; "
             f"default {DEFAULT_ARM_ENDPOINT})",
         )
+        g = p.add_argument_group("results storage (cluster storage)")
+        g.add_argument(
+            "--results-dir",
+            metavar="DIR",
+            help=f"with --terraform-dir: the results storage stack (default: the "
+            f"{terraform.RESULTS_DIR} folder inside --terraform-dir, as infra/terraform has it)",
+        )
         if name == "up":
+            g.add_argument(
+                "--no-results-storage",
+                action="store_true",
+                help="deploy the cluster without results storage: no cluster storage, results "
+                "on the head's disk only (a multi-node Tune run then needs a storage_path of "
+                "its own)",
+            )
+            g.add_argument(
+                "--results-template",
+                metavar="FILE",
+                help=f"with --resource-group: the results storage's ARM template (default: "
+                f"{arm.RESULTS_TEMPLATE_NAME} beside --template)",
+            )
             capacity_cli.add_flag(p)
         p.add_argument(
             "-y",
@@ -310,17 +342,107 @@ def _arm_target(args: argparse.Namespace) -> tuple[str | None, str | None]:
     )
 
 
+NO_STORAGE = (
+    "No results storage (--no-results-storage): the cluster has no cluster storage "
+    "(/mnt/cluster_storage), results stay on the head's disk, and a multi-node Tune run needs a "
+    "storage_path of its own (docs/results-and-storage.md)."
+)
+
+
+def _what_if(rm: arm.ResourceManager, group: str, name: str, template: dict[str, Any],
+             values: dict[str, Any], what: str) -> str:  # fmt: skip
+    """ARM's what-if, shown one line per change; its summary ("3 create")."""
+    say(f"what-if: deployment {name} of {what} into {group}")
+    changes = rm.what_if(group, name, template, values)
+    counts: dict[str, int] = {}
+    for c in changes:
+        counts[c.change_type] = counts.get(c.change_type, 0) + 1
+        print(f"  {shown(c.change_type, 40):<10} {shown(c.resource_id, 400)}")
+    sys.stdout.flush()
+    return ", ".join(f"{n} {t.lower()}" for t, n in sorted(counts.items())) or "none"
+
+
+def _arm_results_template(
+    args: argparse.Namespace, template: dict[str, Any], values: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The results storage's template when ``up`` deploys it (read before anything is sent);
+    None with --no-results-storage or an account the parameters file names (said here)."""
+    key = price.arm_name(price.RESULTS_STORAGE)
+    if key not in template.get("parameters", {}):
+        raise DriverError(
+            f"--template: {args.template} has no parameter {key}, so `up` cannot give the "
+            "cluster its results storage: pass --no-results-storage"
+        )
+    if args.no_results_storage:
+        say(NO_STORAGE)
+        return None
+    if values.get(key):
+        say(f"Results storage: {values[key]} (from --parameters; nothing deployed for it).")
+        return None
+    path = args.results_template or str(Path(args.template).parent / arm.RESULTS_TEMPLATE_NAME)
+    try:
+        return arm.load_template(path)
+    except DriverError as e:
+        raise DriverError(
+            f"{e} (the results storage; --no-results-storage deploys without it)"
+        ) from None
+
+
+def _arm_results(
+    args: argparse.Namespace,
+    rm: arm.ResourceManager,
+    results: dict[str, Any],
+    group: str,
+    region: str | None,
+) -> str:
+    """The results storage for the cluster in ``group``, deployed first into its own group:
+    its id. A failure or refusal deletes the results group when this run created it, and stops
+    ``up`` before the cluster."""
+    path = args.results_template or str(Path(args.template).parent / arm.RESULTS_TEMPLATE_NAME)
+    rgroup, name = arm.results_group(group), arm.RESULTS_DEPLOYMENT
+    created = False
+    try:
+        found = rm.group(rgroup)
+        if found is None:
+            if region is None:
+                raise DriverError(f"resource group {group} has no location for {rgroup}")
+            rm.create_group(rgroup, region, arm.RESULTS_TAG)
+            created = True
+            tag = f"{arm.RESULTS_TAG[0]}={arm.RESULTS_TAG[1]!r}"
+            say(f"Created resource group {rgroup} in {region} for the results storage ({tag}).")
+        summary = _what_if(rm, rgroup, name, results, {}, path)
+        _confirm(args, f"Deploy the results storage first: {summary}?")
+        for op in rm.deploy(rgroup, name, results, {}):
+            say(op.line())
+        state, outputs, reason = rm.deployment(rgroup, name)
+        if state != "Succeeded":
+            raise DriverError(f"deployment {name} in {rgroup} {state}: {reason or 'see above'}")
+        account = outputs.get(arm.RESULTS_OUTPUT)
+        if not isinstance(account, str) or not account:
+            raise DriverError(f"deployment {name} in {rgroup} has no output {arm.RESULTS_OUTPUT}")
+    except (DriverError, KeyboardInterrupt) as e:
+        if created:
+            rm.delete_group(rgroup)
+            say(f"Deleted the resource group {rgroup} created for the results storage.")
+        if isinstance(e, DriverError):
+            raise DriverError(f"results storage: {e} — the cluster was not deployed") from None
+        raise
+    say(f"Results storage: {account} in resource group {rgroup} (outlives the cluster).")
+    return account
+
+
 def cmd_up_arm(args: argparse.Namespace) -> int:
     from driver.discovery import ARM_ADMIN_USER, ARM_HEAD_IP, _head_from_outputs
     from driver.settings import ClusterSpec
 
-    if args.var or args.var_file:
+    if args.var or args.var_file or args.results_dir:
         raise DriverError(
-            "--var/--var-file are Terraform's: with --resource-group use --parameters"
+            "--var/--var-file/--results-dir are Terraform's: with --resource-group use --parameters"
         )
     template = arm.load_template(args.template)
     values = arm.load_parameters(args.parameters)
     arm.check_parameters(template, values)
+    results = _arm_results_template(args, template, values)
     url = prices_url()
     subscription, endpoint = _arm_target(args)
     group, name = args.resource_group, args.deployment
@@ -338,30 +460,33 @@ def cmd_up_arm(args: argparse.Namespace) -> int:
             capacity_cli.not_checked(f"resource group {group} has no location")
         else:
             capacity_cli.check(rm, full, True, region, found is not None, args.ignore_capacity)
+        deployed = results is not None
+        if results is not None:
+            where = region if isinstance(region, str) else None
+            account = _arm_results(args, rm, results, group, where)
+            values = {**values, price.arm_name(price.RESULTS_STORAGE): account}
+            full = arm.with_defaults(template, values)
         if found is None:
             rm.create_group(group, args.location)
             created = True
             say(f"Created resource group {group} in {args.location} (down deletes it).")
         try:
-            say(f"what-if: deployment {name} of {args.template} into {group}")
-            changes = rm.what_if(group, name, template, values)
-            counts: dict[str, int] = {}
-            for c in changes:
-                counts[c.change_type] = counts.get(c.change_type, 0) + 1
-                print(f"  {shown(c.change_type, 40):<10} {shown(c.resource_id, 400)}")
-            sys.stdout.flush()
-            summary = ", ".join(f"{n} {t.lower()}" for t, n in sorted(counts.items())) or "none"
+            summary = _what_if(rm, group, name, template, values, args.template)
             show_for_up(full, True, url, region)
             _confirm(args, f"Deploy: {summary}?")
         except (DriverError, KeyboardInterrupt):
             if created:
                 rm.delete_group(group)
                 say(f"Deleted the resource group {group} created for this deployment.")
+            if deployed:
+                say(_results_kept_arm(group))
             raise
         for op in rm.deploy(group, name, template, values):
             say(op.line())
         state, outputs, reason = rm.deployment(group, name)
     if state != "Succeeded":
+        if deployed:
+            say(_results_kept_arm(group))
         raise DriverError(
             f"deployment {name} in {group} {state}: {reason or 'see its operations above'}"
         )
@@ -376,7 +501,17 @@ def cmd_up_arm(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _results_kept_arm(group: str) -> str:
+    rgroup = arm.results_group(group)
+    return (
+        f"The results storage stays in resource group {rgroup} (it outlives clusters; `up` "
+        f"reuses it): `az group delete --name {rgroup}` deletes it with every result."
+    )
+
+
 def cmd_down_arm(args: argparse.Namespace) -> int:
+    if args.results_dir:
+        raise DriverError("--results-dir is Terraform's: with --resource-group leave it out")
     subscription, endpoint = _arm_target(args)
     group = args.resource_group
     with arm.ResourceManager(subscription, endpoint) as rm:
@@ -385,61 +520,146 @@ def cmd_down_arm(args: argparse.Namespace) -> int:
             raise DriverError(
                 f"resource group {group} does not exist in subscription {subscription}"
             )
+        tags = found.get("tags") or {}
+        kept, kept_value = arm.RESULTS_TAG
+        if tags.get(kept) == kept_value:
+            raise DriverError(
+                f"resource group {group} holds results storage (tag {kept}={kept_value!r}), "
+                f"which outlives clusters: down never deletes it; `az group delete --name "
+                f"{group}` deletes it with every result"
+            )
         tag, value = arm.CREATED_TAG
-        if (found.get("tags") or {}).get(tag) != value:
+        if tags.get(tag) != value:
             raise DriverError(
                 f"resource group {group} was not created by `{PROG} up` (no tag {tag}={value!r}): "
                 "down deletes only groups it created; delete the cluster's resources yourself"
             )
+        results = rm.group(arm.results_group(group)) is not None
         _confirm(
             args,
             f"Delete the resource group {group} and everything in it, the head's disk with its "
-            "results among them?",
+            "results among them"
+            + (f" ({arm.results_group(group)} stays)" if results else "")
+            + "?",
         )
         rm.delete_group(group)
     saved = profiles.load() or {}
     if saved.get("resource_group", "").lower() == group.lower():
         profiles.forget()
     say(f"Deleted the resource group {group}.")
+    if results:
+        say(_results_kept_arm(group))
     return EXIT_OK
 
 
-def cmd_up(args: argparse.Namespace) -> int:
-    from driver import terraform
+def _terraform_results(args: argparse.Namespace, variables: dict[str, str]) -> str | None:
+    """The results storage's id for the cluster in --terraform-dir, its stack (--results-dir)
+    planned, shown and applied first when the cluster's inputs name no account; None when
+    nothing was applied here (--no-results-storage, or an account named by the inputs)."""
+    if args.no_results_storage:
+        say(NO_STORAGE)
+        return None
+    values = terraform.input_values(args.terraform_dir, variables, args.var_file)
+    if price.RESULTS_STORAGE not in values:
+        raise DriverError(
+            f"--terraform-dir: {args.terraform_dir} declares no {price.RESULTS_STORAGE}, so `up` "
+            "cannot give the cluster its results storage: pass --no-results-storage"
+        )
+    named = values[price.RESULTS_STORAGE]
+    if named:
+        say(f"Results storage: {named} (from the cluster's inputs; nothing applied for it).")
+        return None
+    folder = args.results_dir or str(Path(args.terraform_dir) / terraform.RESULTS_DIR)
+    if not Path(folder).expanduser().is_dir():
+        raise DriverError(
+            f"--results-dir: no such folder: {folder} (the results storage stack, "
+            "infra/terraform/results; --no-results-storage deploys the cluster without it)"
+        )
+    # The cluster's location only: its var files and --var set the cluster's variables (its
+    # resource_group_name among them), not the results stack's; that reads its own tfvars.
+    location = values.get(price.LOCATION)
+    try:
+        say(
+            f"Results storage first: terraform init + plan in {folder} with location={location} "
+            "(its output follows)"
+        )
+        with terraform.planned(folder, {price.LOCATION: str(location)}, []) as (plan, summary):
+            if summary.empty:
+                say("Results storage: no changes (it exists and is reused).")
+            else:
+                if summary.destroy:
+                    say(
+                        f"WARNING: this plan deletes {summary.destroy} resources of the results "
+                        "storage: the results in it may go with them"
+                    )
+                _confirm(
+                    args,
+                    f"Apply the results storage first: {summary.add} to add, {summary.change} "
+                    f"to change, {summary.destroy} to destroy?",
+                )
+                terraform.apply_plan(folder, plan)
+        account = terraform.outputs(folder).get(terraform.RESULTS_OUTPUT)
+        if not isinstance(account, str) or not account:
+            raise DriverError(f"{folder} has no output {terraform.RESULTS_OUTPUT}")
+    except DriverError as e:
+        raise DriverError(f"results storage: {e} — the cluster was not deployed") from None
+    say(f"Results storage: {account} (state in {folder}; outlives the cluster).")
+    return account
 
+
+def _results_kept_terraform(folder: str) -> str:
+    return (
+        f"The results storage stays (its own state in {folder}; `up` reuses it): "
+        f"`terraform -chdir={shlex.quote(folder)} destroy` deletes it with every result."
+    )
+
+
+def cmd_up(args: argparse.Namespace) -> int:
     if args.resource_group:
         return cmd_up_arm(args)
     from driver.discovery import from_terraform
 
+    if args.results_template:
+        raise DriverError("--results-template is ARM's: with --terraform-dir use --results-dir")
     variables = parse_pairs(args.var, "--var")
     url = prices_url()
+    account = _terraform_results(args, variables)
+    if account is not None:
+        variables = {**variables, price.RESULTS_STORAGE: account}
+    folder = args.results_dir or str(Path(args.terraform_dir) / terraform.RESULTS_DIR)
     say(f"terraform init + plan in {args.terraform_dir} (its output follows)")
-    with terraform.planned(args.terraform_dir, variables, args.var_file) as (plan, summary):
-        if summary.empty:
-            say("No changes: the cluster already matches the configuration.")
-        else:
-            for address in summary.replaced_head:
-                say(
-                    f"WARNING: this plan REPLACES {address}: the head's disk goes with it — "
-                    f"results and checkpoints under {layout.RESULTS_DIR} are lost; download "
-                    "them first (python -m driver download ID)"
-                    if terraform.is_head_vm(address)
-                    else f"WARNING: this plan replaces {address} (the head's address may change)"
+    try:
+        with terraform.planned(args.terraform_dir, variables, args.var_file) as (plan, summary):
+            if summary.empty:
+                say("No changes: the cluster already matches the configuration.")
+            else:
+                for address in summary.replaced_head:
+                    say(
+                        f"WARNING: this plan REPLACES {address}: the head's disk goes with it — "
+                        f"results and checkpoints under {layout.RESULTS_DIR} are lost; download "
+                        "them first (python -m driver download ID)"
+                        if terraform.is_head_vm(address)
+                        else f"WARNING: this plan replaces {address} (the head's address may "
+                        "change)"
+                    )
+                show_for_up(summary.variables, False, url, None)
+                # The plan does not say whether the cluster's VMs exist (and count in Azure's
+                # usage already): the check compares with the quota limits alone.
+                capacity_cli.check_with_subscription(
+                    args, summary.variables, False, None, terraform=True, existing=True,
+                    ignore=args.ignore_capacity,
+                    refused=f"nothing applied; {capacity_cli.IGNORE_FLAG} applies anyway",
+                )  # fmt: skip
+                _confirm(
+                    args,
+                    f"Apply: {summary.add} to add, {summary.change} to change, {summary.destroy} "
+                    "to destroy?",
                 )
-            show_for_up(summary.variables, False, url, None)
-            # The plan does not say whether the cluster's VMs exist (and count in Azure's
-            # usage already): the check compares with the quota limits alone.
-            capacity_cli.check_with_subscription(
-                args, summary.variables, False, None, terraform=True, existing=True,
-                ignore=args.ignore_capacity,
-                refused=f"nothing applied; {capacity_cli.IGNORE_FLAG} applies anyway",
-            )  # fmt: skip
-            _confirm(
-                args,
-                f"Apply: {summary.add} to add, {summary.change} to change, {summary.destroy} "
-                "to destroy?",
-            )
-            terraform.apply_plan(args.terraform_dir, plan)
+                terraform.apply_plan(args.terraform_dir, plan)
+    except (DriverError, KeyboardInterrupt):
+        if account is not None:
+            say(_results_kept_terraform(folder))
+        raise
     head = from_terraform(args.terraform_dir)
     hint = shlex.join(["--terraform-dir", args.terraform_dir])
     say(f"Cluster is up: head {head}. It bootstraps for a few minutes; the driver waits for it.")
@@ -448,12 +668,12 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from driver import terraform
-
     if args.resource_group:
         return cmd_down_arm(args)
 
     variables = parse_pairs(args.var, "--var")
+    folder = args.results_dir or str(Path(args.terraform_dir) / terraform.RESULTS_DIR)
+    results = (Path(folder).expanduser() / "terraform.tfstate").is_file()
     say(f"terraform init + plan -destroy in {args.terraform_dir} (its output follows)")
     with terraform.planned(args.terraform_dir, variables, args.var_file, destroy=True) as (
         plan,
@@ -465,8 +685,10 @@ def cmd_down(args: argparse.Namespace) -> int:
         _confirm(
             args,
             f"Delete the cluster: {summary.destroy} resources, the head's disk with its results "
-            "among them?",
+            "among them" + (f" (the results storage in {folder} stays)" if results else "") + "?",
         )
         terraform.apply_plan(args.terraform_dir, plan)
     say("Cluster deleted.")
+    if results:
+        say(_results_kept_terraform(folder))
     return EXIT_OK

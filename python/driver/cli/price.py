@@ -32,7 +32,8 @@ NOT_INCLUDED_WITH_STORAGE = (
 )
 NO_STORAGE = (
     "Cluster storage: none (no results storage account: cluster storage off, results stay on "
-    "the head's disk)."
+    "the head's disk). `up` creates the results storage first unless --no-results-storage, and "
+    "its table then prices it."
 )
 UNITS = {"1 GB/Month": "per GB-month", "10K": "per 10,000", "1 Hour": "per hour", "1 GB": "per GB"}
 """The price list's ``unitOfMeasure`` of each storage meter, as the lines say it."""

@@ -89,6 +89,11 @@ def _alive_workers(rehearsal: RehearsalCluster) -> set[str]:
 
 def _runner_nodes(rehearsal: RehearsalCluster, sid: str) -> list[str]:
     """The IPs of the nodes the job's live env runners are on (Ray's actor table)."""
+    return _actor_nodes(rehearsal, sid, "SingleAgentEnvRunner")
+
+
+def _actor_nodes(rehearsal: RehearsalCluster, sid: str, class_name: str) -> list[str]:
+    """The IPs of the nodes the job's live actors of this class are on (Ray's actor table)."""
     try:
         actors = rehearsal.ray_list("actors", detail=True)
         jobs = rehearsal.ray_list("jobs")
@@ -99,9 +104,7 @@ def _runner_nodes(rehearsal: RehearsalCluster, sid: str) -> list[str]:
     return sorted(
         nodes.get(a["node_id"], "?")
         for a in actors
-        if a["class_name"] == "SingleAgentEnvRunner"
-        and a["job_id"] in job_ids
-        and a["state"] == "ALIVE"
+        if a["class_name"] == class_name and a["job_id"] in job_ids and a["state"] == "ALIVE"
     )
 
 
@@ -329,6 +332,99 @@ def _journal(cluster: Rehearsal, node: Any) -> str:
     return cluster.exec(
         node, ["journalctl", "-u", "ray-scheduled-events", "--no-pager", "-o", "cat"], timeout=60
     )
+
+
+# -- 1b. an eviction notice for a learner's node: a checkpoint published before it goes ----------
+LEARNER_ACTOR = "create_executable_class.<locals>._WrappedExecutable"
+"""The class Ray's actor table shows for RLlib 2.60's learner actors."""
+
+
+@pytest.mark.parametrize("where", ["head", "worker"])
+def test_an_eviction_notice_for_the_learners_node_publishes_a_checkpoint_before_it_goes(
+    rehearsal: RehearsalCluster, tmp_path: Path, where: str
+) -> None:
+    """A Preempt notice (30 s, as Spot's) for the node that holds the learner: the job's own
+    process on the head, or a learner actor on a worker (``--num-learners 1``). The job, which
+    saves no periodic checkpoints, holds the node, checkpoints at once and publishes the
+    checkpoint in the results storage before the notice's end; the node's watcher waited for
+    its hold, then (a worker) stopped Ray or (the head) left Ray running. The published
+    checkpoint resumes the run."""
+    cluster = Rehearsal(rehearsal.name)
+    store = ResultsStore.of(cluster)
+    home = tmp_path / "home"
+    sid = f"reliability-notice-{where}-{RUN}"
+    learners = ["--num-learners", "1"] if where == "worker" else []
+    _submit_no_wait(
+        rehearsal, home, sid, "--num-env-runners", "1", "--stop-reward", "none",
+        "--max-env-steps", "5000000", "--checkpoint-every", "0", *learners,
+    )  # fmt: skip
+    try:
+        if where == "worker":
+            [ip] = _until(
+                lambda: _actor_nodes(rehearsal, sid, LEARNER_ACTOR), 600, "the learner actor"
+            )
+            node = _worker_at(cluster, ip)
+        else:
+            ip, node = rehearsal.head_ip, cluster.node("head")
+        _until(lambda: _progress_rows(cluster, sid) >= 2, 600, "2 iterations", every=2)
+    except AssertionError as e:
+        pytest.fail(f"{e}\n{_job_report(rehearsal, home, sid)}")
+    assert store.pointer(sid) is None  # nothing published before the notice
+
+    imds_dir = Path(node.dir) / "imds"
+    imds = FakeImds(StateFolder(imds_dir))
+    instance = json.loads((imds_dir / "config.json").read_text())["compute"]["name"]
+    posted = time.time()
+    event = imds.schedule("Preempt", [instance], not_before_s=30)
+
+    def said() -> str | None:
+        r = run_driver(
+            "logs", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), sid, home=home
+        )  # fmt: skip
+        return next((ln for ln in r.stdout.splitlines() if ln.startswith("notice: ")), None)
+
+    line = _until(said, 120, "the job's notice line", every=2)
+    assert line.startswith(f"notice: Azure Preempt for {ip} (event {event}): checkpoint at "), line
+    iteration = int(line.split("checkpoint at iteration ")[1].split()[0])
+    assert " published in " in line and " s before the deadline" in line, line
+    pointer = _until(lambda: store.pointer(sid), 30, "the published pointer")
+    assert pointer["iteration"] == iteration, (pointer, line)
+    assert pointer["published"] < posted + 30  # durable before the notice's end
+
+    acked = _until(lambda: [a["EventId"] for a in imds.acks()], 60, "the acknowledgement")
+    assert acked == [event], acked
+    log = _journal(cluster, node)
+    steps = [log.find(w) for w in ("notice published for Ray node ", f"released by {sid}")]
+    assert -1 not in steps and steps == sorted(steps), log
+    if where == "worker":
+        assert log.find("stopping Ray") > steps[-1], log
+    else:  # the head's Ray is the cluster's: never drained, never stopped
+        assert "draining" not in log and "stopping Ray" not in log, log
+        assert _status(rehearsal, home, sid) == "RUNNING"
+    run_driver(
+        "stop",
+        "--head",
+        rehearsal.head,
+        "-i",
+        str(rehearsal.ssh_key),
+        sid,
+        home=home,
+        timeout=300,
+    )  # fmt: skip  (the worker's learner went with its Ray: the job may have ended already)
+
+    # A person resumes from the checkpoint the notice published (automatic resume: not built).
+    r = run_driver(
+        "submit", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), "--submission-id",
+        f"{sid}-resumed", "examples/cartpole/train.py", "--", "--num-env-runners", "1",
+        "--resume", sid, "--stop-reward", "none", "--max-iterations", str(iteration + 2),
+        home=home, timeout=1800,
+    )  # fmt: skip
+    assert r.returncode == 0, job_failure(r)
+    assert f"iteration {iteration}, env steps {pointer['env_steps']}" in r.stdout, r.stdout[-2000:]
+    if where == "worker":  # Azure would delete the VM; here it boots again, as a replacement
+        (imds_dir / "events.json").write_text("[]")
+        cluster.reboot(node.name)
+        _until(lambda: ip in _alive_workers(rehearsal), 300, f"{node.name} back in Ray", every=3)
 
 
 # -- 2. the head replaced, disk and all: resume from the results storage -----------------------

@@ -13,13 +13,15 @@ eviction, ~30 s) event names this VM, it
    when Azure gave none, ``announced``). A job whose learning state lives on that node (the
    examples' harness: ``examples/harness/notice.py``) takes a **hold** (``hold/NODE_ID/HOLDER``)
    while it checkpoints and deletes it once the checkpoint is published;
-2. on a worker, drains the Ray node — Ray's own drain (``ray drain-node``, reason PREEMPTION,
+2. waits for the jobs: while a hold exists, until :data:`SAFETY_S` before ``NotBefore``. With
+   no hold, a worker goes on after its short grace (:data:`DRAIN_GRACE_S`); the head waits until
+   that deadline (its jobs' learners look between iterations). The jobs come before the drain:
+   RLlib saves a learner actor's state through a new actor on its node, which a drained node
+   refuses (measured on the rehearsal, Ray 2.60);
+3. on a worker, drains the Ray node — Ray's own drain (``ray drain-node``, reason PREEMPTION,
    with the time left before ``NotBefore`` as the deadline), so no new task or actor lands here
    and Ray knows the node is going. The head (``--role head``) is never drained: draining an
    idle head ends its raylet (measured, Ray 2.60), and its Ray is the cluster's;
-3. waits for the jobs: while a hold exists, until :data:`SAFETY_S` before ``NotBefore``. With no
-   hold, a worker goes on after its short grace (:data:`DRAIN_GRACE_S`: running tasks may
-   finish); the head waits until that deadline (its jobs' learners look between iterations);
 4. on a worker, stops Ray gracefully (``systemctl stop ray-worker``);
 5. acknowledges the event (``POST`` ``{"StartRequests": [{"EventId": ...}]}``), so Azure goes
    ahead at once instead of waiting out the notice.
@@ -54,9 +56,10 @@ EVENTS_API = "2020-07-01"
 INSTANCE_API = "2021-02-01"
 ACTED_ON = ("Terminate", "Preempt")
 DRAIN_GRACE_S = 10.0
-"""At most this long between the drain and stopping Ray when no job holds the node (running
-tasks may finish; actors — RLlib's env runners — never do, and RLlib restarts them on other
-nodes). A job that holds it has until :data:`SAFETY_S` before the notice's end."""
+"""How long a worker waits for a job's hold before it drains and stops Ray (without a published
+notice: between the drain and the stop; running tasks may finish, actors — RLlib's env runners
+— never do, and RLlib restarts them on other nodes). A job that holds it has until
+:data:`SAFETY_S` before the notice's end."""
 SAFETY_S = 5.0
 """Stop Ray (and stop waiting for jobs) at least this long before the event's NotBefore."""
 KV_NAMESPACE = "raycluster"
@@ -166,16 +169,18 @@ class Watcher:
                 self.log(f"notice published for Ray node {node_id}")
             except Exception as e:  # the drain still tells Ray; jobs learn it from Ray's death
                 self.log(f"publishing the notice failed ({e})")
-        if self.actions.drain:
-            self.log("draining")
-            try:
-                self.actions.drain(max(1.0, remaining - SAFETY_S), f"Azure {kind} event {event_id}")
-            except Exception as e:  # stopping Ray matters more than a drain that failed
-                self.log(f"drain failed ({e}); stopping Ray anyway")
         left = max(0.0, remaining - SAFETY_S)
         # A worker's jobs may take a hold within its grace; the head's until the end.
         window = min(self.grace, left) if self.actions.stop else left
-        self._wait_for_jobs(node_id, window, left)
+        if node_id and self.actions.hold_wait:
+            # The jobs before the drain: RLlib saves a learner actor's state through a new
+            # actor on the learner's node, which a drained node refuses (measured, Ray 2.60).
+            self._wait_for_jobs(self.actions.hold_wait, node_id, window, left)
+            self._drain(event_id, kind, not_before)
+        else:
+            self._drain(event_id, kind, not_before)
+            time.sleep(window)
+            self.log(f"waited {window:.0f} s of grace")
         if self.actions.stop:
             self.log("stopping Ray")
             try:
@@ -184,15 +189,29 @@ class Watcher:
                 self.log(f"stopping Ray failed ({e}); acknowledging anyway")
         self._acknowledge(event_id)
 
-    def _wait_for_jobs(self, node_id: str, window: float, left: float) -> None:
-        """The grace, or as long as jobs hold the node (at most ``left`` seconds)."""
-        started = time.monotonic()
-        if not (node_id and self.actions.hold_wait):
-            time.sleep(window)
-            self.log(f"waited {window:.0f} s of grace")
+    def _drain(self, event_id: str, kind: str, not_before: float) -> None:
+        """Ray's drain, with what is left of the notice as its deadline (a worker's only)."""
+        if not self.actions.drain:
             return
+        self.log("draining")
+        deadline = max(1.0, not_before - time.time() - SAFETY_S)
         try:
-            seen, holding = self.actions.hold_wait(node_id, window, left)
+            self.actions.drain(deadline, f"Azure {kind} event {event_id}")
+        except Exception as e:  # stopping Ray matters more than a drain that failed
+            self.log(f"drain failed ({e}); stopping Ray anyway")
+
+    def _wait_for_jobs(
+        self,
+        hold_wait: Callable[[str, float, float], tuple[list[str], list[str]]],
+        node_id: str,
+        window: float,
+        left: float,
+    ) -> None:
+        """The window for a job's hold, then as long as jobs hold the node (at most ``left``
+        seconds)."""
+        started = time.monotonic()
+        try:
+            seen, holding = hold_wait(node_id, window, left)
         except Exception as e:
             rest = max(0.0, window - (time.monotonic() - started))
             self.log(f"reading the jobs' holds failed ({e}); waiting {rest:.0f} s of grace")

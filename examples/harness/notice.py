@@ -118,17 +118,16 @@ def learning_nodes(algo: Any) -> list[str]:
     nodes = [ray.get_runtime_context().get_node_id()]
     group = getattr(algo, "learner_group", None)
     if group is not None and not group.is_local:
-        for result in group.foreach_learner(_node_of_learner):
+        # A lambda, which Ray ships by value: a function of this module would be imported by
+        # name in the learner's process, where ``harness`` need not be importable.
+        asked = group.foreach_learner(
+            lambda learner: __import__("ray").get_runtime_context().get_node_id()
+        )
+        for result in asked:
             if not result.ok:
                 raise result.get()
             nodes.append(str(result.get()))
     return list(dict.fromkeys(nodes))
-
-
-def _node_of_learner(learner: Any) -> str:
-    import ray
-
-    return str(ray.get_runtime_context().get_node_id())
 
 
 class Watch:

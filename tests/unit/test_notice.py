@@ -199,7 +199,9 @@ def test_each_event_is_due_once_and_a_notice_past_before_the_job_began_never(
 @pytest.mark.slow
 def test_a_learner_actors_node_is_watched(cluster: tuple[str, str]) -> None:
     """With a learner actor (``--num-learners 1``), its node is asked once through RLlib's
-    learner group; on this one-node Ray it is the job's own node."""
+    learner group; on this one-node Ray it is the job's own node. The learner's process cannot
+    import ``harness`` (this Ray has no job runtime environment), as on a cluster whose job
+    ships another working directory."""
     from ray.rllib.algorithms.ppo import PPOConfig
 
     _, node = cluster
@@ -212,8 +214,6 @@ def test_a_learner_actors_node_is_watched(cluster: tuple[str, str]) -> None:
     )
     try:
         assert not algo.learner_group.is_local
-        [answer] = algo.learner_group.foreach_learner(notice._node_of_learner)
-        assert answer.ok and answer.get() == node
         assert notice.learning_nodes(algo) == [node]
     finally:
         algo.stop()

@@ -31,7 +31,7 @@ def stack(tmp_path: Path) -> Path:
 
 
 def _driver(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_driver(*args, home=home, env={"CHECKPOINT_DISABLE": "1"}, timeout=300)
+    return run_driver(*args, home=home, env={"CHECKPOINT_DISABLE": "1"})
 
 
 def test_up_without_a_terminal_shows_the_plan_and_applies_nothing(

@@ -40,6 +40,23 @@ output "admin_username" {
 outputs `up --terraform-dir` reads: the stack the up/down tests plan and apply."""
 
 
+def stack_of_inputs(folder: Path, head: bool = True) -> Path:
+    """``folder`` made a stack that terraform plans offline with the real inputs: the root's
+    variables.tf, the cluster module's checks.tf, the example terraform.tfvars and (``head``)
+    :data:`CONFIG` with a default head address. The folder, made if missing."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for source in (STACK / "variables.tf", MODULE / "checks.tf"):
+        (folder / source.name).write_text(source.read_text())
+    (folder / "terraform.tfvars").write_text((STACK / "terraform.tfvars.example").read_text())
+    if head:
+        (folder / "main.tf").write_text(
+            CONFIG.replace(
+                'variable "head_ip" {', 'variable "head_ip" {\n  default = "203.0.113.9"'
+            )
+        )
+    return folder
+
+
 def terraform_env(tmp: Path) -> dict[str, str]:
     """The environment of a terraform run offline, with an empty CLI configuration in ``tmp``."""
     cli_config = tmp / "terraformrc"

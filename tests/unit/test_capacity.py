@@ -20,8 +20,8 @@ from driver.errors import EXIT_CAPACITY, DriverError
 from driver.price import Pool, Sizing
 from fakes.fake_arm import FakeAzure, location_restriction, vm_sku, zone_restriction
 from fakes.retail_prices import FakeRetailPrices
-from support import REPO, error_lines, run_driver
-from terraform_support import CONFIG
+from support import error_lines, run_driver
+from terraform_support import stack_of_inputs
 
 pytestmark = pytest.mark.usefixtures("prices")
 """Azure's Retail Prices API, which `up` asks before it asks for a yes."""
@@ -413,15 +413,7 @@ def test_terraform_up_checks_after_the_plan_and_applies_nothing(
 ) -> None:
     """The stack's own variables.tf and checks.tf with a head resource (no provider): the plan's
     variables are checked in $ARM_SUBSCRIPTION_ID's subscription, against the limits alone."""
-    stack = tmp_path / "tf"
-    stack.mkdir()
-    tf = REPO / "infra" / "terraform"
-    for source in (tf / "variables.tf", tf / "modules" / "cluster" / "checks.tf"):
-        (stack / source.name).write_text(source.read_text())
-    (stack / "terraform.tfvars").write_text((tf / "terraform.tfvars.example").read_text())
-    (stack / "main.tf").write_text(
-        CONFIG.replace('variable "head_ip" {', 'variable "head_ip" {\n  default = "203.0.113.9"')
-    )
+    stack = stack_of_inputs(tmp_path / "tf")
     fake.usages["standardDSv5Family"] = (0, 19)  # the example's head + 4 workers need 20
     env = {**fake.env(), "AZURE_SUBSCRIPTION_ID": "", "ARM_SUBSCRIPTION_ID": SUB,
            "CHECKPOINT_DISABLE": "1", "RAYDRIVER_PRICES_URL": prices.url}  # fmt: skip

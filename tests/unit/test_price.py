@@ -24,6 +24,7 @@ from driver.cli.price import NO_STORAGE
 from fakes.retail_prices import FakeRetailPrices, blob_meters, private_link_meters, vm_meters
 from price_support import HEADER, STORAGE_HEADER, closed_port_url, rows, storage
 from support import REPO, error_lines, run_driver
+from terraform_support import stack_of_inputs
 
 TFVARS = REPO / "infra" / "terraform" / "terraform.tfvars.example"
 STACK = REPO / "infra" / "terraform"
@@ -161,12 +162,8 @@ def test_a_var_beats_a_var_file_as_the_help_says(fake: FakeRetailPrices, tmp_pat
 def test_the_folders_own_tfvars_count_as_terraform_counts_them(
     fake: FakeRetailPrices, tmp_path: Path
 ) -> None:
-    stack = tmp_path / "stack"
-    stack.mkdir()
     # The root's variables and the checks of the module it calls (a copied stack of one folder).
-    for source in (STACK / "variables.tf", STACK / "modules" / "cluster" / "checks.tf"):
-        (stack / source.name).write_text(source.read_text())
-    (stack / "terraform.tfvars").write_text(TFVARS.read_text())
+    stack = stack_of_inputs(tmp_path / "stack", head=False)
     (stack / "spot.auto.tfvars").write_text('worker_spot_enabled = true\nlocation = "eastus"\n')
     r = driver(fake.url, tmp_path, "--terraform-dir", str(stack))
     assert r.returncode == 0, r.stderr

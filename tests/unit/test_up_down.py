@@ -19,7 +19,7 @@ from driver.terraform import summarize
 from fakes.retail_prices import FakeRetailPrices, blob_meters, private_link_meters, vm_meters
 from price_support import closed_port_url, rows, storage
 from support import REPO, error_lines, run_driver
-from terraform_support import CONFIG
+from terraform_support import CONFIG, stack_of_inputs
 
 
 @pytest.fixture
@@ -141,17 +141,7 @@ def test_summarize_counts_and_names_the_replaced_head() -> None:
 def test_up_shows_the_price_of_the_planned_variables_before_asking(tmp_path: Path) -> None:
     """The stack's own variables.tf and checks.tf (they need no provider) with a head resource:
     the plan's variables (defaults, terraform.tfvars, -var) are what is priced."""
-    stack = tmp_path / "tf"
-    stack.mkdir()
-    tf = REPO / "infra" / "terraform"
-    for source in (tf / "variables.tf", tf / "modules" / "cluster" / "checks.tf"):
-        (stack / source.name).write_text(source.read_text())
-    (stack / "terraform.tfvars").write_text(
-        (REPO / "infra" / "terraform" / "terraform.tfvars.example").read_text()
-    )
-    (stack / "main.tf").write_text(
-        CONFIG.replace('variable "head_ip" {', 'variable "head_ip" {\n  default = "203.0.113.9"')
-    )
+    stack = stack_of_inputs(tmp_path / "tf")
     items = vm_meters("westeurope", "Standard_D4s_v5", 0.23, spot=0.046)
     env = {"CHECKPOINT_DISABLE": "1"}
     with FakeRetailPrices(items) as api:
@@ -347,15 +337,8 @@ def test_a_refused_or_failed_results_storage_applies_nothing_of_the_cluster(
 def test_up_prices_the_results_storage_it_made(tmp_path: Path) -> None:
     """The stack's own variables.tf and checks.tf: the id the results stack gave is in the
     plan's variables, so the price table counts the storage."""
-    stack = tmp_path / "tf"
-    (stack / "results").mkdir(parents=True)
-    tf = REPO / "infra" / "terraform"
-    for source in (tf / "variables.tf", tf / "modules" / "cluster" / "checks.tf"):
-        (stack / source.name).write_text(source.read_text())
-    (stack / "terraform.tfvars").write_text((tf / "terraform.tfvars.example").read_text())
-    (stack / "main.tf").write_text(
-        CONFIG.replace('variable "head_ip" {', 'variable "head_ip" {\n  default = "203.0.113.9"')
-    )
+    stack = stack_of_inputs(tmp_path / "tf")
+    (stack / "results").mkdir()
     (stack / "results" / "main.tf").write_text(RESULTS_CONFIG)
     items = [*vm_meters("westeurope", "Standard_D4s_v5", 0.23), *blob_meters("westeurope"),
              *private_link_meters()]  # fmt: skip

@@ -48,7 +48,9 @@ import contextlib
 import csv
 import errno
 import hashlib
+import json
 import os
+import pickletools
 import re
 import stat
 import urllib.parse
@@ -79,6 +81,10 @@ TUNE_ROOT = "ray_results"
 TUNE_CHECKPOINT = re.compile(r"checkpoint_(\d{6,})")
 CHECKPOINT_COLUMN = "checkpoint_dir_name"
 """The column of a Tune trial's progress.csv naming the checkpoint a result came with."""
+EXPERIMENT_STATE = re.compile(r"experiment_state-[0-9_-]+\.json")
+"""Tune's state of an experiment, at its top: one per start, the newest name the current one."""
+MAX_STATE_BYTES = 64 << 20
+"""An experiment state holds each trial's config and checkpoint list: kilobytes to megabytes."""
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 CHUNK = 4 << 20
 EXPECTED = (
@@ -685,15 +691,23 @@ class Store:
             else:
                 plain.append(_wanted(rel, blob))
         _prepare(destination)
-        # The trials' progress.csv first: it says which checkpoints are complete.
+        # The trials' progress.csv and Tune's newest state first: they say which checkpoints
+        # are complete.
         first = [w for w in plain if w.name == f"{w.name.split('/')[0]}/{PROGRESS_CSV}"]
+        states = sorted(w.name for w in plain if EXPERIMENT_STATE.fullmatch(w.name))
+        first += [w for w in plain if states and w.name == states[-1]]
         got = self._get(name, first, destination, None, left_out)
+        registered = registered_checkpoints(destination / states[-1]) if states else None
         chosen: list[Wanted] = []
         picked: list[tuple[str, str | None]] = []
         older = unpublished = 0
         for trial in sorted(trials):
             by_number = checkpoints.get(trial, {})
-            last = last_checkpoint(destination / trial / PROGRESS_CSV, by_number)
+            last = last_checkpoint(
+                destination / trial / PROGRESS_CSV,
+                by_number,
+                None if registered is None else registered.get(trial, set()),
+            )
             for number, (_, files) in by_number.items():
                 if number == last:
                     chosen.extend(files)
@@ -805,7 +819,9 @@ def _prepare(destination: Path) -> None:
         raise DriverError(f"{destination} is a symlink: refusing to write through it")
 
 
-def last_checkpoint(progress: Path, present: Mapping[int, object]) -> int | None:
+def last_checkpoint(
+    progress: Path, present: Mapping[int, object], registered: set[int] | None = None
+) -> int | None:
     """A Tune trial's last complete checkpoint, of the numbers in ``present`` (its
     ``checkpoint_NNNNNN`` folders in the store): the highest one a row of its progress.csv
     (``progress``, downloaded) names in the column ``checkpoint_dir_name``; None when none.
@@ -815,9 +831,13 @@ def last_checkpoint(progress: Path, present: Mapping[int, object]) -> int | None
     the storage (every file copied and closed; on the mounted container each file is one blob,
     committed whole) *before* the result that names it reaches Tune, which only then appends
     the row. So a checkpoint a row names is complete, and a newer one no row names yet is still
-    being written (or its trial stopped mid-copy). A progress.csv without the column (RLlib's
-    algorithms run by Tune write none: measured with Ray 2.60) leaves the highest-numbered
-    folder, which a running trial may still be writing; one that cannot be read, none."""
+    being written (or its trial stopped mid-copy).
+
+    A progress.csv without the column (RLlib's algorithms run by Tune write none: measured with
+    Ray 2.60): the highest of ``registered``, the checkpoints Tune's experiment state lists for
+    the trial (:func:`registered_checkpoints`: Tune registers one once its trainable's save,
+    persisting included, has returned); without a state (None), the highest-numbered folder,
+    which a running trial may still be writing. A progress.csv that cannot be read: none."""
     if not present or not _regular(progress):
         return None
     named: set[int] = set()
@@ -825,7 +845,9 @@ def last_checkpoint(progress: Path, present: Mapping[int, object]) -> int | None
         with progress.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
             if CHECKPOINT_COLUMN not in (reader.fieldnames or []):
-                return max(present)
+                if registered is None:
+                    return max(present)
+                return max((n for n in present if n in registered), default=None)
             for row in reader:
                 found = TUNE_CHECKPOINT.fullmatch((row.get(CHECKPOINT_COLUMN) or "").strip())
                 if found:
@@ -833,6 +855,43 @@ def last_checkpoint(progress: Path, present: Mapping[int, object]) -> int | None
     except (OSError, UnicodeDecodeError, csv.Error):
         return None
     return max((n for n in present if n in named), default=None)
+
+
+def registered_checkpoints(state: Path) -> dict[str, set[int]] | None:
+    """The checkpoints Tune registered for each trial (its folder's name), from the
+    experiment's ``experiment_state-*.json`` (``state``, downloaded); None when it is not one
+    this can read.
+
+    Tune writes each trial as two JSON texts, ``[trial, run metadata]`` under ``trial_data``;
+    the trial's folder is ``relative_logdir``, and its checkpoints are inside the run metadata's
+    ``checkpoint_manager``, a cloudpickle of Ray Train's checkpoint manager, in hex (Tune's
+    ``CLOUDPICKLE_FALLBACK``). That pickle is never loaded (the store is not trusted): its
+    opcodes are only listed (:func:`pickletools.genops`, which runs nothing) and each text in
+    it ending in ``<trial folder>/checkpoint_NNNNNN`` is a registered checkpoint's path. Tune
+    saves the state every few seconds, so a running trial's newest checkpoint may be missing
+    from it: what it lists is complete, what it lacks may not be."""
+    try:
+        if not _regular(state) or state.stat().st_size > MAX_STATE_BYTES:
+            return None
+        data = json.loads(state.read_text(encoding="utf-8"))
+        registered: dict[str, set[int]] = {}
+        for entry in data["trial_data"]:
+            trial, metadata = (json.loads(text) for text in entry)
+            folder = trial["relative_logdir"]
+            if not isinstance(folder, str) or not safe_name(folder) or "/" in folder:
+                continue
+            manager = metadata.get("checkpoint_manager")
+            numbers = registered.setdefault(folder, set())
+            if not isinstance(manager, dict) or not isinstance(manager.get("value"), str):
+                continue
+            path = re.compile(rf"(?:.*/)?{re.escape(folder)}/{TUNE_CHECKPOINT.pattern}")
+            for _, arg, _ in pickletools.genops(bytes.fromhex(manager["value"])):
+                found = path.fullmatch(arg) if isinstance(arg, str) else None
+                if found:
+                    numbers.add(int(found.group(1)))
+        return registered
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError):
+        return None
 
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

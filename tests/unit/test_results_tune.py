@@ -166,3 +166,91 @@ def test_the_last_complete_checkpoint_is_the_last_a_result_names(tmp_path: Path)
     assert last_checkpoint(tmp_path / "missing.csv", {0: ""}) is None
     progress.write_text("iteration,env_steps\n1,100\n")  # no column: not Tune's
     assert last_checkpoint(progress, {0: "", 3: ""}) == 3
+
+
+def _tune_state(root: str, registered: dict[str, list[int]]) -> bytes:
+    """An experiment_state-*.json as Tune 2.60 writes it, made by Ray's own classes: each
+    trial's JSON and its run metadata, whose checkpoint manager (a cloudpickle, in hex) holds
+    the checkpoints registered for it, at their paths on the node (``root``)."""
+    from ray.train import Checkpoint, CheckpointConfig
+    from ray.train._internal.checkpoint_manager import _CheckpointManager
+    from ray.train._internal.session import _TrainingResult
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+    trial_data = []
+    for trial, numbers in registered.items():
+        metadata = _TrainingRunMetadata()
+        metadata.checkpoint_manager = _CheckpointManager(CheckpointConfig())
+        for n in numbers:
+            path = f"{root}/{trial}/checkpoint_{n:06d}"
+            result = _TrainingResult(Checkpoint(path), {"training_iteration": 2 * (n + 1)})
+            metadata.checkpoint_manager.register_checkpoint(result)
+        state = {"trainable_name": "PPO", "status": "RUNNING", "relative_logdir": trial}
+        trial_data.append([json.dumps(state), metadata.get_json_state()])
+    return json.dumps({"trial_data": trial_data, "runner_data": {}, "stats": {}}).encode()
+
+
+def test_an_rllib_trials_last_checkpoint_is_the_last_tune_registered(
+    env: Blob, tmp_path: Path
+) -> None:
+    """RLlib's algorithms run by Tune name no checkpoint in progress.csv: the last complete one
+    is the last Tune's state lists. Trial 0: checkpoints 0-2 there, the state lists 0 and 1 (2
+    is still being written). Trial 1: checkpoint 0 there, none listed yet: none."""
+    url = f"{env.url}/results"
+    name = f"sweep-rllib-{os.getpid()}"
+    prefix = f"ray_results/{name}"
+    header = HEADER.replace("checkpoint_dir_name,", "")
+    rows = "".join(f"1.0,{100 * i},1795867632,False,{i},t,{i}\n" for i in range(1, 7))
+    state = _tune_state(f"/home/ray/ray_results/{name}", {TRIALS[0]: [0, 1], TRIALS[1]: []})
+    put_blob(env, f"{prefix}/experiment_state-2026-11-28_12-07-09.json", state)
+    put_blob(env, f"{prefix}/experiment_state-2026-11-28_12-00-00.json", b"an older start")
+    for trial, checkpoints in ((TRIALS[0], (0, 1, 2)), (TRIALS[1], (0,))):
+        put_blob(env, f"{prefix}/{trial}/progress.csv", (header + rows).encode())
+        for n in checkpoints:
+            put_blob(env, f"{prefix}/{trial}/checkpoint_{n:06d}/state.json", f"{n}".encode())
+    done = laptop_driver(env, "download", prefix, "--results-url", url, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    local = tmp_path / "results" / prefix
+    assert [p for p in _tree(local) if "checkpoint_" in p] == [
+        f"{TRIALS[0]}/checkpoint_000001/state.json"
+    ]
+    lines = done.stderr.splitlines()
+    assert "Left out 1 file of older checkpoints" in lines[1], lines
+    assert lines[2].startswith("Left out 2 files of checkpoints no result of their trial"), lines
+
+
+def test_a_state_that_is_not_tunes_lists_nothing(tmp_path: Path) -> None:
+    from driver.store import registered_checkpoints
+
+    state = tmp_path / "experiment_state-1.json"
+    for text in (
+        b"{}",
+        b"not json",
+        json.dumps({"trial_data": [["{}", "{}"]]}).encode(),
+        json.dumps({"trial_data": [[json.dumps({"relative_logdir": "t"}), "{}"]]}).encode(),
+        json.dumps(
+            {
+                "trial_data": [
+                    [
+                        json.dumps({"relative_logdir": "t"}),
+                        json.dumps({"checkpoint_manager": {"value": "zz"}}),
+                    ]
+                ]
+            }
+        ).encode(),
+        json.dumps(
+            {
+                "trial_data": [
+                    [
+                        json.dumps({"relative_logdir": "t"}),
+                        json.dumps({"checkpoint_manager": {"value": "ff00ff"}}),
+                    ]
+                ]
+            }
+        ).encode(),
+    ):
+        state.write_bytes(text)
+        assert registered_checkpoints(state) in (None, {"t": set()}), text
+    state.write_bytes(_tune_state("/r", {"t": [3]}))
+    assert registered_checkpoints(state) == {"t": {3}}
+    assert registered_checkpoints(tmp_path / "missing.json") is None

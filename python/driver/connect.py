@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 
 from driver.cluster import Cluster
-from driver.discovery import locate
+from driver.discovery import Target, locate
 from driver.localray import LocalCluster
 from driver.progress import Progress
 from driver.remote import RemoteCluster
@@ -21,14 +21,18 @@ def connect(
     results_root: Path,
     progress: Progress,
     head_started: bool = False,
+    target: Target | None = None,
 ) -> Cluster:
     """Find the cluster (see :data:`driver.settings.CLUSTER_ORDER`) and open a way to it.
 
     Use the result in a ``with`` block. Only ``submit`` may start local Ray (``start_local``).
     ``head_started``: this command just started the head VM, whose sshd may not answer yet; it
     gets the ready timeout for that, as a head still bootstrapping gets it for its Ray.
+    ``target``: the cluster this command has found already (its stack's outputs are not read
+    again); found here when None.
     """
-    target = locate(settings.cluster)
+    if target is None:
+        target = locate(settings.cluster)
     if target.head is None:
         return LocalCluster(driver_home(), results_root, start=start_local, progress=progress)
     ssh = SshOptions(

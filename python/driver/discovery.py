@@ -7,7 +7,9 @@
 - none of them: local Ray.
 
 Terraform outputs and ARM deployments are read on every command rather than cached, so a
-redeployed head (new IP) is found without anyone editing a file.
+redeployed head (new IP) is found without anyone editing a file; and once per command: the
+:class:`Target` carries the outputs it was found in, and what else the command needs from them
+(the head VM's id, :func:`driver.power.head_vm`) is taken from there, not read again.
 Nothing here opens an SSH connection.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +69,10 @@ def terraform_outputs(directory: str | Path) -> dict[str, Any]:
 
 
 def from_terraform(directory: str | Path) -> HeadAddress:
-    outputs = terraform_outputs(directory)
+    return _head_from_terraform(terraform_outputs(directory), directory)
+
+
+def _head_from_terraform(outputs: Mapping[str, Any], directory: str | Path) -> HeadAddress:
     if not outputs:
         raise DriverError(
             f"no Terraform outputs in {directory}: expected {TERRAFORM_HEAD_IP} after "
@@ -214,6 +219,12 @@ def from_arm(
     resource_group: str, deployment: str, subscription: str | None, endpoint: str | None = None
 ) -> HeadAddress:
     state, outputs = arm_deployment_outputs(resource_group, deployment, subscription, endpoint)
+    return _head_from_arm(state, outputs, resource_group, deployment)
+
+
+def _head_from_arm(
+    state: str, outputs: Mapping[str, Any], resource_group: str, deployment: str
+) -> HeadAddress:
     where = f"ARM deployment {deployment} in resource group {resource_group}"
     if state != "Succeeded" and not outputs:
         raise DriverError(f"{where} is {state}: it has no outputs yet (expected {ARM_HEAD_IP})")
@@ -227,6 +238,11 @@ class Target:
 
     head: HeadAddress | None
     source: str
+    outputs: Mapping[str, Any] = field(default_factory=dict)
+    """The stack outputs the head was found in (Terraform's or the ARM deployment's); empty for
+    a head named by address and for local Ray. A command reads them once, here."""
+    stack: str = ""
+    """Those outputs, for messages: "the Terraform outputs", "ARM deployment NAME"."""
 
     @property
     def is_local(self) -> bool:
@@ -234,17 +250,23 @@ class Target:
 
 
 def locate(spec: ClusterSpec) -> Target:
-    """Find the head the user named (see :data:`driver.settings.CLUSTER_ORDER`)."""
+    """Find the head the user named (see :data:`driver.settings.CLUSTER_ORDER`): one read of
+    the stack's outputs at most; hand the Target on rather than locating again."""
     what = spec.source if spec.source.startswith("$") else "--head"
     if spec.head:
         return Target(parse_head(spec.head, what=what), spec.source)
     if spec.terraform_dir:
+        outputs = terraform_outputs(spec.terraform_dir)
+        head = _head_from_terraform(outputs, spec.terraform_dir)
         where = f"Terraform outputs in {spec.terraform_dir}"
-        return Target(from_terraform(spec.terraform_dir), _via(spec, where))
+        return Target(head, _via(spec, where), outputs, "the Terraform outputs")
     if spec.resource_group and spec.deployment:
-        head = from_arm(spec.resource_group, spec.deployment, spec.subscription, spec.arm_endpoint)
+        state, outputs = arm_deployment_outputs(
+            spec.resource_group, spec.deployment, spec.subscription, spec.arm_endpoint
+        )
+        head = _head_from_arm(state, outputs, spec.resource_group, spec.deployment)
         where = f"ARM deployment {spec.deployment} in {spec.resource_group}"
-        return Target(head, _via(spec, where))
+        return Target(head, _via(spec, where), outputs, f"ARM deployment {spec.deployment}")
     return Target(None, "local Ray")
 
 

@@ -33,9 +33,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from driver import untrusted
+from driver.discovery import Target
 from driver.errors import DriverError, shaped
 from driver.progress import Progress, silent
-from driver.settings import HEAD_VM_ID_ENV, WORKER_AUTOSCALE_ID_ENV, ClusterSpec
+from driver.settings import HEAD_VM_ID_ENV, WORKER_AUTOSCALE_ID_ENV
 
 COMPUTE_API = "2024-11-01"
 AUTOSCALE_API = "2022-10-01"
@@ -135,10 +136,11 @@ def from_outputs(outputs: Mapping[str, Any], where: str) -> HeadVm | None:
     )
 
 
-def head_vm(spec: ClusterSpec, env: Mapping[str, str]) -> HeadVm | None:
-    """The head VM of the cluster ``spec`` names: ``$RAYDRIVER_HEAD_VM_ID`` first, else the
-    stack's outputs; None for local Ray or a head known by address only."""
-    if spec.is_local:
+def head_vm(target: Target, env: Mapping[str, str]) -> HeadVm | None:
+    """The head VM of the cluster ``target`` found: ``$RAYDRIVER_HEAD_VM_ID`` first, else the
+    stack's outputs ``target`` was found in (not read again); None for local Ray or a head
+    known by address only."""
+    if target.is_local:
         return None
     if env.get(HEAD_VM_ID_ENV, "").strip():
         return HeadVm(
@@ -146,17 +148,8 @@ def head_vm(spec: ClusterSpec, env: Mapping[str, str]) -> HeadVm | None:
             env.get(WORKER_AUTOSCALE_ID_ENV, "").strip(),
             f"${HEAD_VM_ID_ENV}",
         )
-    if spec.terraform_dir:
-        from driver.discovery import terraform_outputs
-
-        return from_outputs(terraform_outputs(spec.terraform_dir), "the Terraform outputs")
-    if spec.resource_group and spec.deployment:
-        from driver.discovery import arm_deployment_outputs
-
-        _, outputs = arm_deployment_outputs(
-            spec.resource_group, spec.deployment, spec.subscription, spec.arm_endpoint
-        )
-        return from_outputs(outputs, f"ARM deployment {spec.deployment}")
+    if target.outputs:
+        return from_outputs(target.outputs, target.stack)
     return None
 
 

@@ -7,6 +7,7 @@ time and hourly rate `status` adds (against the fake Retail Prices API)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +17,11 @@ import pytest
 from azure_support import AUTOSCALE_ID, CLOSED, CREDENTIAL_ENV, GROUP, SUB, VM_ID
 from driver import power
 from driver.arm import ResourceManager
+from driver.cli import main
 from driver.cli.power import idle_line, rate_line
+from driver.discovery import locate
 from driver.errors import DriverError
+from driver.settings import ClusterSpec
 from fakes.fake_arm import FakeAzure
 from fakes.retail_prices import FakeRetailPrices, vm_meters
 from support import error_lines, run_driver
@@ -161,12 +165,11 @@ def test_the_outputs_start_reads_are_the_stacks_outputs() -> None:
 
 
 def test_local_ray_has_no_head_vm_even_with_the_variable_set() -> None:
-    from driver.settings import ClusterSpec
-
     env = {"RAYDRIVER_HEAD_VM_ID": VM_ID}
-    assert power.head_vm(ClusterSpec(), env) is None
-    found = power.head_vm(ClusterSpec(head="10.0.0.4", source="--head"), env)
+    assert power.head_vm(locate(ClusterSpec()), env) is None
+    found = power.head_vm(locate(ClusterSpec(head="10.0.0.4", source="--head")), env)
     assert found is not None and found.vm_id == VM_ID
+    assert power.head_vm(locate(ClusterSpec(head="10.0.0.4", source="--head")), {}) is None
 
 
 # -- the commands --------------------------------------------------------------------------------
@@ -253,6 +256,80 @@ def test_submit_on_a_stopped_cluster_starts_it_first(fake: FakeAzure, tmp_path: 
     # Then SSH to this address fails, as it would for any head, after the boot's wait.
     assert "the VM was just started" in r.stderr
     assert r.returncode == 2
+
+
+# -- one look for the cluster a command ----------------------------------------------------------
+STACK_OUTPUTS = {
+    "head_public_ip": "127.0.0.1:1",  # SSH refuses at once: each verb ends right after
+    "admin_username": "azureuser",
+    "head_vm_id": VM_ID,
+    "autoscale_setting_id": AUTOSCALE_ID,
+}
+VERBS = {
+    "submit": ("submit", "JOB"),
+    "logs": ("logs", "job-1"),
+    "status": ("status",),
+    "status ID": ("status", "job-1"),
+    "download": ("download", "job-1"),
+}
+
+
+@pytest.mark.parametrize("stack", ["terraform", "arm"])
+@pytest.mark.parametrize("verb", VERBS)
+def test_a_command_reads_its_clusters_outputs_once(
+    fake: FakeAzure,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    verb: str,
+    stack: str,
+) -> None:
+    """submit and status ask whether autostop stopped the head (its VM id is in the stack's
+    outputs), then connect: both from one read of the outputs (`terraform output -json`, or
+    the ARM deployment's GET), as logs and download, which only connect, read them."""
+    for k, v in {**fake.env(), "RAYDRIVER_HOME": str(tmp_path / "home")}.items():
+        monkeypatch.setenv(k, v)
+    for name in ("RAYDRIVER_HEAD", "RAYDRIVER_HEAD_VM_ID", "RAYDRIVER_WORKER_AUTOSCALE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    fake.vms[VM_ID.lower()] = "running"
+    reads = tmp_path / "terraform-reads"
+    if stack == "terraform":
+        # A terraform that answers `output -json` as Terraform does, and counts the calls.
+        bin_dir, state = tmp_path / "bin", tmp_path / "tf"
+        bin_dir.mkdir()
+        state.mkdir()
+        doc = {
+            k: {"sensitive": False, "type": "string", "value": v} for k, v in STACK_OUTPUTS.items()
+        }
+        (tmp_path / "outputs.json").write_text(json.dumps(doc))
+        fake_tf = bin_dir / "terraform"
+        fake_tf.write_text(f'#!/bin/sh\necho "$*" >> {reads}\ncat {tmp_path / "outputs.json"}\n')
+        fake_tf.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+        where = ["--terraform-dir", str(state)]
+    else:
+        camel = {
+            "head_public_ip": "headPublicIp",
+            "admin_username": "adminUsername",
+            "head_vm_id": "headVmId",
+            "autoscale_setting_id": "autoscaleSettingId",
+        }
+        fake.add_deployment(
+            SUB, GROUP, "ray-cluster", {camel[k]: v for k, v in STACK_OUTPUTS.items()}
+        )
+        where = ["--resource-group", GROUP, "--deployment", "ray-cluster", "--subscription", SUB]
+    job = tmp_path / "job" / "train.py"
+    job.parent.mkdir()
+    job.write_text("print('hi')\n")
+    args = [str(job) if a == "JOB" else a for a in VERBS[verb]]
+    assert main([*args, *where, "--retries", "0"]) == 2
+    deployment = "/providers/microsoft.resources/deployments/ray-cluster"
+    arm_reads = [p for p, _, _ in fake.requests if p.lower().endswith(deployment)]
+    tf_reads = reads.read_text().splitlines() if reads.exists() else []
+    assert (len(tf_reads), len(arm_reads)) == ((1, 0) if stack == "terraform" else (0, 1))
+    assert all(line.startswith("output -json") for line in tf_reads)
+    # The power state was asked where the verb cares whether the head is stopped.
+    looked = any(p.endswith("/instanceView") for p, _, _ in fake.requests)
+    assert looked == (verb in ("submit", "status"))
 
 
 # -- what status adds ---------------------------------------------------------------------------

@@ -2,15 +2,20 @@
 
 Variables and the cross-input preconditions (checks.tf, a provider-less terraform_data) need no
 provider, so a copy of just those two files inits and plans offline. Each bad value must be
-refused with its own message, each good value must plan cleanly, and every validation and
-precondition of the stack must be exercised by at least one bad case here.
+refused with its own message and by the objects the table says (what `terraform test`'s
+expect_failures names), each good value must plan cleanly, and every validation and
+precondition of the stack must be exercised by at least one bad case here. The same table makes
+infra/terraform/tests/validations.tftest.hcl (scripts/terraform_validation_tests.py), which
+GitHub's terraform workflow runs against the whole module with mock providers.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,8 +23,9 @@ from typing import Any
 import hcl2
 import pytest
 
+from support import REPO
 from terraform_support import MODULE, STACK, error_messages, terraform_env
-from validation_cases import BAD, GOOD, REQUIRED, case_id, console
+from validation_cases import BAD, GOOD, REFUSED, REQUIRED, Refused, case_id, console
 
 RULE_FAILED = {"Invalid value for variable", "Resource precondition failed"}
 """The summaries of a failed validation and of a failed precondition."""
@@ -44,10 +50,24 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
+def tfvars(variables: dict[str, Any]) -> tuple[str, dict[int, str]]:
+    """The required inputs plus ``variables`` as a .tfvars.json text, and the offset of each
+    variable's value in it (where terraform points a refused value)."""
+    text, starts = "{", {}
+    for i, (name, value) in enumerate({**REQUIRED, **variables}.items()):
+        text += (", " if i else "") + json.dumps(name) + ": "
+        starts[len(text)] = name
+        text += json.dumps(value)
+    return text + "}", starts
+
+
 def plan(work: Path, variables: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
-    """``terraform plan`` with the required inputs plus ``variables``: (exit code, errors)."""
+    """``terraform plan`` with the required inputs plus ``variables``: (exit code, errors); each
+    error carries ``"object"``: what refused the value (``var.NAME``, or the resource whose
+    precondition failed), as `terraform test`'s expect_failures names it."""
     var_file = work / "case.tfvars.json"
-    var_file.write_text(json.dumps({**REQUIRED, **variables}))
+    text, starts = tfvars(variables)
+    var_file.write_text(text)
     result = subprocess.run(
         ["terraform", "plan", "-input=false", "-no-color", "-json", "-lock=false",
          f"-var-file={var_file.name}"],
@@ -62,6 +82,12 @@ def plan(work: Path, variables: dict[str, Any]) -> tuple[int, list[dict[str, Any
         message = json.loads(line)
         diagnostic = message.get("diagnostic")
         if diagnostic and diagnostic["severity"] == "error":
+            where = diagnostic.get("range") or {}
+            context = (diagnostic.get("snippet") or {}).get("context") or ""
+            if resource := re.fullmatch(r'resource "(\w+)" "(\w+)"', context):
+                diagnostic["object"] = f"{resource[1]}.{resource[2]}"
+            elif where.get("filename") == var_file.name:
+                diagnostic["object"] = f"var.{starts.get(where['start']['byte'], '?')}"
             errors.append(diagnostic)
     return result.returncode, errors
 
@@ -81,12 +107,12 @@ def bad_plans(workdir: Path) -> Callable[[dict[str, Any]], tuple[int, list[dict[
     return planned
 
 
-@pytest.mark.parametrize("case", BAD, ids=[case_id(c) for c in BAD])
+@pytest.mark.parametrize("case", REFUSED, ids=[case_id(c) for c in REFUSED])
 def test_bad_value_is_refused_with_its_message(
     bad_plans: Callable[[dict[str, Any]], tuple[int, list[dict[str, Any]]]],
-    case: tuple[dict, str],
+    case: Refused,
 ) -> None:
-    variables, expected = case
+    variables, expected, fails = case
     code, errors = bad_plans(variables)
     details = [e["detail"] for e in errors]
     assert code != 0, f"{variables} was accepted"
@@ -96,6 +122,23 @@ def test_bad_value_is_refused_with_its_message(
     # expect_failures does not count errors as failed validations).
     broken = [f"{e['summary']}: {e['detail']}" for e in errors if e["summary"] not in RULE_FAILED]
     assert not broken, broken
+    # What refused it is what the terraform test file made of the table expects to fail, all
+    # of it: a run whose plan fails on an object its expect_failures leaves out fails.
+    assert sorted({e.get("object", "?") for e in errors}) == sorted(fails), errors
+
+
+def test_the_terraform_test_file_is_made_of_the_table() -> None:
+    """infra/terraform/tests/validations.tftest.hcl is what scripts/terraform_validation_tests.py
+    makes of REFUSED: one run per bad case, none kept by hand beside the table."""
+    r = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "terraform_validation_tests.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    text = (STACK / "tests" / "validations.tftest.hcl").read_text()
+    assert text.count('\nrun "') == len(REFUSED)
 
 
 @pytest.mark.parametrize("variables", GOOD, ids=[case_id(c) for c in GOOD])

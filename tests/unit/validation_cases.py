@@ -10,11 +10,9 @@ import json
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
-
+from support import FIXTURES
 from terraform_support import terraform_env
 
 # Key Vault names: 3-24 characters (test_terraform_custom_data.py checks the stack's)
@@ -87,21 +85,13 @@ ED25519 = (
 )
 
 
-# Real keys, made fresh for every run (cryptography comes with paramiko, a runtime dependency).
-def openssh_public_key(key: ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey) -> str:
-    """One line of an OpenSSH .pub file, as ssh-keygen writes it."""
-    line = key.public_key().public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-    )
-    return f"{line.decode()} you@example"
-
-
-def rsa_key(bits: int) -> str:
-    return openssh_public_key(rsa.generate_private_key(public_exponent=65537, key_size=bits))
-
-
-ED25519_REAL = openssh_public_key(ed25519.Ed25519PrivateKey.generate())
-RSA_1024, RSA_2047, RSA_2048, RSA_4096 = (rsa_key(b) for b in (1024, 2047, 2048, 4096))
+# Real keys (tests/fixtures/ssh-public-keys.json: public halves only, made once with the
+# cryptography package as ssh-keygen would): fixed, so that the terraform test file made of the
+# cases below (scripts/terraform_validation_tests.py) stays the same from run to run.
+_KEYS = json.loads((FIXTURES / "ssh-public-keys.json").read_text())
+ED25519_REAL, RSA_1024, RSA_2047, RSA_2048, RSA_4096 = (
+    _KEYS[k] for k in ("ed25519", "rsa-1024", "rsa-2047", "rsa-2048", "rsa-4096")
+)
 ED25519_BLOB = ED25519_REAL.split()[1]
 RSA_BLOB = RSA_2048.split()[1]
 # Base64 characters 4-7 carry bytes 3-5 of the blob: changing character 7 changes the second
@@ -120,13 +110,38 @@ NODE_IMAGE_ID = (
     "Microsoft.Compute/galleries/ray_nodes/images/ray-node-ubuntu-22.04/versions/1.0.3"
 )
 
-# (variables, fragment of the expected error message)
 RESULTS_ACCOUNT_ID = (
     "/subscriptions/00000000-0000-4000-8000-000000000002/resourceGroups/ray-results/providers/"
     "Microsoft.Storage/storageAccounts/rayres0123456789abcdef01"
 )
 
-BAD: list[tuple[dict[str, Any], str]] = [
+CHECKS = "terraform_data.input_checks"
+"""The provider-less resource whose preconditions are checks.tf's rules across inputs."""
+
+
+class Refused(NamedTuple):
+    """A bad case: its variables, a fragment of the message that refuses them, and what
+    refuses them as `terraform test`'s expect_failures names it (``var.NAME``, :data:`CHECKS`)."""
+
+    variables: dict[str, Any]
+    message: str
+    fails: tuple[str, ...]
+
+
+BOTH_NETWORKS = ("var.vnet_address_space", "var.subnet_address_prefix")
+"""A virtual network and its subnet in the same public range: both are refused."""
+
+
+def _refused(variables: dict[str, Any], message: str, *fails: str) -> Refused:
+    """A row of :data:`REFUSED`: what refuses a case of one variable is that variable, unless
+    the row names it."""
+    if not fails:
+        [name] = variables  # a case of several variables says which of them refuse it
+        fails = (f"var.{name}",)
+    return Refused(variables, message, fails)
+
+
+_BAD: list[tuple[Any, ...]] = [
     # a storage account's id, nothing else: not its container, not a name, not upper case
     (
         {
@@ -163,6 +178,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"location": "West Europe"}, "location must be an Azure region name"),
     ({"allowed_ssh_cidrs": []}, "allowed_ssh_cidrs must list at least one IPv4 CIDR"),
     ({"allowed_ssh_cidrs": ["0.0.0.0/0"]}, "must not open SSH to the whole Internet"),
+    ({"allowed_ssh_cidrs": ["*"]}, "must not open SSH to the whole Internet"),
     ({"allowed_ssh_cidrs": ["203.0.113.7/32", "*"]}, "must not open SSH to the whole Internet"),
     ({"allowed_ssh_cidrs": ["Internet"]}, "must not open SSH to the whole Internet"),
     ({"allowed_ssh_cidrs": ["any"]}, "must not open SSH to the whole Internet"),
@@ -223,34 +239,42 @@ BAD: list[tuple[dict[str, Any], str]] = [
     (
         {"vnet_address_space": "20.42.0.0/16", "subnet_address_prefix": "20.42.1.0/24"},
         "vnet_address_space must lie in a private range",
+        *BOTH_NETWORKS,
     ),
     (
         {"vnet_address_space": "172.32.0.0/16", "subnet_address_prefix": "172.32.1.0/24"},
         "vnet_address_space must lie in a private range",
+        *BOTH_NETWORKS,
     ),
     (
         {"vnet_address_space": "100.128.0.0/16", "subnet_address_prefix": "100.128.1.0/24"},
         "vnet_address_space must lie in a private range",
+        *BOTH_NETWORKS,
     ),
     (
         {"vnet_address_space": "127.0.0.0/8", "subnet_address_prefix": "127.0.0.0/24"},
         "vnet_address_space must lie in a private range",
+        *BOTH_NETWORKS,
     ),
     (
         {"vnet_address_space": "169.254.0.0/16", "subnet_address_prefix": "169.254.1.0/24"},
         "vnet_address_space must lie in a private range",
+        *BOTH_NETWORKS,
     ),
     (
         {"vnet_address_space": "224.0.0.0/8", "subnet_address_prefix": "224.0.1.0/24"},
         "vnet_address_space must lie in a private range",
+        *BOTH_NETWORKS,
     ),
     (
         {"vnet_address_space": "168.63.128.0/22", "subnet_address_prefix": "168.63.129.0/24"},
         "subnet_address_prefix must lie in a private range",
+        *BOTH_NETWORKS,
     ),
     (
         {"vnet_address_space": "8.0.0.0/8", "subnet_address_prefix": "8.8.8.0/24"},
         "subnet_address_prefix must lie in a private range",
+        *BOTH_NETWORKS,
     ),
     ({"tcp_idle_timeout_minutes": 3}, "tcp_idle_timeout_minutes must be a whole number"),
     ({"tcp_idle_timeout_minutes": 31}, "tcp_idle_timeout_minutes must be a whole number"),
@@ -407,6 +431,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     (
         {"worker_pools": {"gpu": {"min_count": 3, "default_count": 1}}},
         "worker_pools: every pool's counts must satisfy min_count <= default_count <= max_count",
+        CHECKS,
     ),
     (
         {
@@ -414,20 +439,35 @@ BAD: list[tuple[dict[str, Any], str]] = [
             "worker_pools": {"a": {"max_count": 5}, "b": {"max_count": 5}},
         },
         "has room for 9 workers",
+        CHECKS,
     ),
-    ({"worker_min_count": 3, "worker_default_count": 2}, "worker_min_count <= worker_default"),
-    ({"worker_default_count": 5, "worker_max_count": 4}, "worker_min_count <= worker_default"),
+    (
+        {"worker_min_count": 3, "worker_default_count": 2},
+        "worker_min_count <= worker_default",
+        CHECKS,
+    ),
+    (
+        {"worker_default_count": 5, "worker_max_count": 4},
+        "worker_min_count <= worker_default",
+        CHECKS,
+    ),
     (
         {"scale_in_cpu_percent": 70, "scale_out_cpu_percent": 70},
         "scale_in_cpu_percent (70) must be below scale_out_cpu_percent (70)",
+        CHECKS,
     ),
-    ({"subnet_address_prefix": "10.43.1.0/24"}, "must lie inside vnet_address_space"),
+    ({"subnet_address_prefix": "10.43.1.0/24"}, "must lie inside vnet_address_space", CHECKS),
     (
         {"vnet_address_space": "10.42.1.0/24", "subnet_address_prefix": "10.42.0.0/16"},
         "must lie inside vnet_address_space",
+        CHECKS,
     ),
     # 16 addresses: Azure keeps 5, the head and the Key Vault's private endpoint take 2.
-    ({"subnet_address_prefix": "10.42.1.0/28", "worker_max_count": 10}, "has room for 9 workers"),
+    (
+        {"subnet_address_prefix": "10.42.1.0/28", "worker_max_count": 10},
+        "has room for 9 workers",
+        CHECKS,
+    ),
     # the results storage's private endpoint takes one more address
     (
         {
@@ -436,12 +476,18 @@ BAD: list[tuple[dict[str, Any], str]] = [
             "results_storage_account_id": RESULTS_ACCOUNT_ID,
         },
         "has room for 8 workers",
+        CHECKS,
     ),
     # The vault's firewall must admit the deployer: only public addresses can be named.
-    ({"allowed_ssh_cidrs": ["10.0.0.0/8"]}, "The Key Vault's firewall would admit no address"),
+    (
+        {"allowed_ssh_cidrs": ["10.0.0.0/8"]},
+        "The Key Vault's firewall would admit no address",
+        CHECKS,
+    ),
     (
         {"allowed_ssh_cidrs": ["192.168.1.0/24", "100.64.0.0/16"]},
         "The Key Vault's firewall would admit no address",
+        CHECKS,
     ),
     # the Key Vault's variables
     ({"key_vault_allowed_cidrs": []}, "key_vault_allowed_cidrs must be null"),
@@ -467,6 +513,13 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"rbac_propagation_wait_seconds": 901}, "rbac_propagation_wait_seconds must be a whole"),
     ({"rbac_propagation_wait_seconds": 2.5}, "rbac_propagation_wait_seconds must be a whole"),
 ]
+
+REFUSED = [_refused(*row) for row in _BAD]
+"""The bad cases: the one table that test_terraform_validations.py plans case by case and
+infra/terraform/tests/validations.tftest.hcl (made of it by scripts/terraform_validation_tests.py)
+runs with `terraform test`; test_bicep_validations.py holds the Bicep stack to them too."""
+BAD = [(r.variables, r.message) for r in REFUSED]
+"""(variables, fragment of the expected error message) of each bad case."""
 
 GOOD: list[dict[str, Any]] = [
     {},  # the defaults
@@ -578,7 +631,7 @@ GOOD: list[dict[str, Any]] = [
 ]
 
 
-def case_id(case: tuple[dict[str, Any], str] | dict[str, Any]) -> str:
+def case_id(case: tuple[Any, ...] | dict[str, Any]) -> str:
     """A test id that is the same in every process that collects it (pytest-xdist's workers
     compare their collections): the keys made fresh for each run show their first 16
     characters only, which hold the key type."""

@@ -15,6 +15,7 @@ from driver import layout, upload
 from driver.cli import results
 from driver.cli.options import (
     Verbs,
+    find_cluster,
     job_id_arg,
     open_cluster,
     parse_pairs,
@@ -286,8 +287,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
     # Decide what goes before connecting: a refusal costs nothing.
     plans = [upload.plan(submission.working_dir, args.allow_sensitive)]
     plans += [upload.plan(m, args.allow_sensitive, "a py_modules folder") for m in spec.py_modules]
-    start_if_stopped(args)  # a cluster that autostop stopped starts first
-    with open_cluster(args, start_local=True) as cluster:
+    target = find_cluster(args)  # once: both what follows use it
+    start_if_stopped(args, target)  # a cluster that autostop stopped starts first
+    with open_cluster(args, start_local=True, target=target) as cluster:
         client = cluster.jobs()
         hint = cluster.cli_hint
         if args.submission_id:  # refused before anything is uploaded, not after
@@ -348,9 +350,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cluster_status(args: argparse.Namespace) -> int:
-    if down := stopped(args):
+    target = find_cluster(args)
+    if down := stopped(args, target):
         return report_stopped(args, *down)
-    with open_cluster(args) as cluster:
+    with open_cluster(args, target=target) as cluster:
         status = cluster.jobs().cluster_status()
         autostop = cluster.autostop_state()
         storage = cluster.storage_state()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from driver import profiles
 from driver.cli.output import PROG, say
@@ -32,6 +32,9 @@ from driver.settings import (
     parse_timeout,
     resolve,
 )
+
+if TYPE_CHECKING:
+    from driver.discovery import Target
 
 EXIT_CODES_HELP = """exit codes:
   0    the job succeeded (or the command did what it was asked)
@@ -208,8 +211,19 @@ HEAD_STARTED = "head_started"
 stopped cluster): the connection then waits for the head's boot."""
 
 
-def open_cluster(args: argparse.Namespace, start_local: bool = False) -> Cluster:
-    """Connect to the cluster the options name; use the result in a ``with`` block.
+def find_cluster(args: argparse.Namespace) -> Target:
+    """The cluster the options name, found once per command (Terraform's outputs or the ARM
+    deployment read here): a verb that needs it twice hands it to :func:`open_cluster`."""
+    from driver.discovery import locate
+
+    return locate(settings_from(args).cluster)
+
+
+def open_cluster(
+    args: argparse.Namespace, start_local: bool = False, target: Target | None = None
+) -> Cluster:
+    """Connect to the cluster the options name (``target``: as :func:`find_cluster` found it;
+    found here when None); use the result in a ``with`` block.
 
     Ray's Jobs SDK is imported in a thread meanwhile: the SSH handshake is mostly waiting.
     """
@@ -224,6 +238,7 @@ def open_cluster(args: argparse.Namespace, start_local: bool = False) -> Cluster
             results_root=Path(getattr(args, "results", "results")),
             progress=say,
             head_started=getattr(args, HEAD_STARTED, False),
+            target=target,
         )
     finally:
         preload.join()

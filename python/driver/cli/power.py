@@ -10,8 +10,16 @@ import time
 from typing import Any
 
 from driver import power, price
-from driver.cli.options import HEAD_STARTED, Verbs, open_cluster, settings_from, verb
+from driver.cli.options import (
+    HEAD_STARTED,
+    Verbs,
+    find_cluster,
+    open_cluster,
+    settings_from,
+    verb,
+)
 from driver.cli.output import say, shown
+from driver.discovery import Target
 from driver.errors import EXIT_OK, DriverError
 from driver.settings import HEAD_VM_ID_ENV, prices_cache_dir, prices_url
 
@@ -32,10 +40,6 @@ def register(verbs: Verbs) -> None:
     p.set_defaults(func=cmd_start)
 
 
-def _head_vm(args: argparse.Namespace) -> power.HeadVm | None:
-    return power.head_vm(settings_from(args).cluster, os.environ)
-
-
 def _manager(args: argparse.Namespace, vm: power.HeadVm) -> Any:
     from driver.arm import ResourceManager
 
@@ -43,7 +47,8 @@ def _manager(args: argparse.Namespace, vm: power.HeadVm) -> Any:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    vm = _head_vm(args)
+    target = find_cluster(args)
+    vm = power.head_vm(target, os.environ)
     if vm is None:
         raise DriverError(
             "start needs the head VM's resource id: name the cluster with --terraform-dir or "
@@ -56,17 +61,17 @@ def cmd_start(args: argparse.Namespace) -> int:
         else:
             power.start(arm, vm, say)
             setattr(args, HEAD_STARTED, True)
-    with open_cluster(args) as cluster:
+    with open_cluster(args, target=target) as cluster:
         cluster.jobs()  # SSH, the head's Ray (a fresh boot is waited for), the Jobs API
         say(f"{cluster.description}: Ray's Jobs API answers; the cluster is ready")
     return EXIT_OK
 
 
-def start_if_stopped(args: argparse.Namespace) -> None:
+def start_if_stopped(args: argparse.Namespace, target: Target) -> None:
     """Before ``submit``: a head that autostop deallocated is started first (one line says so).
     When the head VM or its power state cannot be known, nothing is said: the SSH connection
     then tells whether the head answers. A start that fails is an error."""
-    down = stopped(args)
+    down = stopped(args, target)
     if down is None:
         return
     vm, state = down
@@ -76,11 +81,11 @@ def start_if_stopped(args: argparse.Namespace) -> None:
     setattr(args, HEAD_STARTED, True)
 
 
-def stopped(args: argparse.Namespace) -> tuple[power.HeadVm, str] | None:
+def stopped(args: argparse.Namespace, target: Target) -> tuple[power.HeadVm, str] | None:
     """``(vm, power state)`` when the head VM is known not to run; None when it runs or when
     that cannot be known (no head VM id, no credential, Resource Manager unreachable)."""
     try:
-        vm = _head_vm(args)
+        vm = power.head_vm(target, os.environ)
         if vm is None:
             return None
         with _manager(args, vm) as arm:

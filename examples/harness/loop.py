@@ -12,12 +12,13 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from harness import learner_lock
 from harness.metrics import ProgressWriter
-from harness.notice import Watch, act
+from harness.notice import Notice, Watch, act, learning_nodes, own_node, wait_gone
 from harness.runs import (
     CHECKPOINT,
     PROGRESS_CSV,
@@ -38,6 +39,24 @@ ConfigBuilder = Callable[[argparse.Namespace], Any]
 """Flags -> an RLlib AlgorithmConfig; the harness adds seed, fault tolerance and placement."""
 Evaluator = Callable[[Any, argparse.Namespace], dict[str, Any]]
 """(trained algorithm, flags) -> extra summary keys, e.g. a greedy policy's mean return."""
+REBUILD_ATTEMPTS = 3
+"""How many times the algorithm is built again from a notice's checkpoint, after its learner
+actor's node went, before the run fails."""
+REBUILD_PAUSE_S = 15.0
+"""The pause between two of those attempts."""
+
+
+@dataclass
+class Learning:
+    """The algorithm being trained, and how to build another one from the same flags (after a
+    learner actor's node went)."""
+
+    algo: Any
+    build: Callable[[], Any]
+
+
+class RebuildError(RuntimeError):
+    """The algorithm could not be built again from a notice's checkpoint: the run ends."""
 
 
 def _mean_return(result: dict[str, Any]) -> float:
@@ -144,15 +163,24 @@ def run(
     import ray
 
     ray.init(logging_level="WARNING", ignore_reinit_error=True)
-    algo = apply_harness_settings(build_config(args), args).build_algo()
+
+    def build() -> Any:
+        return apply_harness_settings(build_config(args), args).build_algo()
+
+    learning = Learning(build(), build)
     try:
         summary = _train(
-            algo, args, evaluate, run_dir, uploader, resume, resumed_from, fetched, earlier_rows
-        )
+            learning, args, evaluate, run_dir, uploader, resume, resumed_from, fetched,
+            earlier_rows,
+        )  # fmt: skip
+    except RebuildError as e:  # said in one line; the last algorithm is stopped already
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 1
     except BaseException as e:  # an error, Ctrl-C, or driver stop's SIGTERM (SystemExit)
-        if not _update_threads_stopped(algo, e):
+        if not _update_threads_stopped(learning.algo, e):
             _end_now(_exit_code(e), e)
         raise
+    algo = learning.algo
     stopped = _update_threads_stopped(algo)
     algo.stop()
     print("RESULT " + json.dumps(summary), flush=True)
@@ -163,7 +191,7 @@ def run(
 
 
 def _train(
-    algo: Any,
+    learning: Learning,
     args: argparse.Namespace,
     evaluate: Evaluator | None,
     run_dir: Path,
@@ -174,12 +202,17 @@ def _train(
     earlier_rows: list[dict[str, str]],
 ) -> dict[str, Any]:
     """Restore (``--resume``), train until a stop condition, checkpoint, evaluate, write
-    ``summary.json`` (and hand the run to the uploader): the summary."""
+    ``summary.json`` (and hand the run to the uploader): the summary. After a notice's
+    checkpoint for a learner actor's node, once the node has gone, ``learning.algo`` is
+    rebuilt from that checkpoint (:func:`rebuild`) and training goes on."""
     import ray
 
+    algo = learning.algo
     learner_lock.guard(algo)  # checkpoints wait for an APPO/IMPALA update in progress
     watch = Watch.for_algorithm(algo)  # eviction notices for the learning state's nodes
     notices: list[dict[str, Any]] = []
+    rebuilds: list[dict[str, Any]] = []
+    here = own_node()
     time_before = 0.0
     if resume:
         algo.restore_from_path(str(resume.path))
@@ -248,6 +281,13 @@ def _train(
                 notices.append(act(notice, watch, algo, run_dir, state(), uploader))
                 if notices[-1]["saved"]:
                     checkpoint = run_dir / CHECKPOINT
+                    # A learner actor's node: no update more on it (lost with it); once it has
+                    # gone, the algorithm again from this checkpoint, its learner elsewhere.
+                    if notice.node_id != here and wait_gone(notice):
+                        rebuilds.append(rebuild(learning, notice, checkpoint, state()))
+                        algo, acted = learning.algo, watch.acted
+                        watch = Watch.for_algorithm(algo)
+                        watch.acted |= acted
                     continue  # this iteration's checkpoint is saved (the final one follows)
             if reason is None and args.checkpoint_every and it % args.checkpoint_every == 0:
                 checkpoint = save_checkpoint(algo, run_dir, state())
@@ -282,12 +322,94 @@ def _train(
         "seed": args.seed,
         "resumed_from": resumed_from,
         "notices": notices,
+        "rebuilds": rebuilds,
         **extra,
     }
     (run_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
     if uploader:
         uploader.finish(args.upload_timeout)
     return summary
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:300]}" if text else type(error).__name__
+
+
+def _discard(algo: Any) -> None:
+    """Stop an algorithm whose learner actor is gone (or half built); what fails is said."""
+    try:
+        algo.stop()
+    except Exception as e:
+        print(f"notice: stopping the previous algorithm: {_one_line(e)}", flush=True)
+
+
+def _node_ips(node_ids: list[str]) -> list[str]:
+    import ray
+
+    ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    return [ips.get(node, node) for node in node_ids]
+
+
+def rebuild(
+    learning: Learning,
+    notice: Notice,
+    checkpoint: Path,
+    state: dict[str, Any],
+    attempts: int = REBUILD_ATTEMPTS,
+    pause: float = REBUILD_PAUSE_S,
+) -> dict[str, Any]:
+    """After ``notice``'s node (a learner actor's) went: stop ``learning.algo``, build the
+    algorithm again and restore ``checkpoint`` (saved on the notice, ``state``: its harness
+    state) into it, as ``--resume`` does; its learner actors land wherever Ray can place them
+    (another worker, or the replacement the autoscaler brings up: building waits for it).
+    ``learning.algo`` is then the new one. At most ``attempts`` tries, ``pause`` seconds
+    apart; then :class:`RebuildError`. What happened, for the run's summary."""
+    start = time.monotonic()
+    iteration = int(state["iteration"])
+    _discard(learning.algo)
+    for attempt in range(1, attempts + 1):
+        algo = None
+        try:
+            algo = learning.build()
+            learner_lock.guard(algo)
+            algo.restore_from_path(str(checkpoint))
+            nodes = _node_ips(learning_nodes(algo)[1:])
+        except Exception as e:
+            why = _one_line(e)
+            print(
+                f"notice: rebuilding the algorithm from the checkpoint at iteration "
+                f"{iteration} failed (attempt {attempt} of {attempts}): {why}",
+                flush=True,
+            )
+            if algo is not None:
+                _discard(algo)
+            if attempt == attempts:
+                raise RebuildError(
+                    f"the algorithm could not be rebuilt from the checkpoint at iteration "
+                    f"{iteration} after {notice.describe()} ({attempts} attempts; the last: "
+                    f"{why}); resume by hand with --resume"
+                ) from e
+            time.sleep(pause)
+            continue
+        learning.algo = algo
+        record = {
+            "event_id": notice.event_id,
+            "node_ip": notice.node_ip,
+            "iteration": int(algo.iteration),
+            "env_steps": int(state["env_steps"]),
+            "attempts": attempt,
+            "seconds": round(time.monotonic() - start, 1),
+            "learners_on": nodes,
+        }
+        print(
+            f"notice: {notice.node_ip} has gone: the algorithm rebuilt from the checkpoint at "
+            f"iteration {record['iteration']} (env steps {record['env_steps']}) in "
+            f"{record['seconds']:.1f} s, its learner on {', '.join(nodes) or 'this node'}",
+            flush=True,
+        )
+        return record
+    raise AssertionError("unreachable")
 
 
 def _exit_code(error: BaseException) -> int:

@@ -20,7 +20,10 @@ job's own process's node and each learner actor's) and holds and releases them;
 :func:`act` is what the training loop does with a notice: hold, save a checkpoint at once, hand
 it to the results store's uploader, wait until it is published (its ``latest.json`` pointer
 written, which comes after every one of its files) or the deadline, release, and say so in one
-line.
+line; :func:`wait_gone` is what it does next when the node is a learner actor's (not its own
+process's): it trains no further on that learner, whose updates would be lost with it, and waits
+for the node to leave Ray, so that the algorithm is rebuilt from the checkpoint elsewhere
+(harness/loop.py).
 
 The node side writes the same constants (its copy: the nodes' watcher has only the standard
 library); tests/unit/test_notice.py holds the two copies equal.
@@ -47,6 +50,9 @@ HOLD_PREFIX = "hold/"
 SAFETY_S = 5.0
 """The watcher stops waiting for holds this long before the event's ``not_before``: the job's
 deadline is ``not_before - SAFETY_S``."""
+GONE_WAIT_S = 60.0
+"""After a learner actor's notice checkpoint, how long past the event's ``not_before`` the job
+waits for the node to leave Ray before it goes on with the node (the event did not happen)."""
 HOLDER_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]")
 
 Log = Callable[[str], None]
@@ -192,6 +198,45 @@ class Watch:
         from ray.experimental.internal_kv import _internal_kv_del
 
         _internal_kv_del(self.hold_key(notice), namespace=KV_NAMESPACE)
+
+
+def own_node() -> str:
+    """This process's Ray node id."""
+    import ray
+
+    return str(ray.get_runtime_context().get_node_id())
+
+
+def _alive(node_id: str) -> bool:
+    import ray
+
+    return any(n.get("NodeID") == node_id and n.get("Alive") for n in ray.nodes())
+
+
+def wait_gone(
+    notice: Notice,
+    log: Log = _say,
+    alive: Callable[[str], bool] = _alive,
+    every: float = 1.0,
+) -> bool:
+    """Wait until the notice's node has left Ray (its watcher stops Ray once the jobs released
+    the node; Azure then takes the VM), at most until :data:`GONE_WAIT_S` past the event's
+    ``not_before``: True once it is gone, False (and one line) if it is still there. A node
+    table that cannot be read counts as the node still there."""
+    until = max(notice.not_before, time.time()) + GONE_WAIT_S
+    while True:
+        try:
+            if not alive(notice.node_id):
+                return True
+        except Exception as e:  # the GCS away for a moment
+            log(f"notice: reading Ray's nodes failed: {e}")
+        if time.time() >= until:
+            log(
+                f"notice: {notice.describe()}: the node is still in Ray {GONE_WAIT_S:.0f} s "
+                f"after the event's time: training goes on with it"
+            )
+            return False
+        time.sleep(every)
 
 
 def _last_published(uploader: Uploader) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import os
 import subprocess
@@ -337,6 +338,12 @@ def _journal(cluster: Rehearsal, node: Any) -> str:
 # -- 1b. an eviction notice for a learner's node: a checkpoint published before it goes ----------
 LEARNER_ACTOR = "create_executable_class.<locals>._WrappedExecutable"
 """The class Ray's actor table shows for RLlib 2.60's learner actors."""
+TARGET_ITERATION = 15
+"""The worker case's target: a few iterations after the notice, many after its rebuild."""
+WORKER_BATCH = 1000
+"""The worker case's env steps per iteration: a quarter of CartPole's, so that an iteration
+ends (and the job reads the notice) well within Preempt's 30 s on a loaded machine (a default
+iteration took 60 s at a load of 37 on 2 cores)."""
 
 
 @pytest.mark.parametrize("where", ["head", "worker"])
@@ -347,16 +354,22 @@ def test_an_eviction_notice_for_the_learners_node_publishes_a_checkpoint_before_
     process on the head, or a learner actor on a worker (``--num-learners 1``). The job, which
     saves no periodic checkpoints, holds the node, checkpoints at once and publishes the
     checkpoint in the results storage before the notice's end; the node's watcher waited for
-    its hold, then (a worker) stopped Ray or (the head) left Ray running. The published
-    checkpoint resumes the run."""
+    its hold, then (a worker) stopped Ray or (the head) left Ray running. A learner actor's job
+    then goes on by itself: once the worker has gone it rebuilds the algorithm from that
+    checkpoint, its learner on the other worker, and reaches its target, counters and curve
+    whole; the head's is resumed from the published checkpoint by hand."""
     cluster = Rehearsal(rehearsal.name)
     store = ResultsStore.of(cluster)
     home = tmp_path / "home"
     sid = f"reliability-notice-{where}-{RUN}"
-    learners = ["--num-learners", "1"] if where == "worker" else []
+    if where == "worker":  # it ends by itself, after its learner's node has gone
+        flags = ["--num-learners", "1", "--max-iterations", str(TARGET_ITERATION),
+                 "--train-batch-size", str(WORKER_BATCH)]  # fmt: skip
+    else:  # stopped by the test
+        flags = ["--max-env-steps", "5000000"]
     _submit_no_wait(
         rehearsal, home, sid, "--num-env-runners", "1", "--stop-reward", "none",
-        "--max-env-steps", "5000000", "--checkpoint-every", "0", *learners,
+        "--checkpoint-every", "0", *flags,
     )  # fmt: skip
     try:
         if where == "worker":
@@ -401,6 +414,14 @@ def test_an_eviction_notice_for_the_learners_node_publishes_a_checkpoint_before_
     assert -1 not in steps and steps == sorted(steps), log
     if where == "worker":
         assert log.find("stopping Ray") > steps[-1], log
+        # Azure deletes the VM, and the autoscaler brings up a replacement for the pool (the
+        # other worker may have no CPU left for the learner); here the same container boots
+        # again, a new Ray node. The rebuilt learner takes whichever worker has room first.
+        (imds_dir / "events.json").write_text("[]")
+        cluster.reboot(node.name)
+        _goes_on_without_a_person(rehearsal, cluster, home, sid, ip, iteration, pointer)
+        _until(lambda: ip in _alive_workers(rehearsal), 300, f"{node.name} back in Ray", every=3)
+        return
     else:  # the head's Ray is the cluster's: never drained, never stopped
         assert "draining" not in log and "stopping Ray" not in log, log
         assert _status(rehearsal, home, sid) == "RUNNING"
@@ -413,9 +434,9 @@ def test_an_eviction_notice_for_the_learners_node_publishes_a_checkpoint_before_
         sid,
         home=home,
         timeout=300,
-    )  # fmt: skip  (the worker's learner went with its Ray: the job may have ended already)
+    )  # fmt: skip
 
-    # A person resumes from the checkpoint the notice published (automatic resume: not built).
+    # A person resumes from the checkpoint the notice published (the head's job died with it).
     r = run_driver(
         "submit", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), "--submission-id",
         f"{sid}-resumed", "examples/cartpole/train.py", "--", "--num-env-runners", "1",
@@ -424,10 +445,43 @@ def test_an_eviction_notice_for_the_learners_node_publishes_a_checkpoint_before_
     )  # fmt: skip
     assert r.returncode == 0, job_failure(r)
     assert f"iteration {iteration}, env steps {pointer['env_steps']}" in r.stdout, r.stdout[-2000:]
-    if where == "worker":  # Azure would delete the VM; here it boots again, as a replacement
-        (imds_dir / "events.json").write_text("[]")
-        cluster.reboot(node.name)
-        _until(lambda: ip in _alive_workers(rehearsal), 300, f"{node.name} back in Ray", every=3)
+
+
+def _goes_on_without_a_person(
+    rehearsal: RehearsalCluster,
+    cluster: Rehearsal,
+    home: Path,
+    sid: str,
+    ip: str,
+    iteration: int,
+    pointer: dict[str, Any],
+) -> None:
+    """The job whose learner actor's node went: rebuilt from the notice's checkpoint, its
+    learner elsewhere, it reaches its target and succeeds; each iteration in its curve once,
+    and no env step lost (the first iteration after the rebuild adds one iteration's steps to
+    the checkpoint's count)."""
+    assert iteration < TARGET_ITERATION, f"the notice came too late ({iteration}) to show this"
+    lines = _follow_lines(rehearsal, home, sid)  # asserts the job SUCCEEDED
+    result = dict(json.loads(next(ln for ln in reversed(lines) if ln.startswith("RESULT "))[7:]))
+    [rebuilt] = result["rebuilds"]
+    assert rebuilt["iteration"] == iteration and rebuilt["env_steps"] == pointer["env_steps"]
+    [other] = rebuilt["learners_on"]  # a live worker: the replacement, or the other one
+    assert other in rehearsal.worker_ips, (other, ip)
+    said = [ln for ln in lines if ln.startswith(f"notice: {ip} has gone: ")]
+    assert said == [
+        f"notice: {ip} has gone: the algorithm rebuilt from the checkpoint at iteration "
+        f"{iteration} (env steps {pointer['env_steps']}) in {rebuilt['seconds']:.1f} s, "
+        f"its learner on {other}"
+    ], lines[-40:]
+    assert result["iterations"] == TARGET_ITERATION, result
+    assert result["stopped_by"] == "max_iterations", result
+    rows = _rows(cluster, sid)
+    assert [int(r["iteration"]) for r in rows] == list(range(1, TARGET_ITERATION + 1))
+    steps = [int(r["env_steps"]) for r in rows]
+    assert steps[iteration - 1] == pointer["env_steps"], steps
+    others = [b - a for a, b in itertools.pairwise(steps) if a != pointer["env_steps"]]
+    assert min(others) <= steps[iteration] - steps[iteration - 1] <= max(others), steps
+    print(json.dumps({"rebuilt": rebuilt, "env_steps": steps}))
 
 
 # -- 2. the head replaced, disk and all: resume from the results storage -----------------------

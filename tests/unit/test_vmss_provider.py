@@ -13,13 +13,15 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from driver import layout
+from driver.cli.jobs import refused_lines
+from driver.jobs import ClusterStatus
 from nodekit import render
 from nodekit.node import azure_vmss_provider as vp
 from nodekit.rehearsal.standins.azure_compute import (
@@ -919,6 +921,18 @@ def test_rays_autoscaler_routes_demand_around_a_refused_pool_and_back(
     info = unavailable()[SPOT_TYPE]
     assert info.category == "AllocationFailed"
     assert f"scale set {SPOT}" in info.description
+    # What `driver status` shows of it: the autoscaler's report as Ray's monitor publishes it
+    # (asdict of its summary, as JSON) and the dashboard serves it.
+    published = json.loads(json.dumps({"autoscaler_report": asdict(autoscaler.summary())}))
+    status = ClusterStatus(text="", autoscaler=published, autoscaler_error=None, nodes=[])
+    assert [(r["node_type"], r["category"]) for r in status.refused_pools()] == [
+        (SPOT_TYPE, "AllocationFailed")
+    ]
+    assert refused_lines(status) == [
+        "Pools Azure refused (their demand goes to the other pools meanwhile):",
+        f"  {SPOT_TYPE}: {info.description}",
+    ]
+    assert "next try after" in info.description and "since" in info.description
     # Nothing half-created: no spot instance, no hook ran for one; one refusal only.
     assert azure.compute.instances(SPOT) == []
     assert {c["scale_set"] for c in azure.created} == {NAME}

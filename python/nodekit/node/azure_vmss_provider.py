@@ -193,8 +193,8 @@ _active: list[ScaleSetProvider] = []
 
 
 def availability_scorer(
-    node_resources: dict[str, float],
-    resources: list[dict[str, float]],
+    node_resources: Any,
+    resources: Any,
     node_type: str,
     *,
     node_availability_summary: Any,
@@ -552,7 +552,7 @@ class ScaleSetProvider(BatchingNodeProvider):
             raise NodeLaunchException(
                 refusal.code, refusal.describe(self.scale_sets[node_type].name), None
             )
-        return super().create_node(node_config, tags, count)  # type: ignore[no-any-return]
+        return super().create_node(node_config, tags, count)
 
     def _refused(self, node_type: str, code: str, message: str) -> None:
         now = self.clock()

@@ -239,23 +239,25 @@ class ClusterStatus:
 
     def refused_pools(self) -> list[dict[str, Any]]:
         """The node types (pools) Ray's autoscaler last failed to launch, from its availability
-        records (``autoscaler_report.node_availability_summary``): ``{"node_type", "category",
-        "description", "attempted"}``, oldest attempt first. On Azure the node provider raises
-        them for a pool Azure refused capacity for: the category is Azure's code, the
-        description what Azure said, since when and when the pool is asked again."""
-        report = (self.autoscaler or {}).get("autoscaler_report") or {}
-        records = (report.get("node_availability_summary") or {}).get("node_availabilities") or {}
+        records (``autoscaler_report.node_availability_summary``, camelCase as the dashboard
+        serves it): ``{"node_type", "category", "description", "attempted"}``, oldest attempt
+        first. On Azure the node provider raises them for a pool Azure refused capacity for:
+        the category is Azure's code, the description what Azure said, since when and when the
+        pool is asked again."""
+        report = (self.autoscaler or {}).get("autoscalerReport") or {}
+        records = (report.get("nodeAvailabilitySummary") or {}).get("nodeAvailabilities") or {}
         refused = []
-        for node_type, record in records.items() if isinstance(records, dict) else ():
-            info = record.get("unavailable_node_information") if isinstance(record, dict) else None
-            if record.get("is_available", True) or not isinstance(info, dict):
+        for key, record in records.items() if isinstance(records, dict) else ():
+            if not isinstance(record, dict) or record.get("isAvailable", True):
                 continue
+            info = record.get("unavailableNodeInformation")
+            info = info if isinstance(info, dict) else {}
             refused.append(
                 {
-                    "node_type": str(node_type),
+                    "node_type": str(record.get("nodeType") or key),
                     "category": str(info.get("category", "")),
                     "description": str(info.get("description", "")),
-                    "attempted": float(record.get("last_checked_timestamp") or 0),
+                    "attempted": float(record.get("lastCheckedTimestamp") or 0),
                 }
             )
         return sorted(refused, key=lambda r: (r["attempted"], r["node_type"]))

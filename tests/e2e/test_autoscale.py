@@ -14,8 +14,10 @@ minute. RAYDRIVER_REUSE_AUTOSCALE=1 runs against one already up (``rehearse up -
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,17 +213,21 @@ def test_a_pool_azure_cannot_fill_is_said_and_its_demand_runs_on_another(
             (ln for ln in st.stdout.splitlines() if ln.startswith(f"  {WORKER_TYPE}: Azure")),
             "",
         )
-        assert "AllocationFailed since" in line and "next try after" in line, st.stdout
+        assert "AllocationFailed since" in line, st.stdout
         assert "We do not have sufficient capacity" in line, st.stdout
+        retry = re.search(r"next try after (\S+Z)", line)
+        assert retry, st.stdout
     finally:
         cluster.refuse(DEFAULT_POOL, None)
-    # The GPU worker goes once idle; then new CPU demand goes to the CPU pool again (its
-    # back-off, 60 s from the refusal, is over by then).
+    # The GPU worker goes once idle; then, the back-off over (60 s after a first refusal, at
+    # most the idle wait), new CPU demand goes to the CPU pool again.
     cluster.wait(
         "the idle GPU worker is deleted",
         lambda: cluster.instances(GPU_POOL) == [] and cluster.containers() == {},
         IDLE_S + 300,
     )
+    over = datetime.datetime.fromisoformat(retry[1].replace("Z", "+00:00")).timestamp()
+    time.sleep(max(0.0, over + 1 - time.time()))
     r = run_driver(
         "submit", *cluster.cluster_args, "--submission-id", "refused-2", str(job),
         home=home, timeout=BOOT_S + 300,

@@ -922,8 +922,11 @@ def test_rays_autoscaler_routes_demand_around_a_refused_pool_and_back(
     assert info.category == "AllocationFailed"
     assert f"scale set {SPOT}" in info.description
     # What `driver status` shows of it: the autoscaler's report as Ray's monitor publishes it
-    # (asdict of its summary, as JSON) and the dashboard serves it.
-    published = json.loads(json.dumps({"autoscaler_report": asdict(autoscaler.summary())}))
+    # (asdict of its summary, as JSON) and the dashboard serves it (keys in camelCase).
+    from ray.dashboard.utils import to_google_style
+
+    report = json.loads(json.dumps({"autoscaler_report": asdict(autoscaler.summary())}))
+    published = to_google_style(report)
     status = ClusterStatus(text="", autoscaler=published, autoscaler_error=None, nodes=[])
     assert [(r["node_type"], r["category"]) for r in status.refused_pools()] == [
         (SPOT_TYPE, "AllocationFailed")

@@ -193,11 +193,12 @@ def test_a_pool_azure_cannot_fill_is_said_and_its_demand_runs_on_another(
     assert cluster.instances() == [] and cluster.instances(GPU_POOL) == []
     assert cluster.containers() == {}
     refused_before = len(cluster.refused())
+    run = int(time.time())  # its own submission ids, also on a reused cluster
     cluster.refuse(DEFAULT_POOL, capacity_fault("AllocationFailed"))
     try:
         job = ac.write_job(tmp_path / "refused", ac.DEMAND_JOB)
         r = run_driver(
-            "submit", *cluster.cluster_args, "--submission-id", "refused-1", str(job),
+            "submit", *cluster.cluster_args, "--submission-id", f"refused-{run}-1", str(job),
             home=home, timeout=BOOT_S + 300,
         )  # fmt: skip
         assert r.returncode == 0, job_failure(r)
@@ -229,7 +230,7 @@ def test_a_pool_azure_cannot_fill_is_said_and_its_demand_runs_on_another(
     over = datetime.datetime.fromisoformat(retry[1].replace("Z", "+00:00")).timestamp()
     time.sleep(max(0.0, over + 1 - time.time()))
     r = run_driver(
-        "submit", *cluster.cluster_args, "--submission-id", "refused-2", str(job),
+        "submit", *cluster.cluster_args, "--submission-id", f"refused-{run}-2", str(job),
         home=home, timeout=BOOT_S + 300,
     )  # fmt: skip
     assert r.returncode == 0, job_failure(r)

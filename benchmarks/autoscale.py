@@ -13,10 +13,18 @@ workers boot from the node image (baked) and on one whose workers install at boo
                         container gone: idle_timeout_minutes, the autoscaler's rounds, the
                         drain, the Terminate notice the worker acknowledges.
 
+With ``--refused`` each cycle is followed by one where the fake Compute refuses the CPU pool's
+capacity raise (``AllocationFailed``, docs/pools.md): the same job's demand goes to the other
+pool (the GPU pool, which the cluster has) once Ray's autoscaler is told, and
+``refused_runs`` gives the same two figures for it, with ``pool`` where the task ran: what a
+refused first pool costs the demand (Azure's answer, the autoscaler's round that learns it,
+the round that places the demand elsewhere).
+
     sudo .venv/bin/python benchmarks/autoscale.py            # boots its own clusters, prints JSON
     sudo .venv/bin/python benchmarks/autoscale.py --method baked
     sudo .venv/bin/python benchmarks/autoscale.py --reuse    # a cluster already up (kept)
     sudo .venv/bin/python benchmarks/autoscale.py --smoke --reuse   # that it works: 1 cycle
+    sudo .venv/bin/python benchmarks/autoscale.py --refused  # also with the CPU pool refused
 
 ``--smoke`` checks that it works, not how fast (the JSON says ``"smoke": true``): one cycle,
 on one cluster (the first method's, baked unless ``--method`` says otherwise; with ``--reuse``
@@ -44,35 +52,56 @@ METHODS = ("baked", "cold")
 at boot (``--no-image``)."""
 
 
-def measure(ac: Any, runs: int) -> list[dict[str, float]]:
-    """``runs`` scale-out/scale-in cycles on the cluster that is up."""
-    out = []
+def measure(ac: Any, runs: int, refused: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """``runs`` scale-out/scale-in cycles on the cluster that is up (``runs``), each followed,
+    with ``refused``, by one with the CPU pool's capacity refused (``refused_runs``)."""
+    from nodekit.rehearsal.standins.azure_compute import capacity_fault
+    from nodekit.rehearsal.state import DEFAULT_POOL, GPU_POOL
+
+    out: dict[str, list[dict[str, Any]]] = {"runs": [], "refused_runs": []}
     cluster = ac.Cluster.load()
     with tempfile.TemporaryDirectory() as tmp:
         job = ac.write_job(Path(tmp) / "demand", ac.DEMAND_JOB)
         env = {**os.environ, "RAYDRIVER_HOME": str(Path(tmp) / "home")}
-        for i in range(runs):
+
+        def cycle(tag: str) -> dict[str, Any]:
             r = subprocess.run(
                 [sys.executable, "-m", "driver", "submit", *cluster.cluster_args,
-                 "--submission-id", f"bench-{int(time.time())}-{i}", str(job)],
+                 "--submission-id", f"bench-{int(time.time())}-{tag}", str(job)],
                 cwd=REPO, env=env, capture_output=True, text=True, timeout=3600,
             )  # fmt: skip
             if r.returncode != 0:
                 raise RuntimeError(f"the job failed: {r.stderr[-2000:]}")
             line = next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))
             result = json.loads(line[len("RESULT ") :])
+            pool = next(
+                (p for p in (DEFAULT_POOL, GPU_POOL) if result["ip"] in {
+                    i["ip"] for i in cluster.instances(p)
+                }),
+                None,
+            )  # fmt: skip
             gone = cluster.wait(
                 "the idle worker is deleted",
-                lambda: cluster.instances() == [] and cluster.containers() == {},
+                lambda: cluster.instances() == [] and cluster.containers() == {}
+                and cluster.instances(GPU_POOL) == [],
                 ac.IDLE_TIMEOUT_MINUTES * 60 + 600,
-            )
-            out.append(
-                {
-                    "demand_to_running_s": round(result["started"] - result["submitted"], 1),
-                    "idle_to_deleted_s": round(gone - result["started"], 1),
-                }
-            )
-    return out
+            )  # fmt: skip
+            return {
+                "demand_to_running_s": round(result["started"] - result["submitted"], 1),
+                "idle_to_deleted_s": round(gone - result["started"], 1),
+                "pool": pool,
+            }
+
+        for i in range(runs):
+            out["runs"].append(cycle(str(i)))
+            if not refused:
+                continue
+            cluster.refuse(DEFAULT_POOL, capacity_fault("AllocationFailed"))
+            try:
+                out["refused_runs"].append(cycle(f"{i}-refused"))
+            finally:
+                cluster.refuse(DEFAULT_POOL, None)
+    return out if refused else {"runs": out["runs"]}
 
 
 def main() -> int:
@@ -86,6 +115,11 @@ def main() -> int:
         "--smoke",
         action="store_true",
         help="check that it runs: one cycle on one cluster (the first method's); not a measurement",
+    )
+    p.add_argument(
+        "--refused",
+        action="store_true",
+        help="follow each cycle by one with the CPU pool's capacity refused (AllocationFailed)",
     )
     args = p.parse_args()
     if args.smoke:
@@ -117,14 +151,14 @@ def main() -> int:
                 return 1
         load = os.getloadavg()[0]
         try:
-            runs = measure(ac, args.runs)
+            runs = measure(ac, args.runs, args.refused)
         except RuntimeError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
         finally:
             if not args.reuse:
                 ac.down()
-        report[method] = {"load_1min_at_start": round(load, 2), "runs": runs}
+        report[method] = {"load_1min_at_start": round(load, 2), **runs}
         print(json.dumps({"method": method, **report[method]}), file=sys.stderr, flush=True)
     print(json.dumps(report, indent=2))
     return 0

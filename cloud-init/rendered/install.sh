@@ -869,6 +869,7 @@ if [ "$ROLE" = head ] && [ "$SCALING_MODE" = ray ]; then
         --deploy-values /etc/ray-cluster/deploy.json --head-num-cpus 0 \
         --out /etc/ray-cluster/autoscaler.yaml 2>&1) || fail "$config_error"
     echo "RAY_AUTOSCALING_CONFIG=/etc/ray-cluster/autoscaler.yaml" >>/etc/ray-cluster/node.env
+    echo "RAY_AUTOSCALER_UTILIZATION_SCORER=azure_vmss_provider.availability_scorer" >>/etc/ray-cluster/node.env
 fi
 phase start_ray
 systemctl daemon-reload

@@ -237,9 +237,35 @@ class ClusterStatus:
     autoscaler_error: str | None
     nodes: list[dict[str, Any]]
 
+    def refused_pools(self) -> list[dict[str, Any]]:
+        """The node types (pools) Ray's autoscaler last failed to launch, from its availability
+        records (``autoscaler_report.node_availability_summary``, camelCase as the dashboard
+        serves it): ``{"node_type", "category", "description", "attempted"}``, oldest attempt
+        first. On Azure the node provider raises them for a pool Azure refused capacity for:
+        the category is Azure's code, the description what Azure said, since when and when the
+        pool is asked again."""
+        report = (self.autoscaler or {}).get("autoscalerReport") or {}
+        records = (report.get("nodeAvailabilitySummary") or {}).get("nodeAvailabilities") or {}
+        refused = []
+        for key, record in records.items() if isinstance(records, dict) else ():
+            if not isinstance(record, dict) or record.get("isAvailable", True):
+                continue
+            info = record.get("unavailableNodeInformation")
+            info = info if isinstance(info, dict) else {}
+            refused.append(
+                {
+                    "node_type": str(record.get("nodeType") or key),
+                    "category": str(info.get("category", "")),
+                    "description": str(info.get("description", "")),
+                    "attempted": float(record.get("lastCheckedTimestamp") or 0),
+                }
+            )
+        return sorted(refused, key=lambda r: (r["attempted"], r["node_type"]))
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "nodes": self.nodes,
+            "refused_pools": self.refused_pools(),
             "autoscaler": self.autoscaler,
             "autoscaler_error": self.autoscaler_error,
             "text": self.text,

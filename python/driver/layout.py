@@ -40,6 +40,10 @@ DEPLOY_VALUES = f"{CONFIG_DIR}/deploy.json"
 AUTOSCALER_CONFIG = f"{CONFIG_DIR}/autoscaler.yaml"
 """On the head with scaling_mode = "ray": Ray's autoscaler configuration (ray start --head
 --autoscaling-config), written at boot from the deploy-time values."""
+AUTOSCALER_SCORER = "azure_vmss_provider.availability_scorer"
+"""On the head with scaling_mode = "ray": Ray's RAY_AUTOSCALER_UTILIZATION_SCORER, the node
+provider's scorer that ranks a pool Azure refused after those that can serve the demand
+(python/nodekit/node/azure_vmss_provider.py's SCORER, held equal by a test)."""
 OS_PACKAGES = f"{CONFIG_DIR}/os-packages.txt"
 """The Debian/Ubuntu packages the bootstrap installs, one a line."""
 NODE_ENV = f"{CONFIG_DIR}/node.env"

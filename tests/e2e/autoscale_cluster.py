@@ -23,6 +23,7 @@ from pathlib import Path
 
 from nodekit.rehearsal.cluster import Rehearsal
 from nodekit.rehearsal.services import compute
+from nodekit.rehearsal.standins.azure_compute import CAPACITY_FILE
 from nodekit.rehearsal.state import DEFAULT_POOL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,6 +112,26 @@ class Cluster:
             for n in state.nodes
             if n.role == "worker" and (pool is None or n.pool == pool)
         }
+
+    def refuse(self, pool: str, fault: dict | None) -> None:
+        """Switch the fake Compute's capacity fault for ``pool``'s scale set on (``fault``,
+        azure_compute.capacity_fault's) or off (None); the fake reads it at every raise."""
+        path = self.dir / "azure" / "compute" / CAPACITY_FILE
+        faults = json.loads(path.read_text()) if path.exists() else {}
+        faults.pop(compute.scale_set_name(self.name, pool).lower(), None)
+        if fault is not None:
+            faults[compute.scale_set_name(self.name, pool).lower()] = fault
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(faults))
+        tmp.replace(path)
+
+    def refused(self) -> list[tuple[str, str]]:
+        """The capacity raises the fake Compute refused: (pool, Azure's code)."""
+        path = self.dir / "azure" / "compute" / "refused.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [
+            (compute.pool_of(self.name, r["scale_set"]), r["code"]) for r in map(json.loads, lines)
+        ]
 
     def writes(self, since: float) -> list[tuple[str, str]]:
         """The writes to the scale sets the fake Compute got since ``since`` (its clock):

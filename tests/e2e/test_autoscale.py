@@ -14,8 +14,10 @@ minute. RAYDRIVER_REUSE_AUTOSCALE=1 runs against one already up (``rehearse up -
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,9 @@ from pathlib import Path
 import pytest
 
 import autoscale_cluster as ac
-from nodekit.rehearsal.state import GPU_POOL
+from nodekit.node.azure_vmss_provider import WORKER_TYPE
+from nodekit.rehearsal.standins.azure_compute import capacity_fault
+from nodekit.rehearsal.state import DEFAULT_POOL, GPU_POOL
 from support import job_failure, run_benchmark, run_driver
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
@@ -177,13 +181,82 @@ def test_gpu_demand_scales_only_the_gpu_pool_lands_there_and_idle_returns_it_to_
     assert cluster.instances() == []
 
 
+def test_a_pool_azure_cannot_fill_is_said_and_its_demand_runs_on_another(
+    cluster: ac.Cluster, tmp_path: Path
+) -> None:
+    """The fake Compute refuses the CPU pool's capacity raise (AllocationFailed, as Azure's
+    operation ends): Ray's autoscaler is told (the node provider's NodeLaunchException) and
+    places the CPU demand on the pool that can serve it, here the GPU pool (Ray avoids GPU
+    nodes for CPU work, it does not forbid them); `driver status` names Azure's answer; the
+    capacity back, new demand lands on the CPU pool again. Nothing is left half-created."""
+    home = tmp_path / "home"
+    assert cluster.instances() == [] and cluster.instances(GPU_POOL) == []
+    assert cluster.containers() == {}
+    refused_before = len(cluster.refused())
+    run = int(time.time())  # its own submission ids, also on a reused cluster
+    cluster.refuse(DEFAULT_POOL, capacity_fault("AllocationFailed"))
+    try:
+        job = ac.write_job(tmp_path / "refused", ac.DEMAND_JOB)
+        r = run_driver(
+            "submit", *cluster.cluster_args, "--submission-id", f"refused-{run}-1", str(job),
+            home=home, timeout=BOOT_S + 300,
+        )  # fmt: skip
+        assert r.returncode == 0, job_failure(r)
+        out = result(r.stdout)
+        # Ran on the GPU pool's worker; the CPU pool's scale set: refused, nothing created.
+        [instance] = cluster.instances(GPU_POOL)
+        assert out["ip"] == instance["ip"] != cluster.head_ip
+        assert cluster.instances() == [] and cluster.containers(DEFAULT_POOL) == {}
+        assert cluster.refused()[refused_before:] == [(DEFAULT_POOL, "AllocationFailed")]
+        st = run_driver("status", *cluster.cluster_args, home=home, timeout=300)
+        assert st.returncode == 0, st.stderr
+        line = next(
+            (ln for ln in st.stdout.splitlines() if ln.startswith(f"  {WORKER_TYPE}: Azure")),
+            "",
+        )
+        assert "AllocationFailed since" in line, st.stdout
+        assert "We do not have sufficient capacity" in line, st.stdout
+        retry = re.search(r"next try after (\S+Z)", line)
+        assert retry, st.stdout
+    finally:
+        cluster.refuse(DEFAULT_POOL, None)
+    # The GPU worker goes once idle; then, the back-off over (60 s after a first refusal, at
+    # most the idle wait), new CPU demand goes to the CPU pool again.
+    cluster.wait(
+        "the idle GPU worker is deleted",
+        lambda: cluster.instances(GPU_POOL) == [] and cluster.containers() == {},
+        IDLE_S + 300,
+    )
+    over = datetime.datetime.fromisoformat(retry[1].replace("Z", "+00:00")).timestamp()
+    time.sleep(max(0.0, over + 1 - time.time()))
+    r = run_driver(
+        "submit", *cluster.cluster_args, "--submission-id", f"refused-{run}-2", str(job),
+        home=home, timeout=BOOT_S + 300,
+    )  # fmt: skip
+    assert r.returncode == 0, job_failure(r)
+    [instance] = cluster.instances()
+    assert result(r.stdout)["ip"] == instance["ip"]
+    assert cluster.instances(GPU_POOL) == []
+    assert len(cluster.refused()) == refused_before + 1
+    st = run_driver("status", *cluster.cluster_args, home=home, timeout=300)
+    assert st.returncode == 0 and "Pools Azure refused" not in st.stdout, st.stdout
+    cluster.wait(
+        "scaled to zero",
+        lambda: cluster.instances() == [] and cluster.containers() == {},
+        IDLE_S + 300,
+    )
+
+
 def test_the_autoscale_benchmark_runs_a_cycle_on_this_cluster(cluster: ac.Cluster) -> None:
     """benchmarks/autoscale.py in its smoke mode on this module's cluster (``--reuse``): one
-    scale-out for pending demand and the scale-in once idle, measured and printed, so that the
-    benchmark cannot break unnoticed; the cluster is back at zero workers afterwards."""
+    scale-out for pending demand and the scale-in once idle, then the same with the CPU pool's
+    capacity refused (``--refused``), measured and printed, so that the benchmark cannot break
+    unnoticed; the cluster is back at zero workers afterwards."""
     assert cluster.instances() == [] and cluster.containers() == {}
     # The benchmark's own bounds: a worker's boot for the job, then the idle worker's deletion.
-    p, printed = run_benchmark("autoscale", "--smoke", "--reuse", timeout=BOOT_S + IDLE_S + 600)
+    p, printed = run_benchmark(
+        "autoscale", "--smoke", "--reuse", "--refused", timeout=2 * (BOOT_S + IDLE_S + 600)
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     [report] = printed
     assert report["smoke"] is True and report["idle_timeout_s"] == IDLE_S
@@ -191,5 +264,9 @@ def test_the_autoscale_benchmark_runs_a_cycle_on_this_cluster(cluster: ac.Cluste
     assert "cold" not in report
     [run] = report["baked"]["runs"]
     assert run["demand_to_running_s"] > 0 and run["idle_to_deleted_s"] > 0, run
+    # With the CPU pool refused, the same demand ran on the other pool.
+    [refused] = report["baked"]["refused_runs"]
+    assert (run["pool"], refused["pool"]) == (DEFAULT_POOL, GPU_POOL), report
+    assert refused["demand_to_running_s"] > 0 and refused["idle_to_deleted_s"] > 0, refused
     assert cluster.instances() == [] and cluster.containers() == {}
     assert cluster.instances(GPU_POOL) == []

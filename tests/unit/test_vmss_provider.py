@@ -13,17 +13,21 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from driver import layout
+from driver.cli.jobs import refused_lines
+from driver.jobs import ClusterStatus
 from nodekit import render
 from nodekit.node import azure_vmss_provider as vp
 from nodekit.rehearsal.standins.azure_compute import (
+    CAPACITY_FILE,
     FakeCompute,
+    capacity_fault,
     compute_config,
     scale_set_config,
     subnet_pool,
@@ -40,6 +44,10 @@ SCALE_SET_ID = (
     f"/providers/Microsoft.Compute/virtualMachineScaleSets/{NAME}"
 )
 GPU_TYPE = "ray.worker.gpu"
+SPOT = "ray-spot"
+"""A third pool's scale set: CPU workers of the default pool's size, the pool Ray prefers when
+the two tie (its node type ``ray.worker.spot`` sorts after ``ray.worker.default``)."""
+SPOT_TYPE = "ray.worker.spot"
 AUTOSCALER = "aaaaaaaa-0000-4000-8000-000000000001"
 """The head's autoscaler identity: the role on the scale set."""
 NODES = "bbbbbbbb-0000-4000-8000-000000000002"
@@ -96,6 +104,7 @@ def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Azure]:
                 scale_set_config(
                     SUB, GROUP, GPU, subnet_pool("10.42.1.0/24", 40, 10), "Standard_NC4as_T4_v3"
                 ),
+                scale_set_config(SUB, GROUP, SPOT, subnet_pool("10.42.1.0/24", 60, 10)),
             ],
         ),
     )
@@ -686,3 +695,263 @@ def test_an_outage_from_the_start_shows_the_head_alone_and_writes_nothing(azure:
     assert not p.safe_to_scale()
     with pytest.raises(HttpResponseError, match="AuthorizationFailed"):
         azure.scale_set(NODES).instances()
+
+
+# -- capacity Azure refuses: said, backed off, routed around ------------------------------------
+def refuse(azure: Azure, name: str, fault: dict[str, Any] | None) -> None:
+    """Switch the fake's capacity fault for one scale set on (``fault``) or off (None)."""
+    faults = azure.compute.state.read(CAPACITY_FILE, {})
+    faults.pop(name.lower(), None)
+    if fault is not None:
+        faults[name.lower()] = fault
+    azure.compute.state.write(CAPACITY_FILE, faults)
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "said"),
+    [
+        (capacity_fault("AllocationFailed"), 200, "We do not have sufficient capacity"),
+        (
+            capacity_fault("OverconstrainedAllocationRequest"),
+            200,
+            "the condition is too restrictive",
+        ),
+        (capacity_fault("SkuNotAvailable"), 409, "Capacity Restrictions: Standard_D4s_v5"),
+        (
+            capacity_fault("OperationNotAllowed", "LowPriority", 4),
+            409,
+            "exceeding approved LowPriority Cores quota. Additional details - Deployment Model: "
+            "Resource Manager, Location: westeurope, Current Limit: 4, Current Usage: 4, "
+            "Additional Required: 8, (Minimum) New Limit Required: 12.",
+        ),
+    ],
+)
+def test_the_fake_refuses_a_capacity_raise_as_azure_does_and_creates_nothing(
+    azure: Azure, fault: dict[str, Any], status: int, said: str
+) -> None:
+    """Through the real azure-mgmt-compute client: an allocation failure is a 200 whose
+    long-running operation ends Failed with Azure's code (the client raises from its poll); a
+    size not offered and a quota the raise would exceed are a 409. The capacity stays, no
+    instance is made, the hooks never run."""
+    from azure.core.exceptions import HttpResponseError
+
+    s = azure.scale_set()
+    s.set_capacity(1)
+    refuse(azure, NAME, fault)
+    with pytest.raises(HttpResponseError) as raised:
+        s.set_capacity(3)
+    assert raised.value.status_code == status
+    assert vp.capacity_refusal(raised.value) == (fault["code"], raised.value.error.message)
+    assert said in raised.value.error.message
+    assert s.capacity() == 1
+    assert [i.instance_id for i in s.instances()] == ["0"]
+    assert len(azure.created) == 1
+    assert azure.compute.state.lines("refused.jsonl") == [
+        {"scale_set": NAME, "code": fault["code"]}
+    ]
+    # Lifted: the next raise goes through.
+    refuse(azure, NAME, None)
+    s.set_capacity(3)
+    assert s.capacity() == 3 and len(azure.created) == 3
+
+
+def test_a_quota_refuses_only_what_goes_over_it(azure: Azure) -> None:
+    from azure.core.exceptions import HttpResponseError
+
+    s = azure.scale_set()
+    refuse(azure, NAME, capacity_fault("OperationNotAllowed", "standardDSv5Family", 8))
+    s.set_capacity(2)  # 2 x 4 vCPUs: within the 8
+    with pytest.raises(HttpResponseError, match="Current Usage: 8, Additional Required: 4"):
+        s.set_capacity(3)
+    assert s.capacity() == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("ZonalAllocationFailed",), "no ZonalAllocationFailed"),
+        (("QuotaExceeded",), "the fake plays AllocationFailed"),
+        (("OperationNotAllowed", "", 4), "a quota fault needs quota"),
+        (("OperationNotAllowed", "LowPriority", -1), "a quota fault needs quota"),
+    ],
+)
+def test_the_fake_refuses_faults_azure_does_not_publish_for_it(
+    args: tuple[Any, ...], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        capacity_fault(*args)
+
+
+def test_capacity_refusal_tells_azures_capacity_answers_from_other_errors() -> None:
+    from azure.core.exceptions import HttpResponseError
+
+    def error(code: str, message: str) -> HttpResponseError:
+        e = HttpResponseError(message=message)
+        e.error = type("E", (), {"code": code, "message": message})()  # type: ignore[assignment]
+        return e
+
+    assert vp.capacity_refusal(error("ZonalAllocationFailed", "zone 2")) == (
+        "ZonalAllocationFailed",
+        "zone 2",
+    )
+    quota = "Operation could not be completed as it results in exceeding approved X Cores quota."
+    assert vp.capacity_refusal(error("OperationNotAllowed", quota)) == (
+        "OperationNotAllowed",
+        quota,
+    )
+    assert (
+        vp.capacity_refusal(error("OperationNotAllowed", "The scale set is being deleted")) is None
+    )
+    assert vp.capacity_refusal(error("AuthorizationFailed", "no role")) is None
+    assert vp.capacity_refusal(RuntimeError("boom")) is None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def spot_and_workers(azure: Azure, clock: Clock) -> tuple[dict[str, Any], vp.ScaleSetProvider]:
+    """Two CPU pools of one size: ``spot`` (Ray prefers it, by name, when they tie) and the
+    default pool ``workers``; the autoscaler's configuration and the provider on the fake."""
+    config = vp.autoscaling_config(deploy_values(pools=[pool(), pool(name="spot", scale_set=SPOT)]))
+    config["cluster_name"] = "unit"
+    scale_sets = {vp.WORKER_TYPE: azure.scale_set(), SPOT_TYPE: azure.scale_set(name=SPOT)}
+    p = vp.ScaleSetProvider(
+        config["provider"], "unit", scale_sets=scale_sets, drain=Drains(), clock=clock
+    )
+    return config, p
+
+
+def test_a_refused_pool_is_backed_off_and_create_node_says_so(azure: Azure) -> None:
+    from ray.autoscaler.node_launch_exception import NodeLaunchException
+
+    clock = Clock()
+    _, p = spot_and_workers(azure, clock)
+    refuse(azure, SPOT, capacity_fault("AllocationFailed"))
+    autoscaler_round(p, launch={SPOT_TYPE: 1})  # no exception: Azure's answer, recorded
+    assert azure.compute.capacity(SPOT) == 0 and azure.created == []
+    refusal = p.refusals[SPOT_TYPE]
+    assert (refusal.code, refusal.count, refusal.retry_at) == (
+        "AllocationFailed",
+        1,
+        clock.now + 60,
+    )
+    p.non_terminated_nodes({})
+    with pytest.raises(NodeLaunchException) as raised:
+        p.create_node({}, {"ray-user-node-type": SPOT_TYPE}, 1)
+    assert raised.value.category == "AllocationFailed"
+    assert raised.value.description.startswith(
+        f"Azure refused capacity for scale set {SPOT}: AllocationFailed since 2027-01-15T08:00:00Z"
+    )
+    assert "next try after 2027-01-15T08:01:00Z" in raised.value.description
+    assert "We do not have sufficient capacity" in raised.value.description
+    assert not p.scale_change_needed  # nothing joined the scale request
+    # The other pool is asked as before.
+    autoscaler_round(p, launch={vp.WORKER_TYPE: 1})
+    assert azure.compute.capacity(NAME) == 1
+    # Past the back-off Azure is asked again; a second refusal doubles it (first refusal kept).
+    clock.now += 61
+    autoscaler_round(p, launch={SPOT_TYPE: 1})
+    refusal = p.refusals[SPOT_TYPE]
+    assert (refusal.count, refusal.since, refusal.retry_at) == (2, clock.now - 61, clock.now + 120)
+    assert [vp.backoff_s(n) for n in (1, 2, 3, 5, 6, 20)] == [60, 120, 240, 960, 1800, 1800]
+    # Capacity back: the raise succeeds and the refusal is forgotten.
+    refuse(azure, SPOT, None)
+    clock.now += 121
+    autoscaler_round(p, launch={SPOT_TYPE: 1})
+    assert azure.compute.capacity(SPOT) == 1 and SPOT_TYPE not in p.refusals
+
+
+def test_rays_autoscaler_routes_demand_around_a_refused_pool_and_back(
+    azure: Azure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's own StandardAutoscaler (its scheduler, launcher and availability tracker) with the
+    provider on the fake: CPU demand Ray places on the spot pool; Azure refuses it; the demand
+    lands on the default pool; capacity back, new demand goes to the spot pool again."""
+    from ray.autoscaler._private import autoscaler as ray_autoscaler
+    from ray.autoscaler._private.load_metrics import LoadMetrics
+
+    # Ray's scheduler loads its scorer by name when the autoscaler starts (the head's bootstrap
+    # sets the variable to layout.AUTOSCALER_SCORER, the module as the head imports it).
+    assert vp.SCORER == layout.AUTOSCALER_SCORER
+    monkeypatch.setenv("RAY_AUTOSCALER_UTILIZATION_SCORER", f"{vp.__name__}.availability_scorer")
+    clock = Clock()
+    config, p = spot_and_workers(azure, clock)
+    monkeypatch.setattr(ray_autoscaler, "_get_node_provider", lambda *args, **kwargs: p)
+    metrics = LoadMetrics()
+    autoscaler = ray_autoscaler.StandardAutoscaler(
+        lambda: json.loads(json.dumps(config)), metrics, gcs_client=None, update_interval_s=0
+    )
+
+    def demand(cpus: int) -> None:
+        metrics.update(
+            HEAD_IP,
+            b"h" * 28,
+            {"CPU": 0, "head": 1},
+            {"CPU": 0, "head": 1},
+            0,
+            waiting_bundles=[{"CPU": 1}] * cpus,
+        )
+
+    def rounds(n: int) -> None:
+        for _ in range(n):
+            autoscaler.update()
+            p.wait(WRITE_WAIT_S)
+
+    def unavailable() -> dict[str, Any]:
+        summary = autoscaler.node_provider_availability_tracker.summary()
+        return {
+            t: r.unavailable_node_information
+            for t, r in summary.node_availabilities.items()
+            if not r.is_available
+        }
+
+    # Without a refusal Ray prefers the spot pool for CPU demand.
+    demand(4)
+    refuse(azure, SPOT, capacity_fault("AllocationFailed"))
+    rounds(1)
+    assert SPOT_TYPE in p.refusals and azure.compute.capacity(SPOT) == 0
+    # Ray is told (NodeLaunchException: its tracker), then places the demand on the other pool.
+    rounds(2)
+    assert (azure.compute.capacity(SPOT), azure.compute.capacity(NAME)) == (0, 1)
+    info = unavailable()[SPOT_TYPE]
+    assert info.category == "AllocationFailed"
+    assert f"scale set {SPOT}" in info.description
+    # What `driver status` shows of it: the autoscaler's report as Ray's monitor publishes it
+    # (asdict of its summary, as JSON) and the dashboard serves it (keys in camelCase).
+    from ray.dashboard.utils import to_google_style
+
+    report = json.loads(json.dumps({"autoscaler_report": asdict(autoscaler.summary())}))
+    published = to_google_style(report)
+    status = ClusterStatus(text="", autoscaler=published, autoscaler_error=None, nodes=[])
+    assert [(r["node_type"], r["category"]) for r in status.refused_pools()] == [
+        (SPOT_TYPE, "AllocationFailed")
+    ]
+    assert refused_lines(status) == [
+        "Pools Azure refused (their demand goes to the other pools meanwhile):",
+        f"  {SPOT_TYPE}: {info.description}",
+    ]
+    assert "next try after" in info.description and "since" in info.description
+    # Nothing half-created: no spot instance, no hook ran for one; one refusal only.
+    assert azure.compute.instances(SPOT) == []
+    assert {c["scale_set"] for c in azure.created} == {NAME}
+    assert azure.compute.state.lines("refused.jsonl") == [
+        {"scale_set": SPOT, "code": "AllocationFailed"}
+    ]
+    # More demand while the spot pool is backed off: the default pool again, no Azure call
+    # to the spot pool.
+    demand(8)
+    rounds(2)
+    assert (azure.compute.capacity(SPOT), azure.compute.capacity(NAME)) == (0, 2)
+    assert len(azure.compute.state.lines("refused.jsonl")) == 1
+    # Capacity back, the back-off over: new demand lands on the spot pool again.
+    refuse(azure, SPOT, None)
+    clock.now += vp.backoff_s(1) + 1
+    demand(12)
+    rounds(2)
+    assert (azure.compute.capacity(SPOT), azure.compute.capacity(NAME)) == (1, 2)
+    assert SPOT_TYPE not in p.refusals and SPOT_TYPE not in unavailable()

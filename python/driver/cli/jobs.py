@@ -44,7 +44,7 @@ from driver.errors import (
     ConnectionLost,
     DriverError,
 )
-from driver.jobs import TERMINAL, LogStream
+from driver.jobs import TERMINAL, ClusterStatus, LogStream
 from driver.settings import RESULTS_ENV
 from driver.store import RESULTS_URL_ENV, url_from
 from driver.upload import ALLOW_FLAG
@@ -372,6 +372,8 @@ def cluster_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     if status.text.strip() and status.autoscaler is not None:
         print(terminal_safe(status.text.rstrip()))
+        for line in refused_lines(status):
+            print(line)
         for line in extra:
             print(line)
         return EXIT_OK
@@ -387,6 +389,18 @@ def cluster_status(args: argparse.Namespace) -> int:
     for line in extra:
         print(line)
     return EXIT_OK
+
+
+def refused_lines(status: ClusterStatus) -> list[str]:
+    """Per pool the autoscaler could not launch (Azure refused its capacity): what Azure
+    answered, since when, and when the pool is asked again (docs/pools.md)."""
+    refused = status.refused_pools()
+    if not refused:
+        return []
+    lines = ["Pools Azure refused (their demand goes to the other pools meanwhile):"]
+    for r in refused:
+        lines.append(terminal_safe(f"  {r['node_type']}: {r['description'] or r['category']}"))
+    return lines
 
 
 def storage_line(state: dict[str, Any]) -> str:

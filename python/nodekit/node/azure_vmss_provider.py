@@ -16,7 +16,16 @@ Built on Ray's ``BatchingNodeProvider``: each autoscaler round reads every scale
   IDLE_TERMINATION: the GCS refuses it if anything runs there, and then the worker stays), then
   exactly that instance is deleted (``POST .../delete`` with its instance id) — never "the
   newest VM";
-* Ray nodes and instances are matched by private IP (the scale set's network interfaces).
+* Ray nodes and instances are matched by private IP (the scale set's network interfaces);
+* a pool Azure cannot fill is routed around: when Azure answers a capacity raise with an
+  allocation or quota failure (:data:`CAPACITY_CODES`), the pool is backed off
+  (:func:`backoff_s`: 60 s, doubling at each refusal in a row, at most Ray's
+  AUTOSCALER_NODE_AVAILABILITY_MAX_STALENESS_S), its :meth:`ScaleSetProvider.create_node`
+  raises Ray's ``NodeLaunchException`` (Azure's code and what it said, since when, until when)
+  meanwhile, which Ray's availability tracker records and ``ray status`` shows, and
+  :func:`availability_scorer` (Ray's ``RAY_AUTOSCALER_UTILIZATION_SCORER``, which the head's
+  bootstrap sets) ranks every pool Ray recorded as unavailable and that is still backed off
+  after the pools that can take the demand; Ray's default scorer ignores availability.
 
 Azure is reached with azure-mgmt-compute and the head's managed identity (azure-identity's
 ``ManagedIdentityCredential`` with the autoscaler identity's client id), whose only roles are on
@@ -55,6 +64,7 @@ try:  # On the head (Ray installed); the config command and the tests' helpers w
         NodeData,
         ScaleRequest,
     )
+    from ray.autoscaler.node_launch_exception import NodeLaunchException
     from ray.autoscaler.tags import (
         NODE_KIND_HEAD,
         NODE_KIND_WORKER,
@@ -108,6 +118,106 @@ with it."""
 UNSUPPORTED_GPUS = r"nc\d+r?s_v3|nd\d+r?s_v2|nv"
 """The V100 of NCv3 and NDv2 (older than the CUDA 13 torch supports) and the NV-series' virtual
 GPUs (NVIDIA's GRID driver): refused."""
+
+
+CAPACITY_CODES = frozenset(
+    {
+        "AllocationFailed",
+        "OverconstrainedAllocationRequest",
+        "ZonalAllocationFailed",
+        "SkuNotAvailable",
+    }
+)
+"""Azure's error codes for a capacity raise it cannot serve now (allocation failures, a size
+not offered); ``OperationNotAllowed`` counts when its message is about quota
+(:func:`capacity_refusal`)."""
+BACKOFF_FIRST_S = 60.0
+"""How long a pool Azure refused is backed off after the first refusal; doubled at each next
+one in a row (:func:`backoff_s`)."""
+SCORER = "azure_vmss_provider.availability_scorer"
+"""Ray's RAY_AUTOSCALER_UTILIZATION_SCORER on the head (the bootstrap sets it): the provider's
+module as the head imports it."""
+
+
+def backoff_s(refusals: int) -> float:
+    """Seconds a pool stays backed off after ``refusals`` refusals in a row: 60, 120, 240, ...,
+    at most Ray's AUTOSCALER_NODE_AVAILABILITY_MAX_STALENESS_S (30 min), how long Ray's
+    autoscaler keeps a node type's availability record."""
+    from ray.autoscaler._private.constants import AUTOSCALER_NODE_AVAILABILITY_MAX_STALENESS_S
+
+    return float(
+        min(
+            BACKOFF_FIRST_S * 2 ** max(0, refusals - 1),
+            AUTOSCALER_NODE_AVAILABILITY_MAX_STALENESS_S,
+        )
+    )
+
+
+def capacity_refusal(error: BaseException) -> tuple[str, str] | None:
+    """(Azure's code, its message) when ``error`` (azure-core's HttpResponseError, from the
+    request or from its long-running operation) says Azure cannot serve the capacity now."""
+    odata = getattr(error, "error", None)
+    code = str(getattr(odata, "code", "") or "")
+    message = " ".join(str(getattr(odata, "message", "") or error).split())
+    if code in CAPACITY_CODES or (code == "OperationNotAllowed" and "quota" in message.lower()):
+        return code, message
+    return None
+
+
+@dataclass
+class Refusal:
+    """What Azure last answered a pool's capacity raise, when it refused it."""
+
+    code: str
+    message: str
+    since: float
+    """When the first refusal of this run came (epoch seconds)."""
+    last: float
+    count: int
+    retry_at: float
+    """When the pool may be asked again."""
+
+    def describe(self, scale_set: str) -> str:
+        def at(t: float) -> str:
+            return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+        return (
+            f"Azure refused capacity for scale set {scale_set}: {self.code} since {at(self.since)}"
+            f" ({self.count} refusal{'s' if self.count != 1 else ''}, last {at(self.last)}); "
+            f"next try after {at(self.retry_at)}; Azure said: {self.message}"
+        )
+
+
+_active: list[ScaleSetProvider] = []
+"""The provider of this process (Ray's monitor makes one), for :func:`availability_scorer`."""
+
+
+def availability_scorer(
+    node_resources: Any,
+    resources: Any,
+    node_type: str,
+    *,
+    node_availability_summary: Any,
+) -> tuple[Any, ...] | None:
+    """Ray's own utilization score with one criterion in front: whether the pool can be asked
+    now. A node type Ray's availability tracker recorded as unavailable (the provider raised
+    NodeLaunchException for it) ranks after every other that fits while the provider still
+    backs its pool off; once the back-off ends it competes as before. Not forbidden: demand
+    only a backed-off pool can serve still picks it (the launch is refused until it ends)."""
+    from ray.autoscaler._private.resource_demand_scheduler import _default_utilization_scorer
+
+    score = _default_utilization_scorer(
+        node_resources, resources, node_type, node_availability_summary=node_availability_summary
+    )
+    if score is None:
+        return None
+    record = node_availability_summary.node_availabilities.get(node_type)
+    refused = (
+        record is not None
+        and not record.is_available
+        and any(p.backed_off(node_type) for p in _active)
+    )
+    return (not refused, *score)
 
 
 class ProviderError(Exception):
@@ -334,8 +444,14 @@ class ScaleSetProvider(BatchingNodeProvider):
         cluster_name: str,
         scale_sets: dict[str, ScaleSet] | None = None,
         drain: Drain | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(provider_config, cluster_name)
+        self.clock = clock
+        self.refusals: dict[str, Refusal] = {}
+        """Node type -> Azure's refusal of its pool's last capacity raise (none once one
+        succeeds)."""
+        _active[:] = [self]
         self.head_ip = str(provider_config["head_ip"])
         pools = list(provider_config["pools"])
         self.max_workers = int(provider_config.get("max_workers", 1000))
@@ -415,6 +531,44 @@ class ScaleSetProvider(BatchingNodeProvider):
         busy = self._write is not None and not self._write.done()
         return not busy and not self._read_failed
 
+    # -- capacity refusals --------------------------------------------------------------------
+    def backed_off(self, node_type: str) -> bool:
+        with self._lock:
+            refusal = self.refusals.get(node_type)
+        return refusal is not None and self.clock() < refusal.retry_at
+
+    def create_node(
+        self, node_config: dict[str, Any], tags: dict[str, str], count: int
+    ) -> dict[str, Any] | None:
+        """As BatchingNodeProvider's (the count joins the next scale request), except for a
+        pool backed off after Azure refused it: Ray's NodeLaunchException, which its launcher
+        records in the availability tracker (and ``ray status`` shows)."""
+        from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
+
+        node_type = tags[TAG_RAY_USER_NODE_TYPE]
+        if self.backed_off(node_type):
+            with self._lock:
+                refusal = self.refusals[node_type]
+            raise NodeLaunchException(
+                refusal.code, refusal.describe(self.scale_sets[node_type].name), None
+            )
+        return super().create_node(node_config, tags, count)
+
+    def _refused(self, node_type: str, code: str, message: str) -> None:
+        now = self.clock()
+        with self._lock:
+            before = self.refusals.get(node_type)
+            count = before.count + 1 if before else 1
+            self.refusals[node_type] = refusal = Refusal(
+                code=code,
+                message=message,
+                since=before.since if before else now,
+                last=now,
+                count=count,
+                retry_at=now + backoff_s(count),
+            )
+        logger.warning("ScaleSetProvider: %s", refusal.describe(self.scale_sets[node_type].name))
+
     # -- writes ------------------------------------------------------------------------------
     def submit_scale_request(self, scale_request: ScaleRequest) -> None:
         current = {t: 0 for t in self.scale_sets}
@@ -480,7 +634,17 @@ class ScaleSetProvider(BatchingNodeProvider):
                 capacity,
                 desired,
             )
-            scale_set.set_capacity(desired)
+            try:
+                scale_set.set_capacity(desired)
+            except Exception as e:
+                refusal = capacity_refusal(e)
+                if refusal is None:
+                    raise
+                # Azure's answer, not a fault: the pool is backed off, the others go on.
+                self._refused(node_type, *refusal)
+                return
+            with self._lock:
+                self.refusals.pop(node_type, None)
         elif desired < capacity:
             # A lower capacity alone lets Azure choose whom to remove (the scale-in rule):
             # workers leave only by name, drained first.

@@ -15,7 +15,14 @@ scale set — else ARM's 401 ``AuthenticationFailed`` / 403 ``AuthorizationFaile
   operation's document says ``InProgress`` until every new instance is ``Succeeded``, then
   ``Succeeded``. A larger capacity adds instances (next instance ids, next free private IPs of
   the pool), ``Creating`` until the ``on_create`` hook returns (or at once without one); a
-  smaller one removes the newest, as the ``NewestVM`` scale-in rule does.
+  smaller one removes the newest, as the ``NewestVM`` scale-in rule does. A raise the
+  scale set's entry in ``capacity.json`` refuses (:func:`capacity_fault`) is answered as Azure
+  answers a capacity raise it cannot serve: allocation failures (``AllocationFailed``,
+  ``OverconstrainedAllocationRequest``) as a 200 whose operation ends ``Failed`` with that
+  ``error``; a size not offered (``SkuNotAvailable``) and a quota the raise would exceed
+  (``OperationNotAllowed``, "...exceeding approved FAMILY Cores quota...") as a synchronous 409.
+  Either way nothing is created and the capacity stays as it was (the all-or-nothing answer;
+  Azure may also leave instances ``Failed`` after a partial allocation, which is not played).
 * ``GET .../virtualMachineScaleSets/N/virtualMachines`` → ``{"value": [VirtualMachineScaleSetVM
   {id, name "N_ID", instanceId, properties {provisioningState, vmId, osProfile {computerName},
   networkProfile {networkInterfaces}}}]}``.
@@ -44,7 +51,9 @@ scale set — else ARM's 401 ``AuthenticationFailed`` / 403 ``AuthorizationFaile
   {"enabled": bool}}`` → 200 with the setting.
 
 State lives in a folder (:class:`StateFolder`): ``config.json`` (what the test sets),
-``instances.json`` (what the fake made), ``requests.jsonl`` (what arrived). Hooks are callables
+``capacity.json`` (the capacity faults a test switches on, by scale set name; empty or absent:
+none), ``instances.json`` (what the fake made), ``requests.jsonl`` (what arrived),
+``refused.jsonl`` (each capacity raise it refused: scale set and code). Hooks are callables
 in-process or, run as a process, commands given ``INSTANCE_ID``, ``INSTANCE_NAME``,
 ``PRIVATE_IP`` and ``SCALE_SET`` (the scale set's name) in their environment (the rehearsal
 boots or removes a worker container of that scale set's pool there).
@@ -101,6 +110,63 @@ _OPERATION = re.compile(
 )
 
 Hook = Callable[[dict[str, Any]], None]
+
+CAPACITY_FILE = "capacity.json"
+"""In the fake's state folder: ``{scale set name (lower case): a capacity_fault(...)}``."""
+ALLOCATION_FAULTS = {
+    "AllocationFailed": (
+        "Allocation failed. We do not have sufficient capacity for the requested VM size in "
+        "this region. Read more about improving likelihood of allocation success at "
+        "http://aka.ms/allocation-guidance"
+    ),
+    "OverconstrainedAllocationRequest": (
+        "Allocation failed. VM(s) with the following constraints cannot be allocated, because "
+        "the condition is too restrictive. Please remove some constraints and try again. "
+        "Constraints applied are: VM Size: {sku}."
+    ),
+}
+"""Allocation failures: the capacity raise is accepted (200), its long-running operation ends
+``Failed`` with this error (the messages are Azure's, as users report them: Azure/AKS#1272,
+vmware-tanzu/community-edition#3963, jenkins-infra/helpdesk#3584)."""
+REQUEST_FAULTS = {
+    "SkuNotAvailable": (
+        "The requested VM size for resource 'Following SKUs have failed for Capacity "
+        "Restrictions: {sku}' is currently not available in location '{location}'. Please try "
+        "another size or deploy to a different location or different zone. See "
+        "https://aka.ms/azureskunotavailable for details."
+    ),
+    "OperationNotAllowed": (
+        "Operation could not be completed as it results in exceeding approved {quota} Cores "
+        "quota. Additional details - Deployment Model: Resource Manager, Location: {location}, "
+        "Current Limit: {limit}, Current Usage: {usage}, Additional Required: {required}, "
+        "(Minimum) New Limit Required: {needed}. Submit a request for Quota increase at "
+        "https://aka.ms/ProdportalCRP/#blade/Microsoft_Azure_Capacity/UsageAndQuota.ReactView "
+        "by specifying parameters listed in the 'Details' section for deployment to succeed."
+    ),
+}
+"""Refused when asked: 409 Conflict with this error, before anything is created (the texts are
+Azure's: Azure-Samples/azuresandbox#70, Azure/karpenter-provider-azure#192)."""
+_QUOTA_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9 ]{0,63}$")
+
+
+def capacity_fault(code: str, quota: str = "", limit: int = 0) -> dict[str, Any]:
+    """An entry of ``capacity.json``: every capacity raise of that scale set refused with
+    ``code`` (an allocation failure, or ``SkuNotAvailable``); with ``OperationNotAllowed`` the
+    raises that would take the scale set's vCPUs (instances x the size's) over ``limit`` of
+    quota ``quota`` (``standardDSv5Family``, ``LowPriority`` for Spot). Zonal failures
+    (``ZonalAllocationFailed``) are refused: the fake's scale sets are in no zone."""
+    fault: dict[str, Any] = {"code": code}
+    if code == "OperationNotAllowed":
+        if not _QUOTA_NAME.match(quota) or type(limit) is not int or limit < 0:
+            raise ValueError("a quota fault needs quota (a quota's name) and limit (vCPUs >= 0)")
+        fault.update(quota=quota, limit=limit)
+    elif code not in ALLOCATION_FAULTS and code not in REQUEST_FAULTS:
+        raise ValueError(
+            f"capacity fault {code!r}: the fake plays "
+            f"{', '.join(sorted([*ALLOCATION_FAULTS, *REQUEST_FAULTS]))} (its scale sets have "
+            "no zones, so no ZonalAllocationFailed)"
+        )
+    return fault
 
 
 def scale_set_config(
@@ -582,11 +648,15 @@ class FakeCompute(_Server):
         }
 
     # -- long-running operations -------------------------------------------------------------
-    def _start_operation(self, s: dict[str, Any], done: Callable[[], bool]) -> dict[str, str]:
+    def _start_operation(
+        self, s: dict[str, Any], done: Callable[[], bool], error: dict[str, str] | None = None
+    ) -> dict[str, str]:
+        """An operation's headers; with ``error`` it has ended ``Failed`` with that error."""
         op = str(uuid.uuid4())
         self._operations[op] = {
             "done": done,
             "start": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "error": error,
         }
         base = (
             f"{self.url}/subscriptions/{s['subscription']}/providers/Microsoft.Compute"
@@ -603,13 +673,18 @@ class FakeCompute(_Server):
         if entry is None:
             return _error(404, "NotFound", f"Operation {op} was not found.")
         finished = bool(entry["done"]())
+        failed = entry.get("error")
         if monitor:
+            if failed:
+                return 200, {"status": "Failed", "error": failed}, {}
             return (200, "", {}) if finished else (202, "", {"Retry-After": "1"})
-        doc = {
+        doc: dict[str, Any] = {
             "name": op,
-            "status": "Succeeded" if finished else "InProgress",
+            "status": "Failed" if failed else "Succeeded" if finished else "InProgress",
             "startTime": entry["start"],
         }
+        if failed:
+            doc["error"] = failed
         if finished:
             doc["endTime"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
             return 200, doc, {}
@@ -627,6 +702,16 @@ class FakeCompute(_Server):
         alive = [i for i in instances if i["state"] != "Deleting"]
         created: list[str] = []
         if capacity > len(alive):
+            refused = self._capacity_fault(s, len(alive), capacity - len(alive))
+            if refused is not None and refused[0] != 200:  # 409 (or 500: a bad fault)
+                return refused
+            if refused is not None:  # an allocation failure: accepted, then the operation fails
+                self.state.append(
+                    "refused.jsonl", {"scale_set": s["name"], "code": refused[1]["error"]["code"]}
+                )
+                headers = self._start_operation(s, lambda: True, refused[1]["error"])
+                headers.pop("Location")
+                return 200, self._scale_set_doc(s, "Updating"), headers
             used = {i["ip"] for i in instances}
             free = [ip for ip in s["ip_pool"] if ip not in used]
             need = capacity - len(alive)
@@ -663,6 +748,39 @@ class FakeCompute(_Server):
         headers = self._start_operation(s, done)
         headers.pop("Location")
         return 200, self._scale_set_doc(s, "Updating"), headers
+
+    def _capacity_fault(self, s: dict[str, Any], alive: int, need: int) -> Reply | None:
+        """The answer to a raise of ``need`` instances the scale set's ``capacity.json`` entry
+        refuses (a 409 for a request fault, a 200 whose body is the operation's error for an
+        allocation failure), None when it goes ahead."""
+        fault = self.state.read(CAPACITY_FILE, {}).get(s["name"].lower())
+        if not fault:
+            return None
+        code = fault.get("code") if isinstance(fault, dict) else None
+        try:
+            capacity_fault(str(code), fault.get("quota", ""), fault.get("limit", 0))
+        except (ValueError, AttributeError) as e:
+            return _error(500, "InternalServerError", f"the fake's {CAPACITY_FILE}: {e}")
+        words = {"sku": s["sku"], "location": s["location"]}
+        if code in ALLOCATION_FAULTS:
+            message = ALLOCATION_FAULTS[code].format(**words)
+            return 200, {"error": {"code": code, "message": message}}, {}
+        if code == "OperationNotAllowed":
+            from nodekit.node.azure_vmss_provider import vm_size_cpus
+
+            cpus = vm_size_cpus(s["sku"])
+            usage, required = alive * cpus, need * cpus
+            if usage + required <= fault["limit"]:
+                return None
+            words.update(
+                quota=fault["quota"],
+                limit=fault["limit"],
+                usage=usage,
+                required=required,
+                needed=usage + required,
+            )
+        self.state.append("refused.jsonl", {"scale_set": s["name"], "code": code})
+        return _error(409, str(code), REQUEST_FAULTS[str(code)].format(**words))
 
     def _delete(self, s: dict[str, Any], body: bytes) -> Reply:
         try:

@@ -37,8 +37,7 @@ machine: its load is recorded.
 ``--smoke`` runs every step with the smallest settings, to show that it works (the JSON says
 ``"smoke": true``; its figures measure nothing): one checkpoint timed, then one throughput run
 with the store on (none with it off: the same run without the store's environment), 2
-iterations of 200 env steps with a checkpoint after each, so that it publishes while it trains,
-on the Ray the checkpoint was timed on (not one of its own: one Ray start fewer).
+iterations of 200 env steps with a checkpoint after each, so that it publishes while it trains.
 """
 
 from __future__ import annotations
@@ -172,12 +171,9 @@ def _median(values: list[float]) -> float:
     return round(statistics.median(values), 4)
 
 
-def checkpoint_times(
-    blob: Any, work: Path, count: int, batch: int, keep_ray: bool = False
-) -> dict[str, Any]:
+def checkpoint_times(blob: Any, work: Path, count: int, batch: int) -> dict[str, Any]:
     """``count`` checkpoints of one CartPole PPO algorithm: saved locally, handed to the
-    uploader, waited for until published. With ``keep_ray`` the local Ray started for them is
-    left running (the caller shuts it down)."""
+    uploader, waited for until published."""
     os.environ.update(store_env(blob))
     import ray
 
@@ -220,10 +216,7 @@ def checkpoint_times(
         files = [p for p in checkpoint.rglob("*") if p.is_file()]
         uploader.finish(120)
         algo.stop()
-    except BaseException:
-        ray.shutdown()
-        raise
-    if not keep_ray:
+    finally:
         ray.shutdown()
     return {
         "checkpoints": count,
@@ -250,10 +243,9 @@ def training_run(
     batch: int,
     server: list[int],
     checkpoint_every: int = CHECKPOINT_EVERY,
-    ray_address: str = "local",
 ) -> dict[str, Any]:
     """One CartPole run of ``iterations`` iterations, a checkpoint every ``checkpoint_every``,
-    measured from its progress.csv, on a local Ray of its own (``ray_address``: or that Ray's)."""
+    measured from its progress.csv."""
     run_dir = work / name
     load_before = os.getloadavg()[0]
     server_cpu = group_cpu_s(server)
@@ -273,8 +265,7 @@ def training_run(
         ],
         env={
             **env,
-            # A Ray of its own, not one another process left running (the smoke's: this one's).
-            "RAY_ADDRESS": ray_address,
+            "RAY_ADDRESS": "local",  # a Ray of its own, not one another process left running
             "PYTHONPATH": os.pathsep.join([str(REPO / "examples"), str(EXAMPLE.parent)]),
         },
         cwd=work,
@@ -386,73 +377,58 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="results-store-") as tmp:
         work = Path(tmp)
         with local_blob(work / "azurite") as blob:
-            # The smoke's training run joins the Ray the checkpoint was timed on: one Ray start
-            # fewer (~the CPU of a Ray worker's imports and a dashboard's; it measures nothing).
-            shared_ray = args.smoke and not args.skip_throughput
-            try:
-                out["checkpoint"] = checkpoint_times(
-                    blob, work, args.checkpoints, args.train_batch_size, keep_ray=shared_ray
-                )
-                ray_address = "local"
-                if shared_ray:
-                    import ray
-
-                    ray_address = ray.get_runtime_context().gcs_address
-                if not args.skip_throughput:
-                    server = blob.process_groups
-                    renice_groups(server, args.storage_niceness)
-                    out["storage_server_niceness"] = args.storage_niceness
-                    runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
-                    for i in range(args.repeats):
-                        for mode in modes:
-                            env = store_env(blob) if mode == "on" else no_store_env()
-                            runs[mode].append(
-                                training_run(
-                                    env,
-                                    work,
-                                    f"cartpole-{mode}-{i}",
-                                    args.iterations,
-                                    args.train_batch_size,
-                                    server,
-                                    checkpoint_every,
-                                    ray_address,
-                                )
+            out["checkpoint"] = checkpoint_times(
+                blob, work, args.checkpoints, args.train_batch_size
+            )
+            if not args.skip_throughput:
+                server = blob.process_groups
+                renice_groups(server, args.storage_niceness)
+                out["storage_server_niceness"] = args.storage_niceness
+                runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+                for i in range(args.repeats):
+                    for mode in modes:
+                        env = store_env(blob) if mode == "on" else no_store_env()
+                        runs[mode].append(
+                            training_run(
+                                env,
+                                work,
+                                f"cartpole-{mode}-{i}",
+                                args.iterations,
+                                args.train_batch_size,
+                                server,
+                                checkpoint_every,
                             )
-                    speeds = {
-                        mode: [r["env_steps_per_s"] for r in rs if "env_steps_per_s" in r]
-                        for mode, rs in runs.items()
-                    }
-                    summary: dict[str, Any] = {
-                        "iterations": args.iterations,
-                        "checkpoint_every": checkpoint_every,
-                        "order": ", ".join(modes) + ", ...",
-                        "runs": runs,
-                    }
-                    if speeds["off"] and speeds["on"]:
-                        off, on = statistics.median(speeds["off"]), statistics.median(speeds["on"])
-                        summary["median_env_steps_per_s"] = {"off": off, "on": on}
-                        summary["on_over_off"] = round(on / off, 3)
-                        summary["within_5_percent"] = on / off >= 0.95
-                    costs = {
-                        mode: [
-                            r["measured_span_cpu"]["cpu_s_per_1000_env_steps"]
-                            for r in rs
-                            if "cpu_s_per_1000_env_steps" in r.get("measured_span_cpu", {})
-                        ]
-                        for mode, rs in runs.items()
-                    }
-                    if costs["off"] and costs["on"]:
-                        # What the store costs in CPU, whatever else the machine runs: on a node
-                        # whose cores training keeps busy, steps/s fall by this ratio's inverse.
-                        off, on = statistics.median(costs["off"]), statistics.median(costs["on"])
-                        summary["median_cpu_s_per_1000_env_steps"] = {"off": off, "on": on}
-                        summary["cpu_on_over_off"] = round(on / off, 3)
-                    out["throughput"] = summary
-            finally:
-                if shared_ray:
-                    import ray
-
-                    ray.shutdown()
+                        )
+                speeds = {
+                    mode: [r["env_steps_per_s"] for r in rs if "env_steps_per_s" in r]
+                    for mode, rs in runs.items()
+                }
+                summary: dict[str, Any] = {
+                    "iterations": args.iterations,
+                    "checkpoint_every": checkpoint_every,
+                    "order": ", ".join(modes) + ", ...",
+                    "runs": runs,
+                }
+                if speeds["off"] and speeds["on"]:
+                    off, on = statistics.median(speeds["off"]), statistics.median(speeds["on"])
+                    summary["median_env_steps_per_s"] = {"off": off, "on": on}
+                    summary["on_over_off"] = round(on / off, 3)
+                    summary["within_5_percent"] = on / off >= 0.95
+                costs = {
+                    mode: [
+                        r["measured_span_cpu"]["cpu_s_per_1000_env_steps"]
+                        for r in rs
+                        if "cpu_s_per_1000_env_steps" in r.get("measured_span_cpu", {})
+                    ]
+                    for mode, rs in runs.items()
+                }
+                if costs["off"] and costs["on"]:
+                    # What the store costs in CPU, whatever else the machine runs: on a node
+                    # whose cores training keeps busy, steps/s fall by this ratio's inverse.
+                    off, on = statistics.median(costs["off"]), statistics.median(costs["on"])
+                    summary["median_cpu_s_per_1000_env_steps"] = {"off": off, "on": on}
+                    summary["cpu_on_over_off"] = round(on / off, 3)
+                out["throughput"] = summary
     out["machine"]["load_1min_at_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out, indent=2))
     failed = any(

@@ -24,8 +24,8 @@ are saved between them). ``shared_over_local``: the median shared sweep's env st
 median local one's; the goal (issue 36) is at most 5 % slower, ``>= 0.95``. The experiments are
 deleted after each sweep.
 
-``--smoke``: one iteration, one sweep each (the JSON says ``"smoke": true``; its figures measure
-nothing).
+``--smoke``: one iteration, one sweep each of :data:`SMOKE_SWEEP` (the JSON says
+``"smoke": true``; its figures measure nothing).
 """
 
 from __future__ import annotations
@@ -61,12 +61,18 @@ SWEEP: dict[str, Any] = {
     "max_failures": 2,
 }
 """tests/fixtures/jobs/tune_sweep.py's settings (tests/unit/test_benchmark_smoke.py compares)."""
+SMOKE_SWEEP: dict[str, Any] = {**SWEEP, "lr": SWEEP["lr"][:1], "num_env_runners": 0}
+"""The least that runs the benchmark's whole path: one trial (the first learning rate) that
+samples in its own process (no env runner actor: one Ray worker process fewer to start, which
+on 2 loaded cores costs tens of seconds; the sweep's CPU is mostly its processes' imports)."""
 SEED = 0
 
 
-def sweep(storage: Path, name: str, iterations: int) -> dict[str, Any]:
-    """One sweep of :data:`SWEEP` with its storage in ``storage``: its wall time, env steps/s,
-    and each trial's figures."""
+def sweep(
+    storage: Path, name: str, iterations: int, settings: dict[str, Any] = SWEEP
+) -> dict[str, Any]:
+    """One sweep of ``settings`` (:data:`SWEEP`) with its storage in ``storage``: its wall time,
+    env steps/s, and each trial's figures."""
     from ray import tune
     from ray.rllib.algorithms.ppo import PPOConfig
 
@@ -74,14 +80,14 @@ def sweep(storage: Path, name: str, iterations: int) -> dict[str, Any]:
         PPOConfig()
         .environment("CartPole-v1")
         .env_runners(
-            num_env_runners=SWEEP["num_env_runners"],
-            num_cpus_per_env_runner=SWEEP["num_cpus_per_env_runner"],
+            num_env_runners=settings["num_env_runners"],
+            num_cpus_per_env_runner=settings["num_cpus_per_env_runner"],
         )
         .training(
-            lr=tune.grid_search(SWEEP["lr"]),
-            train_batch_size_per_learner=SWEEP["train_batch_size_per_learner"],
-            minibatch_size=SWEEP["minibatch_size"],
-            num_epochs=SWEEP["num_epochs"],
+            lr=tune.grid_search(settings["lr"]),
+            train_batch_size_per_learner=settings["train_batch_size_per_learner"],
+            minibatch_size=settings["minibatch_size"],
+            num_epochs=settings["num_epochs"],
         )
         .debugging(seed=SEED)
     )
@@ -93,10 +99,10 @@ def sweep(storage: Path, name: str, iterations: int) -> dict[str, Any]:
             storage_path=str(storage),
             stop={"training_iteration": iterations},
             checkpoint_config=tune.CheckpointConfig(
-                checkpoint_frequency=SWEEP["checkpoint_frequency"],
-                checkpoint_at_end=SWEEP["checkpoint_at_end"],
+                checkpoint_frequency=settings["checkpoint_frequency"],
+                checkpoint_at_end=settings["checkpoint_at_end"],
             ),
-            failure_config=tune.FailureConfig(max_failures=SWEEP["max_failures"]),
+            failure_config=tune.FailureConfig(max_failures=settings["max_failures"]),
             verbose=0,
         ),
     )
@@ -167,7 +173,9 @@ def main() -> int:
     p.add_argument("--local", type=Path, default=None, help="default: a folder in $TMPDIR")
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--smoke", action="store_true", help="one iteration, one sweep each, untimed")
+    p.add_argument(
+        "--smoke", action="store_true", help="one iteration, one one-trial sweep each, untimed"
+    )
     p.add_argument("--out", type=Path, help="also write the JSON here")
     args = p.parse_args()
     if args.repeats < 1 or args.iterations < 1:
@@ -182,6 +190,7 @@ def main() -> int:
     }
     iterations = 1 if args.smoke else args.iterations
     repeats = 1 if args.smoke else args.repeats
+    settings = SMOKE_SWEEP if args.smoke else SWEEP
 
     import ray
 
@@ -199,7 +208,12 @@ def main() -> int:
         "ray_cpus": ray.cluster_resources().get("CPU"),
         "folders": {k: str(v) for k, v in roots.items()},
         "mounts": {k: mount(v.resolve().parent) for k, v in roots.items()},
-        "sweep": {**SWEEP, "trials": len(SWEEP["lr"]), "seed": SEED, "iterations": iterations},
+        "sweep": {
+            **settings,
+            "trials": len(settings["lr"]),
+            "seed": SEED,
+            "iterations": iterations,
+        },
         "repeats": repeats,
         "load_before": os.getloadavg()[0],
     }
@@ -214,7 +228,7 @@ def main() -> int:
             for where, root in roots.items():
                 # Tune reports on stdout; the JSON is the only thing printed there.
                 with contextlib.redirect_stdout(sys.stderr):
-                    runs[where].append(sweep(root, f"sweep-{where}-{i}", iterations))
+                    runs[where].append(sweep(root, f"sweep-{where}-{i}", iterations, settings))
                 shutil.rmtree(root, ignore_errors=True)
     finally:
         ray.shutdown()

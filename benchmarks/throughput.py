@@ -43,12 +43,12 @@ SMOKE_FLAGS = {
     "mobile": ["--train-batch-size", "300", "--num-env-runners", "0", "--eval-episodes", "1"],
     "pixels": ["--train-batch-size", "200", "--num-env-runners", "0",
                "--envs-per-env-runner", "1"],
-    "pong": ["--train-batch-size", "100", "--num-env-runners", "1", "--envs-per-env-runner", "1",
+    "pong": ["--train-batch-size", "100", "--num-env-runners", "0", "--envs-per-env-runner", "1",
              "--min-iteration-seconds", "0"],
 }  # fmt: skip
 """Each example's smallest run that still does all it does (samples, learns, evaluates),
 for the benchmarks' ``--smoke``: the fewest env steps per iteration, sampled in the job's own
-process where the example allows (pong's APPO keeps one remote env runner), one evaluation
+process (for pong's APPO, no env runner actor and no state server for one), one evaluation
 episode. The smoke run's stop conditions are its benchmark's."""
 
 

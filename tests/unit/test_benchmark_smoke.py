@@ -231,8 +231,9 @@ def test_the_cluster_storage_benchmark_in_smoke_mode(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_cluster_storage_sweep_benchmark_in_smoke_mode(tmp_path: Path) -> None:
-    """Two folders stand for the mount and the disk: the two-trial sweep run in each on a local
-    Ray of its own, its checkpoint and results in the folder given, and nothing of it left."""
+    """Two folders stand for the mount and the disk: the smoke's one-trial sweep (the sweep's
+    first learning rate, sampled in the trial's own process) run in each on a local Ray of its
+    own, its checkpoint and results in the folder given, and nothing of it left."""
     shared, local = tmp_path / "shared", tmp_path / "local"
     shared.mkdir()
     local.mkdir()
@@ -243,6 +244,8 @@ def test_the_cluster_storage_sweep_benchmark_in_smoke_mode(tmp_path: Path) -> No
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     [out] = printed
     assert out["smoke"] is True and out["repeats"] == 1 and out["sweep"]["iterations"] == 1
+    assert out["sweep"]["lr"] == _module("cluster_storage_sweep").SWEEP["lr"][:1]
+    assert out["sweep"]["trials"] == 1 and out["sweep"]["num_env_runners"] == 0
     for where, folder in (("shared", shared), ("local", local)):
         assert Path(out["folders"][where]).parent == folder
         assert out["mounts"][where]["mount_point"] in [str(p) for p in (folder, *folder.parents)]

@@ -40,7 +40,7 @@ SMALL = {
         "--train-batch-size",
         "100",
         "--num-env-runners",
-        "1",
+        "0",
         "--envs-per-env-runner",
         "1",
         "--stop-reward",
@@ -51,10 +51,10 @@ SMALL = {
 }
 """Flags that keep each example's iterations small; the stop conditions are the test's. (APPO
 and IMPALA iterate for at least 10 s by default: pong's iterations end once they have a batch,
-its min_sample_timesteps_per_iteration.) cartpole, mobile and pixels sample in the job's own
-process (``--num-env-runners 0``: one Ray worker process fewer to start, ~10 CPU s a run); pong
-keeps one remote env runner here, and the end-to-end tests run cartpole's and pixels' runners
-on the rehearsal's workers."""
+its min_sample_timesteps_per_iteration.) Every example samples in the job's own process
+(``--num-env-runners 0``: one Ray worker process fewer to start, ~10 CPU s a run; for pong's
+APPO two, its env runner and the state server RLlib starts for remote runners); the end-to-end
+tests run cartpole's and pixels' runners on the rehearsal's workers."""
 
 
 def result_of(stdout: str) -> dict:

@@ -57,6 +57,16 @@ param nodeImageId string = ''
 @description('Optional. VM size of the head (the learner runs there), e.g. "Standard_D4s_v5" or a GPU size such as "Standard_NC4as_T4_v3".')
 param headVmSize string = 'Standard_D4s_v5'
 
+@description('Optional. The head as a "Regular" VM or a "Spot" VM (the cheapest learner of a small cluster, at Spot\'s rate). An evicted Spot head is deallocated, not deleted (eviction policy Deallocate): its OS disk, addresses and checkpoints stay, the cluster\'s Ray stops until `python -m driver start` (or `submit`) starts the head again, which Azure allows only when it has Spot capacity at headMaxPrice. Its watcher tells the jobs of the Preempt notice (about 30 s) so they can checkpoint first (docs/reliability.md). Changing it replaces the head VM and its disk.')
+@allowed([
+  'Regular'
+  'Spot'
+])
+param headPriority string = 'Regular'
+
+@description('Optional. With headPriority "Spot": the most the head may cost, in US dollars per hour (above 0, at most 1000), or -1: up to the regular (pay-as-you-go) price, evicted for capacity only; as text (ARM has no fractional parameter type), e.g. "0.12". Azure evicts the head when the Spot price rises above it.')
+param headMaxPrice string = '-1'
+
 @description('Optional. VM size of each worker in the scale set, e.g. "Standard_D4s_v5" or "Standard_F8s_v2" (48 characters at most); with workerPools, the size of a pool that names none.')
 param workerVmSize string = 'Standard_D4s_v5'
 
@@ -364,6 +374,10 @@ var extraAptPackagesJoined = join(extraAptPackages, '')
 var extraAptPackagesChars = [for i in range(0, min(length(extraAptPackagesJoined), 800)): contains('${lowerCase}${digits}+.-', substring(extraAptPackagesJoined, i, 1))]
 var extraAptPackagesMoreChars = [for i in range(800, length(extraAptPackagesJoined) > 800 ? min(length(extraAptPackagesJoined), 1600) - 800 : 0): contains('${lowerCase}${digits}+.-', substring(extraAptPackagesJoined, i, 1))]
 var adminUsernameChars = [for i in range(0, min(length(adminUsername), 800)): contains('${lowerCase}${digits}_-', substring(adminUsername, i, 1))]
+// headMaxPrice: -1, or a decimal number (digits and at most one '.', neither first nor last) read
+// with json() only once its form is known.
+var headMaxPriceChars = [for i in range(0, min(length(headMaxPrice), 800)): contains('${digits}.', substring(headMaxPrice, i, 1))]
+var headMaxPriceForm = length(headMaxPrice) >= 1 && length(headMaxPrice) <= 20 && !contains(headMaxPriceChars, false) && length(split(headMaxPrice, '.')) <= 2 && take(headMaxPrice, 1) != '.' && !endsWith(headMaxPrice, '.')
 var headVmSizeChars = [for i in range(0, min(length(headVmSize), 800)): contains('${lowerCase}${digits}_-', toLower(substring(headVmSize, i, 1)))]
 var workerVmSizeChars = [for i in range(0, min(length(workerVmSize), 800)): contains('${lowerCase}${digits}_-', toLower(substring(workerVmSize, i, 1)))]
 
@@ -604,6 +618,8 @@ var check = {
   adminUsernameNotReserved: !contains(azureReservedUsernames, adminUsername) ? 'ok' : 'adminUsername must not be a name Azure reserves (admin, administrator, root, user, test, guest, ...): choose e.g. "azureuser".'
   adminUsernameNotSystem: !(take(adminUsername, 8) == 'systemd-' || take(adminUsername, 1) == '_' || contains(systemUsernames, adminUsername)) ? 'ok' : 'adminUsername must not be ray (the Ray service user: jobs run as ray, and the admin may sudo) nor an account or group the images already have (root, daemon, bin, sys, nobody, www-data, sudo, sshd, syslog, messagebus, ubuntu, debian, systemd-*, _*, ...): choose e.g. "azureuser".'
   headVmSize: length(headVmSize) > 9 && length(headVmSize) <= 800 && take(toLower(headVmSize), 9) == 'standard_' && !contains(headVmSizeChars, false) ? 'ok' : 'headVmSize must be an Azure VM size such as "Standard_D4s_v5".'
+  headMaxPrice: headMaxPrice == '-1' || (headMaxPriceForm ? json(headMaxPrice) > 0 && json(headMaxPrice) <= 1000 : false) ? 'ok' : 'headMaxPrice must be -1 (up to the regular price) or a price in US dollars per hour above 0 (at most 1000).'
+  headMaxPriceSpotOnly: headMaxPrice == '-1' || headPriority == 'Spot' ? 'ok' : 'headMaxPrice applies to a Spot head only: set headPriority = "Spot", or leave it out.'
   nodeImageId: empty(nodeImageId) || nodeImageIdValid ? 'ok' : 'nodeImageId must be a gallery image version\'s resource ID, /subscriptions/SUB/resourceGroups/RG/providers/Microsoft.Compute/galleries/GALLERY/images/DEFINITION/versions/MAJOR.MINOR.PATCH (what `python -m driver image build` prints), or left out.'
   workerVmSize: length(workerVmSize) > 9 && length(workerVmSize) <= 48 && take(toLower(workerVmSize), 9) == 'standard_' && !contains(workerVmSizeChars, false) ? 'ok' : 'workerVmSize must be an Azure VM size such as "Standard_D4s_v5".'
   // 0, or 10 to 10080: under 10 minutes a cluster would stop between a job and the next submit,
@@ -731,6 +747,8 @@ module checks 'modules/checks.bicep' = {
       check.adminUsernameNotReserved
       check.adminUsernameNotSystem
       check.headVmSize
+      check.headMaxPrice
+      check.headMaxPriceSpotOnly
       check.nodeImageId
       check.workerVmSize
       check.autostopIdleMinutes
@@ -880,6 +898,8 @@ module head 'modules/head.bicep' = {
     privateIp: headPrivateIp
     tcpIdleTimeoutMinutes: tcpIdleTimeoutMinutes
     vmSize: headVmSize
+    priority: headPriority
+    maxPrice: headMaxPrice
     adminUsername: adminUsername
     adminSshPublicKey: sshKey
     imageReference: imageReference

@@ -335,6 +335,33 @@ variable "head_vm_size" {
   }
 }
 
+variable "head_priority" {
+  type        = string
+  default     = "Regular"
+  description = "(Optional) The head as a \"Regular\" VM or a \"Spot\" VM (the cheapest learner of a small cluster, at Spot's rate). An evicted Spot head is deallocated, not deleted (eviction policy Deallocate): its OS disk, addresses and checkpoints stay, the cluster's Ray stops until `python -m driver start` (or `submit`) starts the head again, which Azure allows only when it has Spot capacity at head_max_price. Its watcher tells the jobs of the Preempt notice (about 30 s) so they can checkpoint first (docs/reliability.md). Changing it replaces the head VM and its disk."
+
+  validation {
+    condition     = contains(["Regular", "Spot"], var.head_priority)
+    error_message = "head_priority must be \"Regular\" or \"Spot\"."
+  }
+}
+
+variable "head_max_price" {
+  type        = number
+  default     = -1
+  description = "(Optional) With head_priority = \"Spot\": the most the head may cost, in US dollars per hour (above 0, at most 1000), or -1: up to the regular (pay-as-you-go) price, evicted for capacity only. Azure evicts the head when the Spot price rises above it."
+
+  validation {
+    condition     = var.head_max_price == -1 || (var.head_max_price > 0 && var.head_max_price <= 1000)
+    error_message = "head_max_price must be -1 (up to the regular price) or a price in US dollars per hour above 0 (at most 1000)."
+  }
+
+  validation {
+    condition     = var.head_max_price == -1 || var.head_priority == "Spot"
+    error_message = "head_max_price applies to a Spot head only: set head_priority = \"Spot\", or leave it out."
+  }
+}
+
 variable "worker_vm_size" {
   type        = string
   default     = "Standard_D4s_v5"

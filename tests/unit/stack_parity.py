@@ -26,6 +26,9 @@ can hand in a copy of either with a difference put back):
   ``terraform console``), Bicep's deployed by armeval.
 - ``autostop_role <case>``: the autostop custom role in each case (or none): its actions, not
   actions, assignable scopes and name, for armeval's subscription and resource group.
+- ``head_priority <case>``: the head VM's priority, eviction policy and max price for a regular
+  head, a Spot head up to the regular price and a Spot head with a price of its own: Terraform's
+  arguments evaluated by ``terraform console``; Bicep deployed by armeval, the VM's properties.
 - ``start_outputs <case>``: what the outputs ``python -m driver start`` reads (head VM, scale
   set, autoscale setting ids) name, in each case: the resource kind, or "" where there is none.
 """
@@ -114,6 +117,12 @@ START_OUTPUTS = {"head_vm_id": "headVmId", "scale_set_id": "scaleSetId",
 BUILT_IN_ROLES = {
     "9980e02c-c2be-4d73-94e8-173b1dc7cf3c": "Virtual Machine Contributor",
     "ba92f5b4-2d11-453d-a403-e96b0029c9fe": "Storage Blob Data Contributor",
+}
+# head_priority and head_max_price for the head's priority facts.
+HEAD_PRIORITY_CASES: dict[str, tuple[str, float]] = {
+    "regular": ("Regular", -1),
+    "spot": ("Spot", -1),
+    "spot capped": ("Spot", 0.125),
 }
 # A results storage account in a resource group of its own (the results stacks'), for the nodes'
 # rights on it: with it and without one.
@@ -375,6 +384,30 @@ def terraform_node_image_expressions(stack: Path) -> tuple[list[str], list[str]]
     return keys, expressions
 
 
+def terraform_head_priority(stack: Path) -> dict[str, Any]:
+    """``head_priority <case>``: the head VM's priority arguments in each case."""
+    values = terraform_locals(stack)
+    [body] = [b for t, n, b in terraform_blocks(stack, "resource")
+              if (t, n) == ("azurerm_linux_virtual_machine", "head")]  # fmt: skip
+    arguments = ("priority", "eviction_policy", "max_bid_price")
+    expressions = []
+    for priority, price in HEAD_PRIORITY_CASES.values():
+        given = {"var.head_priority": priority}
+        parts = [
+            expand(_hcl(body.get(a, "${null}")), values, given).replace(
+                "var.head_max_price", f"({price})"
+            )
+            for a in arguments
+        ]
+        expressions.append(f"[{', '.join(parts)}]")
+    answers = terraform_console(expressions)
+    names = ("priority", "eviction policy", "max price")
+    return {
+        f"head_priority {case}": dict(zip(names, answer, strict=True))
+        for case, answer in zip(HEAD_PRIORITY_CASES, answers, strict=True)
+    }
+
+
 def terraform_outputs(stack: Path) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for path in sorted(stack.glob("*.tf")):
@@ -556,6 +589,7 @@ def terraform_facts(stack: Path) -> dict[str, Any]:
         facts[key] = {"image id": image_id, "marketplace images": marketplace}
     facts.update({f"arm_endpoint {c}": v for c, v in zip(clouds, answers, strict=False)})
     facts["cluster_token"] = terraform_token(stack)
+    facts.update(terraform_head_priority(stack))
     facts["key_vault_name"] = _name_fact(variants, answers[len(clouds) :])
     return facts
 
@@ -666,6 +700,17 @@ def bicep_facts(doc: dict[str, Any]) -> dict[str, Any]:
         names.append(vault["name"])
     facts["key_vault_name"] = _name_fact(variants, names)
     facts.update(bicep_autostop_facts(text))
+    for case, (priority, price) in HEAD_PRIORITY_CASES.items():
+        given = {"headPriority": priority, "headMaxPrice": str(price)}
+        d = deploy_template({**REQUIRED, **given}, text)
+        assert not d.refused, d.refused
+        [vm] = [r for r in d.resources if r["type"] == "Microsoft.Compute/virtualMachines"]
+        props = vm["properties"]
+        facts[f"head_priority {case}"] = {
+            "priority": props.get("priority"),
+            "eviction policy": props.get("evictionPolicy"),
+            "max price": (props.get("billingProfile") or {}).get("maxPrice"),
+        }
     for case, image in NODE_IMAGE_CASES.items():
         d = deploy_template({**REQUIRED, **({"nodeImageId": image} if image else {})}, text)
         assert not d.refused, d.refused

@@ -343,3 +343,40 @@ def test_results_accounts_the_form_refuses_the_template_refuses(value: str) -> N
     d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
                          "resultsStorageAccountId": value})  # fmt: skip
     assert d.refused or check_results(d)
+
+
+# -- the head on Spot ------------------------------------------------------------------------------
+HEAD_PRICES_GOOD = ["-1", "0.12", "0.000001", "1", "999.5", "1000"]
+HEAD_PRICES_BAD = ["0", "0.0", "-0.5", "1000.5", "1001", ".5", "5.", "1e2", " 1", "-2", ""]
+
+
+def test_the_head_priority_field_is_the_template_s_choice() -> None:
+    params = template()["parameters"]
+    field = elements()["headPriority"]
+    values = [v["value"] for v in field["constraints"]["allowedValues"]]
+    assert values == params["headPriority"]["allowedValues"] == ["Regular", "Spot"]
+    assert field["defaultValue"] == params["headPriority"]["defaultValue"] == "Regular"
+    assert elements()["headMaxPrice"]["defaultValue"] == params["headMaxPrice"]["defaultValue"]
+    outputs = ui()["parameters"]["outputs"]
+    # A regular head gets -1 whatever the hidden price box holds (the template refuses a price
+    # for a regular head).
+    for priority, box, sent in (("Regular", "0.5", "-1"), ("Spot", "0.5", "0.5")):
+        steps = {"vms": {"headPriority": priority, "headMaxPrice": box}}
+        assert ui_value(outputs["headMaxPrice"], steps) == sent
+        assert ui_value(outputs["headPriority"], steps) == priority
+
+
+@pytest.mark.parametrize("value", HEAD_PRICES_GOOD)
+def test_head_prices_the_form_accepts_deploy(value: str) -> None:
+    assert pattern("headMaxPrice").match(value)
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "headPriority": "Spot", "headMaxPrice": value})  # fmt: skip
+    assert not d.refused and check_results(d) == []
+
+
+@pytest.mark.parametrize("value", HEAD_PRICES_BAD)
+def test_head_prices_the_form_refuses_the_template_refuses(value: str) -> None:
+    assert not pattern("headMaxPrice").match(value)
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "headPriority": "Spot", "headMaxPrice": value})  # fmt: skip
+    assert d.refused or check_results(d)

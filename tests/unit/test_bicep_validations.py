@@ -36,9 +36,13 @@ TERRAFORM_ONLY_RULES = ("The Key Vault's firewall would admit no address",)
 
 
 def to_bicep(variables: dict[str, Any]) -> dict[str, Any]:
-    """Terraform's variables as Bicep's parameters: names in camelCase; worker_pools, a map of
-    pools by name, as workerPools, an array of pools each with its name."""
+    """Terraform's variables as Bicep's parameters: names in camelCase; head_max_price as text;
+    worker_pools, a map of pools by name, as workerPools, an array of pools each with its name."""
     found = {camel(k): v for k, v in variables.items() if k not in TERRAFORM_ONLY}
+    if isinstance(found.get("headMaxPrice"), (int, float)):
+        # Terraform's number is Bicep's text (bicep_support.DIFFERENT).
+        price = found["headMaxPrice"]
+        found["headMaxPrice"] = str(int(price)) if price == int(price) else repr(price)
     if "workerPools" in found:
         found["workerPools"] = [
             {"name": name, **{camel(k): v for k, v in pool.items()}}

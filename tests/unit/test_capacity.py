@@ -77,6 +77,33 @@ def test_a_family_needs_every_regular_pool_at_its_maximum_and_spot_counts_apart(
     assert capacity.judge(deployment, exact, SKUS).fits
 
 
+def test_a_spot_head_counts_against_the_spot_quota_only() -> None:
+    """headPriority Spot: the head's vCPUs leave its family's and the regional quota for the
+    Spot quota, with the Spot workers'; a size that cannot run as Spot is refused for it."""
+    values: dict[str, Any] = {
+        "location": REGION, "headVmSize": D8, "headPriority": "Spot", "workerVmSize": F8,
+        "workerSpotEnabled": True, "workerMinCount": 0, "workerDefaultCount": 2,
+        "workerMaxCount": 4,
+    }  # fmt: skip
+    deployment = capacity.sizing(values, arm=True)
+    assert deployment.pools[0] == Pool("head", D8, True, (1, 1, 1))
+    check = capacity.judge(deployment, plenty(**{"lowPriorityCores": (0, 39)}), SKUS)
+    assert {q.name: q.need for q in check.quotas} == {"lowPriorityCores": 8 + 32}
+    assert check.problems == (
+        "quota lowPriorityCores (Spot vCPUs) in westeurope: the cluster needs 40 vCPUs at its "
+        "maximum size, 39 of 39 free",
+    )
+    # The same head as a regular VM: its family's and the regional quota, not Spot's.
+    regular = capacity.sizing({**values, "headPriority": "Regular"}, arm=True)
+    needs = {q.name: q.need for q in capacity.judge(regular, plenty(), SKUS).quotas}
+    assert needs == {DSV5: 8, "cores": 8, "lowPriorityCores": 32}
+    no_spot = {D8.lower(): capacity.Sku(D8, DSV5, 8, False, ("1", "2", "3"))}
+    check = capacity.judge(deployment, plenty(), {**SKUS, **no_spot})
+    assert check.problems == (
+        "head: Standard_D8s_v5 cannot run as Spot in westeurope (LowPriorityCapable False)",
+    )
+
+
 def test_an_update_compares_with_the_limit_alone() -> None:
     """In an existing group the cluster's own VMs are in currentValue already."""
     deployment = cluster(Pool("workers", D4, False, (0, 2, 4)))  # 20 vCPUs

@@ -529,3 +529,37 @@ run "spot_price_on_a_regular_pool_is_refused" {
   }
   expect_failures = [var.worker_pools]
 }
+
+run "head_priority_other_than_regular_or_spot_is_refused" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    head_priority = "spot"
+  }
+  expect_failures = [var.head_priority]
+}
+
+run "head_max_price_of_zero_is_refused" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    head_priority  = "Spot"
+    head_max_price = 0
+  }
+  expect_failures = [var.head_max_price]
+}
+
+run "head_max_price_on_a_regular_head_is_refused" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    head_max_price = 0.5
+  }
+  expect_failures = [var.head_max_price]
+}

@@ -148,7 +148,7 @@ param workerAutomaticRepairGracePeriodMinutes int = 30
 ])
 param workerAutomaticRepairAction string = 'Replace'
 
-@description('Optional. Worker pools, one scale set each (at most 4), e.g. [{ name: \'cpu\', vmSize: \'Standard_F8s_v2\', spotEnabled: true, maxCount: 20 }, { name: \'gpu\', vmSize: \'Standard_NC4as_T4_v3\', minCount: 0, defaultCount: 0, maxCount: 2, rayLabels: { accelerator: \'t4\' } }]. Per pool: name (1-10 lower-case letters, digits or \'-\'), vmSize, minCount, defaultCount, maxCount, spotEnabled (what a pool leaves out is the worker* parameter\'s), evictionPolicy ("Delete" or "Deallocate") and maxPrice (US dollars per hour, or -1: the on-demand price) for Spot pools, rayResources (custom Ray resources its workers offer, e.g. { simulator: 2 }; default: one simulator slot per CPU) and rayLabels (Ray node labels besides pool = name). CPUs and GPUs come from each node\'s own detection. The pool\'s scale set is namePrefix-name. Empty (the default): one pool "workers" made of the worker* parameters, the cluster as before pools. With scalingMode "ray" Ray\'s autoscaler has one node type per pool (its CPUs and GPUs from vmSize, its rayResources and rayLabels) and scales each pool\'s scale set, to zero when minCount is 0.')
+@description('Optional. Worker pools, one scale set each (at most 4), e.g. [{ name: \'cpu\', vmSize: \'Standard_F8s_v2\', spotEnabled: true, maxCount: 20 }, { name: \'gpu\', vmSize: \'Standard_NC4as_T4_v3\', minCount: 0, defaultCount: 0, maxCount: 2, rayLabels: { accelerator: \'t4\' } }]. Per pool: name (1-10 lower-case letters, digits or \'-\'), vmSize, minCount, defaultCount, maxCount, spotEnabled (what a pool leaves out is the worker* parameter\'s), evictionPolicy ("Delete" or "Deallocate") and maxPrice (US dollars per hour, or -1: the on-demand price) for Spot pools, zones (availability zones of its VMs, e.g. [\'1\', \'2\', \'3\']; [] (the default): regional, Azure places them) and zoneBalance (true: keep them strictly even across two zones or more), rayResources (custom Ray resources its workers offer, e.g. { simulator: 2 }; default: one simulator slot per CPU) and rayLabels (Ray node labels besides pool = name). CPUs and GPUs come from each node\'s own detection. The pool\'s scale set is namePrefix-name. Empty (the default): one pool "workers" made of the worker* parameters, the cluster as before pools. With scalingMode "ray" Ray\'s autoscaler has one node type per pool (its CPUs and GPUs from vmSize, its rayResources and rayLabels) and scales each pool\'s scale set, to zero when minCount is 0.')
 param workerPools array = []
 
 @description('Optional. Days from writing the cluster token to the expiration date recorded on its Key Vault secret, 1-3650. The date is informational (Key Vault still returns an expired secret, so nodes keep booting): it marks the token due for rotation, and satisfies policies that require one.')
@@ -541,6 +541,8 @@ var pools = [for p in workerPoolInputs: {
   spotEnabled: contains(p, 'spotEnabled') ? p.spotEnabled : workerSpotEnabled
   evictionPolicy: contains(p, 'evictionPolicy') ? p.evictionPolicy : 'Delete'
   maxPrice: contains(p, 'maxPrice') ? p.maxPrice : -1
+  zones: contains(p, 'zones') ? p.zones : []
+  zoneBalance: contains(p, 'zoneBalance') ? p.zoneBalance : false
   rayResources: contains(p, 'rayResources') ? string(p.rayResources) : '{}'
   rayLabels: contains(p, 'rayLabels') ? replace(replace(replace(replace(string(p.rayLabels), '{', ''), '}', ''), '"', ''), ':', '=') : ''
   resources: contains(p, 'rayResources') ? p.rayResources : {}
@@ -635,6 +637,12 @@ var check = {
     'Deallocate'
   ], p.evictionPolicy) : false) || (contains(p, 'maxPrice') ? !(p.maxPrice == -1 || p.maxPrice > 0 && p.maxPrice <= 1000) : false))) ? 'ok' : 'workerPools: evictionPolicy must be "Delete" or "Deallocate", maxPrice -1 (the on-demand price) or a price in US dollars per hour above 0 (at most 1000).'
   workerPoolSpotOnly: empty(filter(pools, p => !p.spotEnabled && (p.evictionPolicy != 'Delete' || p.maxPrice != -1))) && empty(filter(workerPools, p => !(contains(p, 'spotEnabled') ? p.spotEnabled : workerSpotEnabled) && (contains(p, 'evictionPolicy') || contains(p, 'maxPrice')))) ? 'ok' : 'workerPools: evictionPolicy and maxPrice apply to Spot pools only: set spotEnabled = true in the pool (or workerSpotEnabled = true), or leave them out.'
+  workerPoolZones: empty(filter(pools, p => length(p.zones) > 3 || !empty(filter(p.zones, z => length(filter(p.zones, y => y == z)) > 1)) || !empty(filter(p.zones, z => !contains([
+    '1'
+    '2'
+    '3'
+  ], z))))) ? 'ok' : 'workerPools: zones must list distinct availability zones "1", "2" or "3" (at most 3), e.g. ["1", "2"], or be left out (regional).'
+  workerPoolZoneBalance: empty(filter(pools, p => p.zoneBalance && length(p.zones) < 2)) ? 'ok' : 'workerPools: zoneBalance needs two zones or more in the pool\'s zones (Azure refuses it otherwise).'
   // Ray refuses CPU, GPU and memory as custom resources (ray start --num-cpus/--num-gpus set
   // them: each node detects its own). Read from the JSON: an object of names to numbers.
   workerPoolRayResources: empty(filter(poolResources, r => length(r) > 64 || take(r, 1) != '{' || length(split(r, '{')) != 2 || contains(r, ':"') || length(split(r, '"')) - 1 != 2 * (length(split(r, ':')) - 1) || length(split(r, ',')) != (contains(r, ':') ? length(split(r, ':')) - 1 : 1) || contains(r, ':-') || contains(r, '"CPU":') || contains(r, '"GPU":') || contains(r, '"memory":') || contains(r, '"object_store_memory":'))) && !contains(poolResourcesChars, false) ? 'ok' : 'workerPools: rayResources must map Ray resource names (letters, digits, \'_\', \'.\', \'-\'; not CPU, GPU, memory or object_store_memory: each node detects those) to numbers >= 0, 64 characters of JSON at most.'
@@ -759,6 +767,8 @@ module checks 'modules/checks.bicep' = {
       check.workerPoolCountRanges
       check.workerPoolSpot
       check.workerPoolSpotOnly
+      check.workerPoolZones
+      check.workerPoolZoneBalance
       check.workerPoolRayResources
       check.workerPoolRayLabels
       check.cpuThresholds
@@ -937,6 +947,8 @@ module workers 'modules/workers.bicep' = [for pool in pools: {
     spotEnabled: pool.spotEnabled
     evictionPolicy: pool.evictionPolicy
     maxPrice: string(pool.maxPrice)
+    zones: pool.zones
+    zoneBalance: pool.zoneBalance
     terminationNoticeMinutes: workerTerminationNoticeMinutes
     automaticRepairEnabled: workerAutomaticRepairEnabled
     automaticRepairGracePeriodMinutes: workerAutomaticRepairGracePeriodMinutes

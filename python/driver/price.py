@@ -128,6 +128,8 @@ class Pool:
     spot: bool
     counts: tuple[int, int, int]
     """(minimum, default, maximum) number of VMs."""
+    zones: tuple[str, ...] = ()
+    """The availability zones the pool's VMs are placed in; none: regional (Azure chooses)."""
 
 
 @dataclass(frozen=True)

@@ -303,6 +303,10 @@ def test_the_stacks_decide_alike_except_where_listed() -> None:
         "priority": "Spot", "eviction policy": "Deallocate", "max price": -1
     }  # fmt: skip
     assert facts["head_priority spot capped"]["max price"] == 0.125
+    # A pool's zones: none on a regional pool; balance only with two zones or more.
+    assert facts["pool_zones regional"] == {"zones": None, "zone balance": None}
+    assert facts["pool_zones one zone"] == {"zones": ["2"], "zone balance": None}
+    assert facts["pool_zones three balanced"] == {"zones": ["1", "2", "3"], "zone balance": True}
 
 
 def test_the_type_table_names_every_resource_type_of_the_terraform_stack() -> None:
@@ -366,6 +370,11 @@ TOKEN_48 = 'ephemeral "random_password" "cluster_token" {\n  length  = 48\n  spe
         ("head.tf",
          lambda t: t.replace('? "Deallocate" : null', '? "Delete" : null'),
          {"head_priority spot", "head_priority spot capped"}),
+        # Zone balance asked of Azure with one zone too (Azure refuses it).
+        ("../worker_pool/main.tf",
+         lambda t: t.replace("length(var.zones) > 1 ? var.zone_balance : null",
+                             "length(var.zones) > 0 ? var.zone_balance : null"),
+         {"pool_zones one zone"}),
         # The token of 48 letters and digits.
         ("keyvault.tf",
          lambda t: re.sub(r'ephemeral "random_password" "cluster_token" \{.*?\n\}\n', TOKEN_48,

@@ -400,6 +400,14 @@ BAD: list[tuple[dict[str, Any], str]] = [
         {"worker_pools": {"cpu": {"eviction_policy": "Deallocate"}}},
         "worker_pools: eviction_policy and max_price apply to Spot pools only",
     ),
+    ({"worker_pools": {"cpu": {"zones": ["4"]}}}, "worker_pools: zones must list distinct"),
+    ({"worker_pools": {"cpu": {"zones": ["1", "1"]}}}, "worker_pools: zones must list distinct"),
+    ({"worker_pools": {"cpu": {"zones": ["zone1"]}}}, "worker_pools: zones must list distinct"),
+    (
+        {"worker_pools": {"cpu": {"zones": ["1"], "zone_balance": True}}},
+        "worker_pools: zone_balance needs two zones or more",
+    ),
+    ({"worker_pools": {"cpu": {"zone_balance": True}}}, "worker_pools: zone_balance needs two"),
     ({"worker_pools": {"cpu": {"ray_resources": {"CPU": 2}}}}, "worker_pools: ray_resources must"),
     (
         {"worker_pools": {"cpu": {"ray_resources": {"simulator": -1}}}},
@@ -546,6 +554,14 @@ GOOD: list[dict[str, Any]] = [
         }
     },
     {"worker_pools": {"workers": {}}},
+    # zones per pool: three balanced, one, and a regional pool beside them
+    {
+        "worker_pools": {
+            "cpu": {"zones": ["1", "2", "3"], "zone_balance": True, "spot_enabled": True},
+            "gpu": {"zones": ["2"]},
+            "big": {"zones": []},
+        }
+    },
     {"scaling_mode": "ray", "worker_pools": {"gpu": {"min_count": 0, "default_count": 0}}},
     # ray mode with several pools: a node type each (AUTOSCALER_POOLS)
     {

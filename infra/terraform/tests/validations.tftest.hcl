@@ -563,3 +563,25 @@ run "head_max_price_on_a_regular_head_is_refused" {
   }
   expect_failures = [var.head_max_price]
 }
+
+run "a_pool_zone_that_azure_has_not_is_refused" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { zones = ["4"] } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "zone_balance_with_one_zone_is_refused" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { zones = ["1"], zone_balance = true } }
+  }
+  expect_failures = [var.worker_pools]
+}

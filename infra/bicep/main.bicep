@@ -57,6 +57,16 @@ param nodeImageId string = ''
 @description('Optional. VM size of the head (the learner runs there), e.g. "Standard_D4s_v5" or a GPU size such as "Standard_NC4as_T4_v3".')
 param headVmSize string = 'Standard_D4s_v5'
 
+@description('Optional. The head as a "Regular" VM or a "Spot" VM (the cheapest learner of a small cluster, at Spot\'s rate). An evicted Spot head is deallocated, not deleted (eviction policy Deallocate): its OS disk, addresses and checkpoints stay, the cluster\'s Ray stops until `python -m driver start` (or `submit`) starts the head again, which Azure allows only when it has Spot capacity at headMaxPrice. Its watcher tells the jobs of the Preempt notice (about 30 s) so they can checkpoint first (docs/reliability.md). Changing it replaces the head VM and its disk.')
+@allowed([
+  'Regular'
+  'Spot'
+])
+param headPriority string = 'Regular'
+
+@description('Optional. With headPriority "Spot": the most the head may cost, in US dollars per hour (above 0, at most 1000), or -1: up to the regular (pay-as-you-go) price, evicted for capacity only; as text (ARM has no fractional parameter type), e.g. "0.12". Azure evicts the head when the Spot price rises above it.')
+param headMaxPrice string = '-1'
+
 @description('Optional. VM size of each worker in the scale set, e.g. "Standard_D4s_v5" or "Standard_F8s_v2" (48 characters at most); with workerPools, the size of a pool that names none.')
 param workerVmSize string = 'Standard_D4s_v5'
 
@@ -138,7 +148,7 @@ param workerAutomaticRepairGracePeriodMinutes int = 30
 ])
 param workerAutomaticRepairAction string = 'Replace'
 
-@description('Optional. Worker pools, one scale set each (at most 4), e.g. [{ name: \'cpu\', vmSize: \'Standard_F8s_v2\', spotEnabled: true, maxCount: 20 }, { name: \'gpu\', vmSize: \'Standard_NC4as_T4_v3\', minCount: 0, defaultCount: 0, maxCount: 2, rayLabels: { accelerator: \'t4\' } }]. Per pool: name (1-10 lower-case letters, digits or \'-\'), vmSize, minCount, defaultCount, maxCount, spotEnabled (what a pool leaves out is the worker* parameter\'s), evictionPolicy ("Delete" or "Deallocate") and maxPrice (US dollars per hour, or -1: the on-demand price) for Spot pools, rayResources (custom Ray resources its workers offer, e.g. { simulator: 2 }; default: one simulator slot per CPU) and rayLabels (Ray node labels besides pool = name). CPUs and GPUs come from each node\'s own detection. The pool\'s scale set is namePrefix-name. Empty (the default): one pool "workers" made of the worker* parameters, the cluster as before pools. With scalingMode "ray" Ray\'s autoscaler has one node type per pool (its CPUs and GPUs from vmSize, its rayResources and rayLabels) and scales each pool\'s scale set, to zero when minCount is 0.')
+@description('Optional. Worker pools, one scale set each (at most 4), e.g. [{ name: \'cpu\', vmSize: \'Standard_F8s_v2\', spotEnabled: true, maxCount: 20 }, { name: \'gpu\', vmSize: \'Standard_NC4as_T4_v3\', minCount: 0, defaultCount: 0, maxCount: 2, rayLabels: { accelerator: \'t4\' } }]. Per pool: name (1-10 lower-case letters, digits or \'-\'), vmSize, minCount, defaultCount, maxCount, spotEnabled (what a pool leaves out is the worker* parameter\'s), evictionPolicy ("Delete" or "Deallocate") and maxPrice (US dollars per hour, or -1: the on-demand price) for Spot pools, zones (availability zones of its VMs, e.g. [\'1\', \'2\', \'3\']; [] (the default): regional, Azure places them) and zoneBalance (true: keep them strictly even across two zones or more), rayResources (custom Ray resources its workers offer, e.g. { simulator: 2 }; default: one simulator slot per CPU) and rayLabels (Ray node labels besides pool = name). CPUs and GPUs come from each node\'s own detection. The pool\'s scale set is namePrefix-name. Empty (the default): one pool "workers" made of the worker* parameters, the cluster as before pools. With scalingMode "ray" Ray\'s autoscaler has one node type per pool (its CPUs and GPUs from vmSize, its rayResources and rayLabels) and scales each pool\'s scale set, to zero when minCount is 0.')
 param workerPools array = []
 
 @description('Optional. Days from writing the cluster token to the expiration date recorded on its Key Vault secret, 1-3650. The date is informational (Key Vault still returns an expired secret, so nodes keep booting): it marks the token due for rotation, and satisfies policies that require one.')
@@ -364,6 +374,10 @@ var extraAptPackagesJoined = join(extraAptPackages, '')
 var extraAptPackagesChars = [for i in range(0, min(length(extraAptPackagesJoined), 800)): contains('${lowerCase}${digits}+.-', substring(extraAptPackagesJoined, i, 1))]
 var extraAptPackagesMoreChars = [for i in range(800, length(extraAptPackagesJoined) > 800 ? min(length(extraAptPackagesJoined), 1600) - 800 : 0): contains('${lowerCase}${digits}+.-', substring(extraAptPackagesJoined, i, 1))]
 var adminUsernameChars = [for i in range(0, min(length(adminUsername), 800)): contains('${lowerCase}${digits}_-', substring(adminUsername, i, 1))]
+// headMaxPrice: -1, or a decimal number (digits and at most one '.', neither first nor last) read
+// with json() only once its form is known.
+var headMaxPriceChars = [for i in range(0, min(length(headMaxPrice), 800)): contains('${digits}.', substring(headMaxPrice, i, 1))]
+var headMaxPriceForm = length(headMaxPrice) >= 1 && length(headMaxPrice) <= 20 && !contains(headMaxPriceChars, false) && length(split(headMaxPrice, '.')) <= 2 && take(headMaxPrice, 1) != '.' && !endsWith(headMaxPrice, '.')
 var headVmSizeChars = [for i in range(0, min(length(headVmSize), 800)): contains('${lowerCase}${digits}_-', toLower(substring(headVmSize, i, 1)))]
 var workerVmSizeChars = [for i in range(0, min(length(workerVmSize), 800)): contains('${lowerCase}${digits}_-', toLower(substring(workerVmSize, i, 1)))]
 
@@ -527,6 +541,8 @@ var pools = [for p in workerPoolInputs: {
   spotEnabled: contains(p, 'spotEnabled') ? p.spotEnabled : workerSpotEnabled
   evictionPolicy: contains(p, 'evictionPolicy') ? p.evictionPolicy : 'Delete'
   maxPrice: contains(p, 'maxPrice') ? p.maxPrice : -1
+  zones: contains(p, 'zones') ? p.zones : []
+  zoneBalance: contains(p, 'zoneBalance') ? p.zoneBalance : false
   rayResources: contains(p, 'rayResources') ? string(p.rayResources) : '{}'
   rayLabels: contains(p, 'rayLabels') ? replace(replace(replace(replace(string(p.rayLabels), '{', ''), '}', ''), '"', ''), ':', '=') : ''
   resources: contains(p, 'rayResources') ? p.rayResources : {}
@@ -604,6 +620,8 @@ var check = {
   adminUsernameNotReserved: !contains(azureReservedUsernames, adminUsername) ? 'ok' : 'adminUsername must not be a name Azure reserves (admin, administrator, root, user, test, guest, ...): choose e.g. "azureuser".'
   adminUsernameNotSystem: !(take(adminUsername, 8) == 'systemd-' || take(adminUsername, 1) == '_' || contains(systemUsernames, adminUsername)) ? 'ok' : 'adminUsername must not be ray (the Ray service user: jobs run as ray, and the admin may sudo) nor an account or group the images already have (root, daemon, bin, sys, nobody, www-data, sudo, sshd, syslog, messagebus, ubuntu, debian, systemd-*, _*, ...): choose e.g. "azureuser".'
   headVmSize: length(headVmSize) > 9 && length(headVmSize) <= 800 && take(toLower(headVmSize), 9) == 'standard_' && !contains(headVmSizeChars, false) ? 'ok' : 'headVmSize must be an Azure VM size such as "Standard_D4s_v5".'
+  headMaxPrice: headMaxPrice == '-1' || (headMaxPriceForm ? json(headMaxPrice) > 0 && json(headMaxPrice) <= 1000 : false) ? 'ok' : 'headMaxPrice must be -1 (up to the regular price) or a price in US dollars per hour above 0 (at most 1000).'
+  headMaxPriceSpotOnly: headMaxPrice == '-1' || headPriority == 'Spot' ? 'ok' : 'headMaxPrice applies to a Spot head only: set headPriority = "Spot", or leave it out.'
   nodeImageId: empty(nodeImageId) || nodeImageIdValid ? 'ok' : 'nodeImageId must be a gallery image version\'s resource ID, /subscriptions/SUB/resourceGroups/RG/providers/Microsoft.Compute/galleries/GALLERY/images/DEFINITION/versions/MAJOR.MINOR.PATCH (what `python -m driver image build` prints), or left out.'
   workerVmSize: length(workerVmSize) > 9 && length(workerVmSize) <= 48 && take(toLower(workerVmSize), 9) == 'standard_' && !contains(workerVmSizeChars, false) ? 'ok' : 'workerVmSize must be an Azure VM size such as "Standard_D4s_v5".'
   // 0, or 10 to 10080: under 10 minutes a cluster would stop between a job and the next submit,
@@ -619,6 +637,12 @@ var check = {
     'Deallocate'
   ], p.evictionPolicy) : false) || (contains(p, 'maxPrice') ? !(p.maxPrice == -1 || p.maxPrice > 0 && p.maxPrice <= 1000) : false))) ? 'ok' : 'workerPools: evictionPolicy must be "Delete" or "Deallocate", maxPrice -1 (the on-demand price) or a price in US dollars per hour above 0 (at most 1000).'
   workerPoolSpotOnly: empty(filter(pools, p => !p.spotEnabled && (p.evictionPolicy != 'Delete' || p.maxPrice != -1))) && empty(filter(workerPools, p => !(contains(p, 'spotEnabled') ? p.spotEnabled : workerSpotEnabled) && (contains(p, 'evictionPolicy') || contains(p, 'maxPrice')))) ? 'ok' : 'workerPools: evictionPolicy and maxPrice apply to Spot pools only: set spotEnabled = true in the pool (or workerSpotEnabled = true), or leave them out.'
+  workerPoolZones: empty(filter(pools, p => length(p.zones) > 3 || !empty(filter(p.zones, z => length(filter(p.zones, y => y == z)) > 1)) || !empty(filter(p.zones, z => !contains([
+    '1'
+    '2'
+    '3'
+  ], z))))) ? 'ok' : 'workerPools: zones must list distinct availability zones "1", "2" or "3" (at most 3), e.g. ["1", "2"], or be left out (regional).'
+  workerPoolZoneBalance: empty(filter(pools, p => p.zoneBalance && length(p.zones) < 2)) ? 'ok' : 'workerPools: zoneBalance needs two zones or more in the pool\'s zones (Azure refuses it otherwise).'
   // Ray refuses CPU, GPU and memory as custom resources (ray start --num-cpus/--num-gpus set
   // them: each node detects its own). Read from the JSON: an object of names to numbers.
   workerPoolRayResources: empty(filter(poolResources, r => length(r) > 64 || take(r, 1) != '{' || length(split(r, '{')) != 2 || contains(r, ':"') || length(split(r, '"')) - 1 != 2 * (length(split(r, ':')) - 1) || length(split(r, ',')) != (contains(r, ':') ? length(split(r, ':')) - 1 : 1) || contains(r, ':-') || contains(r, '"CPU":') || contains(r, '"GPU":') || contains(r, '"memory":') || contains(r, '"object_store_memory":'))) && !contains(poolResourcesChars, false) ? 'ok' : 'workerPools: rayResources must map Ray resource names (letters, digits, \'_\', \'.\', \'-\'; not CPU, GPU, memory or object_store_memory: each node detects those) to numbers >= 0, 64 characters of JSON at most.'
@@ -731,6 +755,8 @@ module checks 'modules/checks.bicep' = {
       check.adminUsernameNotReserved
       check.adminUsernameNotSystem
       check.headVmSize
+      check.headMaxPrice
+      check.headMaxPriceSpotOnly
       check.nodeImageId
       check.workerVmSize
       check.autostopIdleMinutes
@@ -741,6 +767,8 @@ module checks 'modules/checks.bicep' = {
       check.workerPoolCountRanges
       check.workerPoolSpot
       check.workerPoolSpotOnly
+      check.workerPoolZones
+      check.workerPoolZoneBalance
       check.workerPoolRayResources
       check.workerPoolRayLabels
       check.cpuThresholds
@@ -880,6 +908,8 @@ module head 'modules/head.bicep' = {
     privateIp: headPrivateIp
     tcpIdleTimeoutMinutes: tcpIdleTimeoutMinutes
     vmSize: headVmSize
+    priority: headPriority
+    maxPrice: headMaxPrice
     adminUsername: adminUsername
     adminSshPublicKey: sshKey
     imageReference: imageReference
@@ -917,6 +947,8 @@ module workers 'modules/workers.bicep' = [for pool in pools: {
     spotEnabled: pool.spotEnabled
     evictionPolicy: pool.evictionPolicy
     maxPrice: string(pool.maxPrice)
+    zones: pool.zones
+    zoneBalance: pool.zoneBalance
     terminationNoticeMinutes: workerTerminationNoticeMinutes
     automaticRepairEnabled: workerAutomaticRepairEnabled
     automaticRepairGracePeriodMinutes: workerAutomaticRepairGracePeriodMinutes

@@ -24,6 +24,8 @@ module "cluster" {
   node_image_id                                = var.node_image_id
   create_image_gallery                         = var.create_image_gallery
   head_vm_size                                 = var.head_vm_size
+  head_priority                                = var.head_priority
+  head_max_price                               = var.head_max_price
   worker_vm_size                               = var.worker_vm_size
   encryption_at_host_enabled                   = var.encryption_at_host_enabled
   scaling_mode                                 = var.scaling_mode

@@ -335,6 +335,33 @@ variable "head_vm_size" {
   }
 }
 
+variable "head_priority" {
+  type        = string
+  default     = "Regular"
+  description = "(Optional) The head as a \"Regular\" VM or a \"Spot\" VM (the cheapest learner of a small cluster, at Spot's rate). An evicted Spot head is deallocated, not deleted (eviction policy Deallocate): its OS disk, addresses and checkpoints stay, the cluster's Ray stops until `python -m driver start` (or `submit`) starts the head again, which Azure allows only when it has Spot capacity at head_max_price. Its watcher tells the jobs of the Preempt notice (about 30 s) so they can checkpoint first (docs/reliability.md). Changing it replaces the head VM and its disk."
+
+  validation {
+    condition     = contains(["Regular", "Spot"], var.head_priority)
+    error_message = "head_priority must be \"Regular\" or \"Spot\"."
+  }
+}
+
+variable "head_max_price" {
+  type        = number
+  default     = -1
+  description = "(Optional) With head_priority = \"Spot\": the most the head may cost, in US dollars per hour (above 0, at most 1000), or -1: up to the regular (pay-as-you-go) price, evicted for capacity only. Azure evicts the head when the Spot price rises above it."
+
+  validation {
+    condition     = var.head_max_price == -1 || (var.head_max_price > 0 && var.head_max_price <= 1000)
+    error_message = "head_max_price must be -1 (up to the regular price) or a price in US dollars per hour above 0 (at most 1000)."
+  }
+
+  validation {
+    condition     = var.head_max_price == -1 || var.head_priority == "Spot"
+    error_message = "head_max_price applies to a Spot head only: set head_priority = \"Spot\", or leave it out."
+  }
+}
+
 variable "worker_vm_size" {
   type        = string
   default     = "Standard_D4s_v5"
@@ -522,12 +549,14 @@ variable "worker_pools" {
     spot_enabled    = optional(bool)
     eviction_policy = optional(string)
     max_price       = optional(number)
+    zones           = optional(list(string), [])
+    zone_balance    = optional(bool, false)
     ray_resources   = optional(map(number), {})
     ray_labels      = optional(map(string), {})
   }))
   default     = {}
   nullable    = false
-  description = "(Optional) Worker pools, one scale set each, by name (1-10 lower-case letters, digits or '-'; at most 4 pools), e.g. { cpu = { vm_size = \"Standard_F8s_v2\", spot_enabled = true, max_count = 20 }, gpu = { vm_size = \"Standard_NC4as_T4_v3\", min_count = 0, default_count = 0, max_count = 2, ray_labels = { accelerator = \"t4\" } } }. Per pool: vm_size, min_count, default_count, max_count, spot_enabled (what a pool leaves out is the worker_* variable's), eviction_policy (\"Delete\" or \"Deallocate\") and max_price (US dollars per hour, or -1: the on-demand price) for Spot pools, ray_resources (custom Ray resources its workers offer, e.g. { simulator = 2 }; default: one simulator slot per CPU) and ray_labels (Ray node labels besides pool = NAME). CPUs and GPUs come from each node's own detection. The pool's scale set is NAME_PREFIX-POOL. {} (the default): one pool \"workers\" made of the worker_* variables, the cluster as before pools. With scaling_mode = \"ray\" Ray's autoscaler has one node type per pool (its CPUs and GPUs from vm_size, its ray_resources and ray_labels) and scales each pool's scale set, to zero when min_count is 0."
+  description = "(Optional) Worker pools, one scale set each, by name (1-10 lower-case letters, digits or '-'; at most 4 pools), e.g. { cpu = { vm_size = \"Standard_F8s_v2\", spot_enabled = true, max_count = 20 }, gpu = { vm_size = \"Standard_NC4as_T4_v3\", min_count = 0, default_count = 0, max_count = 2, ray_labels = { accelerator = \"t4\" } } }. Per pool: vm_size, min_count, default_count, max_count, spot_enabled (what a pool leaves out is the worker_* variable's), eviction_policy (\"Delete\" or \"Deallocate\") and max_price (US dollars per hour, or -1: the on-demand price) for Spot pools, zones (availability zones of its VMs, e.g. [\"1\", \"2\", \"3\"]; [] (the default): regional, Azure places them) and zone_balance (true: keep them strictly even across two zones or more), ray_resources (custom Ray resources its workers offer, e.g. { simulator = 2 }; default: one simulator slot per CPU) and ray_labels (Ray node labels besides pool = NAME). CPUs and GPUs come from each node's own detection. The pool's scale set is NAME_PREFIX-POOL. {} (the default): one pool \"workers\" made of the worker_* variables, the cluster as before pools. With scaling_mode = \"ray\" Ray's autoscaler has one node type per pool (its CPUs and GPUs from vm_size, its ray_resources and ray_labels) and scales each pool's scale set, to zero when min_count is 0."
 
   validation {
     condition     = length(var.worker_pools) <= 4 && alltrue([for name in keys(var.worker_pools) : can(regex("^[a-z]([a-z0-9-]{0,8}[a-z0-9])?$", name))])
@@ -554,6 +583,16 @@ variable "worker_pools" {
   validation {
     condition     = alltrue([for name, p in var.worker_pools : p.eviction_policy == null && p.max_price == null || coalesce(p.spot_enabled, var.worker_spot_enabled)])
     error_message = "worker_pools: eviction_policy and max_price apply to Spot pools only: set spot_enabled = true in the pool (or worker_spot_enabled = true), or leave them out."
+  }
+
+  validation {
+    condition     = alltrue([for p in values(var.worker_pools) : length(p.zones) <= 3 && length(distinct(p.zones)) == length(p.zones) && alltrue([for z in p.zones : contains(["1", "2", "3"], z)])])
+    error_message = "worker_pools: zones must list distinct availability zones \"1\", \"2\" or \"3\" (at most 3), e.g. [\"1\", \"2\"], or be left out (regional)."
+  }
+
+  validation {
+    condition     = alltrue([for p in values(var.worker_pools) : !p.zone_balance || length(p.zones) > 1])
+    error_message = "worker_pools: zone_balance needs two zones or more in the pool's zones (Azure refuses it otherwise)."
   }
 
   # Ray refuses CPU, GPU and memory as custom resources (ray start --num-cpus/--num-gpus set

@@ -21,9 +21,11 @@ created:
   pool, its size and maximum count per zone (the published, zonal form). Information only: a score
   is never a reason to refuse; without the role it needs (Azure answers 403) it is "not checked".
 
-The cluster's VMs are regional (neither stack names zones), so a size restricted in some zones of
-the region is a note (Azure places the VMs in the others); restricted in every zone it offers, or
-in the whole region, it is refused. In a resource group that already holds the cluster (an
+A regional pool (no ``zones``, the default) and the head are placed by Azure, so a size restricted
+in some zones of the region is a note for them (Azure places the VMs in the others); a pool with
+``zones`` has its VMs in exactly those zones, so there a size restricted (or not offered) in one of
+the pool's zones is refused for that pool. Restricted in every zone it offers, or in the whole
+region, a size is refused for every pool. In a resource group that already holds the cluster (an
 update), its own VMs already count in Azure's usage: there the need is compared with the quota's
 limit alone.
 
@@ -92,12 +94,17 @@ def sizing(values: Mapping[str, Any], arm: bool, region: str | None = None) -> p
                 ("min_count", "default_count", "max_count"), workers.counts, strict=True
             )
         )
+        zones = field_("zones", [])
         if not isinstance(size, str) or not isinstance(spot, bool):
             raise DriverError(f"{name(WORKER_POOLS)}: pool {pool_name} has a bad vmSize or Spot")
+        if not isinstance(zones, list) or not all(isinstance(z, str) for z in zones):
+            raise DriverError(
+                f"{name(WORKER_POOLS)}: pool {pool_name}'s zones must be a list of zones"
+            )
         if not all(_whole(c) for c in counts):
             raise DriverError(f"{name(WORKER_POOLS)}: pool {pool_name}'s counts must be whole")
         low, default, high = (int(c) for c in counts)
-        pools.append(price.Pool(pool_name, size.strip(), spot, (low, default, high)))
+        pools.append(price.Pool(pool_name, size.strip(), spot, (low, default, high), tuple(zones)))
     return dataclasses.replace(base, pools=tuple(pools))
 
 
@@ -313,15 +320,21 @@ def judge(
         elif sku.zones and not open_zones(sku):
             available = "restricted in every zone"
             problems.append(f"{who} is restricted in every zone of {region} ({_reasons(sku)})")
+        elif pool.zones and (refused := _zones_refused(pool, sku)):
+            available = f"not in zone {', '.join(refused)}"
+            problems.append(
+                f"{who} is {_zone_reasons(sku, refused)} of {region}, one of the pool's zones "
+                f"({', '.join(pool.zones)})"
+            )
         elif pool.spot and sku.spot_capable is False:
             available = "not as Spot"
             problems.append(f"{who} cannot run as Spot in {region} (LowPriorityCapable False)")
-        elif sku.zone_restrictions:
+        elif sku.zone_restrictions and not pool.zones:
             available = f"not in zone {', '.join(sorted(sku.zone_restrictions))}"
             notes.append(
                 f"{who} is restricted in zone {', '.join(sorted(sku.zone_restrictions))} of "
-                f"{region} ({_reasons(sku)}); the cluster's VMs are regional, so Azure places "
-                f"them in zone {', '.join(open_zones(sku))}"
+                f"{region} ({_reasons(sku)}); its VMs are regional (no zones given), so Azure "
+                f"places them in zone {', '.join(open_zones(sku))}"
             )
         if sku is not None and sku.vcpus is None and pool.counts[2]:
             notes.append(f"{who}: the Resource SKUs API gives no vCPUs: its quota is not checked")
@@ -362,6 +375,25 @@ def _quota_label(name: str) -> str:
 
 def _reasons(sku: Sku) -> str:
     return ", ".join(sorted(set(sku.zone_restrictions.values())))
+
+
+def _zones_refused(pool: price.Pool, sku: Sku) -> tuple[str, ...]:
+    """The pool's zones where the size is restricted or not offered."""
+    return tuple(z for z in pool.zones if z in sku.zone_restrictions or z not in sku.zones)
+
+
+def _zone_reasons(sku: Sku, zones: tuple[str, ...]) -> str:
+    """The zones' refusal in words: restricted in zone 2 (QuotaId), not offered in zone 3, or
+    both joined."""
+    restricted = [z for z in zones if z in sku.zone_restrictions]
+    absent = [z for z in zones if z not in sku.zone_restrictions]
+    parts = []
+    if restricted:
+        reasons = ", ".join(sorted({sku.zone_restrictions[z] for z in restricted}))
+        parts.append(f"restricted in zone {', '.join(restricted)} ({reasons})")
+    if absent:
+        parts.append(f"not offered in zone {', '.join(absent)}")
+    return " and ".join(parts)
 
 
 def open_zones(sku: Sku) -> tuple[str, ...]:

@@ -63,6 +63,10 @@ class PoolVariables:
     name: str
     vm_size: str
     spot: str | None = None
+    """A variable true for Spot VMs (the workers' ``worker_spot_enabled``)."""
+    priority: str | None = None
+    """A variable ``"Regular"`` or ``"Spot"`` (the head's ``head_priority``); a stack without it
+    (made before the head could be Spot) has a regular head."""
     min_count: str | None = None
     default_count: str | None = None
     max_count: str | None = None
@@ -72,7 +76,9 @@ class PoolVariables:
 LOCATION = "location"
 MAX_COUNT = 1000
 """A scale set holds at most 1,000 VMs."""
-HEAD = PoolVariables("head", "head_vm_size")
+HEAD = PoolVariables("head", "head_vm_size", priority="head_priority")
+SPOT_PRIORITY = "Spot"
+"""The value of a priority variable (:attr:`PoolVariables.priority`) that makes the VM Spot."""
 POOLS = (
     PoolVariables(
         "workers",
@@ -102,7 +108,14 @@ def variable_names() -> list[str]:
     for pool in (HEAD, *POOLS):
         names += [
             n
-            for n in (pool.vm_size, pool.spot, pool.min_count, pool.default_count, pool.max_count)
+            for n in (
+                pool.vm_size,
+                pool.spot,
+                pool.priority,
+                pool.min_count,
+                pool.default_count,
+                pool.max_count,
+            )
             if n
         ]
     return names
@@ -115,6 +128,8 @@ class Pool:
     spot: bool
     counts: tuple[int, int, int]
     """(minimum, default, maximum) number of VMs."""
+    zones: tuple[str, ...] = ()
+    """The availability zones the pool's VMs are placed in; none: regional (Azure chooses)."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +201,14 @@ def sizing(values: Mapping[str, Any], arm: bool, region: str | None = None) -> S
             raise DriverError(f"{name(variable)} must be true or false, got {value!r}")
         return value
 
+    def priority(variable: str | None) -> bool:
+        if variable is None or values.get(name(variable)) is None:
+            return False
+        value = get(variable)
+        if value not in ("Regular", SPOT_PRIORITY):
+            raise DriverError(f'{name(variable)} must be "Regular" or "Spot", got {value!r}')
+        return bool(value == SPOT_PRIORITY)
+
     given = values.get(name(LOCATION))
     if given is not None and not _is_expression(given):
         region = text(LOCATION)
@@ -195,7 +218,7 @@ def sizing(values: Mapping[str, Any], arm: bool, region: str | None = None) -> S
         Pool(
             p.name,
             text(p.vm_size),
-            flag(p.spot),
+            flag(p.spot) or priority(p.priority),
             (count(p.min_count), count(p.default_count), count(p.max_count)),
         )
         for p in (HEAD, *POOLS)

@@ -55,6 +55,9 @@ DIFFERENT = {
     "scale_in_cpu_percent": "Same as scale_out_cpu_percent.",
     "node_image_id": "Terraform's null is Bicep's empty string (an ARM parameter cannot default "
     "to null): both boot the os image's marketplace image.",
+    "head_max_price": "Terraform's number (default -1) is Bicep's text (default '-1'): ARM "
+    "parameters have no fractional type and a Spot price is a fraction of a dollar; both "
+    "accept -1 or a price above 0 up to 1000, with the same messages.",
     "worker_pools": "Terraform's map of pools by name (snake_case attributes) is Bicep's array of "
     "pools, each with its name (camelCase attributes): ARM has no map type, and module loops run "
     "over arrays. Empty in both is one pool, workers, made of the worker_* inputs; the first pool "
@@ -121,6 +124,8 @@ PARAMETERS: dict[str, str | None] = {
     "node_image_id": "nodeImageId",
     "create_image_gallery": None,
     "head_vm_size": "headVmSize",
+    "head_priority": "headPriority",
+    "head_max_price": "headMaxPrice",
     "worker_vm_size": "workerVmSize",
     "encryption_at_host_enabled": "encryptionAtHostEnabled",
     "scaling_mode": "scalingMode",

@@ -26,6 +26,13 @@ can hand in a copy of either with a difference put back):
   ``terraform console``), Bicep's deployed by armeval.
 - ``autostop_role <case>``: the autostop custom role in each case (or none): its actions, not
   actions, assignable scopes and name, for armeval's subscription and resource group.
+- ``head_priority <case>``: the head VM's priority, eviction policy and max price for a regular
+  head, a Spot head up to the regular price and a Spot head with a price of its own: Terraform's
+  arguments evaluated by ``terraform console``; Bicep deployed by armeval, the VM's properties.
+- ``pool_zones <case>``: a worker pool's scale set's zones and zone balance for a regional pool,
+  one zone, and three zones balanced: Terraform's module arguments (modules/worker_pool)
+  evaluated by ``terraform console``; Bicep deployed by armeval, the scale set's ``zones`` and
+  ``properties.zoneBalance``.
 - ``start_outputs <case>``: what the outputs ``python -m driver start`` reads (head VM, scale
   set, autoscale setting ids) name, in each case: the resource kind, or "" where there is none.
 """
@@ -114,6 +121,18 @@ START_OUTPUTS = {"head_vm_id": "headVmId", "scale_set_id": "scaleSetId",
 BUILT_IN_ROLES = {
     "9980e02c-c2be-4d73-94e8-173b1dc7cf3c": "Virtual Machine Contributor",
     "ba92f5b4-2d11-453d-a403-e96b0029c9fe": "Storage Blob Data Contributor",
+}
+# head_priority and head_max_price for the head's priority facts.
+HEAD_PRIORITY_CASES: dict[str, tuple[str, float]] = {
+    "regular": ("Regular", -1),
+    "spot": ("Spot", -1),
+    "spot capped": ("Spot", 0.125),
+}
+# A pool's zones and zone balance for the pool zones facts.
+POOL_ZONES_CASES: dict[str, tuple[list[str], bool]] = {
+    "regional": ([], False),
+    "one zone": (["2"], False),
+    "three balanced": (["1", "2", "3"], True),
 }
 # A results storage account in a resource group of its own (the results stacks'), for the nodes'
 # rights on it: with it and without one.
@@ -375,6 +394,51 @@ def terraform_node_image_expressions(stack: Path) -> tuple[list[str], list[str]]
     return keys, expressions
 
 
+def terraform_head_priority(stack: Path) -> dict[str, Any]:
+    """``head_priority <case>``: the head VM's priority arguments in each case."""
+    values = terraform_locals(stack)
+    [body] = [b for t, n, b in terraform_blocks(stack, "resource")
+              if (t, n) == ("azurerm_linux_virtual_machine", "head")]  # fmt: skip
+    arguments = ("priority", "eviction_policy", "max_bid_price")
+    expressions = []
+    for priority, price in HEAD_PRIORITY_CASES.values():
+        given = {"var.head_priority": priority}
+        parts = [
+            expand(_hcl(body.get(a, "${null}")), values, given).replace(
+                "var.head_max_price", f"({price})"
+            )
+            for a in arguments
+        ]
+        expressions.append(f"[{', '.join(parts)}]")
+    answers = terraform_console(expressions)
+    names = ("priority", "eviction policy", "max price")
+    return {
+        f"head_priority {case}": dict(zip(names, answer, strict=True))
+        for case, answer in zip(HEAD_PRIORITY_CASES, answers, strict=True)
+    }
+
+
+def terraform_pool_zones(stack: Path) -> dict[str, Any]:
+    """``pool_zones <case>``: the scale set's zones arguments of the worker_pool module (the
+    cluster module hands it the pool's settings as they are: checks.tf, workers.tf)."""
+    pool = stack.parent / "worker_pool"
+    [body] = [b for path in sorted(pool.glob("*.tf"))
+              for block in _parse(path.read_text()).get("resource", [])
+              for t, instances in block.items()
+              if _unquote(t) == "azurerm_linux_virtual_machine_scale_set"
+              for b in instances.values()]  # fmt: skip
+    expressions = []
+    for zones, balance in POOL_ZONES_CASES.values():
+        given = {"var.zones": zones, "var.zone_balance": balance}
+        parts = [expand(_hcl(body.get(a, "${null}")), {}, given) for a in ("zones", "zone_balance")]
+        expressions.append(f"[{', '.join(parts)}]")
+    answers = terraform_console(expressions)
+    return {
+        f"pool_zones {case}": {"zones": zones, "zone balance": balance}
+        for case, (zones, balance) in zip(POOL_ZONES_CASES, answers, strict=True)
+    }
+
+
 def terraform_outputs(stack: Path) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for path in sorted(stack.glob("*.tf")):
@@ -556,6 +620,8 @@ def terraform_facts(stack: Path) -> dict[str, Any]:
         facts[key] = {"image id": image_id, "marketplace images": marketplace}
     facts.update({f"arm_endpoint {c}": v for c, v in zip(clouds, answers, strict=False)})
     facts["cluster_token"] = terraform_token(stack)
+    facts.update(terraform_head_priority(stack))
+    facts.update(terraform_pool_zones(stack))
     facts["key_vault_name"] = _name_fact(variants, answers[len(clouds) :])
     return facts
 
@@ -666,6 +732,28 @@ def bicep_facts(doc: dict[str, Any]) -> dict[str, Any]:
         names.append(vault["name"])
     facts["key_vault_name"] = _name_fact(variants, names)
     facts.update(bicep_autostop_facts(text))
+    for case, (priority, price) in HEAD_PRIORITY_CASES.items():
+        given = {"headPriority": priority, "headMaxPrice": str(price)}
+        d = deploy_template({**REQUIRED, **given}, text)
+        assert not d.refused, d.refused
+        [vm] = [r for r in d.resources if r["type"] == "Microsoft.Compute/virtualMachines"]
+        props = vm["properties"]
+        facts[f"head_priority {case}"] = {
+            "priority": props.get("priority"),
+            "eviction policy": props.get("evictionPolicy"),
+            "max price": (props.get("billingProfile") or {}).get("maxPrice"),
+        }
+    for case, (zones, balance) in POOL_ZONES_CASES.items():
+        pools = [{"name": "workers", "zones": zones, "zoneBalance": balance}]
+        d = deploy_template({**REQUIRED, "workerPools": pools}, text)
+        assert not d.refused, d.refused
+        [vmss] = [
+            r for r in d.resources if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"
+        ]
+        facts[f"pool_zones {case}"] = {
+            "zones": vmss.get("zones"),
+            "zone balance": vmss["properties"].get("zoneBalance"),
+        }
     for case, image in NODE_IMAGE_CASES.items():
         d = deploy_template({**REQUIRED, **({"nodeImageId": image} if image else {})}, text)
         assert not d.refused, d.refused

@@ -295,6 +295,18 @@ def test_the_stacks_decide_alike_except_where_listed() -> None:
     )
     assert len(facts["autostop_role cpu autostop"]["actions"]) == 6
     assert facts["start_outputs ray autostop"]["autoscale_setting_id"] == ""
+    # The head on Spot: deallocated on eviction, at its own price or up to the regular one.
+    assert facts["head_priority regular"] == {
+        "priority": "Regular", "eviction policy": None, "max price": None
+    }  # fmt: skip
+    assert facts["head_priority spot"] == {
+        "priority": "Spot", "eviction policy": "Deallocate", "max price": -1
+    }  # fmt: skip
+    assert facts["head_priority spot capped"]["max price"] == 0.125
+    # A pool's zones: none on a regional pool; balance only with two zones or more.
+    assert facts["pool_zones regional"] == {"zones": None, "zone balance": None}
+    assert facts["pool_zones one zone"] == {"zones": ["2"], "zone balance": None}
+    assert facts["pool_zones three balanced"] == {"zones": ["1", "2", "3"], "zone balance": True}
 
 
 def test_the_type_table_names_every_resource_type_of_the_terraform_stack() -> None:
@@ -354,6 +366,15 @@ TOKEN_48 = 'ephemeral "random_password" "cluster_token" {\n  length  = 48\n  spe
          lambda t: t.replace('try(azurerm_monitor_autoscale_setting.this[0].id, "")',
                              "one(azurerm_monitor_autoscale_setting.this[*].id)"),
          {"start_outputs ray autostop"}),
+        # A Spot head deleted on eviction (its disk and state gone with it).
+        ("head.tf",
+         lambda t: t.replace('? "Deallocate" : null', '? "Delete" : null'),
+         {"head_priority spot", "head_priority spot capped"}),
+        # Zone balance asked of Azure with one zone too (Azure refuses it).
+        ("../worker_pool/main.tf",
+         lambda t: t.replace("length(var.zones) > 1 ? var.zone_balance : null",
+                             "length(var.zones) > 0 ? var.zone_balance : null"),
+         {"pool_zones one zone"}),
         # The token of 48 letters and digits.
         ("keyvault.tf",
          lambda t: re.sub(r'ephemeral "random_password" "cluster_token" \{.*?\n\}\n', TOKEN_48,

@@ -234,7 +234,8 @@ def test_the_autostop_field_takes_exactly_what_the_template_takes() -> None:
 # -- the GPU pool: the form's workerPools output, evaluated as the portal would ------------------
 def ui_value(expression: str, steps: dict[str, dict[str, Any]]) -> Any:
     """A createUiDefinition output expression with the steps' values: the functions the form
-    uses (if, parse, concat, string, equals, steps)."""
+    uses (if, parse, concat, string (JSON for an array), equals, steps, and, or, not, empty,
+    coalesce, length, greater)."""
     from armeval import parse_expression
 
     def ev(node: Any) -> Any:
@@ -254,7 +255,19 @@ def ui_value(expression: str, steps: dict[str, dict[str, Any]]) -> Any:
         if name == "concat":
             return "".join(values)
         if name == "string":
-            return str(values[0])
+            return json.dumps(values[0]) if isinstance(values[0], list) else str(values[0])
+        if name in ("and", "or"):
+            return all(values) if name == "and" else any(values)
+        if name == "not":
+            return not values[0]
+        if name == "empty":
+            return not values[0]
+        if name == "coalesce":
+            return next((v for v in values if v is not None), None)
+        if name == "length":
+            return len(values[0])
+        if name == "greater":
+            return values[0] > values[1]
         if name == "equals":
             return values[0] == values[1]
         raise AssertionError(f"{name}() is not a function the form's outputs use")
@@ -263,17 +276,52 @@ def ui_value(expression: str, steps: dict[str, dict[str, Any]]) -> Any:
 
 
 GPU_STEP = {"gpuPoolEnabled": True, "gpuVmSize": "Standard_NC4as_T4_v3", "gpuMinCount": 0,
-            "gpuDefaultCount": 1, "gpuMaxCount": 2, "gpuSpotEnabled": True}  # fmt: skip
+            "gpuDefaultCount": 1, "gpuMaxCount": 2, "gpuSpotEnabled": True, "gpuZones": None,
+            "gpuZoneBalance": False}  # fmt: skip
+WORKERS_STEP = {"workerZones": None, "workerZoneBalance": False}
+"""No zone chosen: the multi-select drop-down's value is left out (None), or []."""
+
+
+def test_zones_chosen_in_the_form_reach_each_pool_and_deploy_zonal_scale_sets() -> None:
+    expression = ui()["parameters"]["outputs"]["workerPools"]
+    for none in (None, []):
+        steps = {"gpuPool": {**GPU_STEP, "gpuPoolEnabled": False},
+                 "workers": {"workerZones": none, "workerZoneBalance": True}}  # fmt: skip
+        assert ui_value(expression, steps) == []  # regional, as before zones
+    steps = {
+        "gpuPool": {**GPU_STEP, "gpuZones": ["2"], "gpuZoneBalance": True},  # one zone: no balance
+        "workers": {"workerZones": ["1", "2", "3"], "workerZoneBalance": True},
+    }
+    pools = ui_value(expression, steps)
+    assert [(p["name"], p["zones"], p["zoneBalance"]) for p in pools] == [
+        ("workers", ["1", "2", "3"], True), ("gpu", ["2"], False)
+    ]  # fmt: skip
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "workerPools": pools})  # fmt: skip
+    assert not d.refused and check_results(d) == []
+    zonal = {
+        r["name"]: (r["zones"], r["properties"]["zoneBalance"])
+        for r in d.resources
+        if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"
+    }
+    assert zonal == {"ray-workers": (["1", "2", "3"], True), "ray-gpu": (["2"], None)}
+    # The form offers exactly Azure's zone names, which the template's rule admits.
+    for name in ("workerZones", "gpuZones"):
+        field = elements()[name]
+        assert field["multiselect"] is True and field["constraints"]["required"] is False
+        assert [v["value"] for v in field["constraints"]["allowedValues"]] == ["1", "2", "3"]
 
 
 def test_the_gpu_pool_field_adds_a_pool_next_to_the_cpu_workers_and_it_deploys() -> None:
     expression = ui()["parameters"]["outputs"]["workerPools"]
-    assert ui_value(expression, {"gpuPool": {**GPU_STEP, "gpuPoolEnabled": False}}) == []
-    pools = ui_value(expression, {"gpuPool": GPU_STEP})
+    off = {"gpuPool": {**GPU_STEP, "gpuPoolEnabled": False}, "workers": WORKERS_STEP}
+    assert ui_value(expression, off) == []
+    pools = ui_value(expression, {"gpuPool": GPU_STEP, "workers": WORKERS_STEP})
     assert pools == [
-        {"name": "workers"},
+        {"name": "workers", "zones": [], "zoneBalance": False},
         {"name": "gpu", "vmSize": "Standard_NC4as_T4_v3", "minCount": 0, "defaultCount": 1,
-         "maxCount": 2, "spotEnabled": True, "rayLabels": {"accelerator": "gpu"}},
+         "maxCount": 2, "spotEnabled": True, "rayLabels": {"accelerator": "gpu"}, "zones": [],
+         "zoneBalance": False},
     ]  # fmt: skip
     d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
                          "workerPools": pools})  # fmt: skip
@@ -342,4 +390,41 @@ def test_results_accounts_the_form_refuses_the_template_refuses(value: str) -> N
     assert not pattern("resultsStorageAccountId").match(value)
     d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
                          "resultsStorageAccountId": value})  # fmt: skip
+    assert d.refused or check_results(d)
+
+
+# -- the head on Spot ------------------------------------------------------------------------------
+HEAD_PRICES_GOOD = ["-1", "0.12", "0.000001", "1", "999.5", "1000"]
+HEAD_PRICES_BAD = ["0", "0.0", "-0.5", "1000.5", "1001", ".5", "5.", "1e2", " 1", "-2", ""]
+
+
+def test_the_head_priority_field_is_the_template_s_choice() -> None:
+    params = template()["parameters"]
+    field = elements()["headPriority"]
+    values = [v["value"] for v in field["constraints"]["allowedValues"]]
+    assert values == params["headPriority"]["allowedValues"] == ["Regular", "Spot"]
+    assert field["defaultValue"] == params["headPriority"]["defaultValue"] == "Regular"
+    assert elements()["headMaxPrice"]["defaultValue"] == params["headMaxPrice"]["defaultValue"]
+    outputs = ui()["parameters"]["outputs"]
+    # A regular head gets -1 whatever the hidden price box holds (the template refuses a price
+    # for a regular head).
+    for priority, box, sent in (("Regular", "0.5", "-1"), ("Spot", "0.5", "0.5")):
+        steps = {"vms": {"headPriority": priority, "headMaxPrice": box}}
+        assert ui_value(outputs["headMaxPrice"], steps) == sent
+        assert ui_value(outputs["headPriority"], steps) == priority
+
+
+@pytest.mark.parametrize("value", HEAD_PRICES_GOOD)
+def test_head_prices_the_form_accepts_deploy(value: str) -> None:
+    assert pattern("headMaxPrice").match(value)
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "headPriority": "Spot", "headMaxPrice": value})  # fmt: skip
+    assert not d.refused and check_results(d) == []
+
+
+@pytest.mark.parametrize("value", HEAD_PRICES_BAD)
+def test_head_prices_the_form_refuses_the_template_refuses(value: str) -> None:
+    assert not pattern("headMaxPrice").match(value)
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "headPriority": "Spot", "headMaxPrice": value})  # fmt: skip
     assert d.refused or check_results(d)

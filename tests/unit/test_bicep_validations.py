@@ -36,9 +36,13 @@ TERRAFORM_ONLY_RULES = ("The Key Vault's firewall would admit no address",)
 
 
 def to_bicep(variables: dict[str, Any]) -> dict[str, Any]:
-    """Terraform's variables as Bicep's parameters: names in camelCase; worker_pools, a map of
-    pools by name, as workerPools, an array of pools each with its name."""
+    """Terraform's variables as Bicep's parameters: names in camelCase; head_max_price as text;
+    worker_pools, a map of pools by name, as workerPools, an array of pools each with its name."""
     found = {camel(k): v for k, v in variables.items() if k not in TERRAFORM_ONLY}
+    if isinstance(found.get("headMaxPrice"), (int, float)):
+        # Terraform's number is Bicep's text (bicep_support.DIFFERENT).
+        price = found["headMaxPrice"]
+        found["headMaxPrice"] = str(int(price)) if price == int(price) else repr(price)
     if "workerPools" in found:
         found["workerPools"] = [
             {"name": name, **{camel(k): v for k, v in pool.items()}}
@@ -50,7 +54,7 @@ def to_bicep(variables: dict[str, Any]) -> dict[str, Any]:
 # The attributes of a worker pool, which the messages name too (vm_size -> vmSize).
 POOL_FIELDS = {
     "vm_size", "min_count", "default_count", "max_count", "spot_enabled", "eviction_policy",
-    "max_price", "ray_resources", "ray_labels",
+    "max_price", "ray_resources", "ray_labels", "zones", "zone_balance",
 }  # fmt: skip
 
 
@@ -307,6 +311,8 @@ TWO_POOLS = {
             "max_price": 0.25,
             "max_count": 20,
             "ray_resources": {"simulator": 2},
+            "zones": ["1", "3"],
+            "zone_balance": True,
         },
         "gpu": {
             "vm_size": "Standard_NC4as_T4_v3",
@@ -358,6 +364,7 @@ def test_two_pools_are_the_same_scale_sets_in_both_stacks(terraform_inputs: Any)
         r["name"]: r for r in d.resources if r["type"] == "Microsoft.Insights/autoscalesettings"
     }
     assert set(scale_sets) == {p["scale_set_name"] for p in tf.values()}
+    assert tf["cpu"]["zones"] == ["1", "3"] and tf["gpu"]["zones"] == []
     assert set(autoscale) == {p["autoscale_name"] for p in tf.values()}
     for name, pool in tf.items():
         vmss = scale_sets[pool["scale_set_name"]]
@@ -366,6 +373,11 @@ def test_two_pools_are_the_same_scale_sets_in_both_stacks(terraform_inputs: Any)
         assert vmss["sku"]["capacity"] == pool["default_count"]
         assert profile["osProfile"]["computerNamePrefix"] == pool["computer_name_prefix"]
         assert profile["priority"] == ("Spot" if pool["spot_enabled"] else "Regular")
+        # The pool's zones (none: regional, no zones property), balanced with two or more.
+        assert vmss["zones"] == (pool["zones"] or None)
+        assert vmss["properties"]["zoneBalance"] == (
+            pool["zone_balance"] if len(pool["zones"]) > 1 else None
+        )
         if pool["spot_enabled"]:
             assert profile["evictionPolicy"] == pool["eviction_policy"]
             assert profile["billingProfile"] == {"maxPrice": pool["max_price"]}

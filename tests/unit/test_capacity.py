@@ -77,6 +77,33 @@ def test_a_family_needs_every_regular_pool_at_its_maximum_and_spot_counts_apart(
     assert capacity.judge(deployment, exact, SKUS).fits
 
 
+def test_a_spot_head_counts_against_the_spot_quota_only() -> None:
+    """headPriority Spot: the head's vCPUs leave its family's and the regional quota for the
+    Spot quota, with the Spot workers'; a size that cannot run as Spot is refused for it."""
+    values: dict[str, Any] = {
+        "location": REGION, "headVmSize": D8, "headPriority": "Spot", "workerVmSize": F8,
+        "workerSpotEnabled": True, "workerMinCount": 0, "workerDefaultCount": 2,
+        "workerMaxCount": 4,
+    }  # fmt: skip
+    deployment = capacity.sizing(values, arm=True)
+    assert deployment.pools[0] == Pool("head", D8, True, (1, 1, 1))
+    check = capacity.judge(deployment, plenty(**{"lowPriorityCores": (0, 39)}), SKUS)
+    assert {q.name: q.need for q in check.quotas} == {"lowPriorityCores": 8 + 32}
+    assert check.problems == (
+        "quota lowPriorityCores (Spot vCPUs) in westeurope: the cluster needs 40 vCPUs at its "
+        "maximum size, 39 of 39 free",
+    )
+    # The same head as a regular VM: its family's and the regional quota, not Spot's.
+    regular = capacity.sizing({**values, "headPriority": "Regular"}, arm=True)
+    needs = {q.name: q.need for q in capacity.judge(regular, plenty(), SKUS).quotas}
+    assert needs == {DSV5: 8, "cores": 8, "lowPriorityCores": 32}
+    no_spot = {D8.lower(): capacity.Sku(D8, DSV5, 8, False, ("1", "2", "3"))}
+    check = capacity.judge(deployment, plenty(), {**SKUS, **no_spot})
+    assert check.problems == (
+        "head: Standard_D8s_v5 cannot run as Spot in westeurope (LowPriorityCapable False)",
+    )
+
+
 def test_an_update_compares_with_the_limit_alone() -> None:
     """In an existing group the cluster's own VMs are in currentValue already."""
     deployment = cluster(Pool("workers", D4, False, (0, 2, 4)))  # 20 vCPUs
@@ -110,13 +137,49 @@ def test_availability_absent_restricted_every_zone_one_zone_and_spot() -> None:
         "cpu: Standard_F8s_v2 cannot run as Spot in westeurope (LowPriorityCapable False)",
     )
     assert check.notes == (
-        "fast: Standard_F8s_v2 is restricted in zone 2 of westeurope (QuotaId); the cluster's VMs "
-        "are regional, so Azure places them in zone 1",
+        "fast: Standard_F8s_v2 is restricted in zone 2 of westeurope (QuotaId); its VMs are "
+        "regional (no zones given), so Azure places them in zone 1",
     )
     every = {F8.lower(): capacity.Sku(F8, FSV2, 8, True, ("1", "2"), None, {"1": "X", "2": "X"})}
     check = capacity.judge(cluster(Pool("fast", F8, False, (0, 0, 1))), plenty(), {**SKUS, **every})
     assert check.problems == (
         "fast: Standard_F8s_v2 is restricted in every zone of westeurope (X)",
+    )
+
+
+def test_a_size_restricted_in_one_of_a_pools_zones_is_refused_for_that_pool() -> None:
+    """A pool with zones has its VMs in exactly those zones: a size restricted (or not offered)
+    in one of them is refused for that pool, while the regional pool of the same size gets the
+    note (Azure places it in the other zones)."""
+    f8 = capacity.Sku(F8, FSV2, 8, True, ("1", "2", "3"), None, {"2": "QuotaId"})
+    deployment = cluster(
+        Pool("cpu", F8, True, (0, 0, 4), ("1", "2")),
+        Pool("fast", F8, False, (0, 0, 1)),
+        Pool("far", F8, False, (0, 0, 1), ("1", "3")),
+    )
+    check = capacity.judge(deployment, plenty(), {**SKUS, F8.lower(): f8})
+    assert check.problems == (
+        "cpu: Standard_F8s_v2 is restricted in zone 2 (QuotaId) of westeurope, one of the "
+        "pool's zones (1, 2)",
+    )
+    assert [r.available for r in check.rows] == ["yes", "not in zone 2", "not in zone 2", "yes"]
+    assert check.notes == (
+        "fast: Standard_F8s_v2 is restricted in zone 2 of westeurope (QuotaId); its VMs are "
+        "regional (no zones given), so Azure places them in zone 1, 3",
+    )
+    # A zone the size is not offered in (here: a region of two zones), and a region of none.
+    two = capacity.Sku(F8, FSV2, 8, True, ("1", "2"))
+    check = capacity.judge(cluster(Pool("far", F8, False, (0, 0, 1), ("1", "3"))), plenty(),
+                           {**SKUS, F8.lower(): two})  # fmt: skip
+    assert check.problems == (
+        "far: Standard_F8s_v2 is not offered in zone 3 of westeurope, one of the pool's zones "
+        "(1, 3)",
+    )
+    regional = capacity.Sku(F8, FSV2, 8, True, ())
+    check = capacity.judge(cluster(Pool("far", F8, False, (0, 0, 1), ("1",))), plenty(),
+                           {**SKUS, F8.lower(): regional})  # fmt: skip
+    assert check.problems == (
+        "far: Standard_F8s_v2 is not offered in zone 1 of westeurope, one of the pool's zones (1)",
     )
 
 
@@ -152,15 +215,18 @@ def test_worker_pools_take_the_place_of_the_single_pool() -> None:
         "workerMinCount": 0,
         "workerDefaultCount": 2,
         "workerMaxCount": 4,
-        "workerPools": [{"name": "cpu", "vmSize": F8, "spotEnabled": True, "maxCount": 20},
+        "workerPools": [{"name": "cpu", "vmSize": F8, "spotEnabled": True, "maxCount": 20,
+                         "zones": ["1", "2"], "zoneBalance": True},
                         {"name": "gpu", "maxCount": 2}],
     }  # fmt: skip
     sizing = capacity.sizing(values, arm=True)
     assert sizing.pools == (
         Pool("head", D4, False, (1, 1, 1)),
-        Pool("cpu", F8, True, (0, 2, 20)),
+        Pool("cpu", F8, True, (0, 2, 20), ("1", "2")),
         Pool("gpu", D4, False, (0, 2, 2)),
     )
+    with pytest.raises(DriverError, match="pool cpu's zones must be a list of zones"):
+        capacity.sizing({**values, "workerPools": [{"name": "cpu", "zones": "1"}]}, arm=True)
     terraform = {
         "location": "westeurope",
         "head_vm_size": D4,
@@ -169,9 +235,12 @@ def test_worker_pools_take_the_place_of_the_single_pool() -> None:
         "worker_min_count": 0,
         "worker_default_count": 2,
         "worker_max_count": 4,
-        "worker_pools": {"cpu": {"vm_size": F8, "spot_enabled": None, "max_count": 8}},
-    }
-    assert capacity.sizing(terraform, arm=False).pools[1] == Pool("cpu", F8, False, (0, 2, 8))
+        "worker_pools": {"cpu": {"vm_size": F8, "spot_enabled": None, "max_count": 8,
+                                 "zones": ["3"], "zone_balance": False}},
+    }  # fmt: skip
+    assert capacity.sizing(terraform, arm=False).pools[1] == Pool(
+        "cpu", F8, False, (0, 2, 8), ("3",)
+    )
 
 
 # -- up and price against the fake Resource Manager ------------------------------------------
@@ -321,8 +390,8 @@ def test_a_size_restricted_in_one_zone_is_a_note_in_every_zone_a_refusal(
     assert r.returncode == 0, r.stderr
     assert (
         "Capacity note: workers: Standard_F8s_v2 is restricted in zone 3 of westeurope "
-        "(NotAvailableForSubscription); the cluster's VMs are regional, so Azure places them in "
-        "zone 1, 2."
+        "(NotAvailableForSubscription); its VMs are regional (no zones given), so Azure places "
+        "them in zone 1, 2."
     ) in error_lines(r.stderr)
     [row] = [x for x in capacity_lines(r.stdout) if x.startswith("  workers")]
     assert "  1,2  " in row and "  not in zone 3  " in row
@@ -335,6 +404,17 @@ def test_a_size_restricted_in_one_zone_is_a_note_in_every_zone_a_refusal(
         "error: capacity: Azure would refuse the cluster at its maximum size: workers: "
         "Standard_F8s_v2 is restricted in every zone of westeurope (NotAvailableForSubscription) "
         "(nothing created; --ignore-capacity deploys anyway)"
+    )
+    nothing_created(fake)
+    # The same restriction in one zone, for a pool that chose that zone: refused for it.
+    f8["restrictions"] = [zone_restriction(REGION, ["3"])]
+    with_values(params, workerPools=[{"name": "workers", "zones": ["2", "3"]}])
+    r = up(fake, tmp_path, params, "--yes")
+    assert r.returncode == 3
+    assert error_lines(r.stderr)[-1] == (
+        "error: capacity: Azure would refuse the cluster at its maximum size: workers: "
+        "Standard_F8s_v2 is restricted in zone 3 (NotAvailableForSubscription) of westeurope, "
+        "one of the pool's zones (2, 3) (nothing created; --ignore-capacity deploys anyway)"
     )
     nothing_created(fake)
 

@@ -21,6 +21,7 @@ import pytest
 from azure_support import PARAMETERS, TEMPLATE
 from driver import price
 from driver.cli.price import NO_STORAGE
+from driver.errors import DriverError
 from fakes.retail_prices import FakeRetailPrices, blob_meters, private_link_meters, vm_meters
 from price_support import HEADER, STORAGE_HEADER, closed_port_url, rows, storage
 from support import REPO, error_lines, run_driver
@@ -132,6 +133,33 @@ def test_spot_workers_are_priced_at_spot(fake: FakeRetailPrices, tmp_path: Path)
     ]  # fmt: skip
     [query] = {f for f in fake.filters()}
     assert "(armSkuName eq 'Standard_D4s_v5' or armSkuName eq 'Standard_F8s_v2')" in query
+
+
+def test_a_spot_head_is_priced_at_spot(fake: FakeRetailPrices, tmp_path: Path) -> None:
+    """headPriority / head_priority "Spot": the head's row at Spot's rate, in both stacks."""
+    given = parameters(tmp_path, location="westeurope", headPriority="Spot")
+    r = driver(fake.url, tmp_path, "--parameters", str(given))
+    assert r.returncode == 0, r.stderr
+    assert rows(r.stdout)[1:] == [
+        ["head", "Standard_D4s_v5", "Spot", "0.0460", "1 = 0.0460", "1 = 0.0460", "1 = 0.0460"],
+        ["workers", "Standard_D4s_v5", "regular", "0.2300", "0 = 0.0000", "2 = 0.4600",
+         "4 = 0.9200"],
+        ["total", "0.0460", "0.5060", "0.9660"],
+    ]  # fmt: skip
+    r = driver(fake.url, tmp_path, "--terraform-dir", str(STACK), "--var-file", str(TFVARS),
+               "--var", "head_priority=Spot")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert rows(r.stdout)[1][:4] == ["head", "Standard_D4s_v5", "Spot", "0.0460"]
+
+
+def test_a_head_priority_that_is_neither_is_refused() -> None:
+    values = {"location": "westeurope", "head_vm_size": "Standard_D4s_v5",
+              "worker_vm_size": "Standard_D4s_v5", "worker_spot_enabled": False,
+              "worker_min_count": 0, "worker_default_count": 2, "worker_max_count": 4}  # fmt: skip
+    assert not price.sizing(values, arm=False).pools[0].spot  # a stack from before: regular
+    assert price.sizing({**values, "head_priority": "Spot"}, arm=False).pools[0].spot
+    with pytest.raises(DriverError, match='head_priority must be "Regular" or "Spot"'):
+        price.sizing({**values, "head_priority": "spot"}, arm=False)
 
 
 def test_terraform_inputs_with_their_defaults_price_like_the_bicep_stack(

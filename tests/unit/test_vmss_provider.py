@@ -38,6 +38,7 @@ SUB = "00000000-1111-4222-8333-444444444444"
 GROUP = "rg-ray"
 NAME = "ray-workers"
 GPU = "ray-gpu"
+ZONAL = "ray-zonal"
 """A second pool's scale set: GPU workers (Standard_NC4as_T4_v3)."""
 SCALE_SET_ID = (
     f"/subscriptions/{SUB}/resourceGroups/{GROUP}"
@@ -105,6 +106,14 @@ def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Azure]:
                     SUB, GROUP, GPU, subnet_pool("10.42.1.0/24", 40, 10), "Standard_NC4as_T4_v3"
                 ),
                 scale_set_config(SUB, GROUP, SPOT, subnet_pool("10.42.1.0/24", 60, 10)),
+                scale_set_config(
+                    SUB,
+                    GROUP,
+                    ZONAL,
+                    subnet_pool("10.42.1.0/24", 80, 10),
+                    zones=["1", "3"],
+                    zone_balance=True,
+                ),
             ],
         ),
     )
@@ -139,6 +148,26 @@ def test_capacity_up_creates_instances_with_private_ips(azure: Azure) -> None:
     assert len(patch) == 1 and patch[0]["path"].endswith(f"/virtualMachineScaleSets/{NAME}")
     assert any("/operations/" in r["path"] for r in requests)
     assert all(r["authorization"] for r in requests)
+
+
+def test_a_zonal_scale_set_says_its_zones_and_each_instance_its_own(azure: Azure) -> None:
+    """A pool with zones (the stacks' worker_pools zones): the scale set's zones and zone
+    balance as Azure's model carries them, through the real client; a regional one has none."""
+    s = azure.scale_set(name=ZONAL)
+    s.set_capacity(3)
+    vmss = s.client.virtual_machine_scale_sets.get(GROUP, ZONAL)
+    assert (vmss.zones, vmss.zone_balance) == (["1", "3"], True)
+    vms = s.client.virtual_machine_scale_set_vms.list(GROUP, ZONAL)
+    assert sorted((vm.instance_id, tuple(vm.zones)) for vm in vms) == [
+        ("0", ("1",)), ("1", ("3",)), ("2", ("1",))
+    ]  # fmt: skip
+    regional = azure.scale_set()
+    regional.set_capacity(1)
+    vmss = regional.client.virtual_machine_scale_sets.get(GROUP, NAME)
+    assert vmss.zones is None and vmss.zone_balance is None
+    assert [vm.zones for vm in regional.client.virtual_machine_scale_set_vms.list(GROUP, NAME)] == [
+        None
+    ]
 
 
 def test_delete_removes_exactly_the_named_instance(azure: Azure) -> None:

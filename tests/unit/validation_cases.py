@@ -326,6 +326,25 @@ _BAD: list[tuple[Any, ...]] = [
     ({"scale_out_cooldown_minutes": 0}, "scale_out_cooldown_minutes must be a whole number"),
     ({"scale_out_cooldown_minutes": 2.5}, "scale_out_cooldown_minutes must be a whole number"),
     ({"scale_in_cooldown_minutes": 61}, "scale_in_cooldown_minutes must be a whole number"),
+    # the head on Spot
+    ({"head_priority": "spot"}, "head_priority must be"),
+    ({"head_priority": "Low"}, "head_priority must be"),
+    (
+        {"head_priority": "Spot", "head_max_price": 0},
+        "head_max_price must be -1",
+        "var.head_max_price",
+    ),
+    (
+        {"head_priority": "Spot", "head_max_price": -0.5},
+        "head_max_price must be -1",
+        "var.head_max_price",
+    ),
+    (
+        {"head_priority": "Spot", "head_max_price": 1000.5},
+        "head_max_price must be -1",
+        "var.head_max_price",
+    ),
+    ({"head_max_price": 0.5}, "head_max_price applies to a Spot head only"),
     ({"worker_termination_notice_minutes": 4}, "worker_termination_notice_minutes must be"),
     ({"worker_termination_notice_minutes": 16}, "worker_termination_notice_minutes must be"),
     (
@@ -417,6 +436,14 @@ _BAD: list[tuple[Any, ...]] = [
         {"worker_pools": {"cpu": {"eviction_policy": "Deallocate"}}},
         "worker_pools: eviction_policy and max_price apply to Spot pools only",
     ),
+    ({"worker_pools": {"cpu": {"zones": ["4"]}}}, "worker_pools: zones must list distinct"),
+    ({"worker_pools": {"cpu": {"zones": ["1", "1"]}}}, "worker_pools: zones must list distinct"),
+    ({"worker_pools": {"cpu": {"zones": ["zone1"]}}}, "worker_pools: zones must list distinct"),
+    (
+        {"worker_pools": {"cpu": {"zones": ["1"], "zone_balance": True}}},
+        "worker_pools: zone_balance needs two zones or more",
+    ),
+    ({"worker_pools": {"cpu": {"zone_balance": True}}}, "worker_pools: zone_balance needs two"),
     ({"worker_pools": {"cpu": {"ray_resources": {"CPU": 2}}}}, "worker_pools: ray_resources must"),
     (
         {"worker_pools": {"cpu": {"ray_resources": {"simulator": -1}}}},
@@ -560,6 +587,10 @@ GOOD: list[dict[str, Any]] = [
     {"node_image_id": NODE_IMAGE_ID},
     {"node_image_id": NODE_IMAGE_ID.lower(), "create_image_gallery": True},
     {"head_vm_size": "Standard_NC4as_T4_v3", "worker_vm_size": "standard_f8s_v2"},
+    {"head_priority": "Spot"},
+    {"head_priority": "Spot", "head_max_price": 0.125},
+    {"head_priority": "Spot", "head_max_price": 1000, "head_vm_size": "Standard_NC4as_T4_v3"},
+    {"head_priority": "Regular", "head_max_price": -1},
     {"scaling_mode": "ray", "worker_min_count": 0, "worker_default_count": 0},
     {"scaling_mode": "ray", "ray_idle_timeout_minutes": 1},
     {"scaling_mode": "cpu", "ray_idle_timeout_minutes": 1440},
@@ -588,6 +619,14 @@ GOOD: list[dict[str, Any]] = [
         }
     },
     {"worker_pools": {"workers": {}}},
+    # zones per pool: three balanced, one, and a regional pool beside them
+    {
+        "worker_pools": {
+            "cpu": {"zones": ["1", "2", "3"], "zone_balance": True, "spot_enabled": True},
+            "gpu": {"zones": ["2"]},
+            "big": {"zones": []},
+        }
+    },
     {"scaling_mode": "ray", "worker_pools": {"gpu": {"min_count": 0, "default_count": 0}}},
     # ray mode with several pools: a node type each (AUTOSCALER_POOLS)
     {

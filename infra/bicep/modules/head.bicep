@@ -22,6 +22,12 @@ param tcpIdleTimeoutMinutes int
 @description('Required. VM size of the head.')
 param vmSize string
 
+@description('Required. Regular or Spot (evicted by deallocation: the OS disk, NIC and public IP stay).')
+param priority string
+
+@description('Required. With Spot: the most the head may cost, in US dollars per hour, or -1: the regular price; as text (ARM has no fractional parameter type).')
+param maxPrice string
+
 @description('Required. Admin user (SSH key login only).')
 param adminUsername string
 
@@ -154,6 +160,13 @@ resource vm 'Microsoft.Compute/virtualMachines@2024-11-01' = {
         }
       ]
     }
+    // priority Spot: evicted (Preempt, about 30 s) when Azure needs the capacity back or the Spot
+    // price rises above maxPrice, and deallocated, not deleted: the OS disk (the Ray
+    // environment, checkpoints), the NIC and the public IP stay; `python -m driver start` starts
+    // it again.
+    priority: priority
+    evictionPolicy: priority == 'Spot' ? 'Deallocate' : null
+    billingProfile: priority == 'Spot' ? { maxPrice: json(maxPrice) } : null
     securityProfile: {
       encryptionAtHost: encryptionAtHost
     }

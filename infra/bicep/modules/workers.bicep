@@ -46,6 +46,12 @@ param evictionPolicy string
 @description('Required. The most a Spot VM may cost, in US dollars per hour, or -1: the on-demand price; as text (ARM has no fractional parameter type).')
 param maxPrice string
 
+@description('Required. Availability zones of the pool\'s VMs, e.g. [\'1\', \'2\']; empty: regional (Azure places them in the region, in no zone it names).')
+param zones array
+
+@description('Required. With two zones or more: keep the VMs spread evenly over them.')
+param zoneBalance bool
+
 @description('Required. Minutes between the Terminate scheduled event and the deletion of a regular worker.')
 param terminationNoticeMinutes int
 
@@ -88,6 +94,8 @@ resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
     tier: 'Standard'
     capacity: instanceCount
   }
+  // The pool's availability zones (none: regional, as before zones).
+  zones: empty(zones) ? null : zones
   identity: {
     type: 'UserAssigned'
     userAssignedIdentities: {
@@ -96,6 +104,8 @@ resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
   }
   properties: {
     orchestrationMode: 'Uniform'
+    // Strictly even across the zones: only with two zones or more (Azure refuses it otherwise).
+    zoneBalance: length(zones) > 1 ? zoneBalance : null
     // Overprovisioned extra VMs would run cloud-init and join Ray before Azure deletes them.
     overprovision: false
     upgradePolicy: {

@@ -1042,3 +1042,31 @@ run "gpu_head" {
     error_message = "A GPU head (the node detects its GPUs at boot) with one CPU pool of workers."
   }
 }
+
+run "a_spot_head_is_deallocated_on_eviction_at_its_max_price" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    head_priority  = "Spot"
+    head_max_price = 0.125
+  }
+
+  assert {
+    condition     = azurerm_linux_virtual_machine.head.priority == "Spot" && azurerm_linux_virtual_machine.head.eviction_policy == "Deallocate" && azurerm_linux_virtual_machine.head.max_bid_price == 0.125
+    error_message = "A Spot head must be deallocated on eviction (its disk holds the checkpoints), at head_max_price."
+  }
+}
+
+run "the_head_is_regular_by_default" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+
+  assert {
+    condition     = azurerm_linux_virtual_machine.head.priority == "Regular" && azurerm_linux_virtual_machine.head.eviction_policy == null
+    error_message = "The head is a regular VM unless head_priority says Spot."
+  }
+}

@@ -1298,6 +1298,75 @@ run "scale_in_cooldown_minutes_must_be_a_whole_number" {
   expect_failures = [var.scale_in_cooldown_minutes]
 }
 
+run "head_priority_must_be" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    head_priority = "spot"
+  }
+  expect_failures = [var.head_priority]
+}
+
+run "head_priority_must_be_2" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    head_priority = "Low"
+  }
+  expect_failures = [var.head_priority]
+}
+
+run "head_max_price_must_be_1" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    head_priority  = "Spot"
+    head_max_price = 0
+  }
+  expect_failures = [var.head_max_price]
+}
+
+run "head_max_price_must_be_1_2" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    head_priority  = "Spot"
+    head_max_price = -0.5
+  }
+  expect_failures = [var.head_max_price]
+}
+
+run "head_max_price_must_be_1_3" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    head_priority  = "Spot"
+    head_max_price = 1000.5
+  }
+  expect_failures = [var.head_max_price]
+}
+
+run "head_max_price_applies_to_a_spot_head_only" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    head_max_price = 0.5
+  }
+  expect_failures = [var.head_max_price]
+}
+
 run "worker_termination_notice_minutes_must_be" {
   command = plan
   module {
@@ -1756,6 +1825,61 @@ run "worker_pools_eviction_policy_and_max_price_apply_to_spot_2" {
   }
   variables {
     worker_pools = { cpu = { eviction_policy = "Deallocate" } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "worker_pools_zones_must_list_distinct" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { zones = ["4"] } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "worker_pools_zones_must_list_distinct_2" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { zones = ["1", "1"] } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "worker_pools_zones_must_list_distinct_3" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { zones = ["zone1"] } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "worker_pools_zone_balance_needs_two_zones_or_more" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { zones = ["1"], zone_balance = true } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "worker_pools_zone_balance_needs_two" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { zone_balance = true } }
   }
   expect_failures = [var.worker_pools]
 }

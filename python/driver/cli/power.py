@@ -156,5 +156,5 @@ def rate_line(state: dict[str, Any], workers: int) -> str:
         parts += f" + {workers} × {worker} {worker_meter.price:.4f}"
     return (
         f"Rate: {total:.4f} {head_meter.currency}/hour ({parts}; pay-as-you-go Linux compute, "
-        f"prices of {head_meter.effective[:10]}; Spot workers cost less)"
+        f"prices of {head_meter.effective[:10]}; a Spot head or Spot workers cost less)"
     )

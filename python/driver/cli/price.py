@@ -47,7 +47,8 @@ def register(verbs: Verbs) -> None:
         "price",
         "Show what a deployment would cost per hour, without deploying it.",
         "The hourly price of the head and of each worker pool at its minimum, default and "
-        "maximum size (Spot prices for Spot workers), for the region and VM sizes of a "
+        "maximum size (Spot prices for a Spot head and Spot workers), for the region and VM "
+        "sizes of a "
         "Terraform configuration (--terraform-dir: its defaults, terraform.tfvars, --var-file, "
         "--var) or of an ARM parameters file (--parameters: azuredeploy.json's defaults under "
         "the file's values), from Azure's public Retail Prices API (no sign-in; env "

@@ -22,6 +22,8 @@ locals {
     spot_enabled         = coalesce(try(var.worker_pools[name].spot_enabled, null), var.worker_spot_enabled)
     eviction_policy      = coalesce(try(var.worker_pools[name].eviction_policy, null), "Delete")
     max_price            = coalesce(try(var.worker_pools[name].max_price, null), -1)
+    zones                = try(var.worker_pools[name].zones, [])
+    zone_balance         = try(var.worker_pools[name].zone_balance, false)
     # The pool's own deploy-time values (cloud-init/placeholders.yaml).
     deploy_values = {
       WORKER_POOL   = name

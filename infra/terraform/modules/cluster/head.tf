@@ -72,6 +72,14 @@ resource "azurerm_linux_virtual_machine" "head" {
     identity_ids = concat([azurerm_user_assigned_identity.this.id], azurerm_user_assigned_identity.autoscaler[*].id)
   }
 
+  # head_priority = "Spot": evicted (Preempt, about 30 s) when Azure needs the capacity back or
+  # the Spot price rises above head_max_price, and deallocated, not deleted: the OS disk (the
+  # Ray environment, checkpoints), the NIC and the public IP stay; `python -m driver start`
+  # starts it again.
+  priority        = var.head_priority
+  eviction_policy = var.head_priority == "Spot" ? "Deallocate" : null
+  max_bid_price   = var.head_priority == "Spot" ? var.head_max_price : null
+
   # Changing custom data replaces the VM (the head is rebuilt from its cloud-init).
   custom_data                = base64encode(local.custom_data["head"])
   allow_extension_operations = false

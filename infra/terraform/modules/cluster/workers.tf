@@ -23,6 +23,8 @@ module "worker_pool" {
     eviction_policy = each.value.eviction_policy
     max_price       = each.value.max_price
   }
+  zones                      = each.value.zones
+  zone_balance               = each.value.zone_balance
   termination_notice_minutes = var.worker_termination_notice_minutes
   automatic_repair = {
     enabled              = var.worker_automatic_repair_enabled

@@ -106,6 +106,11 @@ resource "azurerm_linux_virtual_machine_scale_set" "this" {
     }
   }
 
+  # The pool's availability zones (none: regional, as before zones), and whether Azure keeps the
+  # VMs strictly even across them (only with two zones or more: Azure refuses it otherwise).
+  zones        = length(var.zones) > 0 ? var.zones : null
+  zone_balance = length(var.zones) > 1 ? var.zone_balance : null
+
   priority        = var.spot.enabled ? "Spot" : "Regular"
   eviction_policy = var.spot.enabled ? var.spot.eviction_policy : null
   max_bid_price   = var.spot.enabled ? var.spot.max_price : null

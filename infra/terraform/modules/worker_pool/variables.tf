@@ -55,6 +55,16 @@ variable "spot" {
   description = "Spot VMs (eviction policy Delete or Deallocate, max price in US dollars per hour or -1 for the on-demand price), or regular ones (enabled = false)."
 }
 
+variable "zones" {
+  type        = list(string)
+  description = "Availability zones of the pool's VMs, e.g. [\"1\", \"2\"]; [] (regional): Azure places them in the region, in no zone it names."
+}
+
+variable "zone_balance" {
+  type        = bool
+  description = "With two zones or more: keep the pool's VMs spread evenly over its zones (Azure refuses a scale-out that would unbalance them)."
+}
+
 variable "termination_notice_minutes" {
   type        = number
   description = "Minutes between a regular worker's Terminate scheduled event and its deletion (Spot VMs cannot have it)."

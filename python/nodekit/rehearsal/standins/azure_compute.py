@@ -8,7 +8,8 @@ scale set — else ARM's 401 ``AuthenticationFailed`` / 403 ``AuthorizationFaile
 
 * ``GET /subscriptions/S/resourceGroups/G/providers/Microsoft.Compute/virtualMachineScaleSets/N``
   → the ``VirtualMachineScaleSet`` (``sku {name, tier, capacity}``, ``properties
-  {provisioningState, orchestrationMode, upgradePolicy, ...}``).
+  {provisioningState, orchestrationMode, upgradePolicy, ...}``; a zonal scale set's ``zones``
+  and ``properties.zoneBalance``, as its ``config.json`` entry names them).
 * ``PATCH`` (and ``PUT``) of the same path with ``{"sku": {"capacity": C}}`` → 200 with the
   scale set (``provisioningState: Updating``) and the long-running-operation headers
   ``Azure-AsyncOperation`` (``.../locations/L/operations/ID``) and ``Retry-After``; the
@@ -24,8 +25,9 @@ scale set — else ARM's 401 ``AuthenticationFailed`` / 403 ``AuthorizationFaile
   Either way nothing is created and the capacity stays as it was (the all-or-nothing answer;
   Azure may also leave instances ``Failed`` after a partial allocation, which is not played).
 * ``GET .../virtualMachineScaleSets/N/virtualMachines`` → ``{"value": [VirtualMachineScaleSetVM
-  {id, name "N_ID", instanceId, properties {provisioningState, vmId, osProfile {computerName},
-  networkProfile {networkInterfaces}}}]}``.
+  {id, name "N_ID", instanceId, zones, properties {provisioningState, vmId, osProfile
+  {computerName}, networkProfile {networkInterfaces}}}]}``; ``zones`` only in a zonal scale set:
+  one of its zones, in turn by instance id (Azure publishes no placement rule: the fake's own).
 * ``GET .../virtualMachineScaleSets/N/networkInterfaces`` (the Network provider's API) →
   ``{"value": [NetworkInterface {id, properties {primary, virtualMachine {id},
   ipConfigurations [{properties {privateIPAddress, primary}}]}}]}``.
@@ -176,7 +178,11 @@ def scale_set_config(
     ip_pool: list[str],
     sku: str = "Standard_D4s_v5",
     location: str = "westeurope",
+    zones: list[str] | None = None,
+    zone_balance: bool = False,
 ) -> dict[str, Any]:
+    """A scale set for ``compute_config``; ``zones``: its availability zones (none: regional),
+    ``zone_balance``: kept strictly even across them (the stacks' pool settings)."""
     return {
         "subscription": subscription,
         "group": group,
@@ -184,6 +190,8 @@ def scale_set_config(
         "sku": sku,
         "location": location,
         "ip_pool": ip_pool,
+        "zones": list(zones or []),
+        "zone_balance": bool(zone_balance),
     }
 
 
@@ -586,7 +594,7 @@ class FakeCompute(_Server):
         )
 
     def _scale_set_doc(self, s: dict[str, Any], state: str) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "id": self._scale_set_id(s),
             "name": s["name"],
             "type": "Microsoft.Compute/virtualMachineScaleSets",
@@ -602,10 +610,18 @@ class FakeCompute(_Server):
                 "uniqueId": str(uuid.uuid5(uuid.NAMESPACE_URL, self._scale_set_id(s))),
             },
         }
+        zones = s.get("zones") or []
+        if zones:  # Azure leaves both out of a regional scale set
+            doc["zones"] = list(zones)
+            doc["properties"]["zoneBalance"] = bool(s.get("zone_balance"))
+        return doc
 
     def _vm_doc(self, s: dict[str, Any], i: dict[str, Any]) -> dict[str, Any]:
         vm_id = f"{self._scale_set_id(s)}/virtualMachines/{i['instanceId']}"
+        zones = s.get("zones") or []
+        placed = {"zones": [zones[int(i["instanceId"]) % len(zones)]]} if zones else {}
         return {
+            **placed,
             "id": vm_id,
             "name": f"{s['name']}_{i['instanceId']}",
             "type": "Microsoft.Compute/virtualMachineScaleSets/virtualMachines",

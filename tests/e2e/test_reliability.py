@@ -342,16 +342,23 @@ TARGET_ITERATION = 15
 """The worker case's target: a few iterations after the notice, many after its rebuild."""
 WORKER_BATCH = 1000
 """The worker case's env steps per iteration: a quarter of CartPole's, so that an iteration
-ends (and the job reads the notice) well within Preempt's 30 s on a loaded machine (a default
-iteration took 60 s at a load of 37 on 2 cores)."""
+ends (and the job reads the notice) soon (a default iteration took 60 s at a load of 37 on 2
+cores)."""
+NOTICE = {"head": ("Preempt", 30), "worker": ("Terminate", 300)}
+"""Each case's event and its seconds: Spot's Preempt for the head; for the learner actor's
+worker, the Terminate of a scale-in (Azure's shortest, 5 min). A learner actor's checkpoint
+goes through a new actor RLlib starts on its node, which on this 2-core machine at the suite's
+load took longer than Preempt's 30 s allow (the job then says "too little time", as it should:
+a timing, not what this test proves)."""
 
 
 @pytest.mark.parametrize("where", ["head", "worker"])
 def test_an_eviction_notice_for_the_learners_node_publishes_a_checkpoint_before_it_goes(
     rehearsal: RehearsalCluster, tmp_path: Path, where: str
 ) -> None:
-    """A Preempt notice (30 s, as Spot's) for the node that holds the learner: the job's own
-    process on the head, or a learner actor on a worker (``--num-learners 1``). The job, which
+    """An eviction notice for the node that holds the learner: the job's own process on the
+    head (Preempt, 30 s, as Spot's), or a learner actor on a worker (``--num-learners 1``,
+    Terminate: :data:`NOTICE`). The job, which
     saves no periodic checkpoints, holds the node, checkpoints at once and publishes the
     checkpoint in the results storage before the notice's end; the node's watcher waited for
     its hold, then (a worker) stopped Ray or (the head) left Ray running. A learner actor's job
@@ -388,7 +395,8 @@ def test_an_eviction_notice_for_the_learners_node_publishes_a_checkpoint_before_
     imds = FakeImds(StateFolder(imds_dir))
     instance = json.loads((imds_dir / "config.json").read_text())["compute"]["name"]
     posted = time.time()
-    event = imds.schedule("Preempt", [instance], not_before_s=30)
+    kind, notice_s = NOTICE[where]
+    event = imds.schedule(kind, [instance], not_before_s=notice_s)
 
     def said() -> str | None:
         r = run_driver(
@@ -397,17 +405,17 @@ def test_an_eviction_notice_for_the_learners_node_publishes_a_checkpoint_before_
         return next((ln for ln in r.stdout.splitlines() if ln.startswith("notice: ")), None)
 
     line = _until(said, 120, "the job's notice line", every=2)
-    assert line.startswith(f"notice: Azure Preempt for {ip} (event {event}): checkpoint at "), line
+    assert line.startswith(f"notice: Azure {kind} for {ip} (event {event}): checkpoint at "), line
     iteration = int(line.split("checkpoint at iteration ")[1].split()[0])
     assert " published in " in line and " s before the deadline" in line, line
     pointer = _until(lambda: store.pointer(sid), 30, "the published pointer")
     assert pointer["iteration"] == iteration, (pointer, line)
-    assert pointer["published"] < posted + 30  # durable before the notice's end
+    assert pointer["published"] < posted + notice_s  # durable before the notice's end
 
     # This event acknowledged (the node's earlier tests' events may be there too).
     _until(lambda: event in [a["EventId"] for a in imds.acks()], 60, "the acknowledgement")
     journal = _journal(cluster, node)
-    start = journal.find(f"Preempt event {event} for this VM")
+    start = journal.find(f"{kind} event {event} for this VM")
     assert start >= 0, journal
     log = journal[start:]  # this event's lines
     steps = [log.find(w) for w in ("notice published for Ray node ", f"released by {sid}")]
@@ -827,9 +835,11 @@ def test_a_tune_trial_whose_worker_dies_right_after_a_checkpoint_goes_on_from_th
     checkpoint every 2 iterations, FailureConfig) runs on the workers. The moment Tune reports
     a trial's checkpoint of iteration 4 (the sweep's callback prints it), that trial's worker
     crashes (no drain: its disk never uploads anything more) and a new one boots, as the scale
-    set's repair brings one. The trial goes on on the new worker from exactly that checkpoint:
-    8 iterations in all, 8 - 4 since its restore, read from the cluster storage; the other
-    trial runs on untouched; Ray saw the old worker die."""
+    set's repair brings one. The trial goes on on a live worker from exactly the last
+    checkpoint Tune reported for it on the lost worker (that one, or a later one when the
+    sweep outran the crash, as at the suite's load: iteration 6): 8 iterations in all, 8 minus
+    that iteration since its restore, read from the cluster storage; the other trial runs on
+    untouched; Ray saw the old worker die."""
     cluster = Rehearsal(rehearsal.name)
     home = tmp_path / "home"
     name = f"sweep-crash-{RUN}"
@@ -858,8 +868,17 @@ def test_a_tune_trial_whose_worker_dies_right_after_a_checkpoint_goes_on_from_th
     assert len(trials) == 2, lines[-40:]
     assert all(t["iterations"] == 8 for t in trials.values()), trials
     hit = trials[reported["trial"]]
-    assert hit["node_ip"] == new.ip, (new.ip, hit)
-    assert hit["since_restore"] == 8 - reported["iteration"], (reported, hit)
+    # On a live worker: the new one, or the other one once its trial left it room.
+    alive = _alive_workers(rehearsal)
+    assert new.ip in alive and lost not in alive and hit["node_ip"] in alive, (alive, lost, hit)
+    before = [
+        c
+        for c in (json.loads(ln[11:]) for ln in lines if ln.startswith("CHECKPOINT "))
+        if c["trial"] == reported["trial"] and c["node_ip"] == lost
+    ]
+    last = max(c["iteration"] for c in before)
+    assert last >= reported["iteration"] and last < 8, before
+    assert hit["since_restore"] == 8 - last, (before, hit)
     [other] = [t for t in trials.values() if t is not hit]
     assert other["node_ip"] != lost and other["since_restore"] == 8, other
     nodes = [n for n in _ray_nodes(rehearsal) or [] if n["node_ip"] == lost]

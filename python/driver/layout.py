@@ -43,7 +43,8 @@ AUTOSCALER_CONFIG = f"{CONFIG_DIR}/autoscaler.yaml"
 AUTOSCALER_SCORER = "azure_vmss_provider.availability_scorer"
 """On the head with scaling_mode = "ray": Ray's RAY_AUTOSCALER_UTILIZATION_SCORER, the node
 provider's scorer that ranks a pool Azure refused after those that can serve the demand
-(python/nodekit/node/azure_vmss_provider.py's SCORER, held equal by a test)."""
+(python/nodekit/node/azure_vmss_provider.py's availability_scorer, as the head imports that
+module: a test holds the name to it)."""
 OS_PACKAGES = f"{CONFIG_DIR}/os-packages.txt"
 """The Debian/Ubuntu packages the bootstrap installs, one a line."""
 NODE_ENV = f"{CONFIG_DIR}/node.env"

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from harness import blobsync, loop, notice
+from notice_support import put_notice
 from support import REPO
 
 pytestmark = pytest.mark.slow
@@ -63,22 +64,6 @@ def _worker_ids() -> list[str]:
     return [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
 
 
-def _put_notice(node_id: str, event_id: str, not_before: float) -> None:
-    from ray.experimental.internal_kv import _internal_kv_put
-
-    value = {
-        "node_id": node_id,
-        "node_ip": "10.0.0.7",
-        "event_id": event_id,
-        "event_type": "Preempt",
-        "not_before": not_before,
-        "announced": time.time(),
-    }
-    _internal_kv_put(
-        notice.NOTICE_PREFIX + node_id, json.dumps(value), namespace=notice.KV_NAMESPACE
-    )
-
-
 def test_a_learner_actors_node_that_goes_after_its_notice_checkpoint_is_trained_on_elsewhere(
     two_nodes: Any, tmp_path: Path
 ) -> None:
@@ -113,7 +98,7 @@ def test_a_learner_actors_node_that_goes_after_its_notice_checkpoint_is_trained_
         for line in child.stdout:
             lines.append(line.rstrip("\n"))
             if line.startswith("iter    2 "):  # the learner is on the worker, training
-                _put_notice(old, event, time.time() + 120)
+                put_notice(old, event, time.time() + 120)
             elif line.startswith("notice: Azure Preempt"):
                 # What the node's watcher does once the job released it (Ray stopped), and the
                 # autoscaler's replacement.

@@ -906,7 +906,8 @@ def test_rays_autoscaler_routes_demand_around_a_refused_pool_and_back(
 
     # Ray's scheduler loads its scorer by name when the autoscaler starts (the head's bootstrap
     # sets the variable to layout.AUTOSCALER_SCORER, the module as the head imports it).
-    assert vp.SCORER == layout.AUTOSCALER_SCORER
+    module = vp.MODULE.rsplit(".", 1)[0]  # the provider's module, as the head imports it
+    assert f"{module}.{vp.availability_scorer.__name__}" == layout.AUTOSCALER_SCORER
     monkeypatch.setenv("RAY_AUTOSCALER_UTILIZATION_SCORER", f"{vp.__name__}.availability_scorer")
     clock = Clock()
     config, p = spot_and_workers(azure, clock)

@@ -134,9 +134,6 @@ not offered); ``OperationNotAllowed`` counts when its message is about quota
 BACKOFF_FIRST_S = 60.0
 """How long a pool Azure refused is backed off after the first refusal; doubled at each next
 one in a row (:func:`backoff_s`)."""
-SCORER = "azure_vmss_provider.availability_scorer"
-"""Ray's RAY_AUTOSCALER_UTILIZATION_SCORER on the head (the bootstrap sets it): the provider's
-module as the head imports it."""
 
 
 def backoff_s(refusals: int) -> float:

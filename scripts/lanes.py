@@ -11,17 +11,129 @@ lane's pytest did, or failed only by tests that then passed when rerun alone (``
 test.sh to rerun them alone once the lanes have ended; ``--rerun`` reads that rerun's JUnit XML.
 A test that failed in its lane and passed alone is listed as such (a test that fails under the
 lanes' load: a flake to fix, never hidden), and no longer fails the suite.
+
+The lanes themselves are planned here too, by what their tests cost:
+
+    python scripts/lanes.py --plan
+    python scripts/lanes.py --record NAME=RC:JUNIT_XML [...]
+
+``--plan`` prints one line per lane, ``NAME|VAR=VALUE ...|TEST_FILE ...``, which
+test.sh runs side by side: the files of :data:`PINNED` stay in their lane (a rehearsal cluster
+of the lane's own, root), and every other test file goes, longest first, to the lane whose
+tests add up to the least so far (the longest-processing-time rule), by the seconds each file
+took in a whole run (:data:`COSTS`; a file not in it counts as the median file). ``--record``
+rewrites :data:`COSTS` from a run's JUnit XMLs (`.pytest_cache/lanes/*.xml`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+COSTS = REPO / "tests" / "lane_costs.json"
+"""Seconds per test file (set-up included) in a whole run of the lanes, from ``--record``."""
+
+PINNED: dict[str, tuple[str, ...]] = {
+    "unit": (),
+    # The session's rehearsal cluster (tests/e2e/conftest.py), for what no other lane claims.
+    "e2e": ("tests/e2e",),
+    # The reliability tests take nodes away and bring them back (~15 min of the e2e tests): on a
+    # cluster of their own, the others' cluster goes on beside them.
+    "reliability": ("tests/e2e/test_reliability.py",),
+    "autoscale": ("tests/e2e/test_autoscale.py",),  # its own cluster, scaling mode ray
+    # Its own cluster, then tests/system: both mostly waiting (idle periods, the network).
+    "autostop": ("tests/e2e/test_autostop.py", "tests/system"),
+    "bench": (),
+}
+"""The lanes, in the order test.sh starts them (the first runs in the foreground, its output
+live), with the test files or folders that must run in them; a longer path wins."""
+
+PACKED = ("unit", "bench", "e2e")
+"""The lanes the other test files are packed onto. A lane's packed files run before its pinned
+ones: the e2e lane's cluster then boots after the start's rush (every lane's first imports, the
+other clusters' boots). The lanes with long cluster tests take none: a session's cluster stays
+up, idle, until its pytest ends."""
+
+ENV: dict[str, dict[str, str]] = {
+    "reliability": {"RAYDRIVER_E2E_NAME": "rel", "RAYDRIVER_E2E_SUBNET": "10.216.0.0/24"},
+}
+"""A lane's environment: the reliability lane's cluster beside the e2e lane's (the defaults of
+tests/e2e/rehearsal_cluster.py)."""
+
+
+def test_files(root: Path = REPO) -> list[str]:
+    """Every test file of the suite, relative to the checkout, in name order."""
+    return sorted(str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py"))
+
+
+def pinned_lane(path: str) -> str | None:
+    """The lane a test file must run in (the longest matching entry of PINNED), if any."""
+    best: tuple[int, str] | None = None
+    for lane, paths in PINNED.items():
+        for pin in paths:
+            if (path == pin or path.startswith(pin + "/")) and (best is None or len(pin) > best[0]):
+                best = (len(pin), lane)
+    return best[1] if best else None
+
+
+def plan(files: list[str], costs: dict[str, float]) -> dict[str, list[str]]:
+    """The lanes' test files: pinned ones in their lane, the others packed longest first onto
+    the lane of PACKED with the least cost so far (ties: the earlier lane); in each lane the
+    packed files first, then the pinned ones, each in name order."""
+    known = sorted(costs[f] for f in files if f in costs)
+    default = statistics.median(known) if known else 1.0
+    cost = {f: costs.get(f, default) for f in files}
+    pinned: dict[str, list[str]] = {name: [] for name in PINNED}
+    packed: dict[str, list[str]] = {name: [] for name in PINNED}
+    free = []
+    for f in files:
+        lane = pinned_lane(f)
+        if lane is None:
+            free.append(f)
+        else:
+            pinned[lane].append(f)
+    total = {name: sum(cost[f] for f in fs) for name, fs in pinned.items()}
+    for f in sorted(free, key=lambda f: (-cost[f], f)):
+        # pytest cannot hold two test modules of one name in a run (no __init__.py files).
+        fits = [
+            name
+            for name in PACKED
+            if all(Path(g).name != Path(f).name for g in pinned[name] + packed[name])
+        ]
+        if not fits:
+            raise SystemExit(f"lanes.py: no lane can take {f}: each has a test module of its name")
+        lane = min(fits, key=lambda name: (total[name], PACKED.index(name)))
+        packed[lane].append(f)
+        total[lane] += cost[f]
+    return {name: sorted(packed[name]) + sorted(pinned[name]) for name in PINNED}
+
+
+def record(lanes: list[Lane], path: Path = COSTS) -> dict[str, float]:
+    """Seconds per test file from the lanes' reports, written to ``path`` (a file that no
+    longer exists is left out)."""
+    per_file: dict[str, float] = {}
+    for lane in lanes:
+        for seconds, name in lane.tests:
+            classname, _, test = name.partition("::")
+            f = node_id(classname, test).split("::")[0]
+            per_file[f] = per_file.get(f, 0.0) + seconds
+    costs = {f: round(s, 1) for f, s in sorted(per_file.items()) if (REPO / f).is_file()}
+    path.write_text(json.dumps(costs, indent=1) + "\n")
+    return costs
+
+
+def print_plan(costs_path: Path = COSTS) -> None:
+    costs = json.loads(costs_path.read_text()) if costs_path.is_file() else {}
+    for name, files in plan(test_files(), costs).items():
+        env = " ".join(f"{k}={v}" for k, v in ENV.get(name, {}).items())
+        print(f"{name}|{env}|{' '.join(files)}")
 
 
 @dataclass
@@ -176,8 +288,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--print-failed", action="store_true", help="print the failed tests' node ids, only"
     )
-    parser.add_argument("lanes", nargs="+", metavar="NAME=RC:JUNIT_XML")
+    parser.add_argument(
+        "--plan", action="store_true", help="print the lanes' test files (see above), only"
+    )
+    parser.add_argument(
+        "--record", action="store_true", help=f"rewrite {COSTS.relative_to(REPO)} from the lanes"
+    )
+    parser.add_argument("lanes", nargs="*", metavar="NAME=RC:JUNIT_XML")
     args = parser.parse_args(argv)
+    if args.plan:
+        print_plan()
+        return 0
+    if not args.lanes:
+        parser.error("give the lanes: NAME=RC:JUNIT_XML ...")
+    if args.record:
+        costs = record([parse_lane(spec) for spec in args.lanes])
+        print(f"{COSTS.relative_to(REPO)}: {len(costs)} files, {sum(costs.values()):.0f} s")
+        return 0
     if args.print_failed:
         for lane in (parse_lane(spec) for spec in args.lanes):
             for test in lane.failed_ids:

@@ -6,7 +6,7 @@
 #   - .tools/checkov: checkov in its own environment (its pins conflict with Ray's), a link to
 #     ~/.cache/azure-ray-rl/checkov-<key>, built once per requirements file and Python
 #   - whatever scripts/setup.d/*.sh prepare (cached under .tools/ and .rehearsal/)
-# Without arguments: the suite in four lanes (see below). With arguments: one pytest run with
+# Without arguments: the suite in six lanes (see below). With arguments: one pytest run with
 # them, e.g. ./scripts/test.sh tests/unit -m "not slow".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -153,69 +153,54 @@ if [ $# -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 
-# The whole suite in five lanes side by side, each running its tests one at a time in
-# collection order:
-#   e2e:       the end-to-end tests on the session's rehearsal cluster;
-#   autoscale: the autoscale e2e tests (a cluster of their own, scaling mode ray), then the
-#              examples' local runs (on a local Ray head of the lane's own);
-#   bench:     the benchmarks' smoke runs that need no root (a local Ray head of its own; in the
-#              autoscale lane they made that lane the last to end by ~10 min on a fresh machine),
-#              then the local jobs' tests, the local fallback's and the wheel's (the unit lane's
-#              longest files: ~1,000 s of its ~3,000 on 2 cores, which made it end ~10 min after
-#              every other lane; in a cold run after the move, bench 1,790 s + 211 s of the
-#              fallback, unit 2,305 s - 211 s, e2e 2,164 s), and the linters (mypy: ~260 s in
-#              CI, whose unit lane still ended last, 2,785 s against bench's 2,014 s);
-#   autostop:  the autostop e2e tests (a cluster of their own; mostly waiting for idle
-#              periods), then the system tests (mostly waiting on the network) and the local
-#              heads' own tests;
-#   unit:      the other unit tests, with their output here.
-# The lanes take about equally long on 2 cores (987-1,119 s in three cold runs, within 135 s of
-# each other), so the CPUs stay busy to the end: the end-to-end tests mostly wait (booting
-# containers, Ray's and autostop's idle timeouts), the unit tests mostly compute.
-# scripts/lanes.py prints the background lanes' logs and one closing line for all.
+# The whole suite in six lanes side by side, each running its tests one at a time. Which test
+# files go where is planned by scripts/lanes.py (--plan) from what each file cost in a whole
+# run (tests/lane_costs.json, refreshed with --record): the files that need a rehearsal cluster
+# of the lane's own stay in their lane (e2e: the session's cluster; reliability: the tests that
+# take nodes away, on a cluster of their own; autoscale: scaling mode ray; autostop: its idle
+# periods, then tests/system), and every other file goes, longest first, to whichever of the
+# unit, bench and e2e lanes has the least so far (in e2e before its cluster tests, so that its
+# cluster boots after the start's rush). The unit lane runs here, its output live; the others
+# log to $LANES/. scripts/lanes.py prints the background lanes' logs and one closing line for
+# all. How long each lane took, and the load: benchmarks/README.md.
 LANES=.pytest_cache/lanes
-AUTOSCALE=(tests/e2e/test_autoscale.py tests/unit/test_examples.py)
-BENCH=(tests/unit/test_benchmark_smoke.py tests/unit/test_local_jobs.py
-    tests/unit/test_driver_local_fallback.py tests/unit/test_wheel.py tests/unit/test_lint.py)
-AUTOSTOP=(tests/e2e/test_autostop.py tests/system tests/unit/test_local_heads.py)
-OWN_CLUSTERS=(tests/e2e/test_autoscale.py tests/e2e/test_autostop.py)
 rm -rf "$LANES" && mkdir -p "$LANES"
-log "pytest, five lanes: e2e, autoscale, autostop and bench (logs in $LANES/), unit (here)"
+mapfile -t PLAN < <(.venv/bin/python scripts/lanes.py --plan)
 # A background command of a script ignores SIGINT, and so would every process it starts
 # (Python keeps an ignored SIGINT: no KeyboardInterrupt); the e2e tests stop the driver with
 # Ctrl-C as a user does, so each lane gets SIGINT back before pytest starts. Only ever run in
 # the background (`lane ... &`): it replaces its shell with pytest, so $! is pytest itself.
 lane() {
     trap - INT QUIT
-    exec .venv/bin/python -m pytest "$@"
+    exec env "$@"
 }
-lane tests/e2e "${OWN_CLUSTERS[@]/#/--ignore=}" \
-    --junitxml="$LANES/e2e.xml" >"$LANES/e2e.log" 2>&1 &
-e2e=$!
-lane "${AUTOSCALE[@]}" --junitxml="$LANES/autoscale.xml" >"$LANES/autoscale.log" 2>&1 &
-autoscale=$!
-lane "${AUTOSTOP[@]}" --junitxml="$LANES/autostop.xml" >"$LANES/autostop.log" 2>&1 &
-autostop=$!
-lane "${BENCH[@]}" --junitxml="$LANES/bench.xml" >"$LANES/bench.log" 2>&1 &
-bench=$!
+NAMES=()
+PIDS=()
+for line in "${PLAN[@]:1}"; do
+    IFS='|' read -r name vars files <<<"$line"
+    read -r -a vars <<<"$vars"
+    read -r -a files <<<"$files"
+    lane "${vars[@]}" .venv/bin/python -m pytest "${files[@]}" --junitxml="$LANES/$name.xml" \
+        >"$LANES/$name.log" 2>&1 &
+    NAMES+=("$name")
+    PIDS+=($!)
+done
+log "pytest, ${#PLAN[@]} lanes: ${NAMES[*]} (logs in $LANES/), ${PLAN[0]%%|*} (here)"
 # Ctrl-C or a failed host lane never leaves the others running (SIGINT: their clusters go down).
-trap 'kill -INT "$e2e" "$autoscale" "$autostop" "$bench" 2>/dev/null || true' EXIT
-rc_unit=0
-.venv/bin/python -m pytest --ignore=tests/e2e "${AUTOSCALE[@]/#/--ignore=}" \
-    "${AUTOSTOP[@]/#/--ignore=}" "${BENCH[@]/#/--ignore=}" --junitxml="$LANES/unit.xml" ||
-    rc_unit=$?
-rc_e2e=0
-wait "$e2e" || rc_e2e=$?
-rc_autoscale=0
-wait "$autoscale" || rc_autoscale=$?
-rc_autostop=0
-wait "$autostop" || rc_autostop=$?
-rc_bench=0
-wait "$bench" || rc_bench=$?
+trap 'kill -INT "${PIDS[@]}" 2>/dev/null || true' EXIT
+IFS='|' read -r here here_vars here_files <<<"${PLAN[0]}"
+read -r -a here_vars <<<"$here_vars"
+read -r -a here_files <<<"$here_files"
+rc_here=0
+env "${here_vars[@]}" .venv/bin/python -m pytest "${here_files[@]}" \
+    --junitxml="$LANES/$here.xml" || rc_here=$?
+RESULTS=("$here=$rc_here:$LANES/$here.xml")
+for i in "${!PIDS[@]}"; do
+    rc=0
+    wait "${PIDS[$i]}" || rc=$?
+    RESULTS+=("${NAMES[$i]}=$rc:$LANES/${NAMES[$i]}.xml")
+done
 trap - EXIT
-RESULTS=("unit=$rc_unit:$LANES/unit.xml" "e2e=$rc_e2e:$LANES/e2e.xml"
-    "autoscale=$rc_autoscale:$LANES/autoscale.xml" "autostop=$rc_autostop:$LANES/autostop.xml"
-    "bench=$rc_bench:$LANES/bench.xml")
 # A few failed tests are rerun alone, now that the lanes have ended: on 2 cores the lanes keep
 # the load at 10-20, and a test whose process misses a bound of Ray's own (a node's 30 s to
 # register) or of the test's there passes alone. scripts/lanes.py lists each such test as
@@ -233,6 +218,7 @@ if [ "${#failed[@]}" -ge 1 ] && [ "${#failed[@]}" -le "$RERUN_MAX" ]; then
 fi
 mv "$LOAD_LOG" "$LANES/load.txt"
 echo "(the whole run: $(($(date +%s) - STARTED)) s)"
-exec .venv/bin/python scripts/lanes.py --load "$LANES/load.txt" \
-    --log "$LANES/e2e.log" --log "$LANES/autoscale.log" --log "$LANES/autostop.log" \
-    --log "$LANES/bench.log" "${RERUN[@]}" "${RESULTS[@]}"
+LOGS=()
+for name in "${NAMES[@]}"; do LOGS+=(--log "$LANES/$name.log"); done
+exec .venv/bin/python scripts/lanes.py --load "$LANES/load.txt" "${LOGS[@]}" "${RERUN[@]}" \
+    "${RESULTS[@]}"

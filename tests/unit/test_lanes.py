@@ -3,6 +3,7 @@ line for the suite, exit status 0 only when every lane passed)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import lanes
@@ -194,3 +195,86 @@ def test_failures_alike_are_shown_once(tmp_path: Path, capsys: pytest.CaptureFix
         "-- unit: tests/unit/test_lanes.py::test_b",
         "   (the same as the one above)",
     ]
+
+
+# -- the plan: which test files run in which lane ---------------------------------------------
+
+
+def test_the_plan_runs_every_test_file_once_and_the_pinned_ones_in_their_lane() -> None:
+    files = lanes.test_files()
+    planned = lanes.plan(files, json.loads(lanes.COSTS.read_text()))
+    everywhere = [f for fs in planned.values() for f in fs]
+    assert sorted(everywhere) == files and len(set(everywhere)) == len(files)
+    assert planned["reliability"] == ["tests/e2e/test_reliability.py"]
+    assert planned["autoscale"] == ["tests/e2e/test_autoscale.py"]
+    assert "tests/e2e/test_autostop.py" in planned["autostop"]
+    assert {f for f in files if f.startswith("tests/system/")} <= set(planned["autostop"])
+    e2e = [f for f in files if f.startswith("tests/e2e/")]
+    assert set(e2e) - set(planned["e2e"]) == {
+        "tests/e2e/test_reliability.py", "tests/e2e/test_autoscale.py", "tests/e2e/test_autostop.py"
+    }  # fmt: skip
+    for name, fs in planned.items():  # pytest cannot hold two modules of one name in a run
+        assert len({Path(f).name for f in fs}) == len(fs), name
+
+
+def test_files_are_packed_longest_first_onto_the_lane_with_the_least_so_far() -> None:
+    files = [
+        "tests/e2e/test_reliability.py",
+        "tests/e2e/test_x.py",
+        "tests/unit/test_a.py",
+        "tests/unit/test_b.py",
+        "tests/unit/test_c.py",
+        "tests/unit/test_d.py",
+        "tests/unit/test_new.py",
+    ]
+    costs = {
+        "tests/e2e/test_reliability.py": 900.0,
+        "tests/e2e/test_x.py": 300.0,
+        "tests/unit/test_a.py": 500.0,
+        "tests/unit/test_b.py": 400.0,
+        "tests/unit/test_c.py": 100.0,
+        "tests/unit/test_d.py": 50.0,
+    }
+    planned = lanes.plan(files, costs)
+    # Lanes start at their pinned files' cost (e2e 300). Longest first: a 500 -> unit (0),
+    # b 400 -> bench (0), the new file (the median file: 350) -> e2e (300), c 100 -> bench
+    # (400), d 50 -> unit (500, tied with bench: the earlier lane).
+    assert planned["unit"] == ["tests/unit/test_a.py", "tests/unit/test_d.py"]
+    assert planned["bench"] == ["tests/unit/test_b.py", "tests/unit/test_c.py"]
+    # the e2e lane's packed files run before its cluster's tests
+    assert planned["e2e"] == ["tests/unit/test_new.py", "tests/e2e/test_x.py"]
+    assert planned["reliability"] == ["tests/e2e/test_reliability.py"]
+
+
+def test_a_module_is_never_packed_beside_one_of_its_name() -> None:
+    files = ["tests/e2e/test_same.py", "tests/unit/test_same.py", "tests/unit/test_big.py"]
+    costs = {
+        "tests/e2e/test_same.py": 10.0,
+        "tests/unit/test_same.py": 5.0,
+        "tests/unit/test_big.py": 50.0,
+    }
+    planned = lanes.plan(files, costs)
+    assert "tests/unit/test_same.py" not in planned["e2e"]
+
+
+def test_record_writes_each_files_seconds_from_the_lanes_reports(tmp_path: Path) -> None:
+    xml = tmp_path / "u.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest" tests="3" failures="0" errors="0" skipped="0"'
+        ' time="9">'
+        '<testcase classname="tests.unit.test_lanes" name="test_a" time="2.5"/>'
+        '<testcase classname="tests.unit.test_lanes" name="test_b[x]" time="1.0"/>'
+        '<testcase classname="tests.unit.test_gone" name="test_c" time="4.0"/>'
+        "</testsuite></testsuites>"
+    )
+    out = tmp_path / "costs.json"
+    costs = lanes.record([lanes.parse_lane(f"unit=0:{xml}")], out)
+    assert costs == {"tests/unit/test_lanes.py": 3.5}  # a file that no longer exists is left out
+    assert json.loads(out.read_text()) == costs
+
+
+def test_the_committed_costs_name_only_files_that_exist() -> None:
+    """A renamed or removed test file: run the suite and `scripts/lanes.py --record` its lanes."""
+    costs = json.loads(lanes.COSTS.read_text())
+    assert set(costs) <= set(lanes.test_files()), set(costs) - set(lanes.test_files())
+    assert len(costs) >= 0.9 * len(lanes.test_files())

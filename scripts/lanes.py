@@ -48,12 +48,14 @@ PINNED: dict[str, tuple[str, ...]] = {
     # cluster of their own, the others' cluster goes on beside them.
     "reliability": ("tests/e2e/test_reliability.py",),
     "autoscale": ("tests/e2e/test_autoscale.py",),  # its own cluster, scaling mode ray
-    # Its own cluster, then tests/system: both mostly waiting (idle periods, the network).
-    "autostop": ("tests/e2e/test_autostop.py", "tests/system"),
+    # tests/system, then a cluster of its own: both mostly waiting (the network, idle periods);
+    # its cluster boots after the start's rush.
+    "autostop": ("tests/system", "tests/e2e/test_autostop.py"),
     "bench": (),
 }
 """The lanes, in the order test.sh starts them (the first runs in the foreground, its output
-live), with the test files or folders that must run in them; a longer path wins."""
+live), with the test files or folders that must run in them, in the order they run (a longer
+path wins)."""
 
 PACKED = ("unit", "bench", "e2e")
 """The lanes the other test files are packed onto. A lane's packed files run before its pinned
@@ -78,7 +80,7 @@ def pinned_lane(path: str) -> str | None:
     best: tuple[int, str] | None = None
     for lane, paths in PINNED.items():
         for pin in paths:
-            if (path == pin or path.startswith(pin + "/")) and (best is None or len(pin) > best[0]):
+            if _under(path, pin) and (best is None or len(pin) > best[0]):
                 best = (len(pin), lane)
     return best[1] if best else None
 
@@ -86,7 +88,7 @@ def pinned_lane(path: str) -> str | None:
 def plan(files: list[str], costs: dict[str, float]) -> dict[str, list[str]]:
     """The lanes' test files: pinned ones in their lane, the others packed longest first onto
     the lane of PACKED with the least cost so far (ties: the earlier lane); in each lane the
-    packed files first, then the pinned ones, each in name order."""
+    packed files first, in name order, then the pinned ones, in PINNED's order."""
     known = sorted(costs[f] for f in files if f in costs)
     default = statistics.median(known) if known else 1.0
     cost = {f: costs.get(f, default) for f in files}
@@ -112,7 +114,17 @@ def plan(files: list[str], costs: dict[str, float]) -> dict[str, list[str]]:
         lane = min(fits, key=lambda name: (total[name], PACKED.index(name)))
         packed[lane].append(f)
         total[lane] += cost[f]
-    return {name: sorted(packed[name]) + sorted(pinned[name]) for name in PINNED}
+
+    def pin_order(f: str) -> tuple[int, str]:
+        pins = PINNED[pinned_lane(f) or ""]
+        matching = [i for i, pin in enumerate(pins) if _under(f, pin)]
+        return (max(matching, key=lambda i: len(pins[i])), f)
+
+    return {name: sorted(packed[name]) + sorted(pinned[name], key=pin_order) for name in PINNED}
+
+
+def _under(path: str, pin: str) -> bool:
+    return path == pin or path.startswith(pin + "/")
 
 
 def record(lanes: list[Lane], path: Path = COSTS) -> dict[str, float]:

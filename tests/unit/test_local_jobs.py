@@ -157,7 +157,7 @@ def test_ctrl_c_leaves_the_job_running(driver_home: Path) -> None:
     _, err = proc.communicate(timeout=driver_timeout(["submit", "sleep.py"]))
     assert proc.returncode == 130, err
     assert "job int-1 keeps running" in err
-    assert "python -m driver stop int-1" in err
+    assert "python -m driver job cancel int-1" in err
     assert "Traceback" not in err
     assert _status("int-1", driver_home) == "RUNNING"
     assert run_driver("stop", "int-1", home=driver_home).returncode == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,8 +80,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
             for p in text.split("\n\n")
         )
 
-    def add_usage(self, usage, actions, groups, prefix=None):  # type: ignore[no-untyped-def]
-        actions = list(actions)
+    def add_usage(
+        self,
+        usage: str | None,
+        actions: Iterable[argparse.Action],
+        groups: Iterable[Any],
+        prefix: str | None = None,
+    ) -> None:
+        actions, groups = list(actions), list(groups)
         optional = [a for a in actions if a.option_strings and not _required(a, groups)]
         if usage is None and len(optional) > USAGE_OPTIONS:
             rest = [a for a in actions if a not in optional]

@@ -45,7 +45,7 @@ def test_submit_succeeding_script_exits_0(driver_home: Path, tmp_path: Path) -> 
     assert "GREETING hello" in r.stdout
     assert (tmp_path / "res" / "ok-1" / "out.txt").read_text() == "done\n"
     assert "Job ok-1 succeeded." in r.stderr
-    assert "python -m driver logs ok-1 --follow" in r.stderr  # next commands are printed
+    assert "python -m driver job logs ok-1 --follow" in r.stderr  # next commands are printed
     assert _status("ok-1", driver_home) == "SUCCEEDED"
 
 

@@ -320,14 +320,14 @@ def test_the_docs_name_every_verb_of_the_driver() -> None:
     assert sorted(commands - named) == []
 
 
-def _complete(script: str, words: list[str]) -> list[str]:
+def _complete(script: str, words: list[str], cwd: Path | None = None) -> list[str]:
     """What bash offers after ``words`` (the last one being typed), with ``script`` loaded."""
     array = " ".join(shlex.quote(w) for w in words)
     code = (
         f"{script}\nCOMP_WORDS=({array}); COMP_CWORD={len(words) - 1}; "
         "_shtab_raydriver; printf '%s\\n' \"${COMPREPLY[@]}\""
     )
-    r = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60, cwd=cwd)
     assert r.returncode == 0, r.stderr
     return r.stdout.split()
 
@@ -345,6 +345,12 @@ def test_the_bash_completion_offers_groups_verbs_and_flags(tmp_path: Path) -> No
         "--template",
     ]
     assert _complete(r.stdout, [COMMAND, "job", "submit", "--subm"]) == ["--submission-id"]
+    # Paths where an argument names one: a script, a file, a folder.
+    (tmp_path / "train.py").touch()
+    (tmp_path / "infra").mkdir()
+    assert _complete(r.stdout, [COMMAND, "job", "submit", "tr"], tmp_path) == ["train.py"]
+    up = [COMMAND, "cluster", "up", "--terraform-dir", "in"]
+    assert _complete(r.stdout, up, tmp_path) == ["infra"]
 
 
 def test_the_zsh_completion_is_for_the_console_script(capsys: pytest.CaptureFixture[str]) -> None:
@@ -359,3 +365,13 @@ def test_completion_names_what_is_installed() -> None:
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts[COMMAND] == "driver.cli:main"
     assert set(SHELLS) <= set(shtab.SUPPORTED_SHELLS)
+
+
+def test_the_driver_page_lists_every_shortcut() -> None:
+    """docs/driver.md's paragraph on shortcuts names each of SHORTCUTS (and no other verb)."""
+    page = (REPO / "docs" / "driver.md").read_text()
+    paragraph = page.split("**Shortcuts.**")[1].split("\n\n")[0]
+    spans = [s.split()[0] for s in re.findall(r"`([^`]+)`", " ".join(paragraph.split()))]
+    verbs = {w for w in spans if w not in GRAMMAR and not w.startswith("-") and "/" not in w}
+    assert verbs == set(SHORTCUTS)
+    assert "`stop ID` (= `job cancel ID`)" in " ".join(paragraph.split())

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up and run the main job: creates .venv, installs the package with its local extra (RLlib,
 # torch: what jobs on local Ray import), and trains PPO on CartPole through
-# `python -m driver submit` on a local Ray head (no cloud, no SSH).
+# `python -m driver job submit` on a local Ray head (no cloud, no SSH).
 # Arguments after the script name go to the training script, e.g. ./scripts/quickstart.sh --seed 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,4 +21,4 @@ if ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
 fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[local]"
-exec .venv/bin/python -m driver submit examples/cartpole/train.py -- "$@"
+exec .venv/bin/python -m driver job submit examples/cartpole/train.py -- "$@"

@@ -51,10 +51,15 @@ def driver_budget(args: Sequence[str], env: Mapping[str, str] | None = None) -> 
     only fail, and only on a loaded machine). :func:`driver_timeout` derives a bound from it and
     refuses a shorter one; tests/unit/test_test_bounds.py checks every literal bound."""
     from driver import localray, power
+    from driver.cli import SHORTCUTS
     from driver.settings import DEFAULT_READY_TIMEOUT_S, HEAD_ENV, READY_TIMEOUT_ENV
 
     env = {**os.environ, **(env or {})}
     own = list(args[: list(args).index("--")]) if "--" in args else list(args)
+    # A command in the grammar's spelling (``job cancel``) budgets as its shortcut (``stop``).
+    shortcut = {new: old for old, new in SHORTCUTS.items()}.get(" ".join(own[:2]))
+    if shortcut is not None:
+        own = [shortcut, *own[2:]]
     words = [*own, "", ""][:2]
     parsed = _parsed(tuple(own))
     if words == ["local", "start"]:

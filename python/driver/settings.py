@@ -77,7 +77,7 @@ CLUSTER_ORDER = """which cluster (first match wins):
      (Terraform: head_public_ip, admin_username from `terraform output -json`; ARM: headPublicIp,
      adminUsername from the deployment's outputs, signed in with DefaultAzureCredential)
   2. $RAYDRIVER_HEAD
-  3. the profile saved by `python -m driver use ...`
+  3. the profile saved by `python -m driver cluster use ...`
   4. otherwise local Ray on 127.0.0.1 (started by submit)"""
 
 

@@ -169,11 +169,17 @@ def test_exec_refuses_ray_status_in_one_line_and_the_command_it_names_works(
     assert "Traceback" not in r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: exec: `ray status` needs"), r.stderr
-    # What the line says to run, as it says it (the words after `python -m driver ssh --`).
-    offered = lines[0].split("`python -m driver ssh -- ")[1].split("`")[0]
+    # What the line says to run, as it says it (the words after `python -m driver cluster ssh --`).
+    offered = lines[0].split("`python -m driver cluster ssh -- ")[1].split("`")[0]
     assert offered == "\"bash -lc 'ray status'\"", lines[0]
     on_head = run_driver(
-        "ssh", *_cluster(rehearsal), "--", *shlex.split(offered), home=home, timeout=300
+        "cluster",
+        "ssh",
+        *_cluster(rehearsal),
+        "--",
+        *shlex.split(offered),
+        home=home,
+        timeout=300,
     )
     assert on_head.returncode == 0, on_head.stderr[-2000:]
     assert "Node status" in on_head.stdout and "Active:" in on_head.stdout, on_head.stdout

@@ -111,7 +111,7 @@ def test_terraform_dir_reaches_the_cluster(
     assert r.returncode == 0, r.stderr
     assert f"to the head {head_host.target} (Terraform outputs in {applied_terraform})" in r.stderr
     hint = f"--terraform-dir {applied_terraform} -i {head_host.user_key}"
-    assert f"python -m driver status tf-discovered-1 {hint}" in r.stderr
+    assert f"python -m driver job status tf-discovered-1 {hint}" in r.stderr
     # `use` remembers the folder (absolute), not the address: a redeploy is found next time.
     r = run_driver(
         "use", "--terraform-dir", str(applied_terraform), home=home, env=driver_env(home)
@@ -157,7 +157,7 @@ def test_up_and_down_wrap_terraform(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Apply complete! Resources: 1 added" in r.stdout
     assert "Cluster is up: head root@203.0.113.9." in r.stderr
-    assert f"python -m driver use --terraform-dir {folder}" in r.stderr
+    assert f"python -m driver cluster use --terraform-dir {folder}" in r.stderr
     assert from_terraform(folder) == HeadAddress("203.0.113.9", 22, "root")
     r = run_driver(
         "down",
@@ -354,5 +354,5 @@ def test_arm_deployment_reaches_the_cluster(
         "--resource-group rg-ray --deployment ray-cluster --subscription sub-1 "
         f"-i {head_host.user_key}"
     )
-    assert f"python -m driver status arm-discovered-1 {hint}" in r.stderr
+    assert f"python -m driver job status arm-discovered-1 {hint}" in r.stderr
     assert fake_azure.access_token not in r.stderr + r.stdout

@@ -206,7 +206,9 @@ def test_a_network_that_stays_away_ends_in_one_line_saying_the_job_runs_on(
         f"error: lost the connection to {head_host.ip}:22 and could not reconnect within 8 s"
     )
     assert f"Job {sid} keeps running on the cluster (last seen RUNNING)" in last
-    assert f"reattach with `python -m driver logs {sid} --follow --head {head_host.target}" in last
+    assert (
+        f"reattach with `python -m driver job logs {sid} --follow --head {head_host.target}" in last
+    )
     assert "failed" not in "".join(d.err).lower()
     # And it did keep running: reattaching follows it to its end.
     again = Driver(head_host, home, "logs", sid, "--follow")
@@ -317,7 +319,9 @@ def test_a_head_that_accepts_but_never_answers_ends_in_the_reattach_line_within_
     ), err
     assert "no SSH banner within" in last
     assert f"Job {sid} keeps running on the cluster (last seen RUNNING)" in last
-    assert f"reattach with `python -m driver logs {sid} --follow --head {head_host.target}" in last
+    assert (
+        f"reattach with `python -m driver job logs {sid} --follow --head {head_host.target}" in last
+    )
     # Retried with back-off, and the verdict came within the budget.
     assert "no SSH banner within 2 s" in err and "next try in 1 s" in err, err
     assert "next try in 2 s" in err, err

@@ -199,7 +199,7 @@ def test_ctrl_c_while_following_leaves_the_job_and_nothing_else(
     err = capsys.readouterr().err
     assert code == 130, err
     assert f"job {sid} keeps running" in err
-    assert f"python -m driver stop {sid} --head {head_host.target}" in err
+    assert f"python -m driver job cancel {sid} --head {head_host.target}" in err
     assert "Traceback" not in err
     assert_nothing_left(before)
     assert _status(head_host, sid, home) == "RUNNING"
@@ -359,7 +359,7 @@ def test_head_from_environment_and_saved_profile(head_host: HeadHost, home: Path
     )
     assert r.returncode == 0, r.stderr
     assert "($RAYDRIVER_HEAD)" in r.stderr
-    assert f"python -m driver status remote-env-1 -i {head_host.user_key}\n" in r.stderr
+    assert f"python -m driver job status remote-env-1 -i {head_host.user_key}\n" in r.stderr
 
     # `use` saves the head and key; later commands need no options at all.
     r = run_driver("use", *head_host.cli_args, home=home, env=env)

@@ -2,38 +2,139 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from driver.cli import build_parser, main
+from driver.cli import GRAMMAR, SHORTCUTS, build_parser, main, walk
 from driver.cli.cluster import GCS_RAY_VERBS
+from driver.cli.completion import COMMAND, SHELLS
 from driver.cli.output import terminal_safe
 from driver.localray import LocalRay
 from driver.settings import MAX_RETRIES
 from support import FIXTURES, REPO, error_lines, run_driver
 
-VERBS = ("submit", "status", "logs", "stop", "list", "local")
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+GROUPS = (*GRAMMAR, "local", "image", "completion")
 
 
-def test_help_lists_the_verbs(tmp_path: Path) -> None:
+def test_help_lists_the_groups_and_the_shortcuts_apart(tmp_path: Path) -> None:
     r = run_driver("--help", home=tmp_path)
     assert r.returncode == 0
-    for verb in VERBS:
-        assert f"\n    {verb}" in r.stdout, f"{verb} missing from --help"
-    assert "exit codes" in r.stdout
+    commands, epilog = r.stdout.split("\nshortcuts: ")
+    for noun in GROUPS:
+        assert f"\n    {noun}" in commands, f"{noun} missing from --help"
+    for old in SHORTCUTS:
+        assert f"\n    {old} " not in commands, f"shortcut {old} listed as a command"
+        assert re.search(rf"[ ,]{old}\b", epilog), f"shortcut {old} missing from --help"
+    assert "stop (= cancel)" in epilog  # the one whose verb changed name
+    assert "exit codes" in epilog
 
 
-@pytest.mark.parametrize("verb", VERBS)
-def test_each_verb_has_help(verb: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "command", [*GROUPS, *(f"{n} {v}" for n in GRAMMAR for v in GRAMMAR[n][1])]
+)
+def test_each_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
-        build_parser().parse_args([verb, "--help"])
+        build_parser().parse_args([*command.split(), "--help"])
     assert e.value.code == 0
-    assert f"usage: python -m driver {verb}" in capsys.readouterr().out
+    assert f"usage: python -m driver {command}" in capsys.readouterr().out
+
+
+SCREEN = 40
+"""Lines of one screen: every parser's --help fits in them at 100 columns."""
+
+
+def test_every_help_fits_a_screen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    helps = {p.prog: p.format_help() for _, p in walk(build_parser())}
+    assert len(helps) > 40  # groups, their verbs and the shortcuts
+    tall = {prog: len(text.splitlines()) for prog, text in helps.items()}
+    assert {prog: n for prog, n in tall.items() if n > SCREEN} == {}
+    wide = [ln for text in helps.values() for ln in text.splitlines() if len(ln) > 100]
+    assert wide == []
+
+
+SAMPLE_ARGS = {
+    "job submit": [str(FIXTURES / "jobs" / "succeed.py"), "--no-wait", "--pip", "x"],
+    "job status": ["j-1", "--json"],
+    "job logs": ["j-1", "-f"],
+    "job cancel": ["j-1", "--timeout", "5"],
+    "job list": ["--json", "--head", "h"],
+    "results download": ["j-1", "--plot", "--results", "r"],
+    "results runs": ["--json"],
+    "results plot": ["a", "b", "-o", "c.png"],
+    "cluster up": ["--terraform-dir", "d", "--var", "a=b", "-y"],
+    "cluster down": ["--resource-group", "g"],
+    "cluster start": ["--head", "h"],
+    "cluster price": ["--parameters", "p.json"],
+    "cluster use": ["--forget"],
+    "cluster ssh": ["-i", "k"],
+    "cluster exec": ["--retries", "2"],
+    "cluster dashboard": ["--port", "8265"],
+}
+"""Arguments each command a shortcut stands for takes: the shortcut must take the same."""
+
+SPELLING = {"verb", "job_verb", "cluster_verb", "results_verb", "prog"}
+"""What the parse records of the spelling itself; the rest is what the handler gets."""
+
+
+def _parse(argv: list[str]) -> dict[str, object]:
+    ns = vars(build_parser().parse_args(argv))
+    return {k: v for k, v in ns.items() if k not in SPELLING}
+
+
+def test_each_shortcut_parses_to_its_command_s_handler_and_arguments() -> None:
+    assert sorted(SAMPLE_ARGS) == sorted(SHORTCUTS.values())
+    for old, new in SHORTCUTS.items():
+        args = SAMPLE_ARGS[new]
+        assert _parse([old, *args]) == _parse([*new.split(), *args]), old
+
+
+def test_status_without_an_id_is_the_cluster_s_status() -> None:
+    assert _parse(["status", "--json"]) == _parse(["cluster", "status", "--json"])
+    assert _parse(["status"])["submission_id"] is None
+
+
+def test_the_grammar_says_cancel_for_a_job_and_has_one_stop() -> None:
+    """Stopping a job and stopping a cluster are not one verb: a job is cancelled; `stop` is
+    only the old shortcut (a job's) and `local stop` (the local head)."""
+    assert "stop" not in GRAMMAR["job"][1] and "cancel" in GRAMMAR["job"][1]
+    assert "stop" not in GRAMMAR["cluster"][1]
+    assert SHORTCUTS["stop"] == "job cancel"
+
+
+@pytest.mark.parametrize("old", SHORTCUTS)
+def test_each_shortcut_s_help_names_its_command(
+    old: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([old, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"usage: python -m driver {old}" in out
+    assert f"Shortcut of `python -m driver {SHORTCUTS[old]}`." in out
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [(["use"], ["cluster", "use"]), (["stop", "j-1"], ["job", "cancel", "j-1"])],
+    ids=["use", "stop"],
+)
+def test_a_shortcut_runs_as_its_command(old: list[str], new: list[str], tmp_path: Path) -> None:
+    """Really run, in a process of its own: same output, same exit code."""
+    by_old = run_driver(*old, home=tmp_path / "old")
+    by_new = run_driver(*new, home=tmp_path / "new")
+    assert (by_old.returncode, by_old.stdout) == (by_new.returncode, by_new.stdout)
+    assert error_lines(by_old.stderr) == error_lines(by_new.stderr), by_old.stderr
+    assert by_old.stderr.strip(), "nothing said"
 
 
 def test_unknown_verb_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -116,7 +217,9 @@ def test_bad_env_pair_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_args_after_double_dash_only_for_submit(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list", "--", "x"]) == 2
-    assert "only for submit" in capsys.readouterr().err
+    assert "list: arguments after `--` are only for job submit" in capsys.readouterr().err
+    assert main(["job", "list", "--", "x"]) == 2
+    assert "job list: arguments after `--` are only for job submit" in capsys.readouterr().err
 
 
 def test_status_without_any_cluster_is_a_clear_error(tmp_path: Path) -> None:
@@ -189,9 +292,9 @@ def test_exec_refuses_a_ray_command_that_needs_the_gcs_in_one_line(
     assert error_lines(r.stderr) == [
         f"error: exec: `ray {verb}` needs the cluster's GCS, which only the head reaches (exec "
         "passes on the Jobs API alone): run "
-        f'`python -m driver ssh -- "bash -lc {shlex.quote(shlex.join(["ray", *command]))}"` '
-        "on the head, or "
-        "`python -m driver status` for the cluster's nodes and resources"
+        "`python -m driver cluster ssh -- "
+        f'"bash -lc {shlex.quote(shlex.join(["ray", *command]))}"` on the head, or '
+        "`python -m driver cluster status` for the cluster's nodes and resources"
     ]
     assert not LocalRay(tmp_path).state_file.exists()  # refused before starting local Ray
 
@@ -211,8 +314,64 @@ def test_the_docs_name_every_verb_of_the_driver() -> None:
     pages = sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "cli.md")
     text = "\n".join(p.read_text() for p in pages)
     readme = re.sub(r"```.*?```", "", text, flags=re.S)
-    parser = build_parser()
-    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     named = {w for span in re.findall(r"`([^`]+)`", readme) for w in re.split(r"[\s|]+", span)}
-    missing = [v for v in verbs.choices if v not in named]
-    assert missing == []
+    commands = {p.prog.split()[-1] for depth, p in walk(build_parser()) if depth > 0}
+    assert "cancel" in commands and "completion" in commands
+    assert sorted(commands - named) == []
+
+
+def _complete(script: str, words: list[str], cwd: Path | None = None) -> list[str]:
+    """What bash offers after ``words`` (the last one being typed), with ``script`` loaded."""
+    array = " ".join(shlex.quote(w) for w in words)
+    code = (
+        f"{script}\nCOMP_WORDS=({array}); COMP_CWORD={len(words) - 1}; "
+        "_shtab_raydriver; printf '%s\\n' \"${COMPREPLY[@]}\""
+    )
+    r = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=60, cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_the_bash_completion_offers_groups_verbs_and_flags(tmp_path: Path) -> None:
+    r = run_driver("completion", "bash", home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().endswith(f"-F _shtab_{COMMAND} {COMMAND}")
+    top = _complete(r.stdout, [COMMAND, ""])
+    assert set(GROUPS) <= set(top)
+    assert not set(SHORTCUTS) & set(top)  # completion teaches the grammar's spellings
+    assert _complete(r.stdout, [COMMAND, "job", ""]) == list(GRAMMAR["job"][1])
+    assert _complete(r.stdout, [COMMAND, "cluster", "up", "--te"]) == [
+        "--terraform-dir",
+        "--template",
+    ]
+    assert _complete(r.stdout, [COMMAND, "job", "submit", "--subm"]) == ["--submission-id"]
+    # Paths where an argument names one: a script, a file, a folder.
+    (tmp_path / "train.py").touch()
+    (tmp_path / "infra").mkdir()
+    assert _complete(r.stdout, [COMMAND, "job", "submit", "tr"], tmp_path) == ["train.py"]
+    up = [COMMAND, "cluster", "up", "--terraform-dir", "in"]
+    assert _complete(r.stdout, up, tmp_path) == ["infra"]
+
+
+def test_the_zsh_completion_is_for_the_console_script(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["completion", "zsh"]) == 0
+    assert capsys.readouterr().out.startswith(f"#compdef {COMMAND}\n")
+
+
+def test_completion_names_what_is_installed() -> None:
+    """The script completes the console script pyproject installs, for shells shtab knows."""
+    import shtab
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts[COMMAND] == "driver.cli:main"
+    assert set(SHELLS) <= set(shtab.SUPPORTED_SHELLS)
+
+
+def test_the_driver_page_lists_every_shortcut() -> None:
+    """docs/driver.md's paragraph on shortcuts names each of SHORTCUTS (and no other verb)."""
+    page = (REPO / "docs" / "driver.md").read_text()
+    paragraph = page.split("**Shortcuts.**")[1].split("\n\n")[0]
+    spans = [s.split()[0] for s in re.findall(r"`([^`]+)`", " ".join(paragraph.split()))]
+    verbs = {w for w in spans if w not in GRAMMAR and not w.startswith("-") and "/" not in w}
+    assert verbs == set(SHORTCUTS)
+    assert "`stop ID` (= `job cancel ID`)" in " ".join(paragraph.split())

@@ -32,7 +32,7 @@ def test_local_fallback_is_said_and_download_points_at_the_results(
         said[0].split(" (")[0]
         + " (no --head, --terraform-dir, --resource-group/--deployment or saved profile)"
     ], r.stderr
-    assert "python -m driver download local-fallback-1\n" in r.stderr  # nothing to repeat
+    assert "python -m driver results download local-fallback-1\n" in r.stderr  # nothing to repeat
 
     r = run_driver("download", "local-fallback-1", home=driver_home, env=ENV)
     assert r.returncode == 0, r.stderr

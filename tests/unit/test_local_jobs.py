@@ -45,7 +45,7 @@ def test_submit_succeeding_script_exits_0(driver_home: Path, tmp_path: Path) -> 
     assert "GREETING hello" in r.stdout
     assert (tmp_path / "res" / "ok-1" / "out.txt").read_text() == "done\n"
     assert "Job ok-1 succeeded." in r.stderr
-    assert "python -m driver logs ok-1 --follow" in r.stderr  # next commands are printed
+    assert "python -m driver job logs ok-1 --follow" in r.stderr  # next commands are printed
     assert _status("ok-1", driver_home) == "SUCCEEDED"
 
 
@@ -157,7 +157,7 @@ def test_ctrl_c_leaves_the_job_running(driver_home: Path) -> None:
     _, err = proc.communicate(timeout=driver_timeout(["submit", "sleep.py"]))
     assert proc.returncode == 130, err
     assert "job int-1 keeps running" in err
-    assert "python -m driver stop int-1" in err
+    assert "python -m driver job cancel int-1" in err
     assert "Traceback" not in err
     assert _status("int-1", driver_home) == "RUNNING"
     assert run_driver("stop", "int-1", home=driver_home).returncode == 0

@@ -15,7 +15,7 @@ def test_readme_opens_with_the_setup_and_test_commands() -> None:
     commands = [ln.split("#")[0].strip() for ln in first_block.group(1).splitlines()]
     assert commands == ["./scripts/quickstart.sh", "./scripts/test.sh"]
     quickstart = (REPO / "scripts" / "quickstart.sh").read_text()
-    assert "python -m driver submit examples/cartpole/train.py" in quickstart
+    assert "python -m driver job submit examples/cartpole/train.py" in quickstart
     # It trains on local Ray: the package with the extra that brings RLlib and torch.
     assert f'-e ".[{LOCAL_EXTRA}]"' in quickstart
 

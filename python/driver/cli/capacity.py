@@ -26,9 +26,8 @@ def add_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         IGNORE_FLAG,
         action="store_true",
-        help="deploy even when the capacity check says Azure would refuse the cluster at its "
-        f"maximum size (quota, VM size not offered or restricted; otherwise exit code "
-        f"{EXIT_CAPACITY} before anything is created)",
+        help="deploy even when Azure would refuse the cluster at its maximum size (quota, VM "
+        f"size; otherwise exit code {EXIT_CAPACITY})",
     )
 
 

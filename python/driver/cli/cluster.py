@@ -1,4 +1,5 @@
-"""Cluster verbs: dashboard, ssh, use, up, down."""
+"""``cluster up|down|use|ssh|exec|dashboard`` (``start`` and ``status`` are in :mod:`.power` and
+:mod:`.jobs`, ``price`` in :mod:`.price`)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from driver.errors import EXIT_CAPACITY, EXIT_OK, DriverError
 from driver.settings import ARM_ENDPOINT_ENV, DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV, prices_url
 
 
-def register(verbs: Verbs) -> None:
+def add_dashboard(verbs: Verbs, name: str) -> None:
     p = verb(
         verbs,
-        "dashboard",
+        name,
         "Tunnel the Ray dashboard and TensorBoard to this machine until Ctrl-C.",
     )
     p.add_argument(
@@ -36,36 +37,42 @@ def register(verbs: Verbs) -> None:
     )
     p.set_defaults(func=cmd_dashboard)
 
+
+def add_ssh(verbs: Verbs, name: str) -> None:
     p = verb(
         verbs,
-        "ssh",
+        name,
         "Open a shell on the head, or run one command there (after `--`).",
         "With no command: an interactive shell on the head. With `-- COMMAND...`: run it "
         "there and exit with its exit code. Works while the head is still bootstrapping.",
     )
     p.set_defaults(func=cmd_ssh, trailing_args=True)
 
+
+def add_exec(verbs: Verbs, name: str) -> None:
     p = verb(
         verbs,
-        "exec",
+        name,
         "Run a local command with the cluster's Jobs API in its environment (after `--`).",
         "Open the way to the cluster (the SSH tunnel, or local Ray) and run COMMAND here with "
         "RAY_ADDRESS and RAY_API_SERVER_ADDRESS pointing at the Jobs API and the cluster token "
         "in RAY_AUTH_TOKEN (RAY_AUTH_MODE=token): Ray's Jobs and state CLI and the Jobs SDK "
-        "work as they are, e.g. `exec -- ray job list`, `exec -- ray list nodes`, "
-        "`exec -- ray job submit --working-dir . -- python x.py`, `exec -- jupyter lab`. "
+        "work as they are, e.g. `cluster exec -- ray job list`, `... -- ray list nodes`, "
+        "`... -- jupyter lab`. "
         "Ray commands that need the cluster's GCS, which only the head reaches ("
         + ", ".join(f"`ray {v}`" for v in GCS_RAY_VERBS)
-        + "), are refused with what to run instead (`ssh -- \"bash -lc 'ray status'\"`, "
-        "`status`). The token "
+        + "), are refused with what to run instead (`cluster ssh -- \"bash -lc 'ray "
+        "status'\"`, `cluster status`). The token "
         "exists only in that command's environment: never on disk, never printed. Exits with "
         "the command's exit code.",
     )
     p.set_defaults(func=cmd_exec, trailing_args=True)
 
+
+def add_use(verbs: Verbs, name: str) -> None:
     p = verb(
         verbs,
-        "use",
+        name,
         "Save (or show, or forget) the cluster the other commands use by default.",
         "Remember the given cluster options (and -i) in the driver's profile, so later "
         "commands need none. With no options, show the saved profile. The cluster token is "
@@ -74,116 +81,110 @@ def register(verbs: Verbs) -> None:
     p.add_argument("--forget", action="store_true", help="delete the saved profile")
     p.set_defaults(func=cmd_use)
 
-    for name, what in (
-        (
-            "up",
-            "Create or update the cluster: a plan (Terraform) or what-if (ARM), shown, "
-            "applied if you agree",
-        ),
-        ("down", "Delete the cluster: the plan shown first, applied if you agree"),
-    ):
-        p = verb(
-            verbs,
-            name,
-            f"{what}.",
-            f"{what}. With --terraform-dir: `terraform plan` in DIR, then apply. `up` shows the "
-            "cluster's hourly price before it asks (as the price command does), and first what "
-            "Azure would refuse of the cluster at its maximum size (vCPU quota, VM sizes not "
-            f"offered or restricted in the region: exit code {EXIT_CAPACITY} before anything is "
-            f"created; {capacity_cli.IGNORE_FLAG} deploys anyway). With "
-            "--resource-group: infra/bicep/azuredeploy.json deployed through Azure Resource "
-            "Manager (what-if first, then its operations as progress), and the cluster "
-            "remembered as `use` does; a missing resource group is created (--location) and "
-            f"tagged {arm.CREATED_TAG[0]}={arm.CREATED_TAG[1]!r}. `down --resource-group` "
-            "deletes only a resource group `up` created (that tag), with everything in it. "
-            "Cluster storage: unless the cluster's inputs name a results storage account "
-            "(results_storage_account_id, resultsStorageAccountId) or --no-results-storage is "
-            "given, `up` first creates or updates the results storage the nodes mount as "
-            "/mnt/cluster_storage (shown and asked like the cluster, --yes for both), then "
-            f"deploys the cluster with its id: Terraform's {terraform.RESULTS_DIR}/ stack "
-            "(--results-dir, its own state, the cluster's location), or "
-            f"{arm.RESULTS_TEMPLATE_NAME} beside the template in resource group "
-            f"RG{arm.RESULTS_GROUP_SUFFIX} (tagged {arm.RESULTS_TAG[0]}={arm.RESULTS_TAG[1]!r}). "
-            "If that step fails or is declined, no cluster is deployed. The storage outlives "
-            "the cluster: `down` keeps it and says how to delete it.",
-            cluster=False,
-        )
-        where = p.add_mutually_exclusive_group(required=True)
-        where.add_argument("--terraform-dir", metavar="DIR", help="the Terraform configuration")
-        where.add_argument(
-            "--resource-group", metavar="RG", help="deploy the ARM template into RG (Bicep stack)"
-        )
-        p.add_argument(
-            "--var",
-            action="append",
-            default=[],
-            metavar="NAME=VALUE",
-            help="a Terraform input variable (repeatable)",
-        )
-        p.add_argument(
-            "--var-file", action="append", default=[], metavar="FILE", help="a .tfvars file"
-        )
-        g = p.add_argument_group("ARM (with --resource-group)")
-        if name == "up":
-            g.add_argument(
-                "--location", metavar="L", help="region for a resource group that does not exist"
-            )
-            g.add_argument(
-                "--parameters",
-                metavar="FILE",
-                help="ARM parameters file (see infra/bicep/azuredeploy.parameters.json)",
-            )
-            g.add_argument(
-                "--template",
-                metavar="FILE",
-                default=str(arm.DEFAULT_TEMPLATE),
-                help="the ARM template (default: %(default)s, from the repository checkout)",
-            )
+
+UP = "Create or update the cluster: its plan shown, applied if you agree."
+UP_DESCRIPTION = (
+    f"{UP} --terraform-dir: `terraform plan` in DIR. --resource-group: the ARM template's "
+    "what-if; a missing group is created (--location) and tagged for `cluster down`, and the "
+    "cluster is saved as `cluster use` does. First the results storage the nodes mount as "
+    "/mnt/cluster_storage (unless the inputs name one, or --no-results-storage), then what "
+    f"Azure would refuse at the cluster's maximum size (exit code {EXIT_CAPACITY}, nothing "
+    "created) and its hourly price. See docs/deploy-terraform.md and docs/deploy-bicep.md."
+)
+DOWN = "Delete the cluster: its plan shown, applied if you agree."
+DOWN_DESCRIPTION = (
+    f"{DOWN} --terraform-dir: `terraform plan -destroy` in DIR. --resource-group: the group "
+    "and everything in it, only if `cluster up` created it (its tag). The results storage "
+    "outlives the cluster: down keeps it and says how to delete it."
+)
+
+
+def add_up(verbs: Verbs, name: str) -> None:
+    _add_up_or_down(verbs, name, up=True)
+
+
+def add_down(verbs: Verbs, name: str) -> None:
+    _add_up_or_down(verbs, name, up=False)
+
+
+def _add_up_or_down(verbs: Verbs, name: str, up: bool) -> None:
+    p = verb(
+        verbs,
+        name,
+        UP if up else DOWN,
+        UP_DESCRIPTION if up else DOWN_DESCRIPTION,
+        cluster=False,
+    )
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--terraform-dir", metavar="DIR", help="the Terraform configuration")
+    where.add_argument(
+        "--resource-group", metavar="RG", help="deploy the ARM template into RG (Bicep stack)"
+    )
+    p.add_argument(
+        "--var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Terraform input variable (repeatable)",
+    )
+    p.add_argument("--var-file", action="append", default=[], metavar="FILE", help="a .tfvars file")
+    g = p.add_argument_group("ARM (with --resource-group)")
+    if up:
         g.add_argument(
-            "--deployment",
-            metavar="NAME",
-            default=arm.DEFAULT_DEPLOYMENT,
-            help="the deployment's name (default: %(default)s)",
+            "--location", metavar="L", help="region for a resource group that does not exist"
         )
         g.add_argument(
-            "--subscription", metavar="ID", help=f"Azure subscription id (env {SUBSCRIPTION_ENV})"
+            "--parameters",
+            metavar="FILE",
+            help="ARM parameters file (see infra/bicep/azuredeploy.parameters.json)",
         )
         g.add_argument(
-            "--arm-endpoint",
-            metavar="URL",
-            help=f"Resource Manager endpoint (env {ARM_ENDPOINT_ENV}; "
-            f"default {DEFAULT_ARM_ENDPOINT})",
+            "--template",
+            metavar="FILE",
+            default=str(arm.DEFAULT_TEMPLATE),
+            help="the ARM template (default: %(default)s)",
         )
-        g = p.add_argument_group("results storage (cluster storage)")
+    g.add_argument(
+        "--deployment",
+        metavar="NAME",
+        default=arm.DEFAULT_DEPLOYMENT,
+        help="the deployment's name (default: %(default)s)",
+    )
+    g.add_argument(
+        "--subscription", metavar="ID", help=f"Azure subscription id (env {SUBSCRIPTION_ENV})"
+    )
+    g.add_argument(
+        "--arm-endpoint",
+        metavar="URL",
+        help=f"Resource Manager endpoint (env {ARM_ENDPOINT_ENV}; default {DEFAULT_ARM_ENDPOINT})",
+    )
+    g = p.add_argument_group("results storage (cluster storage)")
+    g.add_argument(
+        "--results-dir",
+        metavar="DIR",
+        help="with --terraform-dir: the results storage stack (default: "
+        f"DIR/{terraform.RESULTS_DIR})",
+    )
+    if up:
         g.add_argument(
-            "--results-dir",
-            metavar="DIR",
-            help=f"with --terraform-dir: the results storage stack (default: the "
-            f"{terraform.RESULTS_DIR} folder inside --terraform-dir, as infra/terraform has it)",
-        )
-        if name == "up":
-            g.add_argument(
-                "--no-results-storage",
-                action="store_true",
-                help="deploy the cluster without results storage: no cluster storage, results "
-                "on the head's disk only (a multi-node Tune run then needs a storage_path of "
-                "its own)",
-            )
-            g.add_argument(
-                "--results-template",
-                metavar="FILE",
-                help=f"with --resource-group: the results storage's ARM template (default: "
-                f"{arm.RESULTS_TEMPLATE_NAME} beside --template)",
-            )
-            capacity_cli.add_flag(p)
-        p.add_argument(
-            "-y",
-            "--yes",
+            "--no-results-storage",
             action="store_true",
-            help="apply without asking (for scripts; otherwise the plan is shown and "
-            "only 'yes' goes ahead)",
+            help="no cluster storage: results on the head's disk only",
         )
-        p.set_defaults(func=cmd_up if name == "up" else cmd_down)
+        g.add_argument(
+            "--results-template",
+            metavar="FILE",
+            help=f"with --resource-group: its ARM template (default: {arm.RESULTS_TEMPLATE_NAME} "
+            "beside --template)",
+        )
+        capacity_cli.add_flag(p)
+    p.add_argument(
+        "-y",
+        "--yes",
+        action="store_true",
+        help="apply without asking (for scripts; otherwise only 'yes' goes ahead)",
+    )
+    p.set_defaults(func=cmd_up if up else cmd_down)
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -251,7 +252,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
     import subprocess
 
     if not args.trailing:
-        raise DriverError(f"exec needs a command after `--`, e.g. {PROG} exec -- ray job list")
+        raise DriverError(
+            f"exec needs a command after `--`, e.g. {PROG} cluster exec -- ray job list"
+        )
     verb = _ray_verb(args.trailing)
     if verb in GCS_RAY_VERBS:
         # A login shell: the admin's profile on the head puts Ray and the token in reach. One
@@ -261,8 +264,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         on_head = f'"{remote}"' if plain else shlex.quote(remote)
         raise DriverError(
             f"exec: `ray {verb}` needs the cluster's GCS, which only the head reaches (exec "
-            f"passes on the Jobs API alone): run `{PROG} ssh -- {on_head}` on the head, or "
-            f"`{PROG} status` for the cluster's nodes and resources"
+            f"passes on the Jobs API alone): run `{PROG} cluster ssh -- {on_head}` on the head, or "
+            f"`{PROG} cluster status` for the cluster's nodes and resources"
         )
     with open_cluster(args) as cluster:
         client = cluster.jobs()
@@ -497,7 +500,7 @@ def cmd_up_arm(args: argparse.Namespace) -> int:
     path = profiles.save(spec.as_profile())
     say(f"Cluster is up: head {head}. It bootstraps for a few minutes; the driver waits for it.")
     say(f"Saved to {path}: later commands use it.")
-    say(f"Next:\n  {PROG} submit examples/cartpole/train.py")
+    say(f"Next:\n  {PROG} job submit examples/cartpole/train.py")
     return EXIT_OK
 
 
@@ -637,7 +640,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                     say(
                         f"WARNING: this plan REPLACES {address}: the head's disk goes with it — "
                         f"results and checkpoints under {layout.RESULTS_DIR} are lost; download "
-                        "them first (python -m driver download ID)"
+                        "them first (python -m driver results download ID)"
                         if terraform.is_head_vm(address)
                         else f"WARNING: this plan replaces {address} (the head's address may "
                         "change)"
@@ -663,7 +666,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     head = from_terraform(args.terraform_dir)
     hint = shlex.join(["--terraform-dir", args.terraform_dir])
     say(f"Cluster is up: head {head}. It bootstraps for a few minutes; the driver waits for it.")
-    say(f"Next:\n  {PROG} submit examples/cartpole/train.py {hint}\n  {PROG} use {hint}")
+    say(
+        f"Next:\n  {PROG} job submit examples/cartpole/train.py {hint}\n  {PROG} cluster use {hint}"
+    )
     return EXIT_OK
 
 

@@ -1,4 +1,5 @@
-"""Job verbs: submit, status, logs, stop, list, download."""
+"""``job submit|status|logs|cancel|list``, and ``cluster status`` (what Ray's autoscaler and
+the head say about the cluster)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from driver import layout, upload
-from driver.cli import results
+from driver import upload
 from driver.cli.options import (
     Verbs,
     find_cluster,
@@ -26,11 +26,9 @@ from driver.cli.options import (
 from driver.cli.output import (
     byte_bar,
     command,
-    listed,
     next_steps,
     plural,
     say,
-    size,
     terminal_safe,
     write_out,
 )
@@ -46,7 +44,6 @@ from driver.errors import (
 )
 from driver.jobs import TERMINAL, ClusterStatus, LogStream
 from driver.settings import RESULTS_ENV
-from driver.store import RESULTS_URL_ENV, url_from
 from driver.upload import ALLOW_FLAG
 from driver.workdir import (
     ENTRYPOINT_NAMES,
@@ -67,15 +64,14 @@ def _script(text: str) -> str:
     return text
 
 
-def register(verbs: Verbs) -> None:
+def add_submit(verbs: Verbs, name: str) -> None:
     p = verb(
         verbs,
-        "submit",
+        name,
         "Submit a script as a job and follow its logs.",
-        "Upload the script's folder as the job's working directory (honouring .gitignore "
-        "and .rayignore), run `python SCRIPT ARGS...` on the cluster's head and stream the "
-        "logs until the job ends. Arguments for the script go after `--`. The job finds its "
-        f"results folder in ${RESULTS_ENV}.",
+        "Upload the script's folder (less what .gitignore and .rayignore leave out), run "
+        "`python SCRIPT ARGS...` on the cluster and stream the logs until the job ends. ARGS "
+        f"go after `--`; the job writes its results to ${RESULTS_ENV}.",
     )
     p.add_argument(
         "script",
@@ -86,15 +82,15 @@ def register(verbs: Verbs) -> None:
     p.add_argument(
         "--submission-id",
         type=submission_id,
-        help="the job's id (default: FOLDER-DATE-TIME-RANDOM for train.py/main.py, else "
-        "SCRIPT-DATE-TIME-RANDOM)",
+        metavar="ID",
+        help="the job's id (default: FOLDER or SCRIPT name, then DATE-TIME-RANDOM)",
     )
     p.add_argument(
         "--pip",
         action="append",
         default=[],
         metavar="PKG",
-        help="extra pip package for the job's runtime environment (repeatable)",
+        help="extra pip package for the job (repeatable)",
     )
     p.add_argument(
         "--env",
@@ -106,14 +102,12 @@ def register(verbs: Verbs) -> None:
     p.add_argument(
         "--runtime-env",
         metavar="FILE",
-        help=f"YAML with py_modules (folders uploaded with the job), pip and env_vars, as in "
-        f"Ray's runtime_env (default: {RUNTIME_ENV_FILE} in the script's folder, if any)",
+        help=f"YAML of py_modules, pip, env_vars (default: {RUNTIME_ENV_FILE} beside SCRIPT)",
     )
     p.add_argument(
         ALLOW_FLAG,
         action="store_true",
-        help="upload even a home folder or files that look secret (.ssh, .azure, *.tfstate, "
-        "private keys), which submit refuses otherwise",
+        help="upload even a home folder or secret-looking files (.ssh, keys, *.tfstate)",
     )
     p.add_argument(
         "--no-wait",
@@ -124,19 +118,40 @@ def register(verbs: Verbs) -> None:
         "--results",
         default="results",
         metavar="DIR",
-        help="local folder for results: a local job writes to DIR/SUBMISSION_ID (default: results)",
+        help="where a local job writes: DIR/SUBMISSION_ID (default: results)",
     )
     p.set_defaults(func=cmd_submit, trailing_args=True)
 
+
+CLUSTER_STATUS = (
+    "The cluster as Ray's autoscaler sees it (what `ray status` prints on the head): its nodes, "
+    "CPUs and other resources in use, pending demand (tasks and actors waiting for resources) "
+    "and what the autoscaler is doing (scaling_mode ray); with scaling_mode cpu no autoscaler "
+    "runs on the head and the nodes are listed instead. Then the idle time and hourly rate "
+    "(autostop) and the cluster storage; a stopped cluster is said to be stopped."
+)
+
+
+def add_status(verbs: Verbs, name: str) -> None:
+    p = verb(verbs, name, "Show a job's status.")
+    job_id_arg(p)
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.set_defaults(func=cmd_status)
+
+
+def add_cluster_status(verbs: Verbs, name: str) -> None:
+    p = verb(verbs, name, "Show the cluster's nodes, resources, demand and rate.", CLUSTER_STATUS)
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    p.set_defaults(func=cmd_status, submission_id=None)
+
+
+def add_either_status(verbs: Verbs, name: str) -> None:
+    """``status [ID]``, the shortcut of both: a job's with an id, the cluster's without."""
     p = verb(
         verbs,
-        "status",
+        name,
         "Show a job's status, or with no job id the cluster's.",
-        "With a job id: the job's state. Without: the cluster as Ray's autoscaler sees it (what "
-        "`ray status` prints on the head): its nodes, CPUs and other resources in use, pending "
-        "demand (tasks and actors waiting for resources) and what the autoscaler is doing "
-        "(scaling_mode ray); with scaling_mode cpu no autoscaler runs on the head and the nodes "
-        "are listed instead.",
+        "With a job id: the job's state (job status). Without: the cluster's (cluster status).",
     )
     p.add_argument(
         "submission_id",
@@ -148,12 +163,22 @@ def register(verbs: Verbs) -> None:
     p.add_argument("--json", action="store_true", help="print the status as JSON")
     p.set_defaults(func=cmd_status)
 
-    p = verb(verbs, "logs", "Print a job's logs.")
+
+def add_logs(verbs: Verbs, name: str) -> None:
+    p = verb(verbs, name, "Print a job's logs.")
     job_id_arg(p)
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     p.set_defaults(func=cmd_logs)
 
-    p = verb(verbs, "stop", "Stop a running job.")
+
+def add_cancel(verbs: Verbs, name: str) -> None:
+    p = verb(
+        verbs,
+        name,
+        "Cancel (stop) a running job.",
+        "Ask Ray to stop the job (SIGTERM to its entrypoint, as `ray job stop`) and wait until "
+        "it has.",
+    )
     job_id_arg(p)
     p.add_argument("--no-wait", action="store_true", help="do not wait for the job to stop")
     p.add_argument(
@@ -163,45 +188,13 @@ def register(verbs: Verbs) -> None:
         metavar="S",
         help="how long to wait for the job to stop (default: 60)",
     )
-    p.set_defaults(func=cmd_stop)
+    p.set_defaults(func=cmd_cancel)
 
-    p = verb(verbs, "list", "List the cluster's jobs.")
+
+def add_list(verbs: Verbs, name: str) -> None:
+    p = verb(verbs, name, "List the cluster's jobs.")
     p.add_argument("--json", action="store_true", help="print the jobs as JSON")
     p.set_defaults(func=cmd_list)
-
-    p = verb(
-        verbs,
-        "download",
-        "Bring a job's results and checkpoints back from the head.",
-        f"Copy the job's results folder on the head ({layout.RESULTS_DIR}/"
-        "SUBMISSION_ID) to DIR/SUBMISSION_ID over SFTP; files already there with the same "
-        "size are skipped. For local Ray, say where the results already are. With a results "
-        "store (--results-url, or its env), read the run's published files from Blob storage "
-        "instead, with no cluster: its plain files and the checkpoint latest.json names; a "
-        "partial download resumes where it stopped. ID ray_results/EXPERIMENT (a store "
-        "only): a Tune experiment, each trial's files and last checkpoint.",
-    )
-    p.add_argument(
-        "submission_id",
-        metavar="ID",
-        type=results.run_name,
-        help="the job's id; with a results store also a Tune experiment, "
-        "ray_results/EXPERIMENT (or EXPERIMENT when no run has that id), downloaded to "
-        "DIR/ray_results/EXPERIMENT",
-    )
-    p.add_argument(
-        "--results",
-        default="results",
-        metavar="DIR",
-        help="local folder; the job's files go to DIR/SUBMISSION_ID (default: results)",
-    )
-    results.results_url_arg(p, "download from")
-    p.add_argument(
-        "--plot",
-        action="store_true",
-        help="then draw its learning curve to DIR/SUBMISSION_ID/curve.png (see plot)",
-    )
-    p.set_defaults(func=cmd_download)
 
 
 REPLACING_BREAKS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "HOME")
@@ -262,12 +255,12 @@ def follow(cluster: Cluster, sid: str) -> int:
                     seen = f" (last seen {stream.status})" if stream.status else ""
                     raise ConnectionLost(
                         f"{gone.message}. Job {sid} keeps running on the cluster{seen}: "
-                        f"reattach with `{command(f'logs {sid} --follow', hint)}`"
+                        f"reattach with `{command(f'job logs {sid} --follow', hint)}`"
                     ) from None
     except KeyboardInterrupt:
         say(f"\nStopped following; job {sid} keeps running.")
-        say(f"  follow: {command(f'logs {sid} --follow', hint)}")
-        say(f"  stop:   {command(f'stop {sid}', hint)}")
+        say(f"  follow: {command(f'job logs {sid} --follow', hint)}")
+        say(f"  cancel: {command(f'job cancel {sid}', hint)}")
         return EXIT_INTERRUPTED
     # Ray appends the job's last log lines to a failure message; they were just streamed.
     reason = info.message.splitlines()[0].rstrip(",: ") if info.message else ""
@@ -297,7 +290,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             if existing is not None:
                 raise DriverError(
                     f"{cluster.description} already has a job {sid} ({existing.status}): give "
-                    f"another --submission-id (see {command(f'logs {sid}', hint)})",
+                    f"another --submission-id (see {command(f'job logs {sid}', hint)})",
                     EXIT_USAGE,
                 )
         uris = []
@@ -327,7 +320,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 metadata={"submitted_by": "python -m driver"},
             )
         except KeyboardInterrupt:
-            say(f"\nInterrupted while submitting; check with: {command(f'status {sid}', hint)}")
+            say(f"\nInterrupted while submitting; check with: {command(f'job status {sid}', hint)}")
             return EXIT_INTERRUPTED
         say(f"Submitted job {sid} to {cluster.description}: {submission.entrypoint}")
         say(next_steps(sid, hint))
@@ -418,7 +411,7 @@ def storage_line(state: dict[str, Any]) -> str:
         )
     return (
         f"cluster storage: NOT MOUNTED on the head (Blob container {where}): see "
-        "`python -m driver ssh -- journalctl -u ray-storage`"
+        "`python -m driver cluster ssh -- journalctl -u ray-storage`"
     )
 
 
@@ -430,7 +423,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return EXIT_OK
 
 
-def cmd_stop(args: argparse.Namespace) -> int:
+def cmd_cancel(args: argparse.Namespace) -> int:
     with open_cluster(args) as cluster:
         client = cluster.jobs()
         info = client.info(args.submission_id)
@@ -474,47 +467,4 @@ def cmd_list(args: argparse.Namespace) -> int:
             f"{j.submission_id:<{width}}  {j.status:<9}  {started}  {terminal_safe(j.entrypoint)}"
         )
     sys.stdout.flush()
-    return EXIT_OK
-
-
-def cmd_download(args: argparse.Namespace) -> int:
-    sid = args.submission_id
-    store = url_from(args.results_url)
-    if store is not None:
-        stored = results.download_from_store(store, sid, Path(args.results))
-        if args.plot:
-            results.plot_runs([stored.destination], None)
-        return EXIT_OK
-    if "/" in sid:
-        raise DriverError(
-            f"{terminal_safe(sid)} is a Tune experiment: it is read from the results store, "
-            f"give --results-url URL (or set {RESULTS_URL_ENV})"
-        )
-    with open_cluster(args) as cluster:
-        report = cluster.download(
-            sid, Path(args.results) / sid, progress=byte_bar(f"downloading {sid}")
-        )
-    if report.in_place:
-        say(f"Job {sid} ran on local Ray: its results are already here: {report.source}")
-    else:
-        say(
-            f"Downloaded {plural(report.fetched, 'file')} ({size(report.bytes_fetched)}) from "
-            f"{report.source} to {report.destination}"
-            + (f"; {report.skipped} already there" if report.skipped else "")
-        )
-    if report.left_out:
-        count = len(report.left_out)
-        say(
-            f"Left out {count} {'entry' if count == 1 else 'entries'} that are symlinks, "
-            f"special files or not plain names: {listed(report.left_out)}"
-        )
-    if report.changed:
-        say(
-            f"Left out {plural(len(report.changed), 'file')} that changed on the head during the "
-            f"download (gone, or no longer a regular file of the job's user): "
-            f"{listed(report.changed)}; "
-            "download again once the job has finished writing"
-        )
-    if args.plot:
-        results.plot_runs([report.destination], None)
     return EXIT_OK

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import textwrap
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,6 @@ from driver.jobs import check_submission_id, preload_sdk, quiet_ray_logs
 from driver.settings import (
     ARM_ENDPOINT_ENV,
     CLUSTER_ORDER,
-    DEFAULT_ARM_ENDPOINT,
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_READY_TIMEOUT_S,
     DEFAULT_RECONNECT_TIMEOUT_S,
@@ -38,16 +38,68 @@ if TYPE_CHECKING:
 
 EXIT_CODES_HELP = """exit codes:
   0    the job succeeded (or the command did what it was asked)
-  1    the job failed or was stopped
-  2    usage error, bad input, or the cluster could not be reached (SSH, host key,
-       head not ready, token, Jobs API)
-  3    up/price: Azure would refuse the cluster at its maximum size (quota, VM size not
-       offered or restricted in the region); up created nothing
+  1    the job failed or was cancelled
+  2    usage error, bad input, or the cluster could not be reached (SSH, host key, Jobs API)
+  3    cluster up/price: Azure would refuse the cluster at its maximum size (quota, VM size)
   130  interrupted with Ctrl-C (a job already submitted keeps running)"""
 
 EPILOG = f"{CLUSTER_ORDER}\n\n{EXIT_CODES_HELP}"
+"""The top level's epilog; a command's own help points there (VERB_EPILOG), so it fits a screen."""
+
+VERB_EPILOG = f"which cluster, exit codes: {PROG} --help"
 
 Verbs = Any  # argparse._SubParsersAction, which typeshed keeps private
+
+USAGE_OPTIONS = 4
+"""A command with more optional flags than this shows them as ``[options]`` in its usage line
+(they are listed below it): twelve cluster flags would fill five lines."""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's layout, with a short usage line (required flags and arguments, the rest
+    ``[options]``) and room for a flag's metavar before its help."""
+
+    def __init__(self, prog: str, max_help_position: int = 30, **kwargs: Any) -> None:
+        super().__init__(prog, max_help_position=max_help_position, **kwargs)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        """Paragraphs wrapped to the terminal, except a table (a paragraph with indented
+        lines, as the exit codes), which is kept as written. A word is never split: a command
+        (`ray health-check`) stays whole for the reader's search."""
+        return "\n\n".join(
+            p
+            if any(ln[:1].isspace() for ln in p.splitlines())
+            else textwrap.fill(
+                " ".join(p.split()),
+                width,
+                initial_indent=indent,
+                subsequent_indent=indent,
+                break_on_hyphens=False,
+                break_long_words=False,
+            )
+            for p in text.split("\n\n")
+        )
+
+    def add_usage(
+        self,
+        usage: str | None,
+        actions: Iterable[argparse.Action],
+        groups: Iterable[Any],
+        prefix: str | None = None,
+    ) -> None:
+        actions, groups = list(actions), list(groups)
+        optional = [a for a in actions if a.option_strings and not _required(a, groups)]
+        if usage is None and len(optional) > USAGE_OPTIONS:
+            rest = [a for a in actions if a not in optional]
+            placeholder = argparse.Action([], "options", metavar="[options]")
+            keep = [g for g in groups if all(a in rest for a in g._group_actions)]
+            actions = [placeholder, *rest]
+            groups = keep
+        super().add_usage(usage, actions, groups, prefix)
+
+
+def _required(action: argparse.Action, groups: Any) -> bool:
+    return action.required or any(g.required and action in g._group_actions for g in groups)
 
 
 class Parser(argparse.ArgumentParser):
@@ -95,12 +147,23 @@ def verb(
         name,
         help=help,
         description=description or help,
-        epilog=EPILOG if cluster else EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=VERB_EPILOG,
+        formatter_class=HelpFormatter,
     )
+    p.set_defaults(prog=p.prog)  # for messages about the command as the user spelled it
     if cluster:
         add_cluster_options(p)
     return p
+
+
+def group(verbs: Verbs, name: str, help: str, description: str | None = None) -> Verbs:
+    """A noun's parser (``job``, ``cluster``, ...): the subparsers its verbs are added to."""
+    p = verbs.add_parser(
+        name, help=help, description=description or help, formatter_class=HelpFormatter
+    )
+    sub = p.add_subparsers(dest=f"{name}_verb", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    return sub
 
 
 def job_id_arg(p: argparse.ArgumentParser) -> None:
@@ -109,23 +172,29 @@ def job_id_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+CLUSTER_GROUP = (
+    f"which cluster (first match wins: these flags, ${HEAD_ENV}, `cluster use`'s profile, "
+    "local Ray)"
+)
+"""settings.CLUSTER_ORDER in a line, so that a command's help fits a screen."""
+
+
 def add_cluster_options(p: argparse.ArgumentParser) -> None:
-    """The options of every verb that talks to a cluster (CLUSTER_ORDER says which wins)."""
-    g = p.add_argument_group("cluster (first match wins: see the order below)")
+    """The options of every verb that talks to a cluster (CLUSTER_ORDER says which wins); one
+    line of help each, so the help of a verb with them fits a screen."""
+    g = p.add_argument_group(CLUSTER_GROUP)
     g.add_argument(
         "--head",
         metavar="[USER@]HOST[:PORT]",
-        help=f"the head's SSH address (user azureuser, port 22 unless given; env {HEAD_ENV})",
+        help=f"the head's SSH address (user azureuser, port 22; env {HEAD_ENV})",
     )
     g.add_argument(
-        "--terraform-dir",
-        metavar="DIR",
-        help="find the head from `terraform output -json` in DIR (head_public_ip, admin_username)",
+        "--terraform-dir", metavar="DIR", help="the head from `terraform output -json` in DIR"
     )
     g.add_argument(
         "--resource-group",
         metavar="RG",
-        help="with --deployment: find the head from an ARM deployment's outputs",
+        help="with --deployment: the head from an ARM deployment's outputs",
     )
     g.add_argument("--deployment", metavar="NAME", help="the ARM deployment's name")
     g.add_argument(
@@ -134,52 +203,47 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--arm-endpoint",
         metavar="URL",
-        help=f"Resource Manager endpoint, for sovereign clouds (env {ARM_ENDPOINT_ENV}; "
-        f"default {DEFAULT_ARM_ENDPOINT})",
+        help=f"Resource Manager URL, for sovereign clouds (env {ARM_ENDPOINT_ENV})",
     )
     g = p.add_argument_group("SSH to the head")
     g.add_argument(
         "-i",
         "--identity",
         metavar="KEY",
-        help="private key file (default: the SSH agent, then ~/.ssh/id_ed25519, id_ecdsa, "
-        "id_rsa; with a saved profile, its key)",
+        help="private key (default: the profile's, the SSH agent, ~/.ssh/id_*)",
     )
     g.add_argument(
         "--connect-timeout",
         type=timeout,
         metavar="S",
-        help="seconds per SSH connection attempt, and for the Jobs API to answer "
+        help="seconds per SSH attempt and for the Jobs API to answer "
         f"(default {DEFAULT_CONNECT_TIMEOUT_S:.0f})",
     )
     g.add_argument(
         "--retries",
         type=retries,
         metavar="N",
-        help="retries when the head refuses or does not answer, with back-off 1, 2, 4… s "
-        f"(default {DEFAULT_RETRIES}, at most {MAX_RETRIES})",
+        help=f"retries, with back-off 1, 2, 4… s (default {DEFAULT_RETRIES}, at most "
+        f"{MAX_RETRIES})",
     )
     g.add_argument(
         "--ready-timeout",
         type=seconds,
         metavar="S",
-        help="how long to wait for a head that is still bootstrapping, and for its SSH after "
-        "the driver started its VM (env "
-        f"{READY_TIMEOUT_ENV}; default {DEFAULT_READY_TIMEOUT_S:.0f})",
+        help=f"wait for a booting head (env {READY_TIMEOUT_ENV}; default "
+        f"{DEFAULT_READY_TIMEOUT_S:.0f})",
     )
     g.add_argument(
         "--reconnect-timeout",
         type=seconds,
         metavar="S",
-        help="when the connection to the head breaks while following a job, keep reconnecting "
-        f"with back-off for this long (env {RECONNECT_TIMEOUT_ENV}; default "
-        f"{DEFAULT_RECONNECT_TIMEOUT_S:.0f}); the job keeps running either way",
+        help=f"reconnect for this long (env {RECONNECT_TIMEOUT_ENV}; default "
+        f"{DEFAULT_RECONNECT_TIMEOUT_S:.0f})",
     )
     g.add_argument(
         "--strict-host-keys",
         action="store_true",
-        help="refuse a head whose host key is not already known (default: trust it on first "
-        "use, print its fingerprint and remember it)",
+        help="refuse an unknown host key (default: trust on first use and remember)",
     )
 
 

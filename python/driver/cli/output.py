@@ -64,7 +64,12 @@ def command(verb: str, hint: str = "") -> str:
 
 
 def next_steps(sid: str, hint: str = "") -> str:
-    verbs = (f"logs {sid} --follow", f"status {sid}", f"stop {sid}", f"download {sid}")
+    verbs = (
+        f"job logs {sid} --follow",
+        f"job status {sid}",
+        f"job cancel {sid}",
+        f"results download {sid}",
+    )
     return "\n".join(["Next:", *(f"  {command(v, hint)}" for v in verbs)])
 
 

@@ -24,10 +24,10 @@ from driver.errors import EXIT_OK, DriverError
 from driver.settings import HEAD_VM_ID_ENV, prices_cache_dir, prices_url
 
 
-def register(verbs: Verbs) -> None:
+def add_start(verbs: Verbs, name: str) -> None:
     p = verb(
         verbs,
-        "start",
+        name,
         "Start a cluster that autostop stopped, and wait until its Jobs API answers.",
         "Start the head VM with your own Azure credential (DefaultAzureCredential: `az login`, "
         "...), wait until it runs, enable the workers' autoscale setting again (scaling mode "
@@ -104,7 +104,8 @@ def report_stopped(args: argparse.Namespace, vm: power.HeadVm, state: str) -> in
     else:
         print(
             f"stopped: the head VM {vm.name} is {state} (autostop, or stopped by hand); nothing "
-            "is billed for its compute. `python -m driver start` (or `submit`) starts it again."
+            "is billed for its compute. `python -m driver cluster start` (or `job submit`) starts "
+            "it again."
         )
     return EXIT_OK
 

@@ -41,10 +41,10 @@ TIER_UNITS = {"1 GB/Month": "GB", "1 GB": "GB"}
 """What a price tier of a meter in this unit counts."""
 
 
-def register(verbs: Verbs) -> None:
+def add_price(verbs: Verbs, name: str) -> None:
     p = verb(
         verbs,
-        "price",
+        name,
         "Show what a deployment would cost per hour, without deploying it.",
         "The hourly price of the head and of each worker pool at its minimum, default and "
         "maximum size (Spot prices for a Spot head and Spot workers), for the region and VM "
@@ -90,8 +90,8 @@ def register(verbs: Verbs) -> None:
         help="the ARM template whose defaults apply (default: %(default)s)",
     )
     g = p.add_argument_group(
-        "capacity (with a subscription: what Azure would refuse of the cluster at its maximum "
-        f"size, exit code {EXIT_CAPACITY})"
+        f"capacity (with a subscription: exit code {EXIT_CAPACITY} if Azure would refuse the "
+        "cluster at its maximum size)"
     )
     g.add_argument(
         "--subscription",

@@ -1,4 +1,4 @@
-"""Result verbs: plot, runs; and reading a results store (Blob storage) with no cluster."""
+"""``results download|runs|plot``, and reading a results store (Blob storage) with no cluster."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from driver.cli.options import Verbs, verb
-from driver.cli.output import byte_bar, listed, plural, say, shown, size
+from driver import layout
+from driver.cli.options import Verbs, open_cluster, verb
+from driver.cli.output import byte_bar, listed, plural, say, shown, size, terminal_safe
 from driver.errors import EXIT_OK, DriverError
 from driver.jobs import check_submission_id
 from driver.store import (
@@ -38,17 +39,47 @@ def results_url_arg(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument(
         "--results-url",
         metavar="URL",
-        help=f"{what} the cluster's results store directly, with no cluster and no SSH: the "
-        "results container's URL, https://ACCOUNT.blob.core.windows.net/results (the "
-        f"deployment's output results_url; env {RESULTS_URL_ENV}), read with your Azure "
-        "credential (az login)",
+        help=f"{what} the results store, with no cluster: the deployment's output results_url "
+        f"(https://ACCOUNT.blob.core.windows.net/results; env {RESULTS_URL_ENV}; az login)",
     )
 
 
-def register(verbs: Verbs) -> None:
+def add_download(verbs: Verbs, name: str) -> None:
     p = verb(
         verbs,
-        "plot",
+        name,
+        "Bring a job's results and checkpoints back from the head.",
+        f"Copy {layout.RESULTS_DIR}/ID on the head to DIR/ID over SFTP, skipping files "
+        "already there with the same size (local Ray: say where they are). With a results "
+        "store, read the run's published files and last checkpoint from Blob storage instead, "
+        "with no cluster, resuming a partial download.",
+    )
+    p.add_argument(
+        "submission_id",
+        metavar="ID",
+        type=run_name,
+        help="the job's id; with a results store also a Tune experiment, "
+        "ray_results/EXPERIMENT (to DIR/ray_results/EXPERIMENT)",
+    )
+    p.add_argument(
+        "--results",
+        default="results",
+        metavar="DIR",
+        help="local folder (default: results)",
+    )
+    results_url_arg(p, "download from")
+    p.add_argument(
+        "--plot",
+        action="store_true",
+        help="then draw its learning curve to DIR/ID/curve.png (as results plot)",
+    )
+    p.set_defaults(func=cmd_download)
+
+
+def add_plot(verbs: Verbs, name: str) -> None:
+    p = verb(
+        verbs,
+        name,
         "Draw learning curves from runs' progress.csv.",
         "Draw the mean episode return against env steps and against training time, one line "
         "per run, from each run's own progress.csv (written by the examples' harness), and "
@@ -74,9 +105,11 @@ def register(verbs: Verbs) -> None:
     results_url_arg(p, "read progress.csv from")
     p.set_defaults(func=cmd_plot)
 
+
+def add_runs(verbs: Verbs, name: str) -> None:
     p = verb(
         verbs,
-        "runs",
+        name,
         "List the runs in the results store (Blob storage), with no cluster.",
         "List the runs the jobs mirrored to the results store: one line each with the run's "
         "id, its last published checkpoint and iteration, the time of its last write and its "
@@ -235,3 +268,46 @@ def download_from_store(url: StoreUrl, sid: str, results: Path) -> StoreDownload
             f"as named: {listed([shown(x, 200) for x in report.unwritable])}"
         )
     return report
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    sid = args.submission_id
+    store = url_from(args.results_url)
+    if store is not None:
+        stored = download_from_store(store, sid, Path(args.results))
+        if args.plot:
+            plot_runs([stored.destination], None)
+        return EXIT_OK
+    if "/" in sid:
+        raise DriverError(
+            f"{terminal_safe(sid)} is a Tune experiment: it is read from the results store, "
+            f"give --results-url URL (or set {RESULTS_URL_ENV})"
+        )
+    with open_cluster(args) as cluster:
+        report = cluster.download(
+            sid, Path(args.results) / sid, progress=byte_bar(f"downloading {sid}")
+        )
+    if report.in_place:
+        say(f"Job {sid} ran on local Ray: its results are already here: {report.source}")
+    else:
+        say(
+            f"Downloaded {plural(report.fetched, 'file')} ({size(report.bytes_fetched)}) from "
+            f"{report.source} to {report.destination}"
+            + (f"; {report.skipped} already there" if report.skipped else "")
+        )
+    if report.left_out:
+        count = len(report.left_out)
+        say(
+            f"Left out {count} {'entry' if count == 1 else 'entries'} that are symlinks, "
+            f"special files or not plain names: {listed(report.left_out)}"
+        )
+    if report.changed:
+        say(
+            f"Left out {plural(len(report.changed), 'file')} that changed on the head during the "
+            f"download (gone, or no longer a regular file of the job's user): "
+            f"{listed(report.changed)}; "
+            "download again once the job has finished writing"
+        )
+    if args.plot:
+        plot_runs([report.destination], None)
+    return EXIT_OK

@@ -285,6 +285,14 @@ def retry_after(
     return min(max(seconds, low), high)
 
 
+class _WallClock:
+    """What azure-core's retry policy asks of a transport to wait: time.sleep, capped."""
+
+    @staticmethod
+    def sleep(duration: float) -> None:
+        time.sleep(min(max(float(duration), 0.0), MAX_RETRY_AFTER_S))
+
+
 def retry_policy(**settings: Any) -> Any:
     """azure-core's RetryPolicy (``settings`` as it takes them), whose ``Retry-After`` (and
     ``retry-after-ms``) is validated and capped at :data:`MAX_RETRY_AFTER_S`; a value that is not
@@ -300,6 +308,11 @@ def retry_policy(**settings: Any) -> Any:
                 ms = headers.get("retry-after-ms") or headers.get("x-ms-retry-after-ms")
                 seconds = retry_after(ms, -1.0, 0.0, MAX_RETRY_AFTER_S * 1000) / 1000
             return None if seconds < 0 else seconds
+
+        def sleep(self, settings: Any, transport: Any, response: Any = None) -> None:
+            # A retry waits on the wall clock, capped, whatever the transport's own sleep does
+            # (that one paces a long-running operation's polls: see transport()).
+            super().sleep(settings, _WallClock(), response)
 
     settings.setdefault("retry_total", 3)
     settings.setdefault("retry_backoff_factor", 1.0)
@@ -320,6 +333,19 @@ def credential(**settings: Any) -> Any:
             time.sleep(min(max(float(duration), 0.0), MAX_RETRY_AFTER_S))
 
     return DefaultAzureCredential(transport=CappedWaits(), **settings)
+
+
+def transport(sleep: Any = time.sleep) -> Any:
+    """azure-core's requests transport for a typed Azure client, whose waits (a long-running
+    operation's polls after ``Retry-After``, which azure-core takes uncapped) go through ``sleep``
+    and last at most :data:`MAX_RETRY_AFTER_S`."""
+    from azure.core.pipeline.transport import RequestsTransport
+
+    class CappedPolls(RequestsTransport):
+        def sleep(self, duration: float) -> None:
+            sleep(min(max(float(duration), 0.0), MAX_RETRY_AFTER_S))
+
+    return CappedPolls()
 
 
 def within(seconds: float, call: Any) -> Any:

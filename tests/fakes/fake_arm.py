@@ -100,8 +100,11 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import armeval
 
 _DEPLOYMENT_PATH = re.compile(
+    # A deployment's operations are listed without the provider segment (the REST
+    # specification's path, what azure-mgmt-resource-deployments sends); ARM takes both.
     r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)"
-    r"/providers/microsoft\.resources/deployments/(?P<name>[^/]+)(?P<tail>/whatIf|/operations)?$",
+    r"(?:/providers/microsoft\.resources)?/deployments/(?P<name>[^/]+)"
+    r"(?P<tail>/whatIf|/operations)?$",
     re.IGNORECASE,
 )
 _GROUP_PATH = re.compile(
@@ -450,6 +453,8 @@ class FakeAzure:
             self._group(h, group["sub"].lower(), group["rg"], body)
             return
         match = _DEPLOYMENT_PATH.match(url.path)
+        if match is not None and "/providers/" not in url.path.lower() and match["tail"] is None:
+            match = None  # only the operations' list has a path without the provider
         if match is None:
             self._send(h, 404, _error("InvalidResourceType", f"No route for {url.path}"))
             return

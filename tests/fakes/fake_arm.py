@@ -214,7 +214,7 @@ class FakeAzure:
     """The runSubStates a build goes through, one per poll of its operation."""
     build_fails_with: str | None = None
     """A message: the next build fails in Customizing with it."""
-    build_retry_after: str = "0"
+    build_retry_after: str = "1"
     """The Retry-After (seconds) the build's operation answers with."""
     runs: list[tuple[str, str, str]] = field(default_factory=list)
     """(subscription, resource group, name) of every build started (POST run)."""

@@ -4,10 +4,11 @@
 Typed Azure SDK clients do the asking: resource groups through azure-mgmt-resource's
 ``ResourceManagementClient``, deployments, what-if and a deployment's operations through
 azure-mgmt-resource-deployments' ``DeploymentsMgmtClient`` (azure-mgmt-resource 26 moved them
-there), both at api-version :data:`API_VERSION`; long-running operations are followed by
-azure-core's ARM poller (``Azure-AsyncOperation``/``Location``, after ``Retry-After`` seconds,
-capped). :meth:`ResourceManager.client` gives other modules a typed client on the same
-connection (:mod:`driver.power`'s Compute, :mod:`driver.image`'s Image Builder);
+there) at api-version :data:`API_VERSION` (the one discovery reads deployments at);
+long-running operations are followed by azure-core's ARM poller (``Azure-AsyncOperation``/
+``Location``, after ``Retry-After`` seconds, capped). :meth:`ResourceManager.client` gives
+other modules a typed client on the same connection (:mod:`driver.power`'s Compute,
+:mod:`driver.image`'s Image Builder);
 :meth:`ResourceManager.request` stays for the calls no typed client covers (each says why).
 
 Resource groups: ``up`` creates a missing one (with ``--location``) and tags it
@@ -213,6 +214,7 @@ class ResourceManager:
         self._sleep = sleep
         self._credential: Any = None
         self._client: Any = None
+        self._deployments: Any = None
 
     def __enter__(self) -> ResourceManager:
         from azure.mgmt.resource.resources import ResourceManagementClient
@@ -220,8 +222,7 @@ class ResourceManager:
         self._credential = untrusted.credential()
         self._clients: list[Any] = []
         self._made: dict[Any, Any] = {}
-        self._deployments: Any = None
-        self._client = self.client(ResourceManagementClient, api_version=API_VERSION)
+        self._client = self.client(ResourceManagementClient)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -236,7 +237,7 @@ class ResourceManager:
         manager."""
         key = (kind, tuple(sorted(settings.items())))
         if key in self._made:
-            return self._made[key]  # type: ignore[no-any-return]
+            return self._made[key]
         made = kind(
             self._credential,
             self.subscription,
@@ -266,12 +267,12 @@ class ResourceManager:
         return self._deployments
 
     # -- requests --------------------------------------------------------------------------
-    def call(self, what: str, send: Callable[[], T], timeout: float = ANSWER_TIMEOUT_S) -> T:
+    def call(self, what: str, send: Callable[[], T], timeout: float | None = None) -> T:
         """``send()``, a typed client's call, within ``timeout`` (the SDK's own timeouts bound
         each socket read only), its failures as one line; ``what`` (``GET URL``) names it when
-        the SDK's error does not."""
+        the SDK's error does not. ``timeout``: :data:`ANSWER_TIMEOUT_S` unless given."""
         try:
-            return untrusted.within(timeout, send)  # type: ignore[no-any-return]
+            return untrusted.within(ANSWER_TIMEOUT_S if timeout is None else timeout, send)
         except Exception as e:
             raise self._failure(what, e) from None
 
@@ -314,12 +315,9 @@ class ResourceManager:
     def request(
         self, method: str, url: str, body: Any = None, ok: tuple[int, ...] = (200, 201, 202)
     ) -> tuple[int, dict[str, str], Any]:
-        """One hand-written REST call, for what no typed client covers (each caller says why)."""
+        """One hand-written REST call to ``url`` (with its api-version), for what no typed client
+        covers (each caller says why)."""
         from azure.core.rest import HttpRequest
-
-        if not url.startswith("https://"):
-            sep = "&" if "?" in url else "?"
-            url = f"{self.base}{url}{sep}api-version={API_VERSION}"
 
         def send() -> tuple[Any, bytes]:
             response = self._client.send_request(
@@ -364,7 +362,7 @@ class ResourceManager:
 
         def get() -> dict[str, Any] | None:
             try:
-                return self._client.resource_groups.get(group).as_dict()  # type: ignore[no-any-return]
+                return self._client.resource_groups.get(group).as_dict()
             except ResourceNotFoundError:
                 return None
 
@@ -387,8 +385,7 @@ class ResourceManager:
     # -- deployments ---------------------------------------------------------------------------
     def _deployment_url(self, group: str, name: str) -> str:
         return (
-            f"{self.base}{self._group_path(group)}/providers/Microsoft.Resources/deployments/"
-            f"{name}"
+            f"{self.base}{self._group_path(group)}/providers/Microsoft.Resources/deployments/{name}"
         )
 
     @staticmethod
@@ -499,7 +496,9 @@ class ResourceManager:
             return str(props.get("provisioningState")), outputs, reason
 
 
-def _http_error(response: Any, e: Any = None, content: bytes | None = None, data: Any = None) -> str:
+def _http_error(
+    response: Any, e: Any = None, content: bytes | None = None, data: Any = None
+) -> str:
     """``METHOD URL: HTTP 409 Code: message`` of a refused request (or ``METHOD URL: Code:
     message`` of a long-running operation that ended Failed), from ARM's error body."""
     request = response.request

@@ -2,12 +2,13 @@
 of infra/bicep/image/ deployed if it is missing, its build started and followed.
 
 azure-mgmt-imagebuilder's client speaks Image Builder's wire format
-(``Microsoft.VirtualMachineImages/imageTemplates``, api-version :data:`IMAGE_API_VERSION`): ``GET .../imageTemplates/{name}`` (404 when missing; its
-``properties.lastRunStatus`` holds ``runState`` Running/Succeeded/PartiallySucceeded/Failed/
-Canceled, ``runSubState`` Queued/Building/Customizing/Optimizing/Validating/Distributing and
-``message``); ``POST .../imageTemplates/{name}/run`` answers 202 with an
-``Azure-AsyncOperation`` URL whose document says ``status`` InProgress/Succeeded/Failed/Canceled
-(and ``error``); ``GET .../imageTemplates/{name}/runOutputs/{runOutputName}`` gives the image
+(``Microsoft.VirtualMachineImages/imageTemplates``, api-version :data:`IMAGE_API_VERSION`):
+``GET .../imageTemplates/{name}`` (404 when missing; its ``properties.lastRunStatus`` holds
+``runState`` Running/Succeeded/PartiallySucceeded/Failed/Canceled, ``runSubState``
+Queued/Building/Customizing/Optimizing/Validating/Distributing and ``message``); ``POST
+.../imageTemplates/{name}/run`` answers 202 with an ``Azure-AsyncOperation`` URL whose document
+says ``status`` InProgress/Succeeded/Failed/Canceled (and ``error``), which azure-core's ARM
+poller follows; ``GET .../imageTemplates/{name}/runOutputs/{runOutputName}`` gives the image
 version's id in ``properties.artifactId``.
 
 A build already running is followed, not started again; Ctrl-C stops the following only (the
@@ -16,6 +17,7 @@ build goes on in Azure). Library code: nothing here prints; the CLI shows what i
 
 from __future__ import annotations
 
+import contextlib
 import queue
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from driver.errors import DriverError, shaped
 IMAGE_API_VERSION = "2024-02-01"
 """The imageTemplates api-version infra/bicep/image/main.bicep declares (a test holds them
 equal); azure-mgmt-imagebuilder's client speaks it."""
-IMAGEBUILDER_PACKAGE = "azure-mgmt-imagebuilder>=1.4,<3"
+IMAGEBUILDER_PACKAGE = "azure-mgmt-imagebuilder>=2,<3"
 IMAGE_TEMPLATE = Path("infra") / "bicep" / "image" / "azuredeploy.json"
 DEFAULT_IMAGE_TEMPLATE_NAME = "ray-node-image"
 """The image template's name for the default namePrefix (its imageTemplateName default)."""
@@ -73,7 +75,8 @@ def _watched(after_poll: Callable[[], None], interval: float) -> Any:
 
 
 def _text(value: Any) -> str:
-    """A field of Azure's answer as text (an enum's value: ``Running``, not ``RunState.RUNNING``)."""
+    """A field of Azure's answer as text (an enum's value: ``Running``, not
+    ``RunState.RUNNING``)."""
     return str(getattr(value, "value", value) or "")
 
 
@@ -164,10 +167,9 @@ class ImageBuilder:
             except queue.Empty:
                 pass
             if build.poller.done():
-                try:
+                # A failed operation raises here: the template's state says how and why.
+                with contextlib.suppress(DriverError):
                     self.rm.call(f"POST {self.url}/run", lambda: build.poller.wait(0))
-                except DriverError:
-                    pass  # the operation failed: the template's state says how and why
                 return self.last_run()
 
     def result(self) -> str:

@@ -171,7 +171,7 @@ class Arm(Protocol):
 
     def client(self, kind: Callable[..., Any], **settings: Any) -> Any: ...
 
-    def call(self, what: str, send: Callable[[], Any], timeout: float = ...) -> Any: ...
+    def call(self, what: str, send: Callable[[], Any], timeout: float | None = None) -> Any: ...
 
     def request(
         self, method: str, url: str, body: Any = None, ok: tuple[int, ...] = (200, 201, 202)
@@ -246,9 +246,7 @@ def start(
             ok=(200,),
         )
         if autoscale_id == vm.autoscale_id:
-            progress(
-                "Enabled the workers' autoscale setting again (workers return to its minimum)"
-            )
+            progress("Enabled the workers' autoscale setting again (workers return to its minimum)")
         else:
             name = autoscale_id.rstrip("/").rsplit("/", 1)[-1]
             progress(f"Enabled the worker pool's autoscale setting {name} again")

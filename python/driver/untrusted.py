@@ -38,7 +38,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 MAX_DEPTH = 64
 """JSON nesting the driver reads (a price page is 3 deep, latest.json 2, ARM's answers ~10)."""
@@ -312,7 +312,8 @@ def retry_policy(**settings: Any) -> Any:
         def sleep(self, settings: Any, transport: Any, response: Any = None) -> None:
             # A retry waits on the wall clock, capped, whatever the transport's own sleep does
             # (that one paces a long-running operation's polls: see transport()).
-            super().sleep(settings, _WallClock(), response)
+            # _WallClock is all of a transport the policy's sleep uses (its .sleep).
+            super().sleep(settings, cast(Any, _WallClock()), response)
 
     settings.setdefault("retry_total", 3)
     settings.setdefault("retry_backoff_factor", 1.0)

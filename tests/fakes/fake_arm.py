@@ -14,7 +14,8 @@ stands in for exactly the calls the driver makes, with the real wire format:
   ``{"type": "String", "value": ...}`` entries. Path segments are matched case-insensitively, as
   ARM does; errors use ARM's ``{"error": {"code", "message"}}`` body (``AuthenticationFailed``,
   ``ResourceGroupNotFound``, ``DeploymentNotFound``, ``MissingApiVersionParameter``).
-* **Deploying** (what ``up/down --resource-group`` send, api-version 2024-03-01):
+* **Deploying** (what ``up/down --resource-group`` send through azure-mgmt-resource's and
+  azure-mgmt-resource-deployments' clients, deployments at api-version 2024-03-01):
   ``GET/PUT/DELETE /subscriptions/{sub}/resourcegroups/{rg}`` (PUT ``{"location", "tags"}`` →
   201; DELETE → 202 + ``Location``, polled until 200); ``POST .../deployments/{name}/whatIf``
   → 202 + ``Location`` + ``Retry-After``, the operation result first 202 again, then 200 with a
@@ -25,7 +26,8 @@ stands in for exactly the calls the driver makes, with the real wire format:
   :attr:`FakeAzure.next_outputs` (a template whose outputs need no more of its resources than
   a storage account's endpoints, infra/bicep/results.json, gets its own outputs, evaluated
   with tests/armeval.py as Resource Manager would); ``GET .../deployments/{name}/operations``
-  → ``{"value": [DeploymentOperation]}``, one per resource of the template, following the
+  (the REST specification's path, without ``/providers/Microsoft.Resources``, as the SDK sends
+  it) → ``{"value": [DeploymentOperation]}``, one per resource of the template, following the
   deployment's state. A PUT without a required template parameter gets 400
   ``InvalidTemplateDeployment``.
 * **Image Builder** (``python -m driver image build``, api-version 2024-02-01, the section

@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from driver import untrusted
-from driver.discovery import ANSWER_TIMEOUT_S, _credential_error, _first_line
+from driver.discovery import (
+    ANSWER_TIMEOUT_S,
+    DEPLOYMENTS_PACKAGE,
+    MAX_ANSWER_BYTES,
+    _credential_error,
+    _first_line,
+)
 from driver.discovery import DEPLOYMENTS_API_VERSION as API_VERSION
 from driver.errors import DriverError, shaped
 from driver.settings import DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV
@@ -52,8 +58,6 @@ DEFAULT_DEPLOYMENT = "ray-cluster"
 DEFAULT_TEMPLATE = Path("infra") / "bicep" / "azuredeploy.json"
 TERMINAL = {"Succeeded", "Failed", "Canceled"}
 MAX_POLL_S = untrusted.MAX_RETRY_AFTER_S
-MAX_ANSWER_BYTES = 32 << 20
-"""What-if and operations answers of this template are well under a megabyte."""
 READ_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 20.0
 POLL_S = 5.0
@@ -61,7 +65,6 @@ POLL_S = 5.0
 LRO_TIMEOUT_S = 3600.0
 """A long-running operation followed to its end (what-if, a resource group's deletion) ends
 within this, however its polls are answered."""
-DEPLOYMENTS_PACKAGE = "azure-mgmt-resource-deployments>=2,<3"
 
 T = TypeVar("T")
 
@@ -244,7 +247,7 @@ class ResourceManager:
             base_url=self.base,
             credential_scopes=[f"{self.base}/.default"],
             retry_policy=untrusted.retry_policy(),
-            transport=untrusted.transport(self._sleep),
+            transport=untrusted.transport(MAX_ANSWER_BYTES, self._sleep),
             polling_interval=POLL_S,
             **settings,
         )

@@ -1,18 +1,23 @@
 """The typed Azure clients the driver calls (azure-mgmt-resource-deployments, azure-mgmt-compute,
 azure-mgmt-imagebuilder): each is a core requirement of pyproject.toml, written as the driver
 names it in the line it says when the client is missing (two copies of one fact, held equal
-here), and that line is all a user without it sees."""
+here), and that line is all a user without it sees; what they read from the fake Resource
+Manager (tests/fakes/fake_arm.py) is bounded in size and nesting before the SDK parses it."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
 
-from azure_support import SUB, VM_ID
-from driver import arm, image, power
+from azure_support import CREDENTIAL_ENV, SUB, VM_ID
+from driver import arm, image, power, untrusted
 from driver.errors import DriverError
+from fakes.fake_arm import FakeAzure
 from support import REPO
 
 if sys.version_info >= (3, 11):
@@ -51,3 +56,58 @@ def test_a_missing_client_is_one_line_naming_what_to_install(
     message = str(raised.value)
     assert "\n" not in message
     assert message.endswith(f"pip install '{NAMED[module]}'"), message
+
+
+# -- what the typed clients read is bounded as the hand-written calls' answers are --------------
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAzure]:
+    azure = FakeAzure(tmp_path)
+    for name in CREDENTIAL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for k, v in azure.env().items():
+        monkeypatch.setenv(k, v)
+    azure.vms[VM_ID.lower()] = "deallocated"
+    try:
+        yield azure
+    finally:
+        azure.close()
+
+
+def nested(levels: int) -> Any:
+    doc: Any = "PowerState/running"
+    for _ in range(levels):
+        doc = {"statuses": [doc]}
+    return doc
+
+
+def test_a_typed_clients_answer_nested_too_deep_is_one_line(fake: FakeAzure) -> None:
+    path = f"{VM_ID}/instanceView"
+    with arm.ResourceManager(SUB, fake.endpoint, sleep=lambda _: None) as rm:
+        fake.answers[path.lower()] = nested(
+            20
+        )  # 40 deep, within the bound: read, the SDK parses it
+        assert power.power_state(rm, power.HeadVm(VM_ID)) == "unknown"
+        fake.answers[path.lower()] = nested(200)
+        with pytest.raises(DriverError) as raised:
+            power.power_state(rm, power.HeadVm(VM_ID))
+    assert str(raised.value) == (
+        f"GET {fake.endpoint}{path}: Resource Manager's answer: JSON nested deeper than "
+        f"{untrusted.MAX_DEPTH} levels"
+    )
+
+
+def test_a_typed_clients_answer_longer_than_the_bound_is_cut(
+    fake: FakeAzure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(arm, "MAX_ANSWER_BYTES", 4096)
+    path = f"{VM_ID}/instanceView"
+    fake.answers[path.lower()] = {"statuses": [{"code": "x" * 8192}]}
+    with (
+        arm.ResourceManager(SUB, fake.endpoint, sleep=lambda _: None) as rm,
+        pytest.raises(DriverError) as raised,
+    ):
+        power.power_state(rm, power.HeadVm(VM_ID))
+    assert str(raised.value) == (
+        f"GET {fake.endpoint}{path}: Resource Manager's answer: longer than 4096 bytes: "
+        "stopped reading"
+    )

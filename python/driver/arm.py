@@ -62,9 +62,8 @@ READ_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 20.0
 POLL_S = 5.0
 """How long to wait between polls when Resource Manager gives no ``Retry-After``."""
-LRO_TIMEOUT_S = 3600.0
-"""A long-running operation followed to its end (what-if, a resource group's deletion) ends
-within this, however its polls are answered."""
+WATCH_S = 0.5
+"""How often the driver looks whether azure-core's poller has seen an operation end."""
 
 T = TypeVar("T")
 
@@ -353,6 +352,23 @@ class ResourceManager:
             raise DriverError(_http_error(response, None, content, data))
         return response.status_code, dict(response.headers), data
 
+    def follow(self, what: str, begin: Callable[[Any], Any]) -> Any:
+        """The result of the long-running operation ``begin(polling)`` starts, followed by
+        azure-core's ARM poller (``polling``, which ``begin`` hands to a typed client's
+        ``begin_*``). Each of its polls, like every other exchange, is answered whole within
+        :data:`ANSWER_TIMEOUT_S` (after the ``Retry-After`` it waited), or this gives up."""
+        polled = [time.monotonic()]
+        polling = watched(lambda: polled.__setitem__(0, time.monotonic()), POLL_S)
+        poller = self.call(what, lambda: begin(polling))
+        while not poller.done():
+            self.call(what, lambda: poller.wait(WATCH_S), WATCH_S + ANSWER_TIMEOUT_S)
+            if time.monotonic() - polled[0] > ANSWER_TIMEOUT_S + MAX_POLL_S:
+                raise DriverError(
+                    f"{what}: Resource Manager's answer: no whole answer within "
+                    f"{ANSWER_TIMEOUT_S:g} s"
+                )
+        return self.call(what, lambda: poller.result(0))
+
     def _wait(self, headers: dict[str, str]) -> None:
         self._sleep(untrusted.retry_after(headers.get("Retry-After"), POLL_S, 0.0, MAX_POLL_S))
 
@@ -379,10 +395,10 @@ class ResourceManager:
         )
 
     def delete_group(self, group: str) -> None:
-        self.call(
+        groups = self._client.resource_groups
+        self.follow(
             f"DELETE {self.base}{self._group_path(group)}",
-            lambda: self._client.resource_groups.begin_delete(group).result(),
-            LRO_TIMEOUT_S,
+            lambda polling: groups.begin_delete(group, polling=polling),
         )
 
     # -- deployments ---------------------------------------------------------------------------
@@ -405,12 +421,11 @@ class ResourceManager:
         self, group: str, name: str, template: dict[str, Any], values: dict[str, Any]
     ) -> list[Change]:
         client = self.deployments
-        result = self.call(
+        result = self.follow(
             f"POST {self._deployment_url(group, name)}/whatIf",
-            lambda: client.deployments.begin_what_if(
-                group, name, self._body(template, values)
-            ).result(),
-            LRO_TIMEOUT_S,
+            lambda polling: client.deployments.begin_what_if(
+                group, name, self._body(template, values), polling=polling
+            ),
         )
         if not result:
             raise DriverError("what-if returned no result")
@@ -497,6 +512,24 @@ class ResourceManager:
             outputs = {k: v.get("value") for k, v in (props.get("outputs") or {}).items()}
             reason = f"{error.get('code')}: {error.get('message')}" if error else ""
             return str(props.get("provisioningState")), outputs, reason
+
+
+def watched(after_poll: Callable[[], None], interval: float) -> Any:
+    """azure-mgmt-core's ARM poller (``interval``: its wait when no ``Retry-After`` is given)
+    that calls ``after_poll`` once the operation is accepted and after each of its polls (in
+    the poller's thread)."""
+    from azure.mgmt.core.polling.arm_polling import ARMPolling
+
+    class Watched(ARMPolling):
+        def initialize(self, *args: Any, **kwargs: Any) -> None:
+            super().initialize(*args, **kwargs)
+            after_poll()
+
+        def update_status(self) -> None:
+            super().update_status()
+            after_poll()
+
+    return Watched(interval)
 
 
 def _http_error(

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import queue
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.arm import POLL_S, ResourceManager
+from driver.arm import POLL_S, ResourceManager, watched
 from driver.errors import DriverError, shaped
 
 IMAGE_API_VERSION = "2024-02-01"
@@ -55,23 +55,6 @@ class Build:
 
     poller: Any
     seen: queue.Queue[dict[str, str]]
-
-
-def _watched(after_poll: Callable[[], None], interval: float) -> Any:
-    """azure-mgmt-core's ARM poller that calls ``after_poll`` once the operation is accepted
-    and after each of its polls (in the poller's thread)."""
-    from azure.mgmt.core.polling.arm_polling import ARMPolling
-
-    class Watched(ARMPolling):
-        def initialize(self, *args: Any, **kwargs: Any) -> None:
-            super().initialize(*args, **kwargs)
-            after_poll()
-
-        def update_status(self) -> None:
-            super().update_status()
-            after_poll()
-
-    return Watched(interval)
 
 
 def _text(value: Any) -> str:
@@ -134,7 +117,7 @@ class ImageBuilder:
         """POST run, its operation (``Azure-AsyncOperation``) followed by azure-core's poller,
         which reads the template's run state after each poll for :meth:`follow`."""
         seen: queue.Queue[dict[str, str]] = queue.Queue()
-        polling = _watched(lambda: seen.put(self.last_run()), POLL_S)
+        polling = watched(lambda: seen.put(self.last_run()), POLL_S)
         poller = self.rm.call(
             f"POST {self.url}/run",
             lambda: self._templates.begin_run(self.group, self.name, polling=polling),

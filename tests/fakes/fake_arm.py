@@ -261,7 +261,8 @@ class FakeAzure:
     answers: dict[str, Any] = field(default_factory=dict)
     """Path (lower case) → the JSON answered (200) in place of the fake's own."""
     trickle: set[str] = field(default_factory=set)
-    """Paths (lower case) whose answer trickles, a byte every half second, for ever."""
+    """Paths (lower case; one that ends in ``/``, every path under it) whose answer trickles, a
+    byte every half second, for ever."""
     _starts: dict[str, list[Any]] = field(default_factory=dict)
     _builds: dict[str, dict[str, Any]] = field(default_factory=dict)
     _results: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
@@ -403,7 +404,10 @@ class FakeAzure:
                 ),
             )
             return
-        if url.path.lower() in self.trickle:
+        if any(
+            url.path.lower() == t or (t.endswith("/") and url.path.lower().startswith(t))
+            for t in self.trickle
+        ):
             self._trickle(h)
             return
         if url.path.lower() in self.answers:

@@ -7,6 +7,7 @@ Manager (tests/fakes/fake_arm.py) is bounded in size and nesting before the SDK 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -111,3 +112,26 @@ def test_a_typed_clients_answer_longer_than_the_bound_is_cut(
         f"GET {fake.endpoint}{path}: Resource Manager's answer: longer than 4096 bytes: "
         "stopped reading"
     )
+
+
+@pytest.mark.timeout(60)
+def test_a_followed_operation_whose_poll_trickles_is_given_up_at_the_bound(
+    fake: FakeAzure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """azure-core's poller waits on a poll as long as bytes come (each read's timeout is 60 s);
+    the driver gives up when no poll is answered whole within the bound (120 s: 2 s here)."""
+    monkeypatch.setattr(arm, "ANSWER_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(arm, "MAX_POLL_S", 0.5)
+    fake.resource_groups.add((SUB.lower(), "rg-gone"))
+    fake.trickle.add("/operationresults/")  # the deletion's Location: accepted, never answered
+    start = time.monotonic()
+    with (
+        arm.ResourceManager(SUB, fake.endpoint, sleep=lambda _: None) as rm,
+        pytest.raises(DriverError) as raised,
+    ):
+        rm.delete_group("rg-gone")
+    assert str(raised.value) == (
+        f"DELETE {fake.endpoint}/subscriptions/{SUB}/resourcegroups/rg-gone: Resource Manager's "
+        "answer: no whole answer within 2 s"
+    )
+    assert time.monotonic() - start < 2 + 0.5 + 5

@@ -220,13 +220,15 @@ def start(
     # azure-core's poller follows the start's Azure-AsyncOperation in a thread of its own; this
     # one looks at it every WATCH_S, against its own clock.
     poller = arm.call(what, lambda: vms.begin_start(vm.group, vm.name, api_version=COMPUTE_API))
-    while not poller.done():
-        if clock() > deadline:
-            raise DriverError(f"the head VM {vm.name} did not start within {timeout:.0f} s")
-        try:
+    while True:
+        try:  # raises what ended the poller's thread: a start that failed, a refused poll
             arm.call(what, lambda: poller.wait(WATCH_S), WATCH_S + untrusted.MAX_RETRY_AFTER_S)
         except DriverError as e:
             raise DriverError(f"starting the head VM {vm.name}: {e}") from None
+        if poller.done():
+            break
+        if clock() > deadline:
+            raise DriverError(f"the head VM {vm.name} did not start within {timeout:.0f} s")
     while (state := power_state(arm, vm)) != "running":
         if clock() > deadline:
             raise DriverError(

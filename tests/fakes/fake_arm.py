@@ -226,6 +226,8 @@ class FakeAzure:
     """Autoscale setting resource id (lower case) → enabled."""
     start_polls: int = 2
     """How many polls a VM start's operation says InProgress."""
+    start_fails_with: str | None = None
+    """A message: the next start's operation ends ``Failed`` with it (the VM stays as it was)."""
     throttle: list[str] = field(default_factory=list)
     """Retry-After values: each next request to Resource Manager (not the token endpoint) is
     answered ``429 TooManyRequests`` with the first, which goes."""
@@ -928,12 +930,17 @@ class FakeAzure:
             return
         entry[1] -= 1
         done = entry[1] < 0
-        if done:
+        doc: dict[str, Any] = {"name": op, "status": "InProgress", "startTime": _now()}
+        if done and self.start_fails_with is not None:
+            self.vms[entry[0]] = "deallocated"
+            doc.update(
+                status="Failed",
+                error={"code": "AllocationFailed", "message": self.start_fails_with},
+            )
+        elif done:
             self.vms[entry[0]] = "running"
-        status = "Succeeded" if done else "InProgress"
-        self._send(
-            h, 200, {"name": op, "status": status, "startTime": _now()}, {"Retry-After": "0"}
-        )
+            doc["status"] = "Succeeded"
+        self._send(h, 200, doc, {"Retry-After": "0"})
 
     def _autoscale(self, h: BaseHTTPRequestHandler, path: str, body: Any) -> None:
         key = path.lower()

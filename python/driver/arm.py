@@ -1,10 +1,15 @@
 """Deploying infra/bicep/azuredeploy.json through Azure Resource Manager, for ``up/down
 --resource-group``: what-if first, then the deployment, its operations as they progress.
 
-azure-mgmt-resource 26 has no typed deployments client any more (it moved to another package),
-so the calls go through its client's ``send_request``: the same authenticated pipeline, the
-documented REST paths and bodies (api-version :data:`API_VERSION`). Long-running operations are
-followed as ARM asks: ``202`` + ``Location``, polled after ``Retry-After`` seconds.
+Typed Azure SDK clients do the asking: resource groups through azure-mgmt-resource's
+``ResourceManagementClient``, deployments, what-if and a deployment's operations through
+azure-mgmt-resource-deployments' ``DeploymentsMgmtClient`` (azure-mgmt-resource 26 moved them
+there) at api-version :data:`API_VERSION` (the one discovery reads deployments at);
+long-running operations are followed by azure-core's ARM poller (``Azure-AsyncOperation``/
+``Location``, after ``Retry-After`` seconds, capped). :meth:`ResourceManager.client` gives
+other modules a typed client on the same connection (:mod:`driver.power`'s Compute,
+:mod:`driver.image`'s Image Builder);
+:meth:`ResourceManager.request` stays for the calls no typed client covers (each says why).
 
 Resource groups: ``up`` creates a missing one (with ``--location``) and tags it
 :data:`CREATED_TAG`; ``down`` deletes a resource group only when it carries that tag, i.e. only
@@ -20,13 +25,19 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from driver import untrusted
-from driver.discovery import ANSWER_TIMEOUT_S, _credential_error, _first_line
+from driver.discovery import (
+    ANSWER_TIMEOUT_S,
+    DEPLOYMENTS_PACKAGE,
+    MAX_ANSWER_BYTES,
+    _credential_error,
+    _first_line,
+)
 from driver.discovery import DEPLOYMENTS_API_VERSION as API_VERSION
 from driver.errors import DriverError, shaped
 from driver.settings import DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV
@@ -47,10 +58,14 @@ DEFAULT_DEPLOYMENT = "ray-cluster"
 DEFAULT_TEMPLATE = Path("infra") / "bicep" / "azuredeploy.json"
 TERMINAL = {"Succeeded", "Failed", "Canceled"}
 MAX_POLL_S = untrusted.MAX_RETRY_AFTER_S
-MAX_ANSWER_BYTES = 32 << 20
-"""What-if and operations answers of this template are well under a megabyte."""
 READ_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 20.0
+POLL_S = 5.0
+"""How long to wait between polls when Resource Manager gives no ``Retry-After``."""
+WATCH_S = 0.5
+"""How often the driver looks whether azure-core's poller has seen an operation end."""
+
+T = TypeVar("T")
 
 
 # -- inputs, checked before anything is sent --------------------------------------------------
@@ -201,40 +216,110 @@ class ResourceManager:
         self._sleep = sleep
         self._credential: Any = None
         self._client: Any = None
+        self._deployments: Any = None
 
     def __enter__(self) -> ResourceManager:
         from azure.mgmt.resource.resources import ResourceManagementClient
 
         self._credential = untrusted.credential()
-        self._client = ResourceManagementClient(
+        self._clients: list[Any] = []
+        self._made: dict[Any, Any] = {}
+        self._client = self.client(ResourceManagementClient)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for client in self._clients:
+            client.close()
+        self._credential.close()
+
+    def client(self, kind: Callable[..., T], **settings: Any) -> T:
+        """A typed Azure client of ``kind`` (``ComputeManagementClient``, ...) on this connection:
+        the same credential, endpoint and retries; its long-running operations' polls wait
+        through this manager's ``sleep``, capped. One per kind and settings, closed with the
+        manager."""
+        key = (kind, tuple(sorted(settings.items())))
+        if key in self._made:
+            return self._made[key]
+        made = kind(
             self._credential,
             self.subscription,
             base_url=self.base,
             credential_scopes=[f"{self.base}/.default"],
             retry_policy=untrusted.retry_policy(),
+            transport=untrusted.transport(MAX_ANSWER_BYTES, self._sleep),
+            polling_interval=POLL_S,
+            **settings,
         )
-        return self
+        self._clients.append(made)
+        self._made[key] = made
+        return made
 
-    def __exit__(self, *exc: object) -> None:
-        self._client.close()
-        self._credential.close()
+    @property
+    def deployments(self) -> Any:
+        """azure-mgmt-resource-deployments' client, made on first use."""
+        if self._deployments is None:
+            try:
+                from azure.mgmt.resource.deployments import DeploymentsMgmtClient
+            except ImportError:
+                raise DriverError(
+                    f"deploying needs {DEPLOYMENTS_PACKAGE.split('>')[0]}: "
+                    f"pip install '{DEPLOYMENTS_PACKAGE}'"
+                ) from None
+            self._deployments = self.client(DeploymentsMgmtClient, api_version=API_VERSION)
+        return self._deployments
 
     # -- requests --------------------------------------------------------------------------
-    def request(
-        self, method: str, url: str, body: Any = None, ok: tuple[int, ...] = (200, 201, 202)
-    ) -> tuple[int, dict[str, str], Any]:
+    def call(self, what: str, send: Callable[[], T], timeout: float | None = None) -> T:
+        """``send()``, a typed client's call, within ``timeout`` (the SDK's own timeouts bound
+        each socket read only), its failures as one line; ``what`` (``GET URL``) names it when
+        the SDK's error does not. ``timeout``: :data:`ANSWER_TIMEOUT_S` unless given."""
+        try:
+            return untrusted.within(ANSWER_TIMEOUT_S if timeout is None else timeout, send)
+        except Exception as e:
+            raise self._failure(what, e) from None
+
+    def _failure(self, what: str, e: Exception) -> Exception:
+        """The one line a failed call to Resource Manager shows (``e`` itself when it is not
+        Azure's)."""
         from azure.core.exceptions import (
             AzureError,
             ClientAuthenticationError,
             HttpResponseError,
             ServiceRequestError,
         )
-        from azure.core.rest import HttpRequest
         from azure.identity import CredentialUnavailableError
 
-        if not url.startswith("https://"):
-            sep = "&" if "?" in url else "?"
-            url = f"{self.base}{url}{sep}api-version={API_VERSION}"
+        if isinstance(e, DriverError):
+            return e
+        if isinstance(e, (CredentialUnavailableError, ClientAuthenticationError)):
+            return DriverError(
+                f"cannot sign in to Azure: {_credential_error(e)} (expected `az login`, a "
+                "managed identity, or AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET)"
+            )
+        if isinstance(e, ServiceRequestError):
+            return DriverError(
+                f"cannot reach Azure Resource Manager at {self.base}: {_first_line(e)}"
+            )
+        if isinstance(e, HttpResponseError) and e.response is not None:
+            return DriverError(_http_error(e.response, e))
+        if isinstance(e, untrusted.Unreadable):
+            return DriverError(f"{what}: Resource Manager's answer: {e}")
+        if isinstance(e, AzureError):  # the answer broke off (ServiceResponseError, ...)
+            return DriverError(f"{what}: {_first_line(e)}")
+        if isinstance(e, (AttributeError, TypeError, KeyError, ValueError)):
+            # The SDK read an answer of another shape than Azure's.
+            return DriverError(
+                f"{what}: not in the shape Azure answers in ({type(e).__name__}: "
+                f"{untrusted.one_line(e, 120)})"
+            )
+        return e
+
+    def request(
+        self, method: str, url: str, body: Any = None, ok: tuple[int, ...] = (200, 201, 202)
+    ) -> tuple[int, dict[str, str], Any]:
+        """One hand-written REST call to ``url`` (with its api-version), for what no typed client
+        covers (each caller says why)."""
+        from azure.core.rest import HttpRequest
 
         def send() -> tuple[Any, bytes]:
             response = self._client.send_request(
@@ -248,27 +333,7 @@ class ResourceManager:
             finally:
                 response.close()
 
-        try:
-            # The whole exchange (a token included) within ANSWER_TIMEOUT_S: the SDK's timeouts
-            # bound each socket read only.
-            response, content = untrusted.within(ANSWER_TIMEOUT_S, send)
-        except (CredentialUnavailableError, ClientAuthenticationError) as e:
-            raise DriverError(
-                f"cannot sign in to Azure: {_credential_error(e)} (expected `az login`, a "
-                "managed identity, or AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET)"
-            ) from None
-        except ServiceRequestError as e:
-            raise DriverError(
-                f"cannot reach Azure Resource Manager at {self.base}: {_first_line(e)}"
-            ) from None
-        except HttpResponseError as e:
-            raise DriverError(f"{method} {_shown_url(url)}: {_first_line(e)}") from None
-        except untrusted.Unreadable as e:
-            raise DriverError(
-                f"{method} {_shown_url(url)}: Resource Manager's answer: {e}"
-            ) from None
-        except AzureError as e:  # the answer broke off (ServiceResponseError, ...)
-            raise DriverError(f"{method} {_shown_url(url)}: {_first_line(e)}") from None
+        response, content = self.call(f"{method} {_shown_url(url)}", send)
         data: Any = None
         if content:
             try:
@@ -284,48 +349,63 @@ class ResourceManager:
                     f"{method} {_shown_url(url)}: Resource Manager's answer is not a JSON object"
                 )
         if response.status_code not in ok:
-            error = (data or {}).get("error", {}) if isinstance(data, dict) else {}
-            if isinstance(error, dict) and error:
-                what = f"{error.get('code')}: {error.get('message')}"
-            else:
-                what = content.decode("utf-8", "replace")
-            raise DriverError(
-                f"{method} {_shown_url(url)}: HTTP {response.status_code} "
-                f"{untrusted.one_line(what, 500)}"
-            )
+            raise DriverError(_http_error(response, None, content, data))
         return response.status_code, dict(response.headers), data
 
-    def _wait(self, headers: dict[str, str]) -> None:
-        self._sleep(untrusted.retry_after(headers.get("Retry-After"), 5.0, 0.0, MAX_POLL_S))
+    def follow(self, what: str, begin: Callable[[Any], Any]) -> Any:
+        """The result of the long-running operation ``begin(polling)`` starts, followed by
+        azure-core's ARM poller (``polling``, which ``begin`` hands to a typed client's
+        ``begin_*``). Each of its polls, like every other exchange, is answered whole within
+        :data:`ANSWER_TIMEOUT_S` (after the ``Retry-After`` it waited), or this gives up."""
+        polled = [time.monotonic()]
+        polling = watched(lambda: polled.__setitem__(0, time.monotonic()), POLL_S)
+        poller = self.call(what, lambda: begin(polling))
+        while not poller.done():
+            self.call(what, lambda: poller.wait(WATCH_S), WATCH_S + ANSWER_TIMEOUT_S)
+            if time.monotonic() - polled[0] > ANSWER_TIMEOUT_S + MAX_POLL_S:
+                raise DriverError(
+                    f"{what}: Resource Manager's answer: no whole answer within "
+                    f"{ANSWER_TIMEOUT_S:g} s"
+                )
+        return self.call(what, lambda: poller.result(0))
 
-    def _follow(self, status: int, headers: dict[str, str], data: Any) -> Any:
-        """A long-running operation's result: poll ``Location`` while it answers 202."""
-        while status == 202:
-            location = headers.get("Location") or headers.get("location")
-            if not location:
-                raise DriverError("Resource Manager answered 202 without a Location to poll")
-            self._wait(headers)
-            status, headers, data = self.request("GET", location, ok=(200, 202, 204))
-        return data
+    def _wait(self, headers: dict[str, str]) -> None:
+        self._sleep(untrusted.retry_after(headers.get("Retry-After"), POLL_S, 0.0, MAX_POLL_S))
 
     # -- resource groups ---------------------------------------------------------------------
     def _group_path(self, group: str) -> str:
         return f"/subscriptions/{self.subscription}/resourcegroups/{group}"
 
     def group(self, group: str) -> dict[str, Any] | None:
-        status, _, data = self.request("GET", self._group_path(group), ok=(200, 404))
-        return data if status == 200 else None
+        from azure.core.exceptions import ResourceNotFoundError
+
+        def get() -> dict[str, Any] | None:
+            try:
+                return self._client.resource_groups.get(group).as_dict()
+            except ResourceNotFoundError:
+                return None
+
+        return self.call(f"GET {self.base}{self._group_path(group)}", get)
 
     def create_group(self, group: str, location: str, tag: tuple[str, str] = CREATED_TAG) -> None:
         body = {"location": location, "tags": {tag[0]: tag[1]}}
-        self.request("PUT", self._group_path(group), body, ok=(200, 201))
+        self.call(
+            f"PUT {self.base}{self._group_path(group)}",
+            lambda: self._client.resource_groups.create_or_update(group, body),
+        )
 
     def delete_group(self, group: str) -> None:
-        self._follow(*self.request("DELETE", self._group_path(group), ok=(200, 202, 204)))
+        groups = self._client.resource_groups
+        self.follow(
+            f"DELETE {self.base}{self._group_path(group)}",
+            lambda polling: groups.begin_delete(group, polling=polling),
+        )
 
     # -- deployments ---------------------------------------------------------------------------
-    def _deployment_path(self, group: str, name: str) -> str:
-        return f"{self._group_path(group)}/providers/Microsoft.Resources/deployments/{name}"
+    def _deployment_url(self, group: str, name: str) -> str:
+        return (
+            f"{self.base}{self._group_path(group)}/providers/Microsoft.Resources/deployments/{name}"
+        )
 
     @staticmethod
     def _body(template: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
@@ -340,9 +420,14 @@ class ResourceManager:
     def what_if(
         self, group: str, name: str, template: dict[str, Any], values: dict[str, Any]
     ) -> list[Change]:
-        path = f"{self._deployment_path(group, name)}/whatIf"
-        result = self._follow(*self.request("POST", path, self._body(template, values)))
-        if not isinstance(result, dict):
+        client = self.deployments
+        result = self.follow(
+            f"POST {self._deployment_url(group, name)}/whatIf",
+            lambda polling: client.deployments.begin_what_if(
+                group, name, self._body(template, values), polling=polling
+            ),
+        )
+        if not result:
             raise DriverError("what-if returned no result")
         with shaped("the what-if result"):
             if result.get("status") != "Succeeded":
@@ -360,14 +445,30 @@ class ResourceManager:
         self, group: str, name: str, template: dict[str, Any], values: dict[str, Any]
     ) -> Iterator[Operation]:
         """PUT the deployment, then yield each operation whenever its state changes, until the
-        deployment ends. Its end state and outputs: :meth:`deployment`."""
-        path = self._deployment_path(group, name)
-        _, headers, _ = self.request("PUT", path, self._body(template, values), ok=(200, 201))
+        deployment ends. Its end state and outputs: :meth:`deployment`. The deployment is
+        followed here, not by the SDK's poller: its operations are read between the polls."""
+        client = self.deployments
+        url = self._deployment_url(group, name)
+
+        def with_headers(response: Any, model: Any, headers: Any) -> tuple[Any, dict[str, str]]:
+            return model, dict(response.http_response.headers)
+
+        _, headers = self.call(
+            f"PUT {url}",
+            lambda: client.deployments.begin_create_or_update(
+                group, name, self._body(template, values), polling=False, cls=with_headers
+            ).result(),
+        )
         seen: dict[str, str] = {}
         while True:
             self._wait(headers)
-            _, headers, deployment = self.request("GET", path, ok=(200,))
-            _, _, ops = self.request("GET", f"{path}/operations", ok=(200,))
+            deployment, headers = self.call(
+                f"GET {url}", lambda: client.deployments.get(group, name, cls=with_headers)
+            )
+            ops = self.call(
+                f"GET {url}/operations",
+                lambda: list(client.deployment_operations.list(group, name)),
+            )
             with shaped("the deployment's operations"):
                 changed = list(self._changed(ops, seen))
             yield from changed
@@ -376,10 +477,10 @@ class ResourceManager:
                     return
 
     @staticmethod
-    def _changed(ops: Any, seen: dict[str, str]) -> Iterator[Operation]:
-        """The operations of ``ops`` (the deployment's operations page) whose state differs from
+    def _changed(ops: Iterable[Any], seen: dict[str, str]) -> Iterator[Operation]:
+        """The operations of ``ops`` (the deployment's operations) whose state differs from
         what ``seen`` holds, which they update."""
-        for op in (ops or {}).get("value", []):
+        for op in ops:
             props = op.get("properties", {})
             target = props.get("targetResource") or {}
             state = str(props.get("provisioningState", ""))
@@ -400,13 +501,64 @@ class ResourceManager:
 
     def deployment(self, group: str, name: str) -> tuple[str, dict[str, Any], str]:
         """``(provisioningState, outputs as plain values, error)``."""
-        _, _, data = self.request("GET", self._deployment_path(group, name), ok=(200,))
+        client = self.deployments
+        data = self.call(
+            f"GET {self._deployment_url(group, name)}",
+            lambda: client.deployments.get(group, name),
+        )
         with shaped("Resource Manager's result"):
             props = data.get("properties", {})
             error = props.get("error") or {}
             outputs = {k: v.get("value") for k, v in (props.get("outputs") or {}).items()}
             reason = f"{error.get('code')}: {error.get('message')}" if error else ""
             return str(props.get("provisioningState")), outputs, reason
+
+
+def watched(after_poll: Callable[[], None], interval: float) -> Any:
+    """azure-mgmt-core's ARM poller (``interval``: its wait when no ``Retry-After`` is given)
+    that calls ``after_poll`` once the operation is accepted and after each of its polls (in
+    the poller's thread)."""
+    from azure.mgmt.core.polling.arm_polling import ARMPolling
+
+    class Watched(ARMPolling):
+        def initialize(self, *args: Any, **kwargs: Any) -> None:
+            super().initialize(*args, **kwargs)
+            after_poll()
+
+        def update_status(self) -> None:
+            super().update_status()
+            after_poll()
+
+    return Watched(interval)
+
+
+def _http_error(
+    response: Any, e: Any = None, content: bytes | None = None, data: Any = None
+) -> str:
+    """``METHOD URL: HTTP 409 Code: message`` of a refused request (or ``METHOD URL: Code:
+    message`` of a long-running operation that ended Failed), from ARM's error body."""
+    request = response.request
+    where = f"{request.method} {_shown_url(str(request.url))}"
+    if content is None:
+        try:
+            content = response.body() if hasattr(response, "body") else response.content
+        except Exception:  # a streamed answer already closed
+            content = b""
+        try:
+            data = untrusted.loads(content) if content else None
+        except untrusted.Unreadable:
+            data = None
+    error = data.get("error", {}) if isinstance(data, dict) else {}
+    if isinstance(error, dict) and error:
+        what = f"{error.get('code')}: {error.get('message')}"
+    elif e is not None:
+        what = _first_line(e)
+    else:
+        what = (content or b"").decode("utf-8", "replace")
+    status = response.status_code
+    if 200 <= status < 300:
+        return f"{where}: {untrusted.one_line(what, 500)}"
+    return f"{where}: HTTP {status} {untrusted.one_line(what, 500)}"
 
 
 def _shown_url(url: str) -> str:

@@ -402,6 +402,8 @@ def open_zones(sku: Sku) -> tuple[str, ...]:
 
 
 # -- asking Azure ---------------------------------------------------------------------------
+# Hand-written REST, not azure-mgmt-compute's usage/resource_skus pagers: those would follow a
+# nextLink to any host with the token, and Spot placement scores have no typed client there.
 class Requester(Protocol):
     """What :func:`ask` needs of :class:`driver.arm.ResourceManager`."""
 

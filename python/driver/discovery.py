@@ -28,7 +28,12 @@ from driver.errors import DriverError, one_line, shaped
 from driver.settings import DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV, ClusterSpec
 
 DEPLOYMENTS_API_VERSION = "2024-03-01"
-"""api-version for GET .../providers/Microsoft.Resources/deployments/{name}."""
+"""api-version of Microsoft.Resources/deployments, as the driver reads and makes them."""
+DEPLOYMENTS_PACKAGE = "azure-mgmt-resource-deployments>=2,<3"
+"""The typed deployments client (azure-mgmt-resource 26 moved it out of that package)."""
+MAX_ANSWER_BYTES = 32 << 20
+"""One answer of Resource Manager, read whole at most (what-if and operations answers of this
+template are well under a megabyte)."""
 ANSWER_TIMEOUT_S = 120.0
 """One exchange with Resource Manager, whole: the token, the request, the answer (the SDK's own
 timeouts bound each socket read only)."""
@@ -116,13 +121,9 @@ def arm_deployment_outputs(
     subscription: str | None,
     endpoint: str | None = None,
 ) -> tuple[str, dict[str, Any]]:
-    """``(provisioningState, outputs)`` of an ARM deployment, read through Resource Manager.
-
-    The deployment is read as a generic resource by its id (``resources.get_by_id``): the same
-    ``GET .../providers/Microsoft.Resources/deployments/{name}`` the portal makes, and it works
-    with azure-mgmt-resource 23 through 26 (26 moved the typed deployments client to another
-    package).
-    """
+    """``(provisioningState, outputs)`` of an ARM deployment, read through Resource Manager
+    with azure-mgmt-resource-deployments' client (``deployments.get``: ``GET .../providers/
+    Microsoft.Resources/deployments/{name}``, api-version :data:`DEPLOYMENTS_API_VERSION`)."""
     if not subscription:
         raise DriverError(
             "--resource-group/--deployment need a subscription: pass --subscription ID "
@@ -138,29 +139,31 @@ def arm_deployment_outputs(
         ServiceRequestError,
     )
     from azure.identity import CredentialUnavailableError
-    from azure.mgmt.resource.resources import ResourceManagementClient
+
+    try:
+        from azure.mgmt.resource.deployments import DeploymentsMgmtClient
+    except ImportError:
+        name = DEPLOYMENTS_PACKAGE.split(">")[0]
+        raise DriverError(
+            f"reading an ARM deployment needs {name}: pip install '{DEPLOYMENTS_PACKAGE}'"
+        ) from None
 
     where = f"ARM deployment {deployment} in resource group {resource_group}"
-    resource_id = (
-        f"/subscriptions/{subscription}/resourcegroups/{resource_group}"
-        f"/providers/Microsoft.Resources/deployments/{deployment}"
-    )
     try:
         with (
             untrusted.credential() as credential,
-            ResourceManagementClient(
+            DeploymentsMgmtClient(
                 credential,
                 subscription,
                 base_url=base,
                 credential_scopes=[f"{base}/.default"],
                 retry_policy=untrusted.retry_policy(),
+                transport=untrusted.transport(max_bytes=MAX_ANSWER_BYTES),
+                api_version=DEPLOYMENTS_API_VERSION,
             ) as client,
         ):
             resource = untrusted.within(
-                ANSWER_TIMEOUT_S,
-                lambda: client.resources.get_by_id(
-                    resource_id, api_version=DEPLOYMENTS_API_VERSION
-                ),
+                ANSWER_TIMEOUT_S, lambda: client.deployments.get(resource_group, deployment)
             )
     except ResourceNotFoundError as e:
         raise DriverError(
@@ -181,10 +184,8 @@ def arm_deployment_outputs(
         ) from None
     except untrusted.Unreadable as e:
         raise DriverError(f"reading {where}: Resource Manager's answer: {e}") from None
-    properties = resource.properties or {}
-    if not isinstance(properties, dict):  # older SDK models
-        properties = properties.as_dict() if hasattr(properties, "as_dict") else dict(properties)
     with shaped(where):
+        properties = resource.get("properties") or {}
         state = str(properties.get("provisioningState") or "Unknown")
         outputs = properties.get("outputs") or {}
         return state, {

@@ -6,7 +6,8 @@ again is the user's own doing, with the user's own Azure credential (azure-ident
 DefaultAzureCredential, through :class:`driver.arm.ResourceManager`):
 
 1. ``POST {head VM id}/start``, then the operation it names (``Azure-AsyncOperation``) until it
-   ends, then the VM's instance view until ``PowerState/running``;
+   ends, then the VM's instance view until ``PowerState/running`` (azure-mgmt-compute's
+   ``virtual_machines.begin_start`` and ``instance_view``);
 2. in mode ``cpu``: ``PATCH {autoscale setting id}`` with ``properties.enabled = true``, for
    every worker pool's setting (each scale set comes back to its setting's minimum; in mode
    ``ray`` Ray's autoscaler adds workers for the jobs that need them).
@@ -39,6 +40,10 @@ from driver.progress import Progress, silent
 from driver.settings import HEAD_VM_ID_ENV, WORKER_AUTOSCALE_ID_ENV
 
 COMPUTE_API = "2024-11-01"
+"""api-version of the head's Microsoft.Compute/virtualMachines calls (azure-mgmt-compute's)."""
+COMPUTE_PACKAGE = "azure-mgmt-compute>=39,<40"
+WATCH_S = 0.5
+"""How often ``start`` looks whether the SDK's poller has seen the start end."""
 AUTOSCALE_API = "2022-10-01"
 """api-version of Microsoft.Insights/autoscalesettings."""
 START_TIMEOUT_S = 900.0
@@ -51,7 +56,7 @@ POOLS_OUTPUTS = ("worker_pools", "workerPools")
 """Every worker pool: Terraform a map by name of ``{autoscale_setting_id, ...}``, Bicep an array
 of ``{autoscaleSettingId, ...}``."""
 VM_ID_RE = re.compile(
-    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/[^/]+"
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<group>[^/]+)"
     r"/providers/Microsoft\.Compute/virtualMachines/[^/]+$",
     re.IGNORECASE,
 )
@@ -91,6 +96,12 @@ class HeadVm:
         m = VM_ID_RE.match(self.vm_id)
         assert m is not None
         return m["sub"]
+
+    @property
+    def group(self) -> str:
+        m = VM_ID_RE.match(self.vm_id)
+        assert m is not None
+        return m["group"]
 
     @property
     def name(self) -> str:
@@ -154,28 +165,43 @@ def head_vm(target: Target, env: Mapping[str, str]) -> HeadVm | None:
 
 
 class Arm(Protocol):
-    """What :class:`driver.arm.ResourceManager` offers (a fake in tests)."""
+    """What :class:`driver.arm.ResourceManager` offers."""
 
     base: str
+
+    def client(self, kind: Callable[..., Any], **settings: Any) -> Any: ...
+
+    def call(self, what: str, send: Callable[[], Any], timeout: float | None = None) -> Any: ...
 
     def request(
         self, method: str, url: str, body: Any = None, ok: tuple[int, ...] = (200, 201, 202)
     ) -> tuple[int, dict[str, str], Any]: ...
 
 
+def _compute(arm: Arm) -> Any:
+    """azure-mgmt-compute's client on ``arm``'s connection (its VMs at :data:`COMPUTE_API`)."""
+    try:
+        from azure.mgmt.compute import ComputeManagementClient
+    except ImportError:
+        raise DriverError(
+            f"starting a stopped head needs azure-mgmt-compute: pip install '{COMPUTE_PACKAGE}'"
+        ) from None
+    return arm.client(ComputeManagementClient)
+
+
 def power_state(arm: Arm, vm: HeadVm) -> str:
     """``running``, ``deallocated``, ``starting``, ... from the VM's instance view."""
-    _, _, view = arm.request("GET", f"{arm.base}{vm.vm_id}/instanceView?api-version={COMPUTE_API}")
+    vms = _compute(arm).virtual_machines
+    view = arm.call(
+        f"GET {arm.base}{vm.vm_id}/instanceView",
+        lambda: vms.instance_view(vm.group, vm.name, api_version=COMPUTE_API),
+    )
     with shaped(f"the instance view of {vm.name}"):
         for status in (view or {}).get("statuses", []):
             code = str(status.get("code", ""))
             if code.startswith("PowerState/"):
                 return untrusted.shown(code.split("/", 1)[1], 40)
     return "unknown"
-
-
-def _retry_after(headers: Mapping[str, str]) -> float:
-    return untrusted.retry_after(headers.get("Retry-After"), 5.0)
 
 
 def start(
@@ -189,25 +215,20 @@ def start(
     """Start the head VM and wait until it runs; then enable the autoscale setting (mode cpu)."""
     deadline = clock() + timeout
     progress(f"Starting the head VM {vm.name} (with your Azure credential)")
-    _, headers, _ = arm.request(
-        "POST", f"{arm.base}{vm.vm_id}/start?api-version={COMPUTE_API}", ok=(200, 202)
-    )
-    operation = headers.get("Azure-AsyncOperation") or headers.get("azure-asyncoperation")
-    while operation:
+    vms = _compute(arm).virtual_machines
+    what = f"POST {arm.base}{vm.vm_id}/start"
+    # azure-core's poller follows the start's Azure-AsyncOperation in a thread of its own; this
+    # one looks at it every WATCH_S, against its own clock.
+    poller = arm.call(what, lambda: vms.begin_start(vm.group, vm.name, api_version=COMPUTE_API))
+    while True:
+        try:  # raises what ended the poller's thread: a start that failed, a refused poll
+            arm.call(what, lambda: poller.wait(WATCH_S), WATCH_S + untrusted.MAX_RETRY_AFTER_S)
+        except DriverError as e:
+            raise DriverError(f"starting the head VM {vm.name}: {e}") from None
+        if poller.done():
+            break
         if clock() > deadline:
             raise DriverError(f"the head VM {vm.name} did not start within {timeout:.0f} s")
-        sleep(_retry_after(headers))
-        _, headers, doc = arm.request("GET", operation, ok=(200,))
-        with shaped(f"the start of {vm.name}"):
-            status = str((doc or {}).get("status", ""))
-            if status == "Succeeded":
-                break
-            if status in ("Failed", "Canceled"):
-                error = (doc or {}).get("error") or {}
-                raise DriverError(
-                    f"starting the head VM {vm.name}: {status}: "
-                    + untrusted.one_line(f"{error.get('code')}: {error.get('message')}", 500)
-                )
     while (state := power_state(arm, vm)) != "running":
         if clock() > deadline:
             raise DriverError(
@@ -215,20 +236,19 @@ def start(
             )
         sleep(2.0)
     progress(f"The head VM {vm.name} runs")
-    if vm.autoscale_id:
-        arm.request(
-            "PATCH",
-            f"{arm.base}{vm.autoscale_id}?api-version={AUTOSCALE_API}",
-            {"properties": {"enabled": True}},
-            ok=(200,),
-        )
-        progress("Enabled the workers' autoscale setting again (workers return to its minimum)")
-    for autoscale_id in vm.more_autoscale_ids:
+    for autoscale_id in (vm.autoscale_id, *vm.more_autoscale_ids):
+        if not autoscale_id:
+            continue
+        # Hand-written: azure-mgmt-monitor's typed client would bring azure-common and all of
+        # Azure Monitor's models to a laptop for this one PATCH.
         arm.request(
             "PATCH",
             f"{arm.base}{autoscale_id}?api-version={AUTOSCALE_API}",
             {"properties": {"enabled": True}},
             ok=(200,),
         )
-        name = autoscale_id.rstrip("/").rsplit("/", 1)[-1]
-        progress(f"Enabled the worker pool's autoscale setting {name} again")
+        if autoscale_id == vm.autoscale_id:
+            progress("Enabled the workers' autoscale setting again (workers return to its minimum)")
+        else:
+            name = autoscale_id.rstrip("/").rsplit("/", 1)[-1]
+            progress(f"Enabled the worker pool's autoscale setting {name} again")

@@ -274,6 +274,7 @@ def _first_url(url: str, odata_filter: str) -> str:
     return f"{url}{sep}{urllib.parse.urlencode({'$filter': odata_filter})}"
 
 
+# Hand-written: the Retail Prices API is public and unauthenticated, and no Azure SDK covers it.
 def _get_json(url: str, timeout: float, read_timeout: float = FETCH_TIMEOUT_S) -> dict[str, Any]:
     try:
         body = untrusted.fetch(

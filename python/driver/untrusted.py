@@ -38,7 +38,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 MAX_DEPTH = 64
 """JSON nesting the driver reads (a price page is 3 deep, latest.json 2, ARM's answers ~10)."""
@@ -285,6 +285,14 @@ def retry_after(
     return min(max(seconds, low), high)
 
 
+class _WallClock:
+    """What azure-core's retry policy asks of a transport to wait: time.sleep, capped."""
+
+    @staticmethod
+    def sleep(duration: float) -> None:
+        time.sleep(min(max(float(duration), 0.0), MAX_RETRY_AFTER_S))
+
+
 def retry_policy(**settings: Any) -> Any:
     """azure-core's RetryPolicy (``settings`` as it takes them), whose ``Retry-After`` (and
     ``retry-after-ms``) is validated and capped at :data:`MAX_RETRY_AFTER_S`; a value that is not
@@ -300,6 +308,12 @@ def retry_policy(**settings: Any) -> Any:
                 ms = headers.get("retry-after-ms") or headers.get("x-ms-retry-after-ms")
                 seconds = retry_after(ms, -1.0, 0.0, MAX_RETRY_AFTER_S * 1000) / 1000
             return None if seconds < 0 else seconds
+
+        def sleep(self, settings: Any, transport: Any, response: Any = None) -> None:
+            # A retry waits on the wall clock, capped, whatever the transport's own sleep does
+            # (that one paces a long-running operation's polls: see transport()).
+            # _WallClock is all of a transport the policy's sleep uses (its .sleep).
+            super().sleep(settings, cast(Any, _WallClock()), response)
 
     settings.setdefault("retry_total", 3)
     settings.setdefault("retry_backoff_factor", 1.0)
@@ -320,6 +334,59 @@ def credential(**settings: Any) -> Any:
             time.sleep(min(max(float(duration), 0.0), MAX_RETRY_AFTER_S))
 
     return DefaultAzureCredential(transport=CappedWaits(), **settings)
+
+
+def transport(max_bytes: int, sleep: Any = time.sleep) -> Any:
+    """azure-core's requests transport for a typed Azure client: an answer's body is read to at
+    most ``max_bytes`` and JSON in it nested at most :data:`MAX_DEPTH` deep (else
+    :class:`Unreadable`, before the SDK parses it), and its waits (a long-running operation's
+    polls after ``Retry-After``, which azure-core takes uncapped) go through ``sleep`` and last
+    at most :data:`MAX_RETRY_AFTER_S`."""
+    import requests
+    from azure.core.pipeline.transport import RequestsTransport
+
+    def bounded(response: requests.Response, *args: Any, **kwargs: Any) -> requests.Response:
+        # requests calls its response hooks before it reads the body: the body is then read
+        # through this stream.
+        response.raw = _BoundedBody(response.raw, max_bytes)
+        return response
+
+    class CappedPolls(RequestsTransport):
+        def sleep(self, duration: float) -> None:
+            sleep(min(max(float(duration), 0.0), MAX_RETRY_AFTER_S))
+
+    session = requests.Session()
+    session.hooks["response"].append(bounded)
+    return CappedPolls(session=session, session_owner=True)
+
+
+class _BoundedBody:
+    """An HTTP answer's raw stream (urllib3's) that stops at ``limit`` bytes and, at its end,
+    refuses JSON nested deeper than :data:`MAX_DEPTH`."""
+
+    def __init__(self, raw: Any, limit: int) -> None:
+        self._raw = raw
+        self._limit = limit
+
+    def stream(self, amt: int = 2**16, decode_content: bool | None = None) -> Iterator[bytes]:
+        body = bytearray()
+        for chunk in self._raw.stream(amt, decode_content=decode_content):
+            body += chunk
+            if len(body) > self._limit:
+                raise Unreadable(f"longer than {self._limit} bytes: stopped reading")
+            yield chunk
+        if body[:1] in (b"{", b"[") and depth(bytes(body)) > MAX_DEPTH:
+            raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # What azure-core sets on the stream (enforce_content_length) reaches urllib3's.
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._raw, name, value)
 
 
 def within(seconds: float, call: Any) -> Any:

@@ -14,7 +14,8 @@ stands in for exactly the calls the driver makes, with the real wire format:
   ``{"type": "String", "value": ...}`` entries. Path segments are matched case-insensitively, as
   ARM does; errors use ARM's ``{"error": {"code", "message"}}`` body (``AuthenticationFailed``,
   ``ResourceGroupNotFound``, ``DeploymentNotFound``, ``MissingApiVersionParameter``).
-* **Deploying** (what ``up/down --resource-group`` send, api-version 2024-03-01):
+* **Deploying** (what ``up/down --resource-group`` send through azure-mgmt-resource's and
+  azure-mgmt-resource-deployments' clients, deployments at api-version 2024-03-01):
   ``GET/PUT/DELETE /subscriptions/{sub}/resourcegroups/{rg}`` (PUT ``{"location", "tags"}`` →
   201; DELETE → 202 + ``Location``, polled until 200); ``POST .../deployments/{name}/whatIf``
   → 202 + ``Location`` + ``Retry-After``, the operation result first 202 again, then 200 with a
@@ -25,7 +26,8 @@ stands in for exactly the calls the driver makes, with the real wire format:
   :attr:`FakeAzure.next_outputs` (a template whose outputs need no more of its resources than
   a storage account's endpoints, infra/bicep/results.json, gets its own outputs, evaluated
   with tests/armeval.py as Resource Manager would); ``GET .../deployments/{name}/operations``
-  → ``{"value": [DeploymentOperation]}``, one per resource of the template, following the
+  (the REST specification's path, without ``/providers/Microsoft.Resources``, as the SDK sends
+  it) → ``{"value": [DeploymentOperation]}``, one per resource of the template, following the
   deployment's state. A PUT without a required template parameter gets 400
   ``InvalidTemplateDeployment``.
 * **Image Builder** (``python -m driver image build``, api-version 2024-02-01, the section
@@ -100,8 +102,11 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import armeval
 
 _DEPLOYMENT_PATH = re.compile(
+    # A deployment's operations are listed without the provider segment (the REST
+    # specification's path, what azure-mgmt-resource-deployments sends); ARM takes both.
     r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)"
-    r"/providers/microsoft\.resources/deployments/(?P<name>[^/]+)(?P<tail>/whatIf|/operations)?$",
+    r"(?:/providers/microsoft\.resources)?/deployments/(?P<name>[^/]+)"
+    r"(?P<tail>/whatIf|/operations)?$",
     re.IGNORECASE,
 )
 _GROUP_PATH = re.compile(
@@ -211,7 +216,7 @@ class FakeAzure:
     """The runSubStates a build goes through, one per poll of its operation."""
     build_fails_with: str | None = None
     """A message: the next build fails in Customizing with it."""
-    build_retry_after: str = "0"
+    build_retry_after: str = "1"
     """The Retry-After (seconds) the build's operation answers with."""
     runs: list[tuple[str, str, str]] = field(default_factory=list)
     """(subscription, resource group, name) of every build started (POST run)."""
@@ -221,6 +226,8 @@ class FakeAzure:
     """Autoscale setting resource id (lower case) → enabled."""
     start_polls: int = 2
     """How many polls a VM start's operation says InProgress."""
+    start_fails_with: str | None = None
+    """A message: the next start's operation ends ``Failed`` with it (the VM stays as it was)."""
     throttle: list[str] = field(default_factory=list)
     """Retry-After values: each next request to Resource Manager (not the token endpoint) is
     answered ``429 TooManyRequests`` with the first, which goes."""
@@ -256,7 +263,8 @@ class FakeAzure:
     answers: dict[str, Any] = field(default_factory=dict)
     """Path (lower case) → the JSON answered (200) in place of the fake's own."""
     trickle: set[str] = field(default_factory=set)
-    """Paths (lower case) whose answer trickles, a byte every half second, for ever."""
+    """Paths (lower case; one that ends in ``/``, every path under it) whose answer trickles, a
+    byte every half second, for ever."""
     _starts: dict[str, list[Any]] = field(default_factory=dict)
     _builds: dict[str, dict[str, Any]] = field(default_factory=dict)
     _results: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
@@ -398,7 +406,10 @@ class FakeAzure:
                 ),
             )
             return
-        if url.path.lower() in self.trickle:
+        if any(
+            url.path.lower() == t or (t.endswith("/") and url.path.lower().startswith(t))
+            for t in self.trickle
+        ):
             self._trickle(h)
             return
         if url.path.lower() in self.answers:
@@ -450,6 +461,8 @@ class FakeAzure:
             self._group(h, group["sub"].lower(), group["rg"], body)
             return
         match = _DEPLOYMENT_PATH.match(url.path)
+        if match is not None and "/providers/" not in url.path.lower() and match["tail"] is None:
+            match = None  # only the operations' list has a path without the provider
         if match is None:
             self._send(h, 404, _error("InvalidResourceType", f"No route for {url.path}"))
             return
@@ -917,12 +930,17 @@ class FakeAzure:
             return
         entry[1] -= 1
         done = entry[1] < 0
-        if done:
+        doc: dict[str, Any] = {"name": op, "status": "InProgress", "startTime": _now()}
+        if done and self.start_fails_with is not None:
+            self.vms[entry[0]] = "deallocated"
+            doc.update(
+                status="Failed",
+                error={"code": "AllocationFailed", "message": self.start_fails_with},
+            )
+        elif done:
             self.vms[entry[0]] = "running"
-        status = "Succeeded" if done else "InProgress"
-        self._send(
-            h, 200, {"name": op, "status": status, "startTime": _now()}, {"Retry-After": "0"}
-        )
+            doc["status"] = "Succeeded"
+        self._send(h, 200, doc, {"Retry-After": "0"})
 
     def _autoscale(self, h: BaseHTTPRequestHandler, path: str, body: Any) -> None:
         key = path.lower()

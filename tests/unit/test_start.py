@@ -124,6 +124,24 @@ def test_mode_ray_has_no_autoscale_setting_to_enable(
     assert fake.autoscale[AUTOSCALE_ID.lower()] is False
 
 
+def test_a_start_that_fails_is_one_line_with_azures_reason(
+    fake: FakeAzure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake.start_fails_with = "Allocation failed. We do not have sufficient capacity."
+    with (
+        manager(fake, monkeypatch) as arm,
+        pytest.raises(DriverError) as raised,
+    ):
+        power.start(arm, power.HeadVm(VM_ID, AUTOSCALE_ID), sleep=lambda _: None)
+    line = str(raised.value)
+    assert line.startswith("starting the head VM ray-head: GET "), line
+    assert line.endswith(
+        ": AllocationFailed: Allocation failed. We do not have sufficient capacity."
+    ), line
+    assert "\n" not in line
+    assert fake.autoscale[AUTOSCALE_ID.lower()] is False  # nothing enabled for a failed start
+
+
 def test_a_start_that_never_ends_is_given_up_in_one_line(
     fake: FakeAzure, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -119,15 +119,15 @@ def cmd_build(args: argparse.Namespace) -> int:
                     f"deployment {image.IMAGE_DEPLOYMENT} in {group} {state}: "
                     f"{reason or 'see its operations above'}"
                 )
-        operation = None
+        build = None
         if builder.last_run().get("runState") == "Running":
             say(f"A build of {name} is already running: following it.")
         else:
-            operation = builder.start()
+            build = builder.start()
             say(f"Started the build of {name} (Image Builder takes 20-60 minutes).")
         started = time.monotonic()
         try:
-            for step in builder.follow(operation):
+            for step in builder.follow(build):
                 minutes = (time.monotonic() - started) / 60
                 # Image Builder's text, one line, no terminal control.
                 detail = f" ({shown(step.sub_state, 80)})" if step.sub_state else ""

@@ -207,8 +207,8 @@ class Cloud(Protocol):
 
 
 class Azure:
-    """The three writes, through the node provider's Azure client (azure-mgmt-compute's
-    pipeline, the managed identity, the OS's CA store)."""
+    """The three writes, through the node provider's Azure client (azure-mgmt-compute's typed
+    operations and pipeline, the managed identity, the OS's CA store)."""
 
     def __init__(self, scale_set: Any) -> None:
         self.scale_set = scale_set
@@ -228,6 +228,8 @@ class Azure:
         )
 
     def _send(self, method: str, path: str, api: str, body: Any = None) -> Any:
+        # Hand-written for the autoscale settings only: azure-mgmt-monitor's typed client would
+        # add azure-common and all of Azure Monitor's models to the head's lock for one PATCH.
         from azure.core.rest import HttpRequest
 
         url = f"{self.scale_set.endpoint}{path}?api-version={api}"
@@ -252,8 +254,17 @@ class Azure:
         s.client.virtual_machine_scale_sets.begin_update(s.group, name, update).result()
 
     def deallocate(self, vm_id: str) -> None:
-        # Accepted (202) is all this VM lives to see: the deallocation stops it.
-        self._send("POST", f"{vm_id}/deallocate", COMPUTE_API)
+        # Accepted (202) is all this VM lives to see: the deallocation stops it, so its
+        # operation is not followed (polling=False).
+        parts = vm_id.strip("/").split("/")
+        if len(parts) != 8 or parts[6].lower() != "virtualmachines":
+            raise AutostopError(
+                f"expected /subscriptions/S/resourceGroups/G/providers/Microsoft.Compute/"
+                f"virtualMachines/NAME, got {vm_id!r}"
+            )
+        group, name = parts[3], parts[7]
+        vms = self.scale_set.client.virtual_machines
+        vms.begin_deallocate(group, name, api_version=COMPUTE_API, polling=False)
 
 
 def scale_set_names(values: dict[str, str]) -> list[str]:

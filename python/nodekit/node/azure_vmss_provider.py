@@ -303,6 +303,8 @@ class ScaleSet:
 
     def _private_ips(self) -> dict[str, str]:
         """instance id -> private IP of its primary interface (Network's API for scale sets)."""
+        # Hand-written on Compute's pipeline: the typed client would add azure-mgmt-network (a
+        # large package) to the head's lock for this one list.
         from azure.core.rest import HttpRequest
 
         url: str | None = (

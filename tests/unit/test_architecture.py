@@ -121,7 +121,7 @@ def test_no_import_cycles() -> None:
 def test_the_graph_sees_imports() -> None:
     """The checks above would pass on an empty graph: make sure it holds real edges."""
     graph = import_graph()
-    assert "driver.ssh" in graph["driver.remote"]
+    assert "driver.ssh.forward" in graph["driver.remote"]
     assert "driver.layout" in graph["nodekit.render"]
     assert "driver.cli.options" in graph["driver.cli.jobs"]
 

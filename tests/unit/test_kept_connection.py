@@ -18,7 +18,7 @@ import paramiko
 import pytest
 
 from driver.address import HeadAddress
-from driver.errors import DriverError
+from driver.errors import ConnectionLost, DriverError
 from driver.settings import XDG_RUNTIME_ENV, runtime_dir
 from driver.ssh import kept
 from driver.ssh.keeper import Keeper, listen
@@ -152,9 +152,7 @@ def test_a_second_command_reuses_the_running_keeper_and_tunnels_through_it(
     assert not path.exists() and running.backend.closed
 
 
-def test_an_idle_keeper_exits_but_not_while_a_tunnel_is_open(
-    runtime: Path, echo: Echo
-) -> None:
+def test_an_idle_keeper_exits_but_not_while_a_tunnel_is_open(runtime: Path, echo: Echo) -> None:
     path = kept.socket_path(runtime, HEAD, None, KEY)
     running = Running(path, Backend(echo), idle_s=0.5)
     found = kept.hello(path, KEY)
@@ -291,3 +289,29 @@ def test_expected_keys_read_plain_and_hashed_names_and_the_drivers_file_wins(
     assert kept.expected_keys(on_port, options) == []  # [host]:2222 is another name
     # the name carries the key: a changed key is another socket
     assert kept.socket_name(HEAD, None, KEY) != kept.socket_name(HEAD, None, OTHER_KEY)
+
+
+def test_a_keeper_that_cannot_connect_says_why_as_the_command_would(
+    tmp_path: Path, runtime: Path
+) -> None:
+    """The keeper is a process of its own: what stops it reaches the command as its own
+    one-line error (here: nothing listens on the port), with the progress lines before it."""
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    head = HeadAddress("127.0.0.1", port, "azureuser")
+    options = SshOptions(
+        known_hosts=tmp_path / "known_hosts",
+        system_known_hosts=tmp_path / "none",
+        retries=1,
+        connect_timeout=2.0,
+    )
+    said: list[str] = []
+    request = kept.KeepRequest(head, "--head", options, 60.0, 1.0, 1.0)
+    with pytest.raises(ConnectionLost) as e:
+        kept.spawn(request, runtime, said.append)
+    assert e.value.message.startswith(
+        f"cannot reach the head 127.0.0.1:{port} over SSH after 2 attempts"
+    )
+    assert said == [f"cannot reach 127.0.0.1:{port} yet (connection refused); retry 1 of 1 in 1 s"]
+    assert list(runtime.glob("*.sock")) == []

@@ -152,6 +152,13 @@ def test_the_command_line_starts_without_what_only_some_commands_use(tmp_path: P
     assert p.returncode == 0 and re.fullmatch(r"python -m driver \S+\n", p.stdout), p
 
 
+def test_a_job_verb_through_a_kept_connection_loads_no_ssh_library(tmp_path: Path) -> None:
+    """The keeper holds the SSH connection; a command that reaches it needs no paramiko (a
+    fifth of a second of the time issue 39 bounds)."""
+    setup = "import driver.connect\nimport driver.cli.jobs\nimport driver.ssh.kept"
+    assert _loaded(setup, ("paramiko",), tmp_path) == []
+
+
 def test_the_toolkits_command_line_starts_without_ray(tmp_path: Path) -> None:
     """``python -m nodekit`` (the rehearsal's commands, run many times by the tests) loads Ray's
     autoscaler only where the scale set's node provider is used (half a second a command)."""

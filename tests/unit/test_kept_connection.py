@@ -65,11 +65,15 @@ class Backend:
     def __init__(self, echo: Echo, key: kept.Key = KEY) -> None:
         self.token, self.key, self.echo = TOKEN, key, echo
         self.connected = True
+        self.api_down: str | None = None
         self.channels = 0
         self.closed = False
 
     def alive(self) -> bool:
         return self.connected
+
+    def unreachable(self) -> str | None:
+        return self.api_down
 
     def open_channel(self) -> socket.socket:
         self.channels += 1
@@ -184,6 +188,17 @@ def test_a_keeper_whose_connection_died_goes_and_the_next_command_starts_another
     monkeypatch.setattr(kept, "spawn", spawn)
     assert kept.attach(_request(_options(tmp_path, KEY)), lambda _m: None).pid == 1
     assert len(started) == 1
+
+
+def test_a_keeper_whose_jobs_api_is_gone_is_not_used_and_goes(runtime: Path, echo: Echo) -> None:
+    """Ray stopped behind a live connection: the command gets no token from the keeper (and
+    starts another, whose full check says what is wrong)."""
+    path = kept.socket_path(runtime, HEAD, None, KEY)
+    running = Running(path, Backend(echo))
+    assert kept.hello(path, KEY) is not None
+    running.backend.api_down = "Connection refused"
+    assert kept.hello(path, KEY) is None
+    assert running.ended() == "stopped" and not path.exists()
 
 
 def test_a_stale_socket_is_removed_and_replaced(

@@ -9,7 +9,9 @@ idle, stopped, or its connection is gone.
 
 The socket speaks one JSON line per connection:
 
-- ``{"op": "hello"}`` → ``{"key": [TYPE, BASE64], "token": ..., "pid": ...}``
+- ``{"op": "hello"}`` → ``{"key": [TYPE, BASE64], "token": ..., "pid": ...}`` once the Jobs API
+  still accepts a connection there (one round trip to the head), else ``{"ok": false, ...}``
+  and the keeper exits
 - ``{"op": "tunnel"}`` → ``{"ok": true}``, then the connection is the Jobs API's
 - ``{"op": "stop"}`` → ``{"ok": true}``, and the keeper exits
 """
@@ -41,6 +43,9 @@ class Backend(Protocol):
     key: Key
 
     def alive(self) -> bool: ...
+
+    def unreachable(self) -> str | None:
+        """Why the Jobs API does not answer on the head now (None: it does)."""
 
     def open_channel(self) -> Any:
         """A socket-like connection to the head's Jobs API."""
@@ -127,6 +132,13 @@ class Keeper:
             request = json.loads(read_line(conn))
             op = request.get("op") if isinstance(request, dict) else None
             if op == "hello":
+                why = self.backend.unreachable()
+                if why is not None:
+                    # Ray went away behind a live connection: the command starts a new keeper,
+                    # whose full check says what is wrong as a command would.
+                    self._answer(conn, {"ok": False, "error": why})
+                    self.stop()
+                    return
                 key, token = list(self.backend.key), self.backend.token
                 self._answer(conn, {"key": key, "token": token, "pid": os.getpid()})
             elif op == "tunnel":
@@ -184,6 +196,10 @@ class RemoteBackend:
 
     def alive(self) -> bool:
         return bool(self.cluster.alive())
+
+    def unreachable(self) -> str | None:
+        why = self.cluster.session.reachable(self._remote[1], self._remote[0])
+        return None if why is None else str(why)
 
     def open_channel(self) -> Any:
         return self.cluster.session.transport.open_channel(

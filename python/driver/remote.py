@@ -367,9 +367,15 @@ class RemoteCluster:
             delay = min(delay * 2, 30.0)
 
     # -- the rest of the verbs -------------------------------------------------------------
+    def _read_text(self, path: str) -> str | None:
+        """A small file of the head's: over the kept connection where this command uses one."""
+        if self._kept is not None and self._session is None:
+            return self._kept.read_text(path)
+        return self.session.read_text(path)
+
     def autostop_state(self) -> dict[str, Any] | None:
         """The head's autostop state file (JSON), None where there is none or it is unusable."""
-        text = self.session.read_text(layout.AUTOSTOP_STATE)
+        text = self._read_text(layout.AUTOSTOP_STATE)
         try:
             state = json.loads(text) if text else None
         except ValueError:
@@ -379,11 +385,11 @@ class RemoteCluster:
     def storage_state(self) -> dict[str, Any] | None:
         """From the head's storage settings (the bootstrap writes them only with results
         storage) and its mount table."""
-        settings = self.session.read_text(layout.STORAGE_ENV)
+        settings = self._read_text(layout.STORAGE_ENV)
         if settings is None:
             return {"configured": False, "mounted": False}
         values = dict(ln.split("=", 1) for ln in settings.splitlines() if "=" in ln)
-        mounts = self.session.read_text("/proc/mounts") or ""
+        mounts = self._read_text("/proc/mounts") or ""
         return {
             "configured": True,
             "mounted": any(

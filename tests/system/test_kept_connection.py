@@ -84,7 +84,7 @@ def test_a_second_command_reuses_the_first_ones_connection_and_no_file_holds_the
         str(FIXTURES / "jobs" / "succeed.py"),
     )
     assert r.returncode == 0, r.stderr
-    for args in (("list", "--json"), ("status", "kept-1"), ("logs", "kept-1")):
+    for args in (("list", "--json"), ("status", "kept-1"), ("logs", "kept-1"), ("status",)):
         r = drive(head_host, home, *args)
         assert r.returncode == 0, (args, r.stderr)
     assert "kept-1: SUCCEEDED" in drive(head_host, home, "status", "kept-1").stdout

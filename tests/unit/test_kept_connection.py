@@ -68,6 +68,7 @@ class Backend:
         self.api_down: str | None = None
         self.channels = 0
         self.closed = False
+        self.files = {"/var/lib/ray-cluster/autostop.json": '{"idle_s": 12}'}
 
     def alive(self) -> bool:
         return self.connected
@@ -78,6 +79,11 @@ class Backend:
     def open_channel(self) -> socket.socket:
         self.channels += 1
         return socket.create_connection(("127.0.0.1", self.echo.port))
+
+    def read_text(self, path: str) -> str | None:
+        if path == "/root/secret":
+            raise DriverError(f"root may not read {path} on the head (permission denied)")
+        return self.files.get(path)
 
     def close(self) -> None:
         self.closed = True
@@ -151,6 +157,11 @@ def test_a_second_command_reuses_the_running_keeper_and_tunnels_through_it(
         tunnel.sendall(b"GET /api/version\r\n")
         assert tunnel.recv(100) == b"GET /api/version\r\n"
     assert running.backend.channels == 1
+    # The small files `status` reads come over it too, errors as the command's own.
+    assert first.read_text("/var/lib/ray-cluster/autostop.json") == '{"idle_s": 12}'
+    assert first.read_text("/no/such/file") is None
+    with pytest.raises(DriverError, match="^root may not read /root/secret on the head"):
+        first.read_text("/root/secret")
     first.stop()
     assert running.ended() == "stopped"
     assert not path.exists() and running.backend.closed
@@ -330,3 +341,42 @@ def test_a_keeper_that_cannot_connect_says_why_as_the_command_would(
     )
     assert said == [f"cannot reach 127.0.0.1:{port} yet (connection refused); retry 1 of 1 in 1 s"]
     assert list(runtime.glob("*.sock")) == []
+
+
+def test_a_command_interrupted_while_its_keeper_connects_takes_the_keeper_with_it(
+    tmp_path: Path, runtime: Path
+) -> None:
+    """Ctrl-C while the keeper still tries the head: it must not try on for a command that is
+    gone. The head here accepts TCP and never speaks, so the keeper retries every second, each
+    try a new connection, until it is stopped."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    head = HeadAddress("127.0.0.1", silent.getsockname()[1], "azureuser")
+    options = SshOptions(
+        known_hosts=tmp_path / "known_hosts",
+        system_known_hosts=tmp_path / "none",
+        retries=20,
+        connect_timeout=1.0,
+    )
+
+    def interrupt(message: str) -> None:
+        raise KeyboardInterrupt
+
+    request = kept.KeepRequest(head, "--head", options, 60.0, 1.0, 1.0)
+    held = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            kept.spawn(request, runtime, interrupt)
+        silent.settimeout(0.2)
+        tries = 0
+        deadline = time.monotonic() + 5  # the keeper's retries would bring 2 or more by then
+        while time.monotonic() < deadline:
+            try:
+                held.append(silent.accept()[0])
+                tries += 1
+            except TimeoutError:
+                pass
+        assert tries <= 1  # at most the try under way when it was stopped
+    finally:
+        for conn in held:
+            conn.close()
+        silent.close()

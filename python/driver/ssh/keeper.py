@@ -13,6 +13,8 @@ The socket speaks one JSON line per connection:
   still accepts a connection there (one round trip to the head), else ``{"ok": false, ...}``
   and the keeper exits
 - ``{"op": "tunnel"}`` → ``{"ok": true}``, then the connection is the Jobs API's
+- ``{"op": "read", "path": P}`` → ``{"text": ...}`` (null: no such file) or ``{"error": ...}``:
+  a small file of the head's (autostop's state, the storage settings)
 - ``{"op": "stop"}`` → ``{"ok": true}``, and the keeper exits
 """
 
@@ -49,6 +51,9 @@ class Backend(Protocol):
 
     def open_channel(self) -> Any:
         """A socket-like connection to the head's Jobs API."""
+
+    def read_text(self, path: str) -> str | None:
+        """A small file's text on the head (None: no such file); DriverError if unreadable."""
 
     def close(self) -> None: ...
 
@@ -150,6 +155,15 @@ class Keeper:
                 self._answer(conn, {"ok": True})
                 conn.settimeout(None)
                 pump(conn, chan, self._stop)
+            elif op == "read":
+                from driver.errors import DriverError
+
+                try:
+                    text = self.backend.read_text(str(request.get("path")))
+                except DriverError as e:
+                    self._answer(conn, {"error": e.message})
+                else:
+                    self._answer(conn, {"text": text})
             elif op == "stop":
                 self._answer(conn, {"ok": True})
                 self.stop()
@@ -206,6 +220,9 @@ class RemoteBackend:
             "direct-tcpip", self._remote, ("127.0.0.1", 0), timeout=ANSWER_TIMEOUT_S
         )
 
+    def read_text(self, path: str) -> str | None:
+        return self.cluster.session.read_text(path)
+
     def close(self) -> None:
         self.cluster.close()
 
@@ -254,6 +271,8 @@ def main() -> int:
     if os.fork() > 0:
         os._exit(0)  # the starting command reaps this one; the keeper lives on, unparented
     from driver.errors import ConnectionLost, DriverError
+
+    _say({"pid": os.getpid()})  # for a command interrupted before the keeper is ready
 
     config = json.loads(sys.stdin.read())
     try:

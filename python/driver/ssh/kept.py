@@ -30,6 +30,7 @@ import hashlib
 import hmac
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -170,6 +171,18 @@ class Kept:
         sock.settimeout(None)
         return sock
 
+    def read_text(self, path: str) -> str | None:
+        """A small file of the head's, read over the kept connection (None: no such file)."""
+        try:
+            sock, answer = _ask(self.path, {"op": "read", "path": path})
+        except (OSError, ValueError, EOFError) as e:
+            raise ConnectionLost(f"the kept connection did not answer: {e}") from None
+        sock.close()
+        if "error" in answer:
+            raise DriverError(str(answer["error"]))
+        text = answer.get("text")
+        return text if isinstance(text, str) else None
+
     def stop(self) -> None:
         """Ask the keeper to close its connection and exit (it may be gone already)."""
         with contextlib.suppress(OSError, ValueError, EOFError):
@@ -280,6 +293,7 @@ def spawn(request: KeepRequest, folder: Path, progress: Progress) -> Kept:
     )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     answer: dict[str, Any] = {}
+    keeper = 0
     try:
         with contextlib.suppress(BrokenPipeError):
             proc.stdin.write(request.as_json(folder).encode())
@@ -287,7 +301,9 @@ def spawn(request: KeepRequest, folder: Path, progress: Progress) -> Kept:
         for line in proc.stdout:
             with contextlib.suppress(ValueError):
                 answer = json.loads(line)
-            if "progress" in answer:
+            if "pid" in answer:
+                keeper = int(answer["pid"])
+            elif "progress" in answer:
                 progress(str(answer["progress"]))
             elif "ready" in answer or "error" in answer:
                 break
@@ -303,6 +319,13 @@ def spawn(request: KeepRequest, folder: Path, progress: Progress) -> Kept:
                 + (f": {err[-1][:300]}" if err else "")
                 + " (try --keep-connection 0)"
             )
+    except BaseException:
+        if keeper and "ready" not in answer:
+            # Interrupted (Ctrl-C) while the keeper still connects or waits for the head: it
+            # would otherwise wait on for a command that is gone.
+            with contextlib.suppress(OSError):
+                os.kill(keeper, signal.SIGTERM)
+        raise
     finally:
         # The keeper's first process only forks the keeper and exits: reap it.
         proc.stdout.close()

@@ -11,10 +11,10 @@ explicit flags, then ``$RAYDRIVER_HEAD``, then the saved profile, then local Ray
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import stat
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,30 +124,37 @@ def config_dir(environ: Mapping[str, str] | None = None) -> Path:
     return _private_dir(Path(config) / "ray-azure-rl")
 
 
-def runtime_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_RUNTIME_DIR/raydriver``, else ``/tmp/raydriver-UID``: where kept connections'
-    sockets live. Mode 0700 and this user's, or refused: whoever can enter it can use the
-    connections (and read the cluster tokens they hand out)."""
-    env = os.environ if environ is None else environ
-    base = env.get(XDG_RUNTIME_ENV)
-    path = (
-        Path(base) / "raydriver"
-        if base and Path(base).is_dir()
-        else Path(tempfile.gettempdir()) / f"raydriver-{os.getuid()}"
-    )
-    try:
-        path.mkdir(mode=0o700, exist_ok=True)
-    except OSError as e:
-        raise DriverError(f"cannot create the runtime folder {path}: {e.strerror}") from None
-    st = path.lstat()
+def owned_private_dir(path: Path) -> Path:
+    """``path`` as a folder of this user's, mode 0700 (made so); refused when it is anything
+    else: another user may have made it, to read or plant what goes there."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise DriverError(
-            f"refusing the runtime folder {path}: expected a folder of user {os.getuid()} with "
-            f"mode 0700, found one of user {st.st_uid} (remove it, or set ${XDG_RUNTIME_ENV})"
+            f"{path} is not a folder of yours: remove it (another user may have made it) and "
+            "try again"
         )
     if st.st_mode & 0o077:
         path.chmod(0o700)
     return path
+
+
+def private_tmp() -> Path:
+    """``/tmp/raydriver-UID``, this user's alone: local Ray's session folders, and kept
+    connections' sockets where there is no ``$XDG_RUNTIME_DIR``."""
+    return owned_private_dir(Path("/tmp") / f"raydriver-{os.getuid()}")
+
+
+def runtime_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_RUNTIME_DIR/raydriver``, else ``/tmp/raydriver-UID/ssh``: where kept connections'
+    sockets live, this user's alone (whoever can enter it can use the connections and get the
+    cluster tokens they hand out)."""
+    env = os.environ if environ is None else environ
+    base = env.get(XDG_RUNTIME_ENV)
+    if base and Path(base).is_dir():
+        return owned_private_dir(Path(base) / "raydriver")
+    return owned_private_dir(private_tmp() / "ssh")
 
 
 def known_hosts_file() -> Path:

@@ -119,9 +119,9 @@ def test_a_killed_keeper_is_replaced_and_an_idle_one_goes(head_host: HeadHost, h
     _wait_until("the killed keeper's connection to close", lambda: _ours(head_host) == peers)
     assert sock.is_socket()  # left behind, answered by nobody
     logins = _logins(head_host)
-    r = drive(head_host, home, "list", keep=3)
+    r = drive(head_host, home, "list", "--json", keep=3)
     assert r.returncode == 0, r.stderr
-    assert r.stderr.strip() == ""  # replaced without a word
+    assert r.stderr.strip() == ""  # replaced without a word (the jobs go to stdout as JSON)
     assert _logins(head_host) == logins + 1
     second = kept.hello(sock, key)
     assert second is not None and second.pid != first.pid

@@ -160,7 +160,7 @@ def test_a_second_command_reuses_the_running_keeper_and_tunnels_through_it(
     # The small files `status` reads come over it too, errors as the command's own.
     assert first.read_text("/var/lib/ray-cluster/autostop.json") == '{"idle_s": 12}'
     assert first.read_text("/no/such/file") is None
-    with pytest.raises(DriverError, match="^root may not read /root/secret on the head"):
+    with pytest.raises(DriverError, match=r"^root may not read /root/secret on the head"):
         first.read_text("/root/secret")
     first.stop()
     assert running.ended() == "stopped"

@@ -299,9 +299,13 @@ def spawn(request: KeepRequest, folder: Path, progress: Progress) -> Kept:
             proc.stdin.write(request.as_json(folder).encode())
             proc.stdin.close()
         for line in proc.stdout:
-            with contextlib.suppress(ValueError):
+            try:
                 answer = json.loads(line)
-            if "pid" in answer:
+            except ValueError:
+                continue  # not one of its lines (a library's warning): nothing to relay
+            if not isinstance(answer, dict):
+                answer = {}
+            elif "pid" in answer:
                 keeper = int(answer["pid"])
             elif "progress" in answer:
                 progress(str(answer["progress"]))

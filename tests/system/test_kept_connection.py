@@ -18,7 +18,7 @@ import pytest
 from driver.address import HeadAddress
 from driver.ssh import kept
 from driver.ssh.options import SshOptions
-from headhost import SSH_USER, HeadHost, driver_env
+from headhost import SSH_USER, HeadHost, driver_env, keygen
 from support import FIXTURES, run_driver
 
 KEEP_S = 300.0
@@ -128,3 +128,18 @@ def test_a_killed_keeper_is_replaced_and_an_idle_one_goes(head_host: HeadHost, h
     # This one was started with 3 idle seconds: it goes by itself, socket and connection.
     _wait_until("the idle keeper to exit", lambda: not sock.exists())
     _wait_until("its connection to close", lambda: _ours(head_host) == peers)
+
+
+def test_a_head_whose_key_is_not_the_known_one_is_refused_and_nothing_is_kept(
+    head_host: HeadHost, home: Path, tmp_path: Path
+) -> None:
+    """The keeper checks the host key as a command does: a mismatch is the command's own
+    one-line refusal, and no socket is left for a later command to find."""
+    kind, blob = keygen(tmp_path / "impostor").with_name("impostor.pub").read_text().split()[:2]
+    (home / "known_hosts").write_text(f"{head_host.ip} {kind} {blob}\n")
+    logins = _logins(head_host)
+    r = drive(head_host, home, "list")
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"error: REFUSING the head {head_host.ip}:22: its host key changed")
+    assert list(_folder(home).glob("*.sock")) == []
+    assert _logins(head_host) == logins  # refused before logging in

@@ -19,7 +19,7 @@ from driver.address import HeadAddress
 from driver.ssh import kept
 from driver.ssh.options import SshOptions
 from headhost import SSH_USER, HeadHost, driver_env, keygen
-from support import FIXTURES, run_driver
+from support import FIXTURES, error_lines, run_driver
 
 KEEP_S = 300.0
 """Longer than any of these tests: only what the test does ends a keeper."""
@@ -140,6 +140,7 @@ def test_a_head_whose_key_is_not_the_known_one_is_refused_and_nothing_is_kept(
     logins = _logins(head_host)
     r = drive(head_host, home, "list")
     assert r.returncode == 2
-    assert r.stderr.startswith(f"error: REFUSING the head {head_host.ip}:22: its host key changed")
+    [line] = error_lines(r.stderr)
+    assert line.startswith(f"error: REFUSING the head {head_host.ip}:22: its host key changed")
     assert list(_folder(home).glob("*.sock")) == []
     assert _logins(head_host) == logins  # refused before logging in

@@ -2,7 +2,7 @@
 
 Why paramiko and not the ``ssh`` binary: the driver must work the same on a laptop without
 OpenSSH's client configured, verify host keys with its own trust-on-first-use store, and forward
-ports without leaving an ``ssh -L`` process behind. Everything a :class:`SshSession` opens is
+ports without leaving an ``ssh -L`` process behind. Everything a :class:`~driver.ssh.session.SshSession` opens is
 closed by its ``close`` — connection, SFTP, forwards and their threads — including after errors
 and Ctrl-C: a session is a context manager, and so is every cluster that holds one.
 
@@ -14,8 +14,9 @@ and Ctrl-C: a session is a context manager, and so is every cluster that holds o
 - :mod:`~driver.ssh.session`: the connection, its commands and SFTP;
 - :mod:`~driver.ssh.watchdog`: declaring a silent head dead;
 - :mod:`~driver.ssh.forward` and :mod:`~driver.ssh.terminal`: tunnels and ``ssh``'s terminal;
-- :mod:`~driver.ssh.keeper`: one connection and Jobs API tunnel kept between commands, as
-  OpenSSH's ControlPersist keeps a master connection.
+- :mod:`~driver.ssh.kept` (a command's side) and :mod:`~driver.ssh.keeper` (the process that
+  holds it): one connection and Jobs API tunnel kept between commands, as OpenSSH's
+  ControlPersist keeps a master connection.
 
 Import from the modules: the package itself loads nothing, so a command that only talks to a
 kept connection never loads paramiko.

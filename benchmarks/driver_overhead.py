@@ -13,9 +13,11 @@ file and then prints one line. Measured from the moment the client command is la
 * ``first_log_line_s``: until that line appears on the client's stdout (live log streaming);
 * ``list_s`` (extra): a whole ``list`` command, i.e. the fixed cost of reaching the cluster.
 
-The driver side includes everything a user pays: Python start-up, SSH handshake, readiness
-check, reading the token, opening the tunnel, uploading through it. The sides alternate, after
-one warm-up each, and medians are reported with their ratio (target: at most 1.25).
+The driver side includes everything a user pays: Python start-up, reaching the connection the
+driver keeps between commands (``--keep-connection``, on by default: the warm-up's ``submit``
+opened it, with the SSH handshake, readiness check and token read), tunnelling through it,
+uploading. The sides alternate, after one warm-up each, and medians are reported with their
+ratios (targets, issue 39: submit → RUNNING at most 1.05, ``list`` at most 1.1).
 
     sudo .venv/bin/python benchmarks/driver_overhead.py --reps 5
     sudo .venv/bin/python benchmarks/driver_overhead.py --smoke   # that it works: 1 rep
@@ -42,9 +44,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "system"))
 
 from driver import layout  # noqa: E402
+from driver.settings import DEFAULT_KEEP_CONNECTION_S  # noqa: E402
+from driver.ssh import kept  # noqa: E402
 from headhost import HeadHost, driver_env  # noqa: E402
 
 FIRST_LINE = "BENCH-FIRST-LINE"
+TARGETS = {"submit_to_running_s": 1.05, "list_s": 1.1}
+"""Issue 39's bounds on the driver's time over the same command run on the head."""
 JOB = f"""
 import os, time
 open(os.environ["BENCH_STAMP"], "w").write(repr(time.time()))
@@ -106,11 +112,11 @@ def main() -> int:
         return 2
 
     scratch = Path(tempfile.mkdtemp(prefix="raydrv-bench-"))
+    home = scratch / "driver-home"
+    env_driver = {**os.environ, **driver_env(home, DEFAULT_KEEP_CONNECTION_S)}
     head = HeadHost(scratch / "head").start(ray=True)
     try:
         assert head.sshd is not None
-        home = scratch / "driver-home"
-        env_driver = {**os.environ, **driver_env(home)}
         (home / "known_hosts").write_text(head.sshd.known_hosts_line)
         ray = str(Path(sys.executable).with_name("ray"))
         stamps_host = head.results_dir / "bench"
@@ -182,6 +188,7 @@ def main() -> int:
                 )
             )
     finally:
+        kept.stop_all(Path(env_driver["XDG_RUNTIME_DIR"]) / "raydriver")
         head.stop()
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -211,10 +218,8 @@ def main() -> int:
                 "driver_through_ssh_tunnel": driver,
                 "ray_job_submit_on_head": on_head,
                 "ratio_driver_to_on_head": ratio,
-                "target_ratio": 1.25,
-                "within_target": all(
-                    ratio[k] <= 1.25 for k in ("submit_to_running_s", "first_log_line_s")
-                ),
+                "target_ratio": TARGETS,
+                "within_target": all(ratio[k] <= limit for k, limit in TARGETS.items()),
             },
             indent=2,
         )

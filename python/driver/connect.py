@@ -11,7 +11,7 @@ from driver.localray import LocalCluster
 from driver.progress import Progress
 from driver.remote import RemoteCluster
 from driver.settings import Settings, driver_home
-from driver.ssh import SshOptions
+from driver.ssh.options import SshOptions
 
 
 def connect(
@@ -52,4 +52,5 @@ def connect(
         ready_timeout=settings.ready_timeout,
         reconnect_timeout=settings.reconnect_timeout,
         cli_hint=shlex.join(settings.hint),
+        keep_s=settings.keep_connection,
     )

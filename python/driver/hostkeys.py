@@ -1,6 +1,6 @@
 """The driver's own known_hosts file: the one writer of its lines.
 
-The driver appends a head's key the first time it connects (trust on first use, ``ssh.py``).
+The driver appends a head's key the first time it connects (trust on first use, ``ssh/trust.py``).
 The rehearsal cluster, which creates its head's key itself, records that key when ``rehearse
 up`` has booted the head and removes it on ``rehearse down``: the next cluster at the same
 address has a new key, and a stale line would make the driver refuse it as a changed key.

@@ -31,7 +31,6 @@ import secrets
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import time
@@ -46,7 +45,7 @@ from driver.package import DISTRIBUTION, LOCAL_EXTRA, LOCAL_INSTALL, missing
 from driver.procs import pid_alive, spawn
 from driver.progress import ByteProgress, Progress
 from driver.results import DownloadReport
-from driver.settings import RESULTS_ENV
+from driver.settings import RESULTS_ENV, private_tmp
 
 START_TIMEOUT_S = 360.0
 """The bound on starting local Ray, further starts included."""
@@ -146,23 +145,6 @@ def _dashboard_up(port: int, timeout: float = 2.0) -> bool:
 def environment_key(prefix: str | None = None) -> str:
     """Names the Python environment (``sys.prefix``) a local head belongs to."""
     return hashlib.sha1(str(Path(prefix or sys.prefix).resolve()).encode()).hexdigest()[:10]
-
-
-def private_tmp() -> Path:
-    """``/tmp/raydriver-UID``: mode 0700, owned by this user (refused otherwise: another user
-    could have made it, to read or plant what Ray writes there)."""
-    path = Path("/tmp") / f"raydriver-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        raise DriverError(
-            f"{path} is not a folder of yours: remove it (another user may have made it) and "
-            "try again"
-        )
-    if st.st_mode & 0o077:
-        path.chmod(0o700)
-    return path
 
 
 def require_local_extra() -> None:

@@ -8,7 +8,9 @@ read over SFTP into memory and goes only into the ``Authorization`` header.
 
 Pieces are set up when first needed: ``ssh`` needs only the connection (it must work while the
 head is still bootstrapping, to look at it), ``download`` needs SFTP, the job verbs need the head
-ready, the token and the tunnel.
+ready, the token and the tunnel. With ``keep_s`` above 0 the job verbs get the token and the
+tunnel from a kept connection (:mod:`driver.ssh.kept`), started by the first command that needs
+one, and open no connection of their own.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from driver import layout
 from driver.address import HeadAddress
@@ -28,7 +30,13 @@ from driver.jobs import JobsClient
 from driver.progress import ByteProgress, Progress
 from driver.results import DownloadReport, download_tree
 from driver.settings import DEFAULT_READY_TIMEOUT_S, DEFAULT_RECONNECT_TIMEOUT_S
-from driver.ssh import AccessDenied, SshOptions, SshSession
+from driver.ssh.forward import Forward
+from driver.ssh.options import SshOptions
+
+if TYPE_CHECKING:  # the session module loads paramiko: a command that uses a kept connection
+    # never needs it
+    from driver.ssh.kept import Kept
+    from driver.ssh.session import SshSession
 
 READY_POLL_S = 3.0
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -130,6 +138,7 @@ class RemoteCluster:
         ready_timeout: float = DEFAULT_READY_TIMEOUT_S,
         reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S,
         cli_hint: str = "",
+        keep_s: float = 0.0,
     ) -> None:
         self.head = head
         self.progress = progress
@@ -137,10 +146,29 @@ class RemoteCluster:
         self.reconnect_timeout = reconnect_timeout
         self.ssh_options = ssh_options
         self.cli_hint = cli_hint
+        self.source = source
         self.description = f"the head {head} ({source})"
-        self.session = SshSession.connect(head, ssh_options, progress)
+        self.keep_s = keep_s
+        self._session: SshSession | None = None
         self._ready: ReadyState | None = None
         self._jobs: JobsClient | None = None
+        self._kept: Kept | None = None
+        self._bridge: Forward | None = None
+        if keep_s <= 0:
+            self._session = self._connect(ssh_options)
+
+    def _connect(self, options: SshOptions) -> SshSession:
+        from driver.ssh.session import SshSession
+
+        return SshSession.connect(self.head, options, self.progress)
+
+    @property
+    def session(self) -> SshSession:
+        """This command's own connection (opened on first use where a kept one serves the
+        job verbs)."""
+        if self._session is None:
+            self._session = self._connect(self.ssh_options)
+        return self._session
 
     def __enter__(self) -> RemoteCluster:
         return self
@@ -150,7 +178,8 @@ class RemoteCluster:
 
     def warm_up(self) -> None:
         """Let the head start its SFTP server while this process finishes importing Ray."""
-        self.session.prefetch_sftp()
+        if self._session is not None:
+            self._session.prefetch_sftp()
 
     # -- readiness, token, tunnel ----------------------------------------------------------
     def ensure_ready(self) -> ReadyState:
@@ -159,6 +188,8 @@ class RemoteCluster:
         return self._ready
 
     def _token(self) -> str:
+        from driver.ssh.session import AccessDenied
+
         hint = (
             f"expected it readable by group {layout.RAY_USER} (mode 0640) and "
             f"{self.head.user} in that group — is this the cluster's admin user?"
@@ -227,25 +258,62 @@ class RemoteCluster:
                 f"(expected 200): {' '.join(r.text.split())[:150]}"
             )
 
+    def open_tunnel(self) -> tuple[Forward, str]:
+        """This connection's tunnel to the Jobs API and the token, once both are checked."""
+        ready = self.ensure_ready()
+        token = self._token()
+        fwd = self.session.forward(layout.RAY_DASHBOARD_PORT)
+        self._check_jobs_api(fwd.url, token, JOBS_API_GRACE_S if ready.waited else 0.0)
+        return fwd, token
+
+    def _kept_tunnel(self, options: SshOptions) -> tuple[Forward, str]:
+        """The kept connection's tunnel (started now where none runs) and its token."""
+        from driver.ssh import kept
+
+        request = kept.KeepRequest(
+            self.head,
+            self.source,
+            options,
+            idle_s=self.keep_s,
+            ready_timeout=self.ready_timeout,
+            reconnect_timeout=self.reconnect_timeout,
+        )
+        self._kept = kept.attach(request, self.progress)
+        self._bridge = Forward(self._kept.open_tunnel, layout.RAY_DASHBOARD_PORT)
+        return self._bridge, self._kept.token
+
+    def _tunnel(self, options: SshOptions) -> None:
+        fwd, token = self._kept_tunnel(options) if self.keep_s > 0 else self.open_tunnel()
+        self._jobs = JobsClient(
+            fwd.url,
+            token,
+            where=f"the head {self.head.host}",
+            timeout=self.ssh_options.connect_timeout,
+        )
+
     def jobs(self) -> JobsClient:
         if self._jobs is None:
-            ready = self.ensure_ready()
-            token = self._token()
-            fwd = self.session.forward(layout.RAY_DASHBOARD_PORT)
-            self._check_jobs_api(fwd.url, token, JOBS_API_GRACE_S if ready.waited else 0.0)
-            self._jobs = JobsClient(
-                fwd.url,
-                token,
-                where=f"the head {self.head.host}",
-                timeout=self.ssh_options.connect_timeout,
-            )
+            self._tunnel(self.ssh_options)
+        assert self._jobs is not None
         return self._jobs
+
+    def _drop_tunnel(self) -> None:
+        """Forget the tunnel; a kept connection that failed us is told to go (the next one
+        is fresh and checked again)."""
+        self._jobs = None
+        if self._bridge is not None:
+            self._bridge.close()
+            self._bridge = None
+        if self._kept is not None:
+            self._kept.stop()
+            self._kept = None
 
     def _new_session(self) -> None:
         """Replace the SSH connection (and with it the tunnel) by a fresh one."""
         self._jobs = None
-        self.session.close()
-        self.session = SshSession.connect(self.head, self.ssh_options, self.progress)
+        if self._session is not None:
+            self._session.close()
+        self._session = self._connect(self.ssh_options)
 
     def reconnect(self, reason: str) -> None:
         """After the connection broke: a fresh one, retried with back-off (1, 2, 4… s) for at
@@ -257,7 +325,8 @@ class RemoteCluster:
         budget = self.reconnect_timeout
         # The watchdog's verdict is the cause; what failed because of it (a request through the
         # tunnel) is not news.
-        reason = self.session.lost_because or reason
+        if self._session is not None:
+            reason = self._session.lost_because or reason
         self.progress(
             f"lost the connection to {self.head.endpoint} ({reason}); reconnecting for up to "
             f"{budget:.0f} s"
@@ -265,8 +334,10 @@ class RemoteCluster:
         deadline = time.monotonic() + budget
         delay, last = 1.0, reason
         while True:
-            self._jobs = None
-            self.session.close()
+            self._drop_tunnel()
+            if self._session is not None:
+                self._session.close()
+                self._session = None
             left = deadline - time.monotonic()
             attempt = dataclasses.replace(
                 self.ssh_options,
@@ -276,8 +347,9 @@ class RemoteCluster:
                 ),
             )
             try:
-                self.session = SshSession.connect(self.head, attempt, self.progress)
-                self.jobs()
+                if self.keep_s <= 0:
+                    self._session = self._connect(attempt)
+                self._tunnel(attempt)
                 self.progress(f"reconnected to {self.head.endpoint}")
                 return
             except ConnectionLost as e:
@@ -295,9 +367,15 @@ class RemoteCluster:
             delay = min(delay * 2, 30.0)
 
     # -- the rest of the verbs -------------------------------------------------------------
+    def _read_text(self, path: str) -> str | None:
+        """A small file of the head's: over the kept connection where this command uses one."""
+        if self._kept is not None and self._session is None:
+            return self._kept.read_text(path)
+        return self.session.read_text(path)
+
     def autostop_state(self) -> dict[str, Any] | None:
         """The head's autostop state file (JSON), None where there is none or it is unusable."""
-        text = self.session.read_text(layout.AUTOSTOP_STATE)
+        text = self._read_text(layout.AUTOSTOP_STATE)
         try:
             state = json.loads(text) if text else None
         except ValueError:
@@ -307,11 +385,11 @@ class RemoteCluster:
     def storage_state(self) -> dict[str, Any] | None:
         """From the head's storage settings (the bootstrap writes them only with results
         storage) and its mount table."""
-        settings = self.session.read_text(layout.STORAGE_ENV)
+        settings = self._read_text(layout.STORAGE_ENV)
         if settings is None:
             return {"configured": False, "mounted": False}
         values = dict(ln.split("=", 1) for ln in settings.splitlines() if "=" in ln)
-        mounts = self.session.read_text("/proc/mounts") or ""
+        mounts = self._read_text("/proc/mounts") or ""
         return {
             "configured": True,
             "mounted": any(
@@ -354,5 +432,10 @@ class RemoteCluster:
         return self.session.interactive(command, stdin, stdout, stderr)
 
     def close(self) -> None:
+        """Close this command's own connection and tunnel; a kept connection stays."""
         self._jobs = None
-        self.session.close()
+        if self._bridge is not None:
+            self._bridge.close()
+            self._bridge = None
+        if self._session is not None:
+            self._session.close()

@@ -11,8 +11,10 @@ explicit flags, then ``$RAYDRIVER_HEAD``, then the saved profile, then local Ray
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,8 @@ READY_TIMEOUT_ENV = "RAYDRIVER_READY_TIMEOUT"
 RECONNECT_TIMEOUT_ENV = "RAYDRIVER_RECONNECT_TIMEOUT"
 """Seconds to keep reconnecting after the connection to the head broke, like
 ``--reconnect-timeout``."""
+KEEP_CONNECTION_ENV = "RAYDRIVER_KEEP_CONNECTION"
+"""Seconds an idle kept SSH connection stays for the next commands, like ``--keep-connection``."""
 SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"
 TERRAFORM_SUBSCRIPTION_ENV = "ARM_SUBSCRIPTION_ID"
 """The subscription the azurerm provider deploys into (infra/terraform/versions.tf): with
@@ -44,6 +48,7 @@ WORKER_AUTOSCALE_ID_ENV = "RAYDRIVER_WORKER_AUTOSCALE_ID"
 """The Azure Retail Prices API that ``up`` and ``price`` ask (tests point it at a fake)."""
 XDG_STATE_ENV = "XDG_STATE_HOME"
 XDG_CONFIG_ENV = "XDG_CONFIG_HOME"
+XDG_RUNTIME_ENV = "XDG_RUNTIME_DIR"
 
 # -- environment variables the driver sets ---------------------------------------------------
 RESULTS_ENV = "RAYDRIVER_RESULTS_DIR"
@@ -63,6 +68,9 @@ DEFAULT_READY_TIMEOUT_S = 900.0
 DEFAULT_RECONNECT_TIMEOUT_S = 300.0
 """Long enough for a Wi-Fi change or a VPN reconnect; a laptop that slept longer reconnects
 when it wakes (the budget starts when the loss is noticed)."""
+DEFAULT_KEEP_CONNECTION_S = 600.0
+"""As long as people commonly set OpenSSH's ControlPersist: a session of commands reuses one
+connection, and a forgotten one goes by itself."""
 DEFAULT_ARM_ENDPOINT = "https://management.azure.com"
 DEFAULT_PRICES_URL = "https://prices.azure.com/api/retail/prices"
 """Azure's public Retail Prices API: no credentials, OData ``$filter``, paged by NextPageLink."""
@@ -114,6 +122,39 @@ def config_dir(environ: Mapping[str, str] | None = None) -> Path:
         return _private_dir(Path(explicit).expanduser())
     config = env.get(XDG_CONFIG_ENV) or str(Path.home() / ".config")
     return _private_dir(Path(config) / "ray-azure-rl")
+
+
+def owned_private_dir(path: Path) -> Path:
+    """``path`` as a folder of this user's, mode 0700 (made so); refused when it is anything
+    else: another user may have made it, to read or plant what goes there."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise DriverError(
+            f"{path} is not a folder of yours: remove it (another user may have made it) and "
+            "try again"
+        )
+    if st.st_mode & 0o077:
+        path.chmod(0o700)
+    return path
+
+
+def private_tmp() -> Path:
+    """``/tmp/raydriver-UID``, this user's alone: local Ray's session folders, and kept
+    connections' sockets where there is no ``$XDG_RUNTIME_DIR``."""
+    return owned_private_dir(Path("/tmp") / f"raydriver-{os.getuid()}")
+
+
+def runtime_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_RUNTIME_DIR/raydriver``, else ``/tmp/raydriver-UID/ssh``: where kept connections'
+    sockets live, this user's alone (whoever can enter it can use the connections and get the
+    cluster tokens they hand out)."""
+    env = os.environ if environ is None else environ
+    base = env.get(XDG_RUNTIME_ENV)
+    if base and Path(base).is_dir():
+        return owned_private_dir(Path(base) / "raydriver")
+    return owned_private_dir(private_tmp() / "ssh")
 
 
 def known_hosts_file() -> Path:
@@ -264,6 +305,8 @@ class Settings:
     ready_timeout: float = DEFAULT_READY_TIMEOUT_S
     reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S
     strict_host_keys: bool = False
+    keep_connection: float = DEFAULT_KEEP_CONNECTION_S
+    """Seconds an idle kept connection waits for the next command; 0: none is kept."""
     hint: tuple[str, ...] = ()
     """Options that reach the same cluster again, for the next commands printed after submit
     (empty when the environment or the saved profile finds it anyway)."""
@@ -294,6 +337,7 @@ def resolve(
     ready_timeout: float | None = None,
     reconnect_timeout: float | None = None,
     strict_host_keys: bool = False,
+    keep_connection: float | None = None,
     environ: Mapping[str, str] | None = None,
     load_profile: Callable[[], Mapping[str, str] | None] | None = None,
 ) -> Settings:
@@ -388,5 +432,15 @@ def resolve(
             parse_seconds,
         ).value,
         strict_host_keys=strict_host_keys,
+        keep_connection=pick(
+            "keep-connection",
+            keep_connection,
+            KEEP_CONNECTION_ENV,
+            env,
+            None,
+            None,
+            DEFAULT_KEEP_CONNECTION_S,
+            parse_seconds,
+        ).value,
         hint=tuple(hint),
     )

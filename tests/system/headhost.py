@@ -68,6 +68,7 @@ or socket behind.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ipaddress
 import itertools
 import json
@@ -666,20 +667,28 @@ class HeadHost:
 
 
 # -- the client side -----------------------------------------------------------------------------
-def driver_env(home: Path) -> dict[str, str]:
+def driver_env(home: Path, keep_connection: float = 0.0) -> dict[str, str]:
     """Environment for a driver process in a test: nothing from the real user leaks in.
 
     HOME points at ``home/user-home`` (so ~/.ssh/known_hosts and ~/.ssh/id_* are the test's),
-    no SSH agent, no cluster named by the environment, no Terraform version check.
+    no SSH agent, no cluster named by the environment, no Terraform version check. Kept
+    connections (``keep_connection`` seconds, 0: none, so a command's connection ends with it,
+    as most tests check) live in a runtime folder of this home's own, short enough for a Unix
+    socket's path.
     """
     user_home = home / "user-home"
     user_home.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
+    runtime = Path(tempfile.gettempdir()) / f"raydrv-run-{digest}"
+    runtime.mkdir(mode=0o700, exist_ok=True)
     return {
         "RAYDRIVER_HOME": str(home),
         "HOME": str(user_home),
         "SSH_AUTH_SOCK": "",
         "RAYDRIVER_HEAD": "",
         "RAYDRIVER_READY_TIMEOUT": "",
+        "RAYDRIVER_KEEP_CONNECTION": f"{keep_connection:g}",
+        "XDG_RUNTIME_DIR": str(runtime),
         "CHECKPOINT_DISABLE": "1",
     }
 

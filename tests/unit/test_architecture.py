@@ -121,7 +121,7 @@ def test_no_import_cycles() -> None:
 def test_the_graph_sees_imports() -> None:
     """The checks above would pass on an empty graph: make sure it holds real edges."""
     graph = import_graph()
-    assert "driver.ssh" in graph["driver.remote"]
+    assert "driver.ssh.forward" in graph["driver.remote"]
     assert "driver.layout" in graph["nodekit.render"]
     assert "driver.cli.options" in graph["driver.cli.jobs"]
 
@@ -150,6 +150,13 @@ def test_the_command_line_starts_without_what_only_some_commands_use(tmp_path: P
         [sys.executable, "-m", "driver", "--version"], capture_output=True, text=True, cwd=tmp_path
     )
     assert p.returncode == 0 and re.fullmatch(r"python -m driver \S+\n", p.stdout), p
+
+
+def test_a_job_verb_through_a_kept_connection_loads_no_ssh_library(tmp_path: Path) -> None:
+    """The keeper holds the SSH connection; a command that reaches it needs no paramiko (a
+    fifth of a second of the time issue 39 bounds)."""
+    setup = "import driver.connect\nimport driver.cli.jobs\nimport driver.ssh.kept"
+    assert _loaded(setup, ("paramiko",), tmp_path) == []
 
 
 def test_the_toolkits_command_line_starts_without_ray(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import paramiko
 
-from driver import ssh
+from driver.ssh import trust, watchdog
+from driver.ssh.options import SshOptions
 
 
 def test_the_drivers_own_key_wins_over_an_old_hashed_entry_in_the_users_file(
@@ -28,15 +29,15 @@ def test_the_drivers_own_key_wins_over_an_old_hashed_entry_in_the_users_file(
     user.write_text(f"{hashed} ssh-rsa {old.get_base64()}\n20.1.2.3 ssh-rsa {other.get_base64()}\n")
     ours = tmp_path / "driver_known_hosts"
     ours.write_text(f"{host} ssh-rsa {new.get_base64()}\n")
-    options = ssh.SshOptions(known_hosts=ours, system_known_hosts=user)
+    options = SshOptions(known_hosts=ours, system_known_hosts=user)
     keys = paramiko.HostKeys()
-    ssh.load_host_keys(keys, options, host, lambda _m: None)
+    trust.load_host_keys(keys, options, host, lambda _m: None)
     assert keys.lookup(host)["ssh-rsa"] == new
     assert keys.lookup("20.1.2.3")["ssh-rsa"] == other  # the user's other hosts still count
     # A head the driver's file does not know is checked against the user's file as before.
     fresh = paramiko.HostKeys()
-    unknown = ssh.SshOptions(known_hosts=tmp_path / "none", system_known_hosts=user)
-    ssh.load_host_keys(fresh, unknown, host, lambda _m: None)
+    unknown = SshOptions(known_hosts=tmp_path / "none", system_known_hosts=user)
+    trust.load_host_keys(fresh, unknown, host, lambda _m: None)
     assert fresh.lookup(host)["ssh-rsa"] == old
 
 
@@ -56,19 +57,19 @@ class _StuckTransport:
     def is_active(self) -> bool:
         return not self.closed.is_set()
 
-    def _send_user_message(self, _m: paramiko.Message) -> None:
+    def global_request(self, _kind: str, wait: bool = True) -> None:
         self.sends += 1
         self.closed.wait(STUCK_S)
 
 
 def test_a_keepalive_stuck_in_paramiko_does_not_stop_the_deadline() -> None:
     here, head = socket.socketpair()
-    clocked = ssh._Clocked.wrap(here)
+    clocked = watchdog.Clocked.wrap(here)
     transport = _StuckTransport()
     # The keepalive is asked for after 0.2 s; the deadline comes at 2 s (with room for a loaded
     # machine to have sent it by then), and many more asks in between find it still stuck.
-    options = ssh.SshOptions(keepalive_s=0.2, dead_after_s=2.0)
-    dog = ssh._Watchdog(transport, clocked, options)  # type: ignore[arg-type]
+    options = SshOptions(keepalive_s=0.2, dead_after_s=2.0)
+    dog = watchdog.Watchdog(transport, clocked, options)  # type: ignore[arg-type]
     started = time.monotonic()
     try:
         head.settimeout(STUCK_S / 2)

@@ -17,10 +17,12 @@ from driver.settings import (
     ARM_ENDPOINT_ENV,
     CLUSTER_ORDER,
     DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_KEEP_CONNECTION_S,
     DEFAULT_READY_TIMEOUT_S,
     DEFAULT_RECONNECT_TIMEOUT_S,
     DEFAULT_RETRIES,
     HEAD_ENV,
+    KEEP_CONNECTION_ENV,
     MAX_RETRIES,
     READY_TIMEOUT_ENV,
     RECONNECT_TIMEOUT_ENV,
@@ -241,6 +243,14 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
         f"{DEFAULT_RECONNECT_TIMEOUT_S:.0f})",
     )
     g.add_argument(
+        "--keep-connection",
+        type=seconds,
+        metavar="S",
+        help="keep the SSH connection and the Jobs API tunnel for the next commands until "
+        f"idle for S seconds, as OpenSSH's ControlPersist does (env {KEEP_CONNECTION_ENV}; "
+        f"default {DEFAULT_KEEP_CONNECTION_S:.0f}; 0: open one for this command only)",
+    )
+    g.add_argument(
         "--strict-host-keys",
         action="store_true",
         help="refuse an unknown host key (default: trust on first use and remember)",
@@ -260,6 +270,7 @@ SETTINGS_OPTIONS = (
     "ready_timeout",
     "reconnect_timeout",
     "strict_host_keys",
+    "keep_connection",
 )
 """The options add_cluster_options adds, by their argparse names (= resolve's keywords)."""
 

@@ -114,13 +114,22 @@ def run_driver(
     env: dict[str, str] | None = None,
     module: str = "driver",
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m driver ARGS`` as a user runs it, bounded by :func:`driver_timeout`."""
+    """``python -m driver ARGS`` as a user runs it, bounded by :func:`driver_timeout`. Each
+    command opens its own SSH connection (``RAYDRIVER_KEEP_CONNECTION=0``, unless ``env`` says
+    otherwise): a kept one would outlive the test that started it, and on an autostop cluster
+    count as activity. The kept connection has tests of its own
+    (tests/unit/test_kept_connection.py, tests/system/test_kept_connection.py)."""
     if module == "driver":
         timeout = driver_timeout(args, timeout, env)
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=cwd or REPO,
-        env={**os.environ, "RAYDRIVER_HOME": str(home), **(env or {})},
+        env={
+            **os.environ,
+            "RAYDRIVER_HOME": str(home),
+            "RAYDRIVER_KEEP_CONNECTION": "0",
+            **(env or {}),
+        },
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -541,7 +541,7 @@ class FakeAzure:
         self._results[op] = [(202, None), *answers]
         return {
             "Location": f"{self.endpoint}/operationresults/{op}?api-version=2024-03-01",
-            "Retry-After": "0",
+            "Retry-After": "1",
         }
 
     def _result(self, h: BaseHTTPRequestHandler, op: str) -> None:
@@ -552,7 +552,7 @@ class FakeAzure:
         status, body = queue.pop(0) if len(queue) > 1 else queue[0]
         headers = {
             "Location": f"{self.endpoint}/operationresults/{op}?api-version=2024-03-01",
-            "Retry-After": "0",
+            "Retry-After": "1",
         }
         self._send(h, status, body, headers if status == 202 else {})
 

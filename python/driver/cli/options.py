@@ -239,16 +239,15 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
         "--reconnect-timeout",
         type=seconds,
         metavar="S",
-        help=f"reconnect for this long (env {RECONNECT_TIMEOUT_ENV}; default "
+        help=f"reconnect this long (env {RECONNECT_TIMEOUT_ENV}; default "
         f"{DEFAULT_RECONNECT_TIMEOUT_S:.0f})",
     )
     g.add_argument(
         "--keep-connection",
         type=seconds,
         metavar="S",
-        help="keep the SSH connection and the Jobs API tunnel for the next commands until "
-        f"idle for S seconds, as OpenSSH's ControlPersist does (env {KEEP_CONNECTION_ENV}; "
-        f"default {DEFAULT_KEEP_CONNECTION_S:.0f}; 0: open one for this command only)",
+        help=f"kept S s idle, 0: off (env {KEEP_CONNECTION_ENV}; default "
+        f"{DEFAULT_KEEP_CONNECTION_S:.0f})",
     )
     g.add_argument(
         "--strict-host-keys",

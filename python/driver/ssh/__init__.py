@@ -2,9 +2,10 @@
 
 Why paramiko and not the ``ssh`` binary: the driver must work the same on a laptop without
 OpenSSH's client configured, verify host keys with its own trust-on-first-use store, and forward
-ports without leaving an ``ssh -L`` process behind. Everything a :class:`~driver.ssh.session.SshSession` opens is
-closed by its ``close`` — connection, SFTP, forwards and their threads — including after errors
-and Ctrl-C: a session is a context manager, and so is every cluster that holds one.
+ports without leaving an ``ssh -L`` process behind. Everything a
+:class:`~driver.ssh.session.SshSession` opens is closed by its ``close`` — connection, SFTP,
+forwards and their threads — including after errors and Ctrl-C: a session is a context manager,
+and so is every cluster that holds one.
 
 - :mod:`~driver.ssh.options`: how to connect (key, timeouts, retries, known_hosts files);
 - :mod:`~driver.ssh.trust`: which host key a head must have (the head's key must match

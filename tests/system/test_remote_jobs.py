@@ -82,7 +82,10 @@ def test_submit_follow_status_list_download(head_host: HeadHost, home: Path) -> 
     assert f"Job {sid} succeeded." in r.stderr
     # The next commands carry the options that reach the same cluster.
     reach = f"--head {head_host.target} -i {head_host.user_key}"
-    for verb in (f"logs {sid} --follow", f"status {sid}", f"stop {sid}", f"download {sid}"):
+    for verb in (
+        f"job logs {sid} --follow", f"job status {sid}", f"job cancel {sid}",
+        f"results download {sid}",
+    ):  # fmt: skip
         assert f"python -m driver {verb} {reach}" in r.stderr, r.stderr
     # The job wrote where the head's layout says, told by $RAYDRIVER_RESULTS_DIR.
     assert (head_host.results_dir / sid / "out.txt").read_text() == "done\n"
@@ -400,7 +403,7 @@ def test_ctrl_c_during_download_leaves_no_partial_file(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import driver.cli.jobs as cli
+    import driver.cli.results as cli
 
     sid = "remote-dl-int-1"
     folder = head_host.results_dir / sid

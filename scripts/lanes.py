@@ -43,10 +43,10 @@ COSTS = REPO / "tests" / "lane_costs.json"
 PINNED: dict[str, tuple[str, ...]] = {
     "unit": (),
     # The session's rehearsal cluster (tests/e2e/conftest.py), for what no other lane claims.
+    # (The reliability tests on a cluster of their own, in a sixth lane, made a fresh machine's
+    # run slower, not faster: 2 cores are busy throughout, and a fourth cluster's Ray and a
+    # third stream of unit tests beside it only add to what they share.)
     "e2e": ("tests/e2e",),
-    # The reliability tests take nodes away and bring them back (~15 min of the e2e tests): on a
-    # cluster of their own, the others' cluster goes on beside them.
-    "reliability": ("tests/e2e/test_reliability.py",),
     "autoscale": ("tests/e2e/test_autoscale.py",),  # its own cluster, scaling mode ray
     # tests/system, then a cluster of its own: both mostly waiting (the network, idle periods);
     # its cluster boots after the start's rush.
@@ -57,17 +57,14 @@ PINNED: dict[str, tuple[str, ...]] = {
 live), with the test files or folders that must run in them, in the order they run (a longer
 path wins)."""
 
-PACKED = ("unit", "bench", "e2e")
-"""The lanes the other test files are packed onto. A lane's packed files run before its pinned
-ones: the e2e lane's cluster then boots after the start's rush (every lane's first imports, the
-other clusters' boots). The lanes with long cluster tests take none: a session's cluster stays
-up, idle, until its pytest ends."""
+PACKED = ("unit", "bench")
+"""The lanes the other test files are packed onto (a lane's packed files run before its pinned
+ones). The lanes with cluster tests take none: they are the longest already, and a session's
+cluster stays up, idle, until its pytest ends."""
 
-ENV: dict[str, dict[str, str]] = {
-    "reliability": {"RAYDRIVER_E2E_NAME": "rel", "RAYDRIVER_E2E_SUBNET": "10.216.0.0/24"},
-}
-"""A lane's environment: the reliability lane's cluster beside the e2e lane's (the defaults of
-tests/e2e/rehearsal_cluster.py)."""
+ENV: dict[str, dict[str, str]] = {}
+"""A lane's environment (e.g. ``RAYDRIVER_E2E_NAME``/``RAYDRIVER_E2E_SUBNET``: a cluster of its
+own beside the e2e lane's, tests/e2e/rehearsal_cluster.py), by lane name."""
 
 
 def test_files(root: Path = REPO) -> list[str]:
@@ -85,15 +82,17 @@ def pinned_lane(path: str) -> str | None:
     return best[1] if best else None
 
 
-def plan(files: list[str], costs: dict[str, float]) -> dict[str, list[str]]:
+def plan(
+    files: list[str], costs: dict[str, float], packed: tuple[str, ...] = PACKED
+) -> dict[str, list[str]]:
     """The lanes' test files: pinned ones in their lane, the others packed longest first onto
-    the lane of PACKED with the least cost so far (ties: the earlier lane); in each lane the
+    the lane of ``packed`` with the least cost so far (ties: the earlier lane); in each lane the
     packed files first, in name order, then the pinned ones, in PINNED's order."""
     known = sorted(costs[f] for f in files if f in costs)
     default = statistics.median(known) if known else 1.0
     cost = {f: costs.get(f, default) for f in files}
     pinned: dict[str, list[str]] = {name: [] for name in PINNED}
-    packed: dict[str, list[str]] = {name: [] for name in PINNED}
+    onto: dict[str, list[str]] = {name: [] for name in PINNED}
     free = []
     for f in files:
         lane = pinned_lane(f)
@@ -106,13 +105,13 @@ def plan(files: list[str], costs: dict[str, float]) -> dict[str, list[str]]:
         # pytest cannot hold two test modules of one name in a run (no __init__.py files).
         fits = [
             name
-            for name in PACKED
-            if all(Path(g).name != Path(f).name for g in pinned[name] + packed[name])
+            for name in packed
+            if all(Path(g).name != Path(f).name for g in pinned[name] + onto[name])
         ]
         if not fits:
             raise SystemExit(f"lanes.py: no lane can take {f}: each has a test module of its name")
-        lane = min(fits, key=lambda name: (total[name], PACKED.index(name)))
-        packed[lane].append(f)
+        lane = min(fits, key=lambda name: (total[name], packed.index(name)))
+        onto[lane].append(f)
         total[lane] += cost[f]
 
     def pin_order(f: str) -> tuple[int, str]:
@@ -120,7 +119,7 @@ def plan(files: list[str], costs: dict[str, float]) -> dict[str, list[str]]:
         matching = [i for i, pin in enumerate(pins) if _under(f, pin)]
         return (max(matching, key=lambda i: len(pins[i])), f)
 
-    return {name: sorted(packed[name]) + sorted(pinned[name], key=pin_order) for name in PINNED}
+    return {name: sorted(onto[name]) + sorted(pinned[name], key=pin_order) for name in PINNED}
 
 
 def _under(path: str, pin: str) -> bool:

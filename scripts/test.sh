@@ -6,7 +6,7 @@
 #   - .tools/checkov: checkov in its own environment (its pins conflict with Ray's), a link to
 #     ~/.cache/azure-ray-rl/checkov-<key>, built once per requirements file and Python
 #   - whatever scripts/setup.d/*.sh prepare (cached under .tools/ and .rehearsal/)
-# Without arguments: the suite in six lanes (see below). With arguments: one pytest run with
+# Without arguments: the suite in five lanes (see below). With arguments: one pytest run with
 # them, e.g. ./scripts/test.sh tests/unit -m "not slow".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -153,16 +153,14 @@ if [ $# -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 
-# The whole suite in six lanes side by side, each running its tests one at a time. Which test
-# files go where is planned by scripts/lanes.py (--plan) from what each file cost in a whole
-# run (tests/lane_costs.json, refreshed with --record): the files that need a rehearsal cluster
-# of the lane's own stay in their lane (e2e: the session's cluster; reliability: the tests that
-# take nodes away, on a cluster of their own; autoscale: scaling mode ray; autostop: its idle
-# periods, then tests/system), and every other file goes, longest first, to whichever of the
-# unit, bench and e2e lanes has the least so far (in e2e before its cluster tests, so that its
-# cluster boots after the start's rush). The unit lane runs here, its output live; the others
-# log to $LANES/. scripts/lanes.py prints the background lanes' logs and one closing line for
-# all. How long each lane took, and the load: benchmarks/README.md.
+# The whole suite in five lanes side by side, each running its tests one at a time. Which
+# test file goes where is planned by scripts/lanes.py (--plan) from what each file cost in a
+# whole run (tests/lane_costs.json, refreshed with --record): the files that need a rehearsal
+# cluster stay with it (e2e: the session's cluster; autoscale: scaling mode ray; autostop:
+# tests/system, then its idle periods), and every other file goes, longest first, to whichever
+# of the unit and bench lanes has the least so far. The unit lane runs here, its output live;
+# the others log to $LANES/. scripts/lanes.py prints the background lanes' logs and one closing
+# line for all. How long each lane took, and the load: benchmarks/README.md.
 LANES=.pytest_cache/lanes
 rm -rf "$LANES" && mkdir -p "$LANES"
 mapfile -t PLAN < <(.venv/bin/python scripts/lanes.py --plan)

@@ -1,6 +1,6 @@
 """The end-to-end tests' rehearsal clusters run side by side (scripts/test.sh's lanes), so no
 two of them may share a subnet: each subnet written in tests/e2e/, benchmarks/ and the
-lanes' plan (scripts/lanes.py: the reliability lane's cluster) belongs to one file (a
+lanes' plan (scripts/lanes.py: a lane's cluster of its own) belongs to one file (a
 docstring that names another file's subnet is the one exception, marked below)."""
 
 from __future__ import annotations

@@ -205,22 +205,21 @@ def test_the_plan_runs_every_test_file_once_and_the_pinned_ones_in_their_lane() 
     planned = lanes.plan(files, json.loads(lanes.COSTS.read_text()))
     everywhere = [f for fs in planned.values() for f in fs]
     assert sorted(everywhere) == files and len(set(everywhere)) == len(files)
-    assert planned["reliability"] == ["tests/e2e/test_reliability.py"]
     assert planned["autoscale"] == ["tests/e2e/test_autoscale.py"]
     # tests/system first, then the autostop cluster's tests (it boots after the start's rush)
     system = [f for f in files if f.startswith("tests/system/")]
     assert planned["autostop"] == [*system, "tests/e2e/test_autostop.py"]
     e2e = [f for f in files if f.startswith("tests/e2e/")]
     assert set(e2e) - set(planned["e2e"]) == {
-        "tests/e2e/test_reliability.py", "tests/e2e/test_autoscale.py", "tests/e2e/test_autostop.py"
+        "tests/e2e/test_autoscale.py", "tests/e2e/test_autostop.py"
     }  # fmt: skip
+    assert not [f for f in planned["e2e"] if not f.startswith("tests/e2e/")]
     for name, fs in planned.items():  # pytest cannot hold two modules of one name in a run
         assert len({Path(f).name for f in fs}) == len(fs), name
 
 
 def test_files_are_packed_longest_first_onto_the_lane_with_the_least_so_far() -> None:
     files = [
-        "tests/e2e/test_reliability.py",
         "tests/e2e/test_x.py",
         "tests/unit/test_a.py",
         "tests/unit/test_b.py",
@@ -229,26 +228,27 @@ def test_files_are_packed_longest_first_onto_the_lane_with_the_least_so_far() ->
         "tests/unit/test_new.py",
     ]
     costs = {
-        "tests/e2e/test_reliability.py": 900.0,
-        "tests/e2e/test_x.py": 300.0,
+        "tests/e2e/test_x.py": 900.0,
         "tests/unit/test_a.py": 500.0,
         "tests/unit/test_b.py": 400.0,
         "tests/unit/test_c.py": 100.0,
         "tests/unit/test_d.py": 50.0,
     }
     planned = lanes.plan(files, costs)
-    # Lanes start at their pinned files' cost (e2e 300). Longest first: a 500 -> unit (0),
-    # b 400 -> bench (0), the new file (the median file: 350) -> e2e (300), c 100 -> bench
-    # (400), d 50 -> unit (500, tied with bench: the earlier lane).
-    assert planned["unit"] == ["tests/unit/test_a.py", "tests/unit/test_d.py"]
-    assert planned["bench"] == ["tests/unit/test_b.py", "tests/unit/test_c.py"]
-    # the e2e lane's packed files run before its cluster's tests
-    assert planned["e2e"] == ["tests/unit/test_new.py", "tests/e2e/test_x.py"]
-    assert planned["reliability"] == ["tests/e2e/test_reliability.py"]
+    # Longest first onto unit or bench: a 500 -> unit (0), b 400 -> bench (0), the new file
+    # (the median file: 400) -> bench (400, less than unit's 500), c 100 -> unit (500, less than
+    # bench's 800), d 50 -> unit (600).
+    assert planned["unit"] == [
+        "tests/unit/test_a.py",
+        "tests/unit/test_c.py",
+        "tests/unit/test_d.py",
+    ]
+    assert planned["bench"] == ["tests/unit/test_b.py", "tests/unit/test_new.py"]
+    assert planned["e2e"] == ["tests/e2e/test_x.py"]  # a cluster lane takes none of them
 
 
 def test_a_module_is_never_packed_beside_one_of_its_name() -> None:
-    files = ["tests/e2e/test_same.py", "tests/unit/test_same.py", "tests/unit/test_big.py"]
+    files = ["tests/system/test_same.py", "tests/unit/test_same.py", "tests/unit/test_big.py"]
     costs = {
         "tests/e2e/test_same.py": 10.0,
         "tests/unit/test_same.py": 5.0,

@@ -100,10 +100,16 @@ class LocalHead:
         return Path(self.token_file).read_text().strip()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: each socket stays bound until all are chosen, so the kernel
+    never hands one out twice (Ray refuses two components on one port)."""
+    with contextlib.ExitStack() as stack:
+        held = [
+            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)
+        ]
+        for s in held:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in held]
 
 
 def session_pids(session_id: int) -> list[int]:
@@ -256,17 +262,18 @@ class LocalRay:
                     "or on PATH (install the package: pip install -e .)"
                 )
             ray_bin = Path(found)
-        ports = {
-            "port": _free_port(),
-            "dashboard-port": _free_port(),
-            "ray-client-server-port": _free_port(),
-            "dashboard-agent-listen-port": _free_port(),
-            "dashboard-agent-grpc-port": _free_port(),
-            "runtime-env-agent-port": _free_port(),
-            "metrics-export-port": _free_port(),
-            "node-manager-port": _free_port(),
-            "object-manager-port": _free_port(),
-        }
+        names = [
+            "port",
+            "dashboard-port",
+            "ray-client-server-port",
+            "dashboard-agent-listen-port",
+            "dashboard-agent-grpc-port",
+            "runtime-env-agent-port",
+            "metrics-export-port",
+            "node-manager-port",
+            "object-manager-port",
+        ]
+        ports = dict(zip(names, _free_ports(len(names)), strict=True))
         cmd = [
             str(ray_bin),
             "start",

@@ -20,9 +20,10 @@ import pytest
 from driver.errors import DriverError
 from nodekit import render
 from nodekit.rehearsal import bake, system
-from nodekit.rehearsal.cluster import Node, Rehearsal, State
+from nodekit.rehearsal.cluster import Node, Rehearsal
 from nodekit.rehearsal.image import ETC_HOSTS, document_requirements, write_simple_index
 from nodekit.rehearsal.services import packages
+from rehearsal_support import unit_cluster, unit_state
 from support import REPO
 
 
@@ -145,13 +146,8 @@ def test_the_image_is_keyed_by_the_digest_the_nodes_bootstrap_expects() -> None:
 
 
 def _cluster_values(tmp_path: Path, name: str, subnet: str, http_port: int = 8470) -> dict:
-    r = Rehearsal(name, base=tmp_path, subnet=subnet, http_port=http_port)
-    r.dir.mkdir(parents=True)
-    (r.dir / "token").write_text("t" * 64)
-    net = ipaddress.IPv4Network(subnet)
-    host = str(next(net.hosts()))
-    state = State(name, subnet, f"rh-{name}", host, http_port, "k")
-    state.nodes = [Node("head", "head", str(list(net.hosts())[9]), "ns", "veth", str(tmp_path))]
+    r = unit_cluster(tmp_path, name, subnet, http_port)
+    state = unit_state(name, subnet, http_port, head_root=str(tmp_path))
     return {"values": r.deploy_values(state), "state": state}
 
 

@@ -170,27 +170,42 @@ def test_clusters_side_by_side_share_one_image_and_each_resolves_its_torch_index
     assert hosts.splitlines()[-1].split() == ["10.214.0.1", host]
 
 
+def _waits_for_the_bake(
+    images: bake.Images, digest: str, wait: Callable[[Callable[[str], None]], None]
+) -> list[str]:
+    """Run ``wait(say)`` in a thread while ``digest`` is being baked (its lock held here): it
+    must say why it waits while it waits, and not get through until the bake ends. All it
+    said."""
+    said: list[str] = []
+    done = threading.Event()
+
+    def waiter() -> None:
+        wait(said.append)
+        done.set()
+
+    with images.locked(digest):
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert said and not done.is_set(), said  # said while it waits, and waiting
+    thread.join(10)
+    assert done.is_set()
+    return said
+
+
 def test_a_bake_under_way_is_waited_for_and_said(tmp_path: Path) -> None:
     """A second `up` of the same digest waits for the first one's bake, and says so."""
     images = bake.Images(tmp_path / "images")
     digest = "ab" * 32
-    said: list[str] = []
-    entered = threading.Event()
 
-    def second() -> None:
-        with images.locked(digest, said.append):
-            entered.set()
+    def second(say: Callable[[str], None]) -> None:
+        with images.locked(digest, say):
+            pass
 
-    with images.locked(digest):
-        waiter = threading.Thread(target=second)
-        waiter.start()
-        deadline = time.monotonic() + 10
-        while not said and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert said == [f"node image {digest[:12]}: being baked by another `up`; waiting"]
-        assert not entered.is_set()
-    waiter.join(10)
-    assert entered.is_set()
+    said = _waits_for_the_bake(images, digest, second)
+    assert said == [f"node image {digest[:12]}: being baked by another `up`; waiting"]
 
 
 def test_mirrors_start_only_after_a_bake_under_way(tmp_path: Path) -> None:
@@ -199,23 +214,8 @@ def test_mirrors_start_only_after_a_bake_under_way(tmp_path: Path) -> None:
     images = bake.Images(tmp_path / "images")
     images.wait_for_bakes()  # no image folder yet
     digest = "cd" * 32
-    said: list[str] = []
-    done = threading.Event()
-
-    def up() -> None:
-        images.wait_for_bakes(said.append)
-        done.set()
-
-    with images.locked(digest):
-        waiter = threading.Thread(target=up)
-        waiter.start()
-        deadline = time.monotonic() + 10
-        while not said and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert said == [f"node image {digest[:12]}: being baked; waiting for it first"]
-        assert not done.is_set()
-    waiter.join(10)
-    assert done.is_set()
+    said = _waits_for_the_bake(images, digest, images.wait_for_bakes)
+    assert said == [f"node image {digest[:12]}: being baked; waiting for it first"]
     images.wait_for_bakes(said.append)  # released: passes at once, says nothing more
     assert len(said) == 1
 

@@ -266,17 +266,8 @@ def test_arm_sign_in_failure_is_one_line(
 ) -> None:
     fake_azure.add_deployment("sub-1", "rg-ray", "ray", {"headPublicIp": "20.1.2.3"})
     env = {**driver_env(tmp_path), **fake_azure.env(), "IDENTITY_HEADER": "wrong"}
-    r = run_driver(
-        "list",
-        "--resource-group",
-        "rg-ray",
-        "--deployment",
-        "ray",
-        "--subscription",
-        "sub-1",
-        home=tmp_path,
-        env=env,
-    )
+    where = ("--resource-group", "rg-ray", "--deployment", "ray", "--subscription", "sub-1")
+    r = run_driver("list", *where, home=tmp_path, env=env)
     assert r.returncode == 2
     assert error_lines(r.stderr) == [
         "error: cannot sign in to Azure to read ARM deployment ray in resource group rg-ray: "
@@ -284,19 +275,7 @@ def test_arm_sign_in_failure_is_one_line(
         "(expected `az login`, a managed identity, or "
         "AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET)"
     ]
-    r = run_driver(
-        "list",
-        "--resource-group",
-        "rg-ray",
-        "--deployment",
-        "ray",
-        "--subscription",
-        "sub-1",
-        "--arm-endpoint",
-        "http://127.0.0.1:9",
-        home=tmp_path,
-        env=env,
-    )
+    r = run_driver("list", *where, "--arm-endpoint", "http://127.0.0.1:9", home=tmp_path, env=env)
     assert error_lines(r.stderr) == [
         "error: --arm-endpoint must be an https:// URL, got 'http://127.0.0.1:9'"
     ]

@@ -4,6 +4,6 @@
 - :mod:`nodekit.rehearsal` boots those documents for real in local containers.
 
 It works on a checkout of the repository (templates, rendered documents) and imports only the
-shared parts of the client (:mod:`driver.layout`, :mod:`driver.errors`, :mod:`driver.procs`,
-:mod:`driver.progress`); the client never imports it.
+shared parts of the client (:mod:`driver.layout`, :mod:`driver.errors`, :mod:`driver.procs`, ...:
+the list is pyproject.toml's import contract ``shared``); the client never imports it.
 """

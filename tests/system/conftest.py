@@ -22,6 +22,16 @@ def head_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeadHost]:
 
 
 @pytest.fixture
+def home(tmp_path: Path, head_host: HeadHost) -> Path:
+    """The driver's home (``driver_env(home)``) for a test: an empty user home, and the driver's
+    known_hosts trusting the session's head."""
+    (tmp_path / "user-home").mkdir()
+    assert head_host.sshd is not None
+    (tmp_path / "known_hosts").write_text(head_host.sshd.known_hosts_line)
+    return tmp_path
+
+
+@pytest.fixture
 def make_head_host(tmp_path: Path) -> Iterator[Callable[[], HeadHost]]:
     """Bare heads (sshd only: no Ray, no ready marker), removed when the test ends."""
     heads: list[HeadHost] = []

@@ -143,45 +143,24 @@ def test_up_and_down_wrap_terraform(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "main.tf").write_text(PROVIDER_FREE_CONFIG)
     env = driver_env(tmp_path)
-    r = run_driver(
-        "up",
-        "--yes",
-        "--no-results-storage",
-        "--terraform-dir",
-        str(folder),
-        "--var",
-        "head_ip=203.0.113.9",
-        home=tmp_path,
-        env=env,
-    )
+
+    def terraform(verb: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return run_driver(
+            verb, "--yes", "--terraform-dir", str(folder), *args, home=tmp_path, env=env
+        )
+
+    r = terraform("up", "--no-results-storage", "--var", "head_ip=203.0.113.9")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Apply complete! Resources: 1 added" in r.stdout
     assert "Cluster is up: head root@203.0.113.9." in r.stderr
     assert f"python -m driver cluster use --terraform-dir {folder}" in r.stderr
     assert from_terraform(folder) == HeadAddress("203.0.113.9", 22, "root")
-    r = run_driver(
-        "down",
-        "--yes",
-        "--terraform-dir",
-        str(folder),
-        "--var",
-        "head_ip=x",
-        home=tmp_path,
-        env=env,
-    )
+    r = terraform("down", "--var", "head_ip=x")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Apply complete! Resources: 0 added, 0 changed, 1 destroyed." in r.stdout
     with pytest.raises(DriverError, match="no Terraform outputs"):
         from_terraform(folder)
-    r = run_driver(
-        "up",
-        "--yes",
-        "--no-results-storage",
-        "--terraform-dir",
-        str(folder),
-        home=tmp_path,
-        env=env,
-    )  # no head_ip
+    r = terraform("up", "--no-results-storage")  # no head_ip
     assert r.returncode == 2
     assert error_lines(r.stderr)[-1].startswith(f"error: terraform plan failed in {folder}")
 
@@ -287,17 +266,8 @@ def test_arm_sign_in_failure_is_one_line(
 ) -> None:
     fake_azure.add_deployment("sub-1", "rg-ray", "ray", {"headPublicIp": "20.1.2.3"})
     env = {**driver_env(tmp_path), **fake_azure.env(), "IDENTITY_HEADER": "wrong"}
-    r = run_driver(
-        "list",
-        "--resource-group",
-        "rg-ray",
-        "--deployment",
-        "ray",
-        "--subscription",
-        "sub-1",
-        home=tmp_path,
-        env=env,
-    )
+    where = ("--resource-group", "rg-ray", "--deployment", "ray", "--subscription", "sub-1")
+    r = run_driver("list", *where, home=tmp_path, env=env)
     assert r.returncode == 2
     assert error_lines(r.stderr) == [
         "error: cannot sign in to Azure to read ARM deployment ray in resource group rg-ray: "
@@ -305,19 +275,7 @@ def test_arm_sign_in_failure_is_one_line(
         "(expected `az login`, a managed identity, or "
         "AZURE_CLIENT_ID/AZURE_TENANT_ID/AZURE_CLIENT_SECRET)"
     ]
-    r = run_driver(
-        "list",
-        "--resource-group",
-        "rg-ray",
-        "--deployment",
-        "ray",
-        "--subscription",
-        "sub-1",
-        "--arm-endpoint",
-        "http://127.0.0.1:9",
-        home=tmp_path,
-        env=env,
-    )
+    r = run_driver("list", *where, "--arm-endpoint", "http://127.0.0.1:9", home=tmp_path, env=env)
     assert error_lines(r.stderr) == [
         "error: --arm-endpoint must be an https:// URL, got 'http://127.0.0.1:9'"
     ]

@@ -11,8 +11,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from driver import layout
 from headhost import HeadHost, driver_env
 from support import REPO
@@ -32,14 +30,6 @@ print(f"TICKED {{i}}", flush=True)
 """A job that prints a tick a second until the test says stop (a file in the head's state folder,
 written from the host side), so that it runs exactly as long as the test's sequence of events
 needs; MAX_TICKS bounds it should a test fail before saying so. Its last line is how many."""
-
-
-@pytest.fixture
-def home(tmp_path: Path, head_host: HeadHost) -> Path:
-    (tmp_path / "user-home").mkdir()
-    assert head_host.sshd is not None
-    (tmp_path / "known_hosts").write_text(head_host.sshd.known_hosts_line)
-    return tmp_path
 
 
 class Driver:
@@ -128,20 +118,51 @@ def _ticked(lines: list[str]) -> int:
     return int(said[0].split()[1])
 
 
+def _each_tick_once(lines: list[str]) -> None:
+    """Every tick the job printed is in ``lines`` once, none twice, in order."""
+    assert _ticks(lines) == [f"TICK {i}" for i in range(_ticked(lines))], lines
+
+
+def _submit(head: HeadHost, home: Path, tmp_path: Path, sid: str, *options: str) -> Driver:
+    """``submit`` of the tick job as ``sid``, with 2 s to connect (a silent connection is
+    noticed after 6 s)."""
+    job = _job(tmp_path, head, sid)
+    return Driver(
+        head, home, "submit", "--submission-id", sid, "--connect-timeout", "2", *options, str(job)
+    )
+
+
+def _gave_up(d: Driver, head: HeadHost, sid: str, budget: int) -> str:
+    """The last line of a ``submit`` that could not reconnect within ``budget`` s: it says the
+    job keeps running and how to reattach."""
+    last = [line.strip() for line in d.err if line.strip()][-1]
+    assert last.startswith(
+        f"error: lost the connection to {head.ip}:22 and could not reconnect within {budget} s"
+    ), "".join(d.err)
+    assert f"Job {sid} keeps running on the cluster (last seen RUNNING)" in last
+    assert f"reattach with `python -m driver job logs {sid} --follow --head {head.target}" in last
+    return last
+
+
+def _reattach_to_the_end(head: HeadHost, home: Path, sid: str, d: Driver) -> None:
+    """The job kept running: ``logs --follow`` shows the ticks ``d`` missed and ends with it."""
+    again = Driver(head, home, "logs", sid, "--follow")
+    try:
+        again.wait_for(f"TICK {len(_ticks(d.out)) + 2}")
+        _stop_job(head, sid)
+        assert again.finish(limit=120) == 0, "".join(again.err)
+    finally:
+        _stop_job(head, sid)
+        if again.proc.poll() is None:
+            again.proc.kill()
+    _each_tick_once(again.out)
+
+
 def test_a_silent_network_is_noticed_and_the_log_goes_on_once(
     head_host: HeadHost, home: Path, tmp_path: Path
 ) -> None:
     sid = "net-heal-1"
-    d = Driver(
-        head_host,
-        home,
-        "submit",
-        "--submission-id",
-        sid,
-        "--connect-timeout",
-        "2",
-        str(_job(tmp_path, head_host, sid)),
-    )
+    d = _submit(head_host, home, tmp_path, sid)
     try:
         d.wait_for("TICK 3")
         head_host.unplug()  # packets vanish: no error, no reset, nothing
@@ -162,8 +183,7 @@ def test_a_silent_network_is_noticed_and_the_log_goes_on_once(
             d.proc.kill()
     err = "".join(d.err)
     assert code == 0, err
-    # every line once, none twice
-    assert _ticks(d.out) == [f"TICK {i}" for i in range(_ticked(d.out))], d.out
+    _each_tick_once(d.out)
     assert "lost the connection to" in err and "reconnecting for up to" in err
     assert "reconnected to" in err
     assert f"Job {sid} succeeded." in err
@@ -174,18 +194,7 @@ def test_a_network_that_stays_away_ends_in_one_line_saying_the_job_runs_on(
     head_host: HeadHost, home: Path, tmp_path: Path
 ) -> None:
     sid = "net-gone-1"
-    d = Driver(
-        head_host,
-        home,
-        "submit",
-        "--submission-id",
-        sid,
-        "--connect-timeout",
-        "2",
-        "--reconnect-timeout",
-        "8",
-        str(_job(tmp_path, head_host, sid)),
-    )
+    d = _submit(head_host, home, tmp_path, sid, "--reconnect-timeout", "8")
     try:
         d.wait_for("TICK 6")  # the driver has seen the job RUNNING by now
         head_host.unplug()
@@ -197,30 +206,15 @@ def test_a_network_that_stays_away_ends_in_one_line_saying_the_job_runs_on(
         if d.proc.poll() is None:
             _stop_job(head_host, sid)
             d.proc.kill()
-    last = [line.strip() for line in d.err if line.strip()][-1]
     assert code == 2, "".join(d.err)
     # Noticed and given up on in bounded time, not hung (nor waiting out the 300 s default
     # of --reconnect-timeout): about 6 + 8 s, and a loaded machine's slack.
     assert took < 120, took
-    assert last.startswith(
-        f"error: lost the connection to {head_host.ip}:22 and could not reconnect within 8 s"
-    )
-    assert f"Job {sid} keeps running on the cluster (last seen RUNNING)" in last
-    assert (
-        f"reattach with `python -m driver job logs {sid} --follow --head {head_host.target}" in last
-    )
+    _gave_up(d, head_host, sid, 8)
     assert "failed" not in "".join(d.err).lower()
-    # And it did keep running: reattaching follows it to its end.
-    again = Driver(head_host, home, "logs", sid, "--follow")
-    try:
-        again.wait_for(f"TICK {len(_ticks(d.out)) + 2}")  # ticks it printed while unplugged
-        _stop_job(head_host, sid)
-        assert again.finish(limit=120) == 0, "".join(again.err)
-    finally:
-        _stop_job(head_host, sid)
-        if again.proc.poll() is None:
-            again.proc.kill()
-    assert _ticks(again.out) == [f"TICK {i}" for i in range(_ticked(again.out))], again.out
+    # And it did keep running: reattaching follows it to its end (the ticks it printed while
+    # unplugged).
+    _reattach_to_the_end(head_host, home, sid, d)
 
 
 NOTICE_SLACK_S = 3.0
@@ -238,16 +232,7 @@ def test_a_frozen_sshd_is_noticed_within_three_connect_timeouts_and_healed(
     works) and the log goes on."""
     assert head_host.sshd is not None
     sid = "frozen-heal-1"
-    d = Driver(
-        head_host,
-        home,
-        "submit",
-        "--submission-id",
-        sid,
-        "--connect-timeout",
-        "2",
-        str(_job(tmp_path, head_host, sid)),
-    )
+    d = _submit(head_host, home, tmp_path, sid)
     frozen: list[int] = []
     try:
         d.wait_for("TICK 3")
@@ -273,8 +258,7 @@ def test_a_frozen_sshd_is_noticed_within_three_connect_timeouts_and_healed(
         "answer to a keepalive); reconnecting for up to" in err
     )
     assert "reconnected to" in err
-    # every line once, none twice
-    assert _ticks(d.out) == [f"TICK {i}" for i in range(_ticked(d.out))], d.out
+    _each_tick_once(d.out)
     assert f"Job {sid} succeeded." in err
 
 
@@ -288,18 +272,7 @@ def test_a_head_that_accepts_but_never_answers_ends_in_the_reattach_line_within_
     assert head_host.sshd is not None
     sid = "frozen-gone-1"
     budget = 8
-    d = Driver(
-        head_host,
-        home,
-        "submit",
-        "--submission-id",
-        sid,
-        "--connect-timeout",
-        "2",
-        "--reconnect-timeout",
-        str(budget),
-        str(_job(tmp_path, head_host, sid)),
-    )
+    d = _submit(head_host, home, tmp_path, sid, "--reconnect-timeout", str(budget))
     frozen: list[int] = []
     try:
         d.wait_for("TICK 6")  # the driver has seen the job RUNNING by now
@@ -312,32 +285,16 @@ def test_a_head_that_accepts_but_never_answers_ends_in_the_reattach_line_within_
             _stop_job(head_host, sid)
             d.proc.kill()
     err = "".join(f"{t - lost:+.1f} {line}" for t, line in zip(d.err_at, d.err, strict=True))
-    last = [line.strip() for line in d.err if line.strip()][-1]
     assert code == 2, err
-    assert last.startswith(
-        f"error: lost the connection to {head_host.ip}:22 and could not reconnect within {budget} s"
-    ), err
-    assert "no SSH banner within" in last
-    assert f"Job {sid} keeps running on the cluster (last seen RUNNING)" in last
-    assert (
-        f"reattach with `python -m driver job logs {sid} --follow --head {head_host.target}" in last
-    )
+    assert "no SSH banner within" in _gave_up(d, head_host, sid, budget)
     # Retried with back-off, and the verdict came within the budget.
     assert "no SSH banner within 2 s" in err and "next try in 1 s" in err, err
     assert "next try in 2 s" in err, err
     assert d.err_at[-1] - lost <= budget + NOTICE_SLACK_S, (d.err_at[-1] - lost, err)
     assert "failed" not in err.lower()
-    # And the job did keep running: once sshd answers again, reattaching follows it to its end.
-    again = Driver(head_host, home, "logs", sid, "--follow")
-    try:
-        again.wait_for(f"TICK {len(_ticks(d.out)) + 2}")  # ticks it printed while frozen out
-        _stop_job(head_host, sid)
-        assert again.finish(limit=120) == 0, "".join(again.err)
-    finally:
-        _stop_job(head_host, sid)
-        if again.proc.poll() is None:
-            again.proc.kill()
-    assert _ticks(again.out) == [f"TICK {i}" for i in range(_ticked(again.out))], again.out
+    # And the job did keep running: once sshd answers again, reattaching follows it to its end
+    # (the ticks it printed while frozen out).
+    _reattach_to_the_end(head_host, home, sid, d)
 
 
 def test_the_first_connection_reads_the_token_once_the_head_is_ready(

@@ -18,14 +18,6 @@ ID_RULE = (
 )
 
 
-@pytest.fixture
-def home(tmp_path: Path, head_host: HeadHost) -> Path:
-    (tmp_path / "user-home").mkdir()
-    assert head_host.sshd is not None
-    (tmp_path / "known_hosts").write_text(head_host.sshd.known_hosts_line)
-    return tmp_path
-
-
 def drive(head: HeadHost, home: Path, *args: str):  # type: ignore[no-untyped-def]
     verb, *rest = args
     return run_driver(verb, *head.cli_args, *rest, home=home, env=driver_env(home))

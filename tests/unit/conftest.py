@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +50,18 @@ def params(tmp_path: Path) -> Path:
     doc = json.loads(PARAMETERS.read_text())
     path.write_text(json.dumps(doc))
     return path
+
+
+@pytest.fixture(scope="module")
+def types() -> dict[str, Any]:
+    """Azure's resource type definitions the compiled ARM templates are checked against
+    (arm_template_support.TYPES, outside the repository)."""
+    from arm_template_support import TYPES  # the checks' own module: loaded where they run
+
+    if not TYPES.exists():
+        pytest.skip(f"{TYPES} absent: the workflow's bicep build checks the types")
+    loaded: dict[str, Any] = json.loads(TYPES.read_text())
+    return loaded
 
 
 # -- Blob storage: Azurite and the fake metadata service (tests/fakes/local_blob.py) ----------

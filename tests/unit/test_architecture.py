@@ -1,10 +1,13 @@
-"""The shape of the Python code: two packages whose imports run one way, without cycles, and a
-client whose command line loads neither Ray nor the toolkit nor any repository file."""
+"""The shape of the Python code: two packages whose imports run one way, without cycles (the
+contracts in pyproject.toml, run here with import-linter), and a client whose command line loads
+neither Ray nor the toolkit nor any repository file."""
 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,117 +16,70 @@ import pytest
 
 from support import REPO
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 PYTHON = REPO / "python"
-SHARED = {
-    "driver.layout",
-    "driver.errors",
-    "driver.procs",
-    "driver.progress",
-    "driver.yamlfile",
-    "driver.hostkeys",
-    "driver.package",
+LINT_IMPORTS = "from importlinter.cli import lint_imports_command; lint_imports_command()"
+
+
+def lint_imports(root: Path, *contracts: str) -> subprocess.CompletedProcess[str]:
+    """import-linter's ``lint-imports`` over ``root``'s packages with the contracts of
+    ``root/pyproject.toml`` (all of them, or those named): exit status 0 when every one is kept."""
+    limit = [arg for contract in contracts for arg in ("--contract", contract)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "python"), *sys.path])}
+    return subprocess.run(
+        [sys.executable, "-c", LINT_IMPORTS, "--no-cache", *limit],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+    )
+
+
+def test_the_import_contracts_hold() -> None:
+    """Which package may import which is stated once, as import-linter's contracts in
+    pyproject.toml ([tool.importlinter]): the client never imports the toolkit, the toolkit only
+    the client's shared modules, the node code nothing of ours, no cycles."""
+    p = lint_imports(REPO)
+    assert p.returncode == 0, p.stdout + p.stderr
+    kept = re.search(r"Contracts: (\d+) kept, 0 broken", p.stdout)
+    assert kept and int(kept[1]) == len(BREAKS), p.stdout
+
+
+BREAKS: dict[str, dict[str, str]] = {
+    "client": {"driver/probe.py": "import nodekit.render\n"},
+    "shared": {"nodekit/rehearsal/probe.py": "from driver import remote\n"},
+    "toolkit-layers": {"nodekit/node/probe.py": "from nodekit.rehearsal import state\n"},
+    "node": {"nodekit/node/probe.py": "from driver import errors\n"},
+    "node-files": {"nodekit/node/probe.py": "from nodekit.node import health\n"},
+    "command-line": {"driver/probe.py": "from driver.cli import options\n"},
+    "acyclic": {
+        "driver/probe_a.py": "from driver import probe_b\n",
+        "driver/probe_b.py": "from driver import probe_a\n",
+    },
 }
-"""What the node toolkit may use from the client's package."""
+"""Per contract, modules added to a copy of python/ that break it."""
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PYTHON).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+def test_every_contract_has_a_break() -> None:
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    assert [c["id"] for c in contracts["contracts"]] == list(BREAKS)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module → the modules of driver/nodekit it imports (explicitly, anywhere in the file)."""
-    modules = {_module_name(p): p for p in PYTHON.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        edges: set[str] = set()
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
-                    base = f"{base}.{node.module}" if node.module else base
-                targets = [
-                    f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
-                    for a in node.names
-                ]
-            for target in targets:
-                while target and target not in modules:
-                    target = target.rpartition(".")[0]
-                if target and target != name:
-                    edges.add(target)
-        graph[name] = edges
-    return graph
-
-
-def test_the_client_never_imports_the_toolkit() -> None:
-    graph = import_graph()
-    offending = {
-        m: sorted(e for e in edges if e.startswith("nodekit"))
-        for m, edges in graph.items()
-        if m.startswith("driver")
-    }
-    assert {m: e for m, e in offending.items() if e} == {}
-
-
-def test_the_toolkit_uses_only_the_shared_modules_of_the_client() -> None:
-    graph = import_graph()
-    used = {
-        e
-        for m, edges in graph.items()
-        if m.startswith("nodekit")
-        for e in edges
-        if e.startswith("driver")
-    }
-    assert used <= SHARED, used - SHARED
-
-
-def test_code_that_runs_on_the_nodes_imports_nothing_of_ours() -> None:
-    """nodekit.node's modules are copied onto the nodes alone: no driver, no nodekit there."""
-    graph = import_graph()
-    node_modules = [m for m in graph if m.startswith("nodekit.node.")]
-    assert node_modules
-    assert {m: sorted(graph[m]) for m in node_modules if graph[m]} == {}
-
-
-def test_no_import_cycles() -> None:
-    graph = import_graph()
-    cycles: list[list[str]] = []
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            # A package's __init__ importing its own submodules is how packages work, not a cycle.
-            if node.startswith(nxt + "."):
-                continue
-            if state.get(nxt) == 1:
-                cycles.append([*stack[stack.index(nxt) :], nxt])
-            elif nxt not in state:
-                visit(nxt)
-        stack.pop()
-        state[node] = 2
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node)
-    assert cycles == []
-
-
-def test_the_graph_sees_imports() -> None:
-    """The checks above would pass on an empty graph: make sure it holds real edges."""
-    graph = import_graph()
-    assert "driver.ssh.forward" in graph["driver.remote"]
-    assert "driver.layout" in graph["nodekit.render"]
-    assert "driver.cli.options" in graph["driver.cli.jobs"]
+@pytest.mark.parametrize("contract", list(BREAKS))
+def test_a_broken_contract_fails(contract: str, tmp_path: Path) -> None:
+    """The contracts would pass on a linter that sees nothing: each one fails on a copy of the
+    packages with a module that breaks it."""
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    shutil.copytree(PYTHON, tmp_path / "python", ignore=shutil.ignore_patterns("__pycache__"))
+    for path, source in BREAKS[contract].items():
+        (tmp_path / "python" / path).write_text(source)
+    p = lint_imports(tmp_path, contract)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert re.search(r"Contracts: 0 kept, 1 broken", p.stdout), p.stdout
 
 
 def _loaded(setup: str, modules: tuple[str, ...], cwd: Path) -> list[str]:

@@ -8,7 +8,6 @@ head's VM, the workers' scale set, the autoscale setting) and of the metadata se
 from __future__ import annotations
 
 import json
-import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -18,17 +17,17 @@ from typing import Any
 
 import pytest
 
+from compute_support import loopback_azure, use_managed_identity
 from nodekit.node import autostop
 from nodekit.node import azure_vmss_provider as vp
 from nodekit.rehearsal.standins.azure_compute import (
     FakeCompute,
     autoscale_config,
-    compute_config,
     scale_set_config,
     subnet_pool,
     vm_config,
 )
-from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config, tls_certificate
+from nodekit.rehearsal.standins.azure_node import FakeImds
 
 SUB = "00000000-1111-4222-8333-444444444444"
 GROUP = "rg-ray"
@@ -405,38 +404,21 @@ class Azure:
 
 @pytest.fixture
 def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Azure]:
-    key = secrets.token_bytes(32)
-    ca, cert, cert_key = tls_certificate(tmp_path, "127.0.0.1")
-    imds = FakeImds(tmp_path / "imds").start()
-    imds.state.write(
-        "config.json",
-        imds_config(key, HEAD, {HEAD_IDENTITY: "p-head", OTHER: "p-other"}, resource_id=HEAD_ID),
-    )
     deallocated, started = threading.Event(), threading.Event()
-    compute = FakeCompute(
-        tmp_path / "compute",
-        cert,
-        cert_key,
+    with loopback_azure(
+        tmp_path,
+        HEAD,
+        {HEAD_IDENTITY: "p-head", OTHER: "p-other"},
+        [HEAD_IDENTITY],
+        [scale_set_config(SUB, GROUP, SCALE_SET, subnet_pool("10.42.1.0/24", 6, 20))],
+        resource_id=HEAD_ID,
+        virtual_machines=[vm_config(SUB, GROUP, HEAD)],
+        autoscale_settings=[autoscale_config(SUB, GROUP, AUTOSCALE, SCALE_SET_ID)],
         on_deallocate=lambda info: deallocated.set(),
         on_start=lambda info: started.set(),
-    ).start()
-    compute.state.write(
-        "config.json",
-        compute_config(
-            key,
-            compute.url,
-            [HEAD_IDENTITY],
-            [scale_set_config(SUB, GROUP, SCALE_SET, subnet_pool("10.42.1.0/24", 6, 20))],
-            [vm_config(SUB, GROUP, HEAD)],
-            [autoscale_config(SUB, GROUP, AUTOSCALE, SCALE_SET_ID)],
-        ),
-    )
-    monkeypatch.setenv("AZURE_POD_IDENTITY_AUTHORITY_HOST", imds.url)
-    for name in ("IDENTITY_ENDPOINT", "IDENTITY_HEADER", "MSI_ENDPOINT", "MSI_SECRET"):
-        monkeypatch.delenv(name, raising=False)
-    yield Azure(compute, imds, ca, deallocated, started)
-    compute.stop()
-    imds.stop()
+    ) as fakes:
+        use_managed_identity(monkeypatch, fakes.imds)
+        yield Azure(fakes.compute, fakes.imds, fakes.ca, deallocated, started)
 
 
 def test_the_stop_through_azure_leaves_no_worker_no_autoscale_and_the_head_deallocated(

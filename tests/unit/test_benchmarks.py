@@ -17,7 +17,8 @@ from packaging.requirements import Requirement
 from nodekit import render
 from nodekit.rehearsal.cluster import Rehearsal
 from nodekit.rehearsal.services import packages
-from nodekit.rehearsal.state import Node, State
+from nodekit.rehearsal.state import State
+from rehearsal_support import unit_cluster, unit_state
 from support import REPO, error_lines
 
 BENCHMARKS = sorted(p.name for p in (REPO / "benchmarks").glob("*.py"))
@@ -200,14 +201,8 @@ def test_a_worker_joining_with_the_anchor_documents_boots_the_anchor_worker_docu
     document filled with the cluster's values, as the cluster's own workers get theirs."""
     bench = _bootstrap_benchmark()
     anchor = bench.anchor_documents(tmp_path / "anchor")
-    r = Rehearsal("unit", base=tmp_path)
-    r.dir.mkdir(parents=True)
-    (r.dir / "token").write_text("t" * 64)
-    state = State(
-        name="unit", subnet="10.213.0.0/24", bridge="rh-unit", host_ip="10.213.0.1",
-        http_port=8470, ssh_key="k", documents_dir=str(render.rendered_dir()),
-        nodes=[Node("head", "head", "10.213.0.10", "ns", "veth", str(tmp_path))],
-    )  # fmt: skip
+    r = unit_cluster(tmp_path)
+    state = unit_state(head_root=str(tmp_path), documents_dir=str(render.rendered_dir()))
     values = r.deploy_values(state)
     theirs = r._user_data(state, "worker", None, anchor)
     assert theirs == render.fill((anchor / "worker.yaml").read_text(), values)

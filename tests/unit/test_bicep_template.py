@@ -16,9 +16,7 @@ import json
 import re
 from typing import Any
 
-import pytest
-
-from arm_template_support import ARM_ONLY_KEYS, TYPES, problems, resource_errors, scopes
+from arm_template_support import ARM_ONLY_KEYS, problems, resource_errors, scopes
 from bicep_support import REPO, template
 
 
@@ -63,14 +61,6 @@ def test_an_unresolved_reference_is_found() -> None:
 
 
 # -- properties against Azure's resource type definitions --------------------------------------
-@pytest.fixture(scope="module")
-def types() -> dict[str, Any]:
-    if not TYPES.exists():
-        pytest.skip(f"{TYPES} absent: the workflow's bicep build checks the types")
-    loaded: dict[str, Any] = json.loads(TYPES.read_text())
-    return loaded
-
-
 def test_every_resource_is_valid_for_its_type_and_api_version(types: dict[str, Any]) -> None:
     errors, unchecked = resource_errors(template(), types)
     assert errors == []

@@ -28,7 +28,7 @@ from bicep_support import (
     template_text,
 )
 from terraform_support import MODULE, error_messages, terraform_env
-from validation_cases import BAD, GOOD, REQUIRED, case_id, console
+from validation_cases import BAD, GOOD, GPU_POOL, REQUIRED, SPOT_CPU_POOL, case_id, console
 
 VARIABLES = set(variables())
 # Terraform's rules about its Key Vault firewall: Bicep's vault has no public endpoint.
@@ -304,23 +304,8 @@ def test_the_checks_module_receives_every_rule() -> None:
 TWO_POOLS = {
     "autostop_idle_minutes": 30,
     "worker_pools": {
-        "cpu": {
-            "vm_size": "Standard_F8s_v2",
-            "spot_enabled": True,
-            "eviction_policy": "Deallocate",
-            "max_price": 0.25,
-            "max_count": 20,
-            "ray_resources": {"simulator": 2},
-            "zones": ["1", "3"],
-            "zone_balance": True,
-        },
-        "gpu": {
-            "vm_size": "Standard_NC4as_T4_v3",
-            "min_count": 0,
-            "default_count": 0,
-            "max_count": 2,
-            "ray_labels": {"accelerator": "t4"},
-        },
+        "cpu": {**SPOT_CPU_POOL, "zones": ["1", "3"], "zone_balance": True},
+        "gpu": GPU_POOL,
     },
 }
 

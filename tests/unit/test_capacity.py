@@ -271,6 +271,15 @@ def nothing_created(azure: FakeAzure) -> None:
     assert not [p for m, p in deploy_requests(azure) if p in ("whatIf", "rg-ray")]
 
 
+def refused(azure: FakeAzure, home: Path, params: Path) -> str:
+    """``up --yes`` that the capacity check refuses: exit code 3, nothing created. Its verdict
+    (the last line)."""
+    r = up(azure, home, params, "--yes")
+    assert r.returncode == 3, r.stderr
+    nothing_created(azure)
+    return error_lines(r.stderr)[-1]
+
+
 def test_a_cluster_that_fits_shows_the_table_and_deploys(
     fake: FakeAzure,
     tmp_path: Path,
@@ -368,14 +377,11 @@ def test_a_size_the_region_does_not_offer_is_one_line(
     fake.skus = [s for s in fake.skus if s["name"] != D4] + [
         vm_sku(D4, DSV5, 4, locations=("eastus",))
     ]
-    r = up(fake, tmp_path, params, "--yes")
-    assert r.returncode == 3
-    assert error_lines(r.stderr)[-1] == (
+    assert refused(fake, tmp_path, params) == (
         "error: capacity: Azure would refuse the cluster at its maximum size: head: "
         "Standard_D4s_v5 is not offered in westeurope; workers: Standard_D4s_v5 is not offered "
         "in westeurope (nothing created; --ignore-capacity deploys anyway)"
     )
-    nothing_created(fake)
 
 
 def test_a_size_restricted_in_one_zone_is_a_note_in_every_zone_a_refusal(
@@ -398,25 +404,19 @@ def test_a_size_restricted_in_one_zone_is_a_note_in_every_zone_a_refusal(
     f8["restrictions"] = [zone_restriction(REGION, ["1", "2", "3"])]
     fake.resource_groups.clear()
     fake.bodies.clear()
-    r = up(fake, tmp_path, params, "--yes")
-    assert r.returncode == 3
-    assert error_lines(r.stderr)[-1] == (
+    assert refused(fake, tmp_path, params) == (
         "error: capacity: Azure would refuse the cluster at its maximum size: workers: "
         "Standard_F8s_v2 is restricted in every zone of westeurope (NotAvailableForSubscription) "
         "(nothing created; --ignore-capacity deploys anyway)"
     )
-    nothing_created(fake)
     # The same restriction in one zone, for a pool that chose that zone: refused for it.
     f8["restrictions"] = [zone_restriction(REGION, ["3"])]
     with_values(params, workerPools=[{"name": "workers", "zones": ["2", "3"]}])
-    r = up(fake, tmp_path, params, "--yes")
-    assert r.returncode == 3
-    assert error_lines(r.stderr)[-1] == (
+    assert refused(fake, tmp_path, params) == (
         "error: capacity: Azure would refuse the cluster at its maximum size: workers: "
         "Standard_F8s_v2 is restricted in zone 3 (NotAvailableForSubscription) of westeurope, "
         "one of the pool's zones (2, 3) (nothing created; --ignore-capacity deploys anyway)"
     )
-    nothing_created(fake)
 
 
 def test_usages_refused_with_403_is_one_line_and_up_goes_on(

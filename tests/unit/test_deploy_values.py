@@ -18,7 +18,7 @@ import hcl2
 from armeval import parse_expression
 from nodekit import render
 from nodekit.node.azure_vmss_provider import WORKER_TYPE, autoscaling_config
-from nodekit.rehearsal.cluster import Node, Rehearsal, State
+from rehearsal_support import unit_cluster, unit_state
 from support import REPO
 
 STACK = REPO / "infra" / "terraform" / "modules" / "cluster"
@@ -49,19 +49,8 @@ def test_terraform_fills_exactly_the_listed_names() -> None:
 
 
 def test_the_rehearsal_fills_exactly_the_listed_names(tmp_path: Path) -> None:
-    r = Rehearsal("unit", base=tmp_path)
-    r.dir.mkdir(parents=True)
-    (r.dir / "token").write_text("t" * 64)
-    state = State(
-        name="unit",
-        subnet="10.213.0.0/24",
-        bridge="rh-unit",
-        host_ip="10.213.0.1",
-        http_port=8470,
-        ssh_key="k",
-        nodes=[Node("head", "head", "10.213.0.10", "ns", "veth", str(tmp_path))],
-    )
-    values = r.deploy_values(state)
+    state = unit_state(head_root=str(tmp_path))
+    values = unit_cluster(tmp_path).deploy_values(state)
     assert list(values) == render.deploy_value_names()
     # ... and what it fills passes the same checks a stack's values do.
     render.fill((REPO / "cloud-init" / "rendered" / "head.yaml").read_text(), values)

@@ -21,7 +21,7 @@ from typing import Any
 import hcl2
 import pytest
 
-from arm_template_support import TYPES, problems, resource_errors, scopes
+from arm_template_support import problems, resource_errors, scopes
 from armeval import deploy
 from bicep_support import REPO, context, template
 from checkov_support import checkov_binary, run_checkov
@@ -43,14 +43,6 @@ GALLERY_PUBLISHER = "85a2d0d9-2eba-4c9c-b355-11c2cc0788ab"
 
 def image_template() -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads(IMAGE_TEMPLATE.read_text())
-    return loaded
-
-
-@pytest.fixture(scope="module")
-def types() -> dict[str, Any]:
-    if not TYPES.exists():
-        pytest.skip(f"{TYPES} absent: the workflow's bicep build checks the types")
-    loaded: dict[str, Any] = json.loads(TYPES.read_text())
     return loaded
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import driver.jobs
 from driver.errors import ConnectionLost
 from driver.jobs import JobsClient, LogStream
 
@@ -115,24 +116,25 @@ def _client(cluster: Any) -> JobsClient:
     return client
 
 
-def test_a_read_that_meets_a_server_error_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    import driver.jobs
+@pytest.fixture
+def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The client's back-off pauses, recorded instead of slept."""
+    taken: list[float] = []
+    monkeypatch.setattr(driver.jobs.time, "sleep", taken.append)
+    return taken
 
-    pauses: list[float] = []
-    monkeypatch.setattr(driver.jobs.time, "sleep", pauses.append)
+
+def test_a_read_that_meets_a_server_error_is_tried_again(pauses: list[float]) -> None:
     cluster = _Overloaded(failures=2)
     assert _client(cluster).info("j-1").status == "RUNNING"
     assert cluster.calls == ["info", "info", "info"]
     assert pauses == [1.0, 2.0]
 
 
-def test_a_server_error_that_stays_ends_in_its_line_and_a_write_is_never_repeated(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import driver.jobs
+@pytest.mark.usefixtures("pauses")
+def test_a_server_error_that_stays_ends_in_its_line_and_a_write_is_never_repeated() -> None:
     from driver.errors import DriverError
 
-    monkeypatch.setattr(driver.jobs.time, "sleep", lambda s: None)
     cluster = _Overloaded(failures=99)
     with pytest.raises(DriverError) as failed:
         _client(cluster).info("j-1")
@@ -175,13 +177,7 @@ class _AgentStarting:
         return submission_id
 
 
-def test_a_submit_that_finds_no_job_agent_yet_is_tried_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import driver.jobs
-
-    pauses: list[float] = []
-    monkeypatch.setattr(driver.jobs.time, "sleep", pauses.append)
+def test_a_submit_that_finds_no_job_agent_yet_is_tried_again(pauses: list[float]) -> None:
     ray = _AgentStarting(missing=2)
     assert _client(ray).submit("python train.py", {}, "j-1") == "j-1"
     assert (ray.tries, ray.jobs, pauses) == (3, ["j-1"], [2.0, 4.0])
@@ -193,14 +189,9 @@ def test_a_submit_that_finds_no_job_agent_yet_is_tried_again(
     assert (ray.tries, ray.jobs, pauses) == (2, ["j-2"], [2.0])
 
 
-def test_a_taken_id_or_an_agent_that_never_comes_ends_in_its_line(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import driver.jobs
+def test_a_taken_id_or_an_agent_that_never_comes_ends_in_its_line(pauses: list[float]) -> None:
     from driver.errors import DriverError
 
-    pauses: list[float] = []
-    monkeypatch.setattr(driver.jobs.time, "sleep", pauses.append)
     ray = _AgentStarting(missing=0)
     ray.jobs.append("j-1")  # taken before this submit: never mistaken for this one
     with pytest.raises(DriverError, match="j-1 already exists"):
@@ -237,16 +228,13 @@ class _ClosingHead(_AgentStarting):
         return super().submit_job(submission_id, **kwargs)
 
 
-def test_a_submit_whose_connection_the_head_closed_is_tried_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.mark.usefixtures("pauses")
+def test_a_submit_whose_connection_the_head_closed_is_tried_again() -> None:
     """Seen on a heavily loaded head (clean-clone run 17): the dashboard closed the submit's
     connection without an answer. The tunnel works: the submit is tried again, and a job the
     closed try created after all is this one."""
-    import driver.jobs
     from driver.errors import ConnectionLost
 
-    monkeypatch.setattr(driver.jobs.time, "sleep", lambda s: None)
     ray = _ClosingHead(closes=1)
     assert _client(ray).submit("python train.py", {}, "j-1") == "j-1"
     assert (ray.tries, ray.jobs) == (2, ["j-1"])

@@ -10,11 +10,14 @@ import lanes
 import pytest
 
 
-def _junit(path: Path, tests: int, failures: int = 0, errors: int = 0, skipped: int = 0) -> str:
+def _junit(
+    path: Path, tests: int, failures: int = 0, errors: int = 0, skipped: int = 0, body: str = ""
+) -> str:
+    """A lane's JUnit XML as pytest writes it: its counts, and ``body`` (its test cases)."""
     path.write_text(
         '<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests">'
         f'<testsuite name="pytest" errors="{errors}" failures="{failures}" skipped="{skipped}"'
-        f' tests="{tests}" time="12.5"></testsuite></testsuites>'
+        f' tests="{tests}" time="12.5">{body}</testsuite></testsuites>'
     )
     return str(path)
 
@@ -107,12 +110,7 @@ def _cases(path: Path, cases: dict[str, str], why: str = "x") -> str:
     )
     failures = sum(o == "failure" for o in cases.values())
     errors = sum(o == "error" for o in cases.values())
-    path.write_text(
-        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest"'
-        f' errors="{errors}" failures="{failures}" skipped="0" tests="{len(cases)}" time="3">'
-        f"{body}</testsuite></testsuites>"
-    )
-    return str(path)
+    return _junit(path, len(cases), failures, errors, body=body)
 
 
 def test_print_failed_gives_the_failed_tests_node_ids(

@@ -89,6 +89,13 @@ def parameters(tmp_path: Path, **values: Any) -> Path:
     return path
 
 
+def priced(fake: FakeRetailPrices, tmp_path: Path, **values: Any) -> str:
+    """What ``price --parameters`` says of the template's parameters with ``values`` (exit 0)."""
+    r = driver(fake.url, tmp_path, "--parameters", str(parameters(tmp_path, **values)))
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
 # -- the table -------------------------------------------------------------------------------
 def test_bicep_defaults_priced_page_by_page(fake: FakeRetailPrices, tmp_path: Path) -> None:
     r = driver(fake.url, tmp_path, "--parameters", str(PARAMETERS), "--location", "westeurope")
@@ -120,13 +127,11 @@ def test_bicep_defaults_priced_page_by_page(fake: FakeRetailPrices, tmp_path: Pa
 
 
 def test_spot_workers_are_priced_at_spot(fake: FakeRetailPrices, tmp_path: Path) -> None:
-    given = parameters(
-        tmp_path, location="westeurope", workerVmSize="Standard_F8s_v2", workerSpotEnabled=True,
-        workerMinCount=1, workerDefaultCount=3, workerMaxCount=6,
+    out = priced(
+        fake, tmp_path, location="westeurope", workerVmSize="Standard_F8s_v2",
+        workerSpotEnabled=True, workerMinCount=1, workerDefaultCount=3, workerMaxCount=6,
     )  # fmt: skip
-    r = driver(fake.url, tmp_path, "--parameters", str(given))
-    assert r.returncode == 0, r.stderr
-    assert rows(r.stdout)[1:] == [
+    assert rows(out)[1:] == [
         ["head", "Standard_D4s_v5", "regular", "0.2300", "1 = 0.2300", "1 = 0.2300", "1 = 0.2300"],
         ["workers", "Standard_F8s_v2", "Spot", "0.0800", "1 = 0.0800", "3 = 0.2400", "6 = 0.4800"],
         ["total", "0.3100", "0.4700", "0.7100"],
@@ -137,10 +142,8 @@ def test_spot_workers_are_priced_at_spot(fake: FakeRetailPrices, tmp_path: Path)
 
 def test_a_spot_head_is_priced_at_spot(fake: FakeRetailPrices, tmp_path: Path) -> None:
     """headPriority / head_priority "Spot": the head's row at Spot's rate, in both stacks."""
-    given = parameters(tmp_path, location="westeurope", headPriority="Spot")
-    r = driver(fake.url, tmp_path, "--parameters", str(given))
-    assert r.returncode == 0, r.stderr
-    assert rows(r.stdout)[1:] == [
+    out = priced(fake, tmp_path, location="westeurope", headPriority="Spot")
+    assert rows(out)[1:] == [
         ["head", "Standard_D4s_v5", "Spot", "0.0460", "1 = 0.0460", "1 = 0.0460", "1 = 0.0460"],
         ["workers", "Standard_D4s_v5", "regular", "0.2300", "0 = 0.0000", "2 = 0.4600",
          "4 = 0.9200"],
@@ -200,11 +203,9 @@ def test_the_folders_own_tfvars_count_as_terraform_counts_them(
 
 
 def test_a_size_or_region_without_a_price(fake: FakeRetailPrices, tmp_path: Path) -> None:
-    given = parameters(tmp_path, location="northeurope", headVmSize="Standard_F8s_v2",
-                       workerVmSize="Standard_F8s_v2", workerSpotEnabled=True)  # fmt: skip
-    r = driver(fake.url, tmp_path, "--parameters", str(given))
-    assert r.returncode == 0, r.stderr
-    assert rows(r.stdout)[1:] == [
+    out = priced(fake, tmp_path, location="northeurope", headVmSize="Standard_F8s_v2",
+                 workerVmSize="Standard_F8s_v2", workerSpotEnabled=True)  # fmt: skip
+    assert rows(out)[1:] == [
         ["head", "Standard_F8s_v2", "regular", "0.4100", "1 = 0.4100", "1 = 0.4100", "1 = 0.4100"],
         ["workers", "Standard_F8s_v2", "Spot", "no price", "0 = 0.0000", "2 = ?", "4 = ?"],
         ["total", "0.4100", "unknown", "unknown"],
@@ -212,7 +213,7 @@ def test_a_size_or_region_without_a_price(fake: FakeRetailPrices, tmp_path: Path
     assert (
         "No Linux Spot price for Standard_F8s_v2 in northeurope in Azure's retail prices: the "
         "totals with one or more of these VMs are unknown."
-    ) in r.stdout.splitlines()
+    ) in out.splitlines()
     r = driver(fake.url, tmp_path, "--parameters", str(PARAMETERS), "--location", "nowhere")
     assert r.returncode == 0, r.stderr
     assert [row[3] for row in rows(r.stdout)[1:3]] == ["no price", "no price"]
@@ -224,11 +225,9 @@ def test_a_size_or_region_without_a_price(fake: FakeRetailPrices, tmp_path: Path
 def test_results_storage_is_priced_apart_and_its_endpoint_by_the_hour(
     fake: FakeRetailPrices, tmp_path: Path
 ) -> None:
-    given = parameters(tmp_path, location="westeurope", resultsStorageAccountId=ACCOUNT_ID)
-    r = driver(fake.url, tmp_path, "--parameters", str(given))
-    assert r.returncode == 0, r.stderr
+    out = priced(fake, tmp_path, location="westeurope", resultsStorageAccountId=ACCOUNT_ID)
     # The private endpoint is the cluster's: one more hourly row, in the totals.
-    assert rows(r.stdout)[1:] == [
+    assert rows(out)[1:] == [
         ["head", "Standard_D4s_v5", "regular", "0.2300", "1 = 0.2300", "1 = 0.2300", "1 = 0.2300"],
         ["workers", "Standard_D4s_v5", "regular", "0.2300", "0 = 0.0000", "2 = 0.4600",
          "4 = 0.9200"],
@@ -237,9 +236,9 @@ def test_results_storage_is_priced_apart_and_its_endpoint_by_the_hour(
     ]  # fmt: skip
     # The storage outlives the cluster: its own lines, per GB-month and per operation, the
     # account's Hot LRS from the primary "Blob Storage" meters (first tier), not GRS, not Cool.
-    assert STORAGE_HEADER in r.stdout.splitlines()
-    assert storage(r.stdout) == WESTEUROPE_STORAGE
-    assert NO_STORAGE not in r.stdout
+    assert STORAGE_HEADER in out.splitlines()
+    assert storage(out) == WESTEUROPE_STORAGE
+    assert NO_STORAGE not in out
     filters = set(fake.filters())
     assert filters == {
         "serviceName eq 'Virtual Machines' and priceType eq 'Consumption' and "
@@ -253,10 +252,9 @@ def test_results_storage_is_priced_apart_and_its_endpoint_by_the_hour(
     }
     # Cached like the VM prices: asked again within the hour, the API is not.
     asked = len(fake.requests)
-    again = driver(fake.url, tmp_path, "--parameters", str(given))
-    assert again.returncode == 0, again.stderr
+    again = priced(fake, tmp_path, location="westeurope", resultsStorageAccountId=ACCOUNT_ID)
     assert len(fake.requests) == asked
-    assert storage(again.stdout) == WESTEUROPE_STORAGE and rows(again.stdout)[3] == STORAGE_ROW
+    assert storage(again) == WESTEUROPE_STORAGE and rows(again)[3] == STORAGE_ROW
 
 
 def test_terraform_results_storage_prices_like_the_bicep_stack(

@@ -19,30 +19,22 @@ from nodekit.rehearsal.cluster import GPU_STAND_IN_ENV, GPU_VM_SIZE, Rehearsal, 
 from nodekit.rehearsal.services import compute
 from nodekit.rehearsal.standins.azure_compute import _command_hook
 from nodekit.rehearsal.state import DEFAULT_POOL, GPU_POOL, Node, State
+from rehearsal_support import unit_cluster, unit_state
 from support import REPO
 
 WORKER_DOC = (REPO / "cloud-init" / "rendered" / "worker.yaml").read_text()
 
 
 def _state(tmp_path: Path, gpu_pool_max: int) -> tuple[Rehearsal, State]:
-    r = Rehearsal("unit", base=tmp_path)
-    r.dir.mkdir(parents=True)
-    (r.dir / "token").write_text("t" * 64)
-    state = State(
-        name="unit",
-        subnet="10.213.0.0/24",
-        bridge="rh-unit",
-        host_ip="10.213.0.1",
-        http_port=8470,
-        ssh_key="k",
+    state = unit_state(
+        head_root=str(tmp_path),
         scaling_mode="ray",
         min_workers=0,
         max_workers=2,
         gpu_pool_max=gpu_pool_max,
         documents_dir=str(REPO / "cloud-init" / "rendered"),
-        nodes=[Node("head", "head", "10.213.0.10", "ns", "veth", str(tmp_path))],
     )
-    return r, state
+    return unit_cluster(tmp_path), state
 
 
 def test_the_gpu_pool_is_a_second_node_type_on_its_own_scale_set(tmp_path: Path) -> None:

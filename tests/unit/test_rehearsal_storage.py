@@ -22,25 +22,17 @@ import pytest
 
 from driver.errors import DriverError
 from nodekit.cli import build_parser
-from nodekit.rehearsal.cluster import Node, Rehearsal, State
+from nodekit.rehearsal.cluster import Rehearsal, State
 from nodekit.rehearsal.services import Context, azurite
 from nodekit.rehearsal.state import StateFile
+from rehearsal_support import unit_state
 from support import REPO
 
 URL = "https://10.213.0.1:8475/rehearsalresults/results"
 
 
 def _state(results_url: str = "") -> State:
-    return State(
-        name="unit",
-        subnet="10.213.0.0/24",
-        bridge="rh-unit",
-        host_ip="10.213.0.1",
-        http_port=8470,
-        ssh_key="k",
-        results_url=results_url,
-        nodes=[Node("head", "head", "10.213.0.10", "ns", "veth", "/nonexistent")],
-    )
+    return unit_state(results_url=results_url)
 
 
 def test_the_nodes_get_the_results_containers_url_as_results_url(tmp_path: Path) -> None:

@@ -20,9 +20,10 @@ import pytest
 from driver.errors import DriverError
 from nodekit import render
 from nodekit.rehearsal import bake, system
-from nodekit.rehearsal.cluster import Node, Rehearsal, State
+from nodekit.rehearsal.cluster import Node, Rehearsal
 from nodekit.rehearsal.image import ETC_HOSTS, document_requirements, write_simple_index
 from nodekit.rehearsal.services import packages
+from rehearsal_support import unit_cluster, unit_state
 from support import REPO
 
 
@@ -145,13 +146,8 @@ def test_the_image_is_keyed_by_the_digest_the_nodes_bootstrap_expects() -> None:
 
 
 def _cluster_values(tmp_path: Path, name: str, subnet: str, http_port: int = 8470) -> dict:
-    r = Rehearsal(name, base=tmp_path, subnet=subnet, http_port=http_port)
-    r.dir.mkdir(parents=True)
-    (r.dir / "token").write_text("t" * 64)
-    net = ipaddress.IPv4Network(subnet)
-    host = str(next(net.hosts()))
-    state = State(name, subnet, f"rh-{name}", host, http_port, "k")
-    state.nodes = [Node("head", "head", str(list(net.hosts())[9]), "ns", "veth", str(tmp_path))]
+    r = unit_cluster(tmp_path, name, subnet, http_port)
+    state = unit_state(name, subnet, http_port, head_root=str(tmp_path))
     return {"values": r.deploy_values(state), "state": state}
 
 
@@ -174,27 +170,42 @@ def test_clusters_side_by_side_share_one_image_and_each_resolves_its_torch_index
     assert hosts.splitlines()[-1].split() == ["10.214.0.1", host]
 
 
+def _waits_for_the_bake(
+    images: bake.Images, digest: str, wait: Callable[[Callable[[str], None]], None]
+) -> list[str]:
+    """Run ``wait(say)`` in a thread while ``digest`` is being baked (its lock held here): it
+    must say why it waits while it waits, and not get through until the bake ends. All it
+    said."""
+    said: list[str] = []
+    done = threading.Event()
+
+    def waiter() -> None:
+        wait(said.append)
+        done.set()
+
+    with images.locked(digest):
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert said and not done.is_set(), said  # said while it waits, and waiting
+    thread.join(10)
+    assert done.is_set()
+    return said
+
+
 def test_a_bake_under_way_is_waited_for_and_said(tmp_path: Path) -> None:
     """A second `up` of the same digest waits for the first one's bake, and says so."""
     images = bake.Images(tmp_path / "images")
     digest = "ab" * 32
-    said: list[str] = []
-    entered = threading.Event()
 
-    def second() -> None:
-        with images.locked(digest, said.append):
-            entered.set()
+    def second(say: Callable[[str], None]) -> None:
+        with images.locked(digest, say):
+            pass
 
-    with images.locked(digest):
-        waiter = threading.Thread(target=second)
-        waiter.start()
-        deadline = time.monotonic() + 10
-        while not said and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert said == [f"node image {digest[:12]}: being baked by another `up`; waiting"]
-        assert not entered.is_set()
-    waiter.join(10)
-    assert entered.is_set()
+    said = _waits_for_the_bake(images, digest, second)
+    assert said == [f"node image {digest[:12]}: being baked by another `up`; waiting"]
 
 
 def test_mirrors_start_only_after_a_bake_under_way(tmp_path: Path) -> None:
@@ -203,23 +214,8 @@ def test_mirrors_start_only_after_a_bake_under_way(tmp_path: Path) -> None:
     images = bake.Images(tmp_path / "images")
     images.wait_for_bakes()  # no image folder yet
     digest = "cd" * 32
-    said: list[str] = []
-    done = threading.Event()
-
-    def up() -> None:
-        images.wait_for_bakes(said.append)
-        done.set()
-
-    with images.locked(digest):
-        waiter = threading.Thread(target=up)
-        waiter.start()
-        deadline = time.monotonic() + 10
-        while not said and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert said == [f"node image {digest[:12]}: being baked; waiting for it first"]
-        assert not done.is_set()
-    waiter.join(10)
-    assert done.is_set()
+    said = _waits_for_the_bake(images, digest, images.wait_for_bakes)
+    assert said == [f"node image {digest[:12]}: being baked; waiting for it first"]
     images.wait_for_bakes(said.append)  # released: passes at once, says nothing more
     assert len(said) == 1
 

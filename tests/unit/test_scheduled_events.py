@@ -88,6 +88,21 @@ class Running:
         assert not self.thread.is_alive()
 
 
+def _preempted(imds: FakeImds, node: Node, actions: Actions) -> tuple[Running, str, float]:
+    """The watcher with ``actions`` through a Preempt of this VM 30 s ahead, until it has
+    acknowledged it: the run, the event's id and when it was posted (Unix seconds)."""
+    w = Running(imds, node)
+    w.watcher.actions = actions
+    try:
+        w.wait_for(f"watching scheduled events for {ME}")
+        posted = time.time()
+        event_id = imds.schedule("Preempt", [ME], not_before_s=30)
+        w.wait_for(f"acknowledged {event_id}")
+    finally:
+        w.close()
+    return w, event_id, posted
+
+
 @pytest.mark.parametrize(("kind", "notice"), [("Terminate", 300.0), ("Preempt", 30.0)])
 def test_an_event_for_this_vm_drains_stops_and_acknowledges_in_that_order(
     imds: FakeImds, node: Node, kind: str, notice: float
@@ -303,15 +318,8 @@ def test_a_notice_is_published_and_a_job_holding_the_worker_gets_until_the_notic
     checkpoints) until the notice's end less the safety margin, not just its grace; then it
     stops Ray and acknowledges."""
     jobs = Jobs(node, ["raysubmit_abc"], held=1.0)
-    w = Running(imds, node)
-    w.watcher.actions = Actions(node.drain, node.stop, jobs.announce, jobs.hold_wait)
-    try:
-        w.wait_for(f"watching scheduled events for {ME}")
-        posted = time.time()
-        event_id = imds.schedule("Preempt", [ME], not_before_s=30)
-        w.wait_for(f"acknowledged {event_id}")
-    finally:
-        w.close()
+    actions = Actions(node.drain, node.stop, jobs.announce, jobs.hold_wait)
+    w, event_id, posted = _preempted(imds, node, actions)
     # The job's checkpoint before the drain (a drained node takes no new actor, and RLlib saves
     # a learner actor's state through one).
     assert node.names() == ["announce", "waited", "drain", "stop"]
@@ -332,14 +340,7 @@ def test_the_head_publishes_the_notice_and_waits_for_its_jobs_but_never_drains_o
     only publishes the notice and gives its jobs until the notice's end, less the safety
     margin, to take a hold; once they released it, it acknowledges."""
     jobs = Jobs(node, ["raysubmit_abc"], held=1.0)
-    w = Running(imds, node)
-    w.watcher.actions = Actions(None, None, jobs.announce, jobs.hold_wait)
-    try:
-        w.wait_for(f"watching scheduled events for {ME}")
-        event_id = imds.schedule("Preempt", [ME], not_before_s=30)
-        w.wait_for(f"acknowledged {event_id}")
-    finally:
-        w.close()
+    w, event_id, _ = _preempted(imds, node, Actions(None, None, jobs.announce, jobs.hold_wait))
     assert node.names() == ["announce", "waited"]
     [(window, left)] = jobs.waits
     assert window == left and 20 < left <= 25
@@ -353,14 +354,8 @@ def test_a_notice_that_cannot_be_published_still_drains_and_stops(
     def fails(event_id: str, kind: str, not_before: float) -> str:
         raise RuntimeError("no live Ray node at 10.0.0.7")
 
-    w = Running(imds, node)
-    w.watcher.actions = Actions(node.drain, node.stop, fails, Jobs(node, []).hold_wait)
-    try:
-        w.wait_for(f"watching scheduled events for {ME}")
-        event_id = imds.schedule("Preempt", [ME], not_before_s=30)
-        w.wait_for(f"acknowledged {event_id}")
-    finally:
-        w.close()
+    actions = Actions(node.drain, node.stop, fails, Jobs(node, []).hold_wait)
+    w, _, _ = _preempted(imds, node, actions)
     assert node.names() == ["drain", "stop"]
     assert any("publishing the notice failed (no live Ray node" in ln for ln in w.lines), w.lines
 

@@ -26,15 +26,14 @@ from pathlib import Path
 
 import pytest
 
+from compute_support import Loopback, loopback_azure
 from driver.localray import STARTED_LINE, node_timed_out
 from nodekit.node import azure_vmss_provider as vp
 from nodekit.rehearsal.standins.azure_compute import (
     FakeCompute,
-    compute_config,
     scale_set_config,
     subnet_pool,
 )
-from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config, tls_certificate
 from support import REPO
 
 SUB = "00000000-1111-4222-8333-444444444444"
@@ -74,26 +73,22 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def head(tmp_path: Path) -> Iterator[tuple[FakeCompute, str, Path]]:
-    key = secrets.token_bytes(32)
-    ca, cert, cert_key = tls_certificate(tmp_path, "127.0.0.1")
-    imds = FakeImds(tmp_path / "imds").start()
-    imds.state.write("config.json", imds_config(key, "ray-head", {AUTOSCALER: "p-autoscaler"}))
-    compute = FakeCompute(tmp_path / "compute", cert, cert_key).start()
-    compute.state.write(
-        "config.json",
-        compute_config(
-            key,
-            compute.url,
-            [AUTOSCALER],
-            [
-                scale_set_config(SUB, "rg", "ray-workers", subnet_pool("10.42.1.0/24", 6, 8)),
-                scale_set_config(
-                    SUB, "rg", "ray-gpu", subnet_pool("10.42.1.0/24", 20, 4), "Standard_NC4as_T4_v3"
-                ),
-            ],
+def loopback(tmp_path: Path) -> Iterator[Loopback]:
+    scale_sets = [
+        scale_set_config(SUB, "rg", "ray-workers", subnet_pool("10.42.1.0/24", 6, 8)),
+        scale_set_config(
+            SUB, "rg", "ray-gpu", subnet_pool("10.42.1.0/24", 20, 4), "Standard_NC4as_T4_v3"
         ),
-    )
+    ]
+    with loopback_azure(
+        tmp_path, "ray-head", {AUTOSCALER: "p-autoscaler"}, [AUTOSCALER], scale_sets
+    ) as fakes:
+        yield fakes
+
+
+@pytest.fixture
+def head(tmp_path: Path, loopback: Loopback) -> Iterator[tuple[FakeCompute, str, Path]]:
+    compute, imds, ca = loopback.compute, loopback.imds, loopback.ca
     port = free_port()
     values = {
         "RAY_HEAD_IP": "127.0.0.1",
@@ -157,15 +152,11 @@ def head(tmp_path: Path) -> Iterator[tuple[FakeCompute, str, Path]]:
         _stop(proc)
         said = log.read_text(errors="replace")
         if attempt == 2 or not node_timed_out(said):
-            compute.stop()
-            imds.stop()
             pytest.fail(f"the head's Ray did not start:\n{said[-3000:]}")
     try:
         yield compute, f"127.0.0.1:{port}", temp
     finally:
         _stop(proc)
-        compute.stop()
-        imds.stop()
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from compute_support import loopback_azure, use_managed_identity
 from driver import layout
 from driver.cli.jobs import refused_lines
 from driver.jobs import ClusterStatus
@@ -28,11 +28,10 @@ from nodekit.rehearsal.standins.azure_compute import (
     CAPACITY_FILE,
     FakeCompute,
     capacity_fault,
-    compute_config,
     scale_set_config,
     subnet_pool,
 )
-from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config, tls_certificate
+from nodekit.rehearsal.standins.azure_node import FakeImds
 
 SUB = "00000000-1111-4222-8333-444444444444"
 GROUP = "rg-ray"
@@ -78,53 +77,30 @@ class Azure:
 
 @pytest.fixture
 def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Azure]:
-    key = secrets.token_bytes(32)
-    ca, cert, cert_key = tls_certificate(tmp_path, "127.0.0.1")
-    imds = FakeImds(tmp_path / "imds").start()
-    imds.state.write(
-        "config.json",
-        imds_config(key, "ray-head", {AUTOSCALER: "p-autoscaler", NODES: "p-nodes"}),
-    )
     created: list[dict[str, Any]] = []
     deleted: list[dict[str, Any]] = []
-    compute = FakeCompute(
-        tmp_path / "compute",
-        cert,
-        cert_key,
+    scale_sets = [
+        scale_set_config(SUB, GROUP, NAME, subnet_pool("10.42.1.0/24", 6, 20)),
+        scale_set_config(
+            SUB, GROUP, GPU, subnet_pool("10.42.1.0/24", 40, 10), "Standard_NC4as_T4_v3"
+        ),
+        scale_set_config(SUB, GROUP, SPOT, subnet_pool("10.42.1.0/24", 60, 10)),
+        scale_set_config(
+            SUB, GROUP, ZONAL, subnet_pool("10.42.1.0/24", 80, 10), zones=["1", "3"],
+            zone_balance=True,
+        ),
+    ]  # fmt: skip
+    with loopback_azure(
+        tmp_path,
+        "ray-head",
+        {AUTOSCALER: "p-autoscaler", NODES: "p-nodes"},
+        [AUTOSCALER],
+        scale_sets,
         on_create=created.append,
         on_delete=deleted.append,
-    ).start()
-    compute.state.write(
-        "config.json",
-        compute_config(
-            key,
-            compute.url,
-            [AUTOSCALER],
-            [
-                scale_set_config(SUB, GROUP, NAME, subnet_pool("10.42.1.0/24", 6, 20)),
-                scale_set_config(
-                    SUB, GROUP, GPU, subnet_pool("10.42.1.0/24", 40, 10), "Standard_NC4as_T4_v3"
-                ),
-                scale_set_config(SUB, GROUP, SPOT, subnet_pool("10.42.1.0/24", 60, 10)),
-                scale_set_config(
-                    SUB,
-                    GROUP,
-                    ZONAL,
-                    subnet_pool("10.42.1.0/24", 80, 10),
-                    zones=["1", "3"],
-                    zone_balance=True,
-                ),
-            ],
-        ),
-    )
-    # azure-identity's managed identity credential asks the IMDS at this host instead of
-    # 169.254.169.254; no other credential source may be picked up from the environment.
-    monkeypatch.setenv("AZURE_POD_IDENTITY_AUTHORITY_HOST", imds.url)
-    for name in ("IDENTITY_ENDPOINT", "IDENTITY_HEADER", "MSI_ENDPOINT", "MSI_SECRET"):
-        monkeypatch.delenv(name, raising=False)
-    yield Azure(compute, imds, ca, created, deleted)
-    compute.stop()
-    imds.stop()
+    ) as fakes:
+        use_managed_identity(monkeypatch, fakes.imds)
+        yield Azure(fakes.compute, fakes.imds, fakes.ca, created, deleted)
 
 
 # -- the Azure calls -------------------------------------------------------------------------

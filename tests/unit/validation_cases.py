@@ -548,6 +548,25 @@ runs with `terraform test`; test_bicep_validations.py holds the Bicep stack to t
 BAD = [(r.variables, r.message) for r in REFUSED]
 """(variables, fragment of the expected error message) of each bad case."""
 
+SPOT_CPU_POOL: dict[str, Any] = {
+    "vm_size": "Standard_F8s_v2",
+    "spot_enabled": True,
+    "eviction_policy": "Deallocate",
+    "max_price": 0.25,
+    "max_count": 20,
+    "ray_resources": {"simulator": 2},
+}
+"""A Spot CPU pool with a price cap and a Ray resource (a good case; test_bicep_validations.py
+compares it, and GPU_POOL, across the stacks)."""
+GPU_POOL: dict[str, Any] = {
+    "vm_size": "Standard_NC4as_T4_v3",
+    "min_count": 0,
+    "default_count": 0,
+    "max_count": 2,
+    "ray_labels": {"accelerator": "t4"},
+}
+"""A GPU pool that scales from zero, labelled for Ray."""
+
 GOOD: list[dict[str, Any]] = [
     {},  # the defaults
     {"results_storage_account_id": RESULTS_ACCOUNT_ID},
@@ -599,25 +618,7 @@ GOOD: list[dict[str, Any]] = [
     {"autostop_idle_minutes": 10080},
     {"worker_min_count": 0, "worker_default_count": 0, "worker_max_count": 1},
     # worker pools: a Spot CPU pool and a GPU pool; one pool named as before; ray mode
-    {
-        "worker_pools": {
-            "cpu": {
-                "vm_size": "Standard_F8s_v2",
-                "spot_enabled": True,
-                "eviction_policy": "Deallocate",
-                "max_price": 0.25,
-                "max_count": 20,
-                "ray_resources": {"simulator": 2},
-            },
-            "gpu": {
-                "vm_size": "Standard_NC4as_T4_v3",
-                "min_count": 0,
-                "default_count": 0,
-                "max_count": 2,
-                "ray_labels": {"accelerator": "t4"},
-            },
-        }
-    },
+    {"worker_pools": {"cpu": SPOT_CPU_POOL, "gpu": GPU_POOL}},
     {"worker_pools": {"workers": {}}},
     # zones per pool: three balanced, one, and a regional pool beside them
     {

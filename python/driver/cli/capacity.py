@@ -4,15 +4,15 @@ cluster at its maximum size (:mod:`driver.capacity`)."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from driver import capacity
+from driver.cli.options import subscription_of
 from driver.cli.output import say
 from driver.errors import EXIT_CAPACITY, DriverError, one_line
-from driver.settings import ARM_ENDPOINT_ENV, SUBSCRIPTION_ENV, TERRAFORM_SUBSCRIPTION_ENV
+from driver.settings import SUBSCRIPTION_ENV, TERRAFORM_SUBSCRIPTION_ENV
 from driver.untrusted import shown
 
 IGNORE_FLAG = "--ignore-capacity"
@@ -29,17 +29,6 @@ def add_flag(p: argparse.ArgumentParser) -> None:
         help="deploy even when Azure would refuse the cluster at its maximum size (quota, VM "
         f"size; otherwise exit code {EXIT_CAPACITY})",
     )
-
-
-def subscription_of(args: argparse.Namespace, terraform: bool) -> tuple[str | None, str | None]:
-    """The subscription and Resource Manager endpoint to ask: the flags, then (with Terraform)
-    ``$ARM_SUBSCRIPTION_ID``, then ``$AZURE_SUBSCRIPTION_ID`` and
-    ``$AZURE_RESOURCE_MANAGER_ENDPOINT``."""
-    names = (TERRAFORM_SUBSCRIPTION_ENV, SUBSCRIPTION_ENV) if terraform else (SUBSCRIPTION_ENV,)
-    found = getattr(args, "subscription", None) or next(
-        (os.environ[n] for n in names if os.environ.get(n)), None
-    )
-    return found, getattr(args, "arm_endpoint", None) or os.environ.get(ARM_ENDPOINT_ENV)
 
 
 def check_with_subscription(

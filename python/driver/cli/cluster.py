@@ -13,11 +13,21 @@ from typing import Any
 
 from driver import arm, layout, price, profiles, terraform
 from driver.cli import capacity as capacity_cli
-from driver.cli.options import Verbs, open_cluster, parse_pairs, port, settings_from, verb
+from driver.cli.options import (
+    Verbs,
+    azure_options,
+    open_cluster,
+    parse_pairs,
+    port,
+    settings_from,
+    subscription_of,
+    terraform_vars,
+    verb,
+)
 from driver.cli.output import PROG, say, shown
 from driver.cli.price import show_for_up
 from driver.errors import EXIT_CAPACITY, EXIT_OK, DriverError
-from driver.settings import ARM_ENDPOINT_ENV, DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV, prices_url
+from driver.settings import prices_url
 
 
 def add_dashboard(verbs: Verbs, name: str) -> None:
@@ -120,14 +130,7 @@ def _add_up_or_down(verbs: Verbs, name: str, up: bool) -> None:
     where.add_argument(
         "--resource-group", metavar="RG", help="deploy the ARM template into RG (Bicep stack)"
     )
-    p.add_argument(
-        "--var",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a Terraform input variable (repeatable)",
-    )
-    p.add_argument("--var-file", action="append", default=[], metavar="FILE", help="a .tfvars file")
+    terraform_vars(p)
     g = p.add_argument_group("ARM (with --resource-group)")
     if up:
         g.add_argument(
@@ -150,14 +153,7 @@ def _add_up_or_down(verbs: Verbs, name: str, up: bool) -> None:
         default=arm.DEFAULT_DEPLOYMENT,
         help="the deployment's name (default: %(default)s)",
     )
-    g.add_argument(
-        "--subscription", metavar="ID", help=f"Azure subscription id (env {SUBSCRIPTION_ENV})"
-    )
-    g.add_argument(
-        "--arm-endpoint",
-        metavar="URL",
-        help=f"Resource Manager endpoint (env {ARM_ENDPOINT_ENV}; default {DEFAULT_ARM_ENDPOINT})",
-    )
+    azure_options(g)
     g = p.add_argument_group("results storage (cluster storage)")
     g.add_argument(
         "--results-dir",
@@ -336,15 +332,6 @@ def _confirm(args: argparse.Namespace, question: str) -> None:
         raise DriverError("not applied: the answer was not yes (nothing changed)")
 
 
-def _arm_target(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    import os
-
-    return (
-        args.subscription or os.environ.get(SUBSCRIPTION_ENV),
-        args.arm_endpoint or os.environ.get(ARM_ENDPOINT_ENV),
-    )
-
-
 NO_STORAGE = (
     "No results storage (--no-results-storage): the cluster has no cluster storage "
     "(/mnt/cluster_storage), results stay on the head's disk, and a multi-node Tune run needs a "
@@ -447,7 +434,7 @@ def cmd_up_arm(args: argparse.Namespace) -> int:
     arm.check_parameters(template, values)
     results = _arm_results_template(args, template, values)
     url = prices_url()
-    subscription, endpoint = _arm_target(args)
+    subscription, endpoint = subscription_of(args, terraform=False)
     group, name = args.resource_group, args.deployment
     with arm.ResourceManager(subscription, endpoint) as rm:
         created = False
@@ -515,7 +502,7 @@ def _results_kept_arm(group: str) -> str:
 def cmd_down_arm(args: argparse.Namespace) -> int:
     if args.results_dir:
         raise DriverError("--results-dir is Terraform's: with --resource-group leave it out")
-    subscription, endpoint = _arm_target(args)
+    subscription, endpoint = subscription_of(args, terraform=False)
     group = args.resource_group
     with arm.ResourceManager(subscription, endpoint) as rm:
         found = rm.group(group)

@@ -9,10 +9,9 @@ import re
 import time
 
 from driver import arm, image
-from driver.cli.options import Parser, Verbs, verb
+from driver.cli.options import Parser, Verbs, azure_options, subscription_of, verb
 from driver.cli.output import PROG, say, shown
 from driver.errors import EXIT_INTERRUPTED, EXIT_OK, DriverError
-from driver.settings import ARM_ENDPOINT_ENV, DEFAULT_ARM_ENDPOINT, SUBSCRIPTION_ENV
 
 # Azure's rules for the names the command takes: a resource group (1-90 of letters, digits,
 # '_', '-', '.', '(' and ')', not ending in '.') and an image template (1-64, the template's
@@ -59,14 +58,7 @@ def register(verbs: Verbs) -> None:
         help="ARM parameters file for infra/bicep/image/azuredeploy.json (osImage, "
         "extraPipPackages, ...: the cluster's install values)",
     )
-    b.add_argument(
-        "--subscription", metavar="ID", help=f"Azure subscription id (env {SUBSCRIPTION_ENV})"
-    )
-    b.add_argument(
-        "--arm-endpoint",
-        metavar="URL",
-        help=f"Resource Manager endpoint (env {ARM_ENDPOINT_ENV}; default {DEFAULT_ARM_ENDPOINT})",
-    )
+    azure_options(b)
     b.set_defaults(func=cmd_build)
 
 
@@ -84,8 +76,6 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from driver.cli.cluster import _arm_target
-
     _check(args)
     template = arm.load_template(image.IMAGE_TEMPLATE)
     values = arm.load_parameters(args.parameters)
@@ -96,7 +86,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         )
     values["imageTemplateName"] = args.template
     arm.check_parameters(template, values)
-    subscription, endpoint = _arm_target(args)
+    subscription, endpoint = subscription_of(args, terraform=False)
     group, name = args.resource_group, args.template
     follow = f"{PROG} image build --resource-group {group} --template {name}"
     with arm.ResourceManager(subscription, endpoint) as rm:

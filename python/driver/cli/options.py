@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import textwrap
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -16,6 +17,7 @@ from driver.jobs import check_submission_id, preload_sdk, quiet_ray_logs
 from driver.settings import (
     ARM_ENDPOINT_ENV,
     CLUSTER_ORDER,
+    DEFAULT_ARM_ENDPOINT,
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_KEEP_CONNECTION_S,
     DEFAULT_READY_TIMEOUT_S,
@@ -27,6 +29,7 @@ from driver.settings import (
     READY_TIMEOUT_ENV,
     RECONNECT_TIMEOUT_ENV,
     SUBSCRIPTION_ENV,
+    TERRAFORM_SUBSCRIPTION_ENV,
     Settings,
     parse_count,
     parse_retries,
@@ -174,6 +177,44 @@ def job_id_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def terraform_vars(p: argparse.ArgumentParser) -> None:
+    """A Terraform configuration's inputs besides its own files (``cluster up|down``, ``price``)."""
+    p.add_argument(
+        "--var",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Terraform input variable (repeatable)",
+    )
+    p.add_argument("--var-file", action="append", default=[], metavar="FILE", help="a .tfvars file")
+
+
+SUBSCRIPTION_HELP = f"Azure subscription id (env {SUBSCRIPTION_ENV})"
+ARM_ENDPOINT_HELP = (
+    f"Resource Manager endpoint (env {ARM_ENDPOINT_ENV}; default {DEFAULT_ARM_ENDPOINT})"
+)
+
+
+def azure_options(
+    g: Any, subscription: str = SUBSCRIPTION_HELP, endpoint: str = ARM_ENDPOINT_HELP
+) -> None:
+    """``--subscription`` and ``--arm-endpoint``: where a verb asks Resource Manager (read with
+    :func:`subscription_of`, or for a cluster's head by the settings); ``g`` a parser or group."""
+    g.add_argument("--subscription", metavar="ID", help=subscription)
+    g.add_argument("--arm-endpoint", metavar="URL", help=endpoint)
+
+
+def subscription_of(args: argparse.Namespace, terraform: bool) -> tuple[str | None, str | None]:
+    """The subscription and Resource Manager endpoint to ask: the flags, then (with Terraform)
+    ``$ARM_SUBSCRIPTION_ID``, then ``$AZURE_SUBSCRIPTION_ID`` and
+    ``$AZURE_RESOURCE_MANAGER_ENDPOINT``."""
+    names = (TERRAFORM_SUBSCRIPTION_ENV, SUBSCRIPTION_ENV) if terraform else (SUBSCRIPTION_ENV,)
+    found = getattr(args, "subscription", None) or next(
+        (os.environ[n] for n in names if os.environ.get(n)), None
+    )
+    return found, getattr(args, "arm_endpoint", None) or os.environ.get(ARM_ENDPOINT_ENV)
+
+
 CLUSTER_GROUP = (
     f"which cluster (first match wins: these flags, ${HEAD_ENV}, `cluster use`'s profile, "
     "local Ray)"
@@ -199,13 +240,8 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
         help="with --deployment: the head from an ARM deployment's outputs",
     )
     g.add_argument("--deployment", metavar="NAME", help="the ARM deployment's name")
-    g.add_argument(
-        "--subscription", metavar="ID", help=f"Azure subscription id (env {SUBSCRIPTION_ENV})"
-    )
-    g.add_argument(
-        "--arm-endpoint",
-        metavar="URL",
-        help=f"Resource Manager URL, for sovereign clouds (env {ARM_ENDPOINT_ENV})",
+    azure_options(
+        g, endpoint=f"Resource Manager URL, for sovereign clouds (env {ARM_ENDPOINT_ENV})"
     )
     g = p.add_argument_group("SSH to the head")
     g.add_argument(

@@ -10,12 +10,10 @@ from typing import Any
 
 from driver import arm, price
 from driver.cli import capacity as capacity_cli
-from driver.cli.options import Verbs, parse_pairs, verb
+from driver.cli.options import Verbs, azure_options, parse_pairs, terraform_vars, verb
 from driver.cli.output import say
 from driver.errors import EXIT_CAPACITY, EXIT_OK, DriverError
 from driver.settings import (
-    ARM_ENDPOINT_ENV,
-    DEFAULT_ARM_ENDPOINT,
     DEFAULT_PRICES_URL,
     PRICES_URL_ENV,
     SUBSCRIPTION_ENV,
@@ -68,14 +66,7 @@ def add_price(verbs: Verbs, name: str) -> None:
         metavar="FILE",
         help="an ARM parameters file (see infra/bicep/azuredeploy.parameters.json)",
     )
-    p.add_argument(
-        "--var",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a Terraform input variable (repeatable)",
-    )
-    p.add_argument("--var-file", action="append", default=[], metavar="FILE", help="a .tfvars file")
+    terraform_vars(p)
     g = p.add_argument_group("ARM (with --parameters)")
     g.add_argument(
         "--location",
@@ -93,16 +84,10 @@ def add_price(verbs: Verbs, name: str) -> None:
         f"capacity (with a subscription: exit code {EXIT_CAPACITY} if Azure would refuse the "
         "cluster at its maximum size)"
     )
-    g.add_argument(
-        "--subscription",
-        metavar="ID",
-        help=f"Azure subscription id (env {SUBSCRIPTION_ENV}; with --terraform-dir first "
+    azure_options(
+        g,
+        subscription=f"Azure subscription id (env {SUBSCRIPTION_ENV}; with --terraform-dir first "
         f"{TERRAFORM_SUBSCRIPTION_ENV}); without one the capacity is not checked",
-    )
-    g.add_argument(
-        "--arm-endpoint",
-        metavar="URL",
-        help=f"Resource Manager endpoint (env {ARM_ENDPOINT_ENV}; default {DEFAULT_ARM_ENDPOINT})",
     )
     p.set_defaults(func=cmd_price)
 

@@ -175,7 +175,7 @@ moved {
 
 moved {
   from = azurerm_linux_virtual_machine_scale_set.workers
-  to   = module.cluster.module.worker_pool["workers"].azurerm_linux_virtual_machine_scale_set.this
+  to   = module.cluster.module.worker_pool["workers"].azurerm_linux_virtual_machine_scale_set.this[0]
 }
 
 moved {

@@ -842,6 +842,7 @@ module identity 'modules/identity.bicep' = {
     tags: tags
     autoscalerEnabled: scalingMode == 'ray' || autostopIdleMinutes > 0
     autostopEnabled: autostopIdleMinutes > 0
+    interfaceReaderEnabled: scalingMode == 'ray' && !empty(filter(pools, p => p.orchestrationMode == 'Flexible'))
   }
   dependsOn: [
     checks

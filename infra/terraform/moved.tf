@@ -99,6 +99,11 @@ moved {
 }
 
 moved {
+  from = azurerm_role_assignment.interface_reader
+  to   = module.cluster.azurerm_role_assignment.interface_reader
+}
+
+moved {
   from = azurerm_role_assignment.nodes_results_contributor
   to   = module.cluster.azurerm_role_assignment.nodes_results_contributor
 }
@@ -111,6 +116,11 @@ moved {
 moved {
   from = azurerm_role_definition.autostop
   to   = module.cluster.azurerm_role_definition.autostop
+}
+
+moved {
+  from = azurerm_role_definition.interface_reader
+  to   = module.cluster.azurerm_role_definition.interface_reader
 }
 
 moved {

@@ -519,13 +519,17 @@ def terraform_pool_flexible(stack: Path) -> dict[str, Any]:
             "sku": sku if n_flexible else uniform_sku,
             "fault domains": domains if n_flexible else None,
             "priority mix": (mix[0] if mix else None) if n_flexible else None,
-            "sku profile": (
-                {"vmSizes": [{"name": v} for v in profile[0]["vmSizes"]],
-                 "allocationStrategy": profile[0]["allocationStrategy"]}
-                if n_flexible and profile else None
-            ),  # fmt: skip
+            "sku profile": _arm_sku_profile(profile[0]) if n_flexible and profile else None,
         }
     return facts
+
+
+def _arm_sku_profile(profile: dict[str, Any]) -> dict[str, Any]:
+    """Terraform's sku_profile as ARM's skuProfile: the sizes as objects with a name."""
+    return {
+        "vmSizes": [{"name": v} for v in profile["vmSizes"]],
+        "allocationStrategy": profile["allocationStrategy"],
+    }
 
 
 def _hcl_value(value: Any) -> str:
@@ -568,6 +572,9 @@ def _autostop_given(mode: str, minutes: int) -> dict[str, str]:
         # The default pool "workers" (the one these facts are about) is a Uniform scale set:
         # the module's counts of its two kinds of scale set read the pool's mode.
         "each.value.orchestration_mode": "Uniform",
+        # ... and the only pool: no worker_pools (the interface reader role is for Flexible
+        # pools, which only worker_pools can ask for).
+        "var.worker_pools": {},
     }
 
 

@@ -88,12 +88,19 @@ def test_the_autostop_role_definition_has_the_shape_of_the_api() -> None:
     """roleDefinitions@2022-04-01 has no property tree in the types file: its body checked by
     hand against the REST API's RoleDefinitionProperties (roleName, description, type,
     permissions of actions/notActions, assignableScopes)."""
-    [role] = [
-        r
+    roles = {
+        r["name"]: r
         for _, tpl, _ in scopes(template())
         for r in tpl["resources"]
         if r["type"] == "Microsoft.Authorization/roleDefinitions"
+    }
+    # Autostop's role, and the interface reader of a Flexible pool in scaling mode ray.
+    [role] = [r for name, r in roles.items() if "ray-cluster-autostop" in name]
+    [reader] = [r for name, r in roles.items() if "ray-cluster-interface-reader" in name]
+    assert reader["properties"]["permissions"] == [
+        {"actions": ["Microsoft.Network/networkInterfaces/read"], "notActions": []}
     ]
+    assert reader["properties"]["assignableScopes"] == ["[resourceGroup().id]"]
     assert role["apiVersion"] == "2022-04-01"
     assert set(role) - ARM_ONLY_KEYS == {"name", "properties"}
     props = role["properties"]

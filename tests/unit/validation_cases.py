@@ -449,11 +449,19 @@ _BAD: list[tuple[Any, ...]] = [
         "worker_pools: orchestration_mode must be",
     ),
     (
-        {"worker_pools": {"cpu": {"spot_enabled": True, "priority_mix": {"base_regular_count": 1}}}},
+        {
+            "worker_pools": {
+                "cpu": {"spot_enabled": True, "priority_mix": {"base_regular_count": 1}}
+            }
+        },
         "worker_pools: priority_mix and instance_mix need orchestration_mode",
     ),
     (
-        {"worker_pools": {"cpu": {"instance_mix": {"vm_sizes": ["Standard_D4s_v5", "Standard_D4as_v5"]}}}},
+        {
+            "worker_pools": {
+                "cpu": {"instance_mix": {"vm_sizes": ["Standard_D4s_v5", "Standard_D4as_v5"]}}
+            }
+        },
         "worker_pools: priority_mix and instance_mix need orchestration_mode",
     ),
     (

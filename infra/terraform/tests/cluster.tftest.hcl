@@ -1045,6 +1045,15 @@ run "a_flexible_spot_pool_with_priority_mix_and_instance_mix" {
     )
     error_message = "The other pool stays Uniform; Ray's autoscaler's role is on the Flexible scale set."
   }
+
+  assert {
+    condition = (
+      length(azurerm_role_assignment.interface_reader) == 1 &&
+      azurerm_role_assignment.interface_reader[0].scope == local.resource_group_id &&
+      azurerm_role_definition.interface_reader[0].permissions[0].actions == tolist(["Microsoft.Network/networkInterfaces/read"])
+    )
+    error_message = "Ray's autoscaler may read the Flexible VMs' network interfaces (their private IPs), and nothing else, on the resource group."
+  }
 }
 
 run "two_pools_in_ray_mode" {

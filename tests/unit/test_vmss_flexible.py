@@ -26,7 +26,7 @@ from nodekit.rehearsal.standins.azure_compute import (
     subnet_pool,
 )
 from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config, tls_certificate
-from test_vmss_provider import (
+from vmss_support import (
     AUTOSCALER,
     GROUP,
     NODES,

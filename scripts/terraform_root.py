@@ -34,7 +34,7 @@ RUN = ".venv/bin/python scripts/terraform_root.py"
 # resource lives now: the default pool "workers" of the module (same names, nothing replaced).
 _VMSS, _AUTOSCALE = "azurerm_linux_virtual_machine_scale_set", "azurerm_monitor_autoscale_setting"
 BEFORE_POOLS = {
-    f"{_VMSS}.workers": f"{_VMSS}.this",
+    f"{_VMSS}.workers": f"{_VMSS}.this[0]",  # Uniform: the one of count 1
     f"{_AUTOSCALE}.workers": f"{_AUTOSCALE}.this",
     "azurerm_role_assignment.autoscaler_scale_set": "azurerm_role_assignment.autoscaler_scale_set",
     "azurerm_role_assignment.autostop_scale_set": "azurerm_role_assignment.autostop_scale_set",

@@ -148,7 +148,7 @@ param workerAutomaticRepairGracePeriodMinutes int = 30
 ])
 param workerAutomaticRepairAction string = 'Replace'
 
-@description('Optional. Worker pools, one scale set each (at most 4), e.g. [{ name: \'cpu\', vmSize: \'Standard_F8s_v2\', spotEnabled: true, maxCount: 20 }, { name: \'gpu\', vmSize: \'Standard_NC4as_T4_v3\', minCount: 0, defaultCount: 0, maxCount: 2, rayLabels: { accelerator: \'t4\' } }]. Per pool: name (1-10 lower-case letters, digits or \'-\'), vmSize, minCount, defaultCount, maxCount, spotEnabled (what a pool leaves out is the worker* parameter\'s), evictionPolicy ("Delete" or "Deallocate") and maxPrice (US dollars per hour, or -1: the on-demand price) for Spot pools, zones (availability zones of its VMs, e.g. [\'1\', \'2\', \'3\']; [] (the default): regional, Azure places them) and zoneBalance (true: keep them strictly even across two zones or more), rayResources (custom Ray resources its workers offer, e.g. { simulator: 2 }; default: one simulator slot per CPU) and rayLabels (Ray node labels besides pool = name). CPUs and GPUs come from each node\'s own detection. The pool\'s scale set is namePrefix-name. Empty (the default): one pool "workers" made of the worker* parameters, the cluster as before pools. With scalingMode "ray" Ray\'s autoscaler has one node type per pool (its CPUs and GPUs from vmSize, its rayResources and rayLabels) and scales each pool\'s scale set, to zero when minCount is 0.')
+@description('Optional. Worker pools, one scale set each (at most 4), e.g. [{ name: \'cpu\', vmSize: \'Standard_F8s_v2\', spotEnabled: true, maxCount: 20 }, { name: \'gpu\', vmSize: \'Standard_NC4as_T4_v3\', minCount: 0, defaultCount: 0, maxCount: 2, rayLabels: { accelerator: \'t4\' } }]. Per pool: name (1-10 lower-case letters, digits or \'-\'), vmSize, minCount, defaultCount, maxCount, spotEnabled (what a pool leaves out is the worker* parameter\'s), evictionPolicy ("Delete" or "Deallocate") and maxPrice (US dollars per hour, or -1: the on-demand price) for Spot pools, zones (availability zones of its VMs, e.g. [\'1\', \'2\', \'3\']; [] (the default): regional, Azure places them) and zoneBalance (true: keep them strictly even across two zones or more), orchestrationMode ("Uniform", the default, or "Flexible"; changing it replaces the pool\'s scale set), for Flexible pools only: priorityMix (Spot pools: Spot Priority Mix, { baseRegularCount: 1, regularPercentageAboveBase: 25 } = the first VM regular, then a quarter of the rest regular and three quarters Spot) and instanceMix (Instance Mix, { vmSizes: [\'Standard_D4s_v5\', \'Standard_D4as_v5\'], allocationStrategy: "LowestPrice" or "CapacityOptimized" }: 2-5 sizes including the pool\'s vmSize, which Ray\'s autoscaler plans with), rayResources (custom Ray resources its workers offer, e.g. { simulator: 2 }; default: one simulator slot per CPU) and rayLabels (Ray node labels besides pool = name). CPUs and GPUs come from each node\'s own detection. The pool\'s scale set is namePrefix-name. Empty (the default): one pool "workers" made of the worker* parameters, the cluster as before pools. With scalingMode "ray" Ray\'s autoscaler has one node type per pool (its CPUs and GPUs from vmSize, its rayResources and rayLabels) and scales each pool\'s scale set, to zero when minCount is 0.')
 param workerPools array = []
 
 @description('Optional. Days from writing the cluster token to the expiration date recorded on its Key Vault secret, 1-3650. The date is informational (Key Vault still returns an expired secret, so nodes keep booting): it marks the token due for rotation, and satisfies policies that require one.')
@@ -543,6 +543,16 @@ var pools = [for p in workerPoolInputs: {
   maxPrice: contains(p, 'maxPrice') ? p.maxPrice : -1
   zones: contains(p, 'zones') ? p.zones : []
   zoneBalance: contains(p, 'zoneBalance') ? p.zoneBalance : false
+  // Flexible orchestration, and what only it has (null: none).
+  orchestrationMode: contains(p, 'orchestrationMode') ? p.orchestrationMode : 'Uniform'
+  priorityMix: contains(p, 'priorityMix') ? {
+    baseRegularPriorityCount: contains(p.priorityMix, 'baseRegularCount') ? p.priorityMix.baseRegularCount : 0
+    regularPriorityPercentageAboveBase: contains(p.priorityMix, 'regularPercentageAboveBase') ? p.priorityMix.regularPercentageAboveBase : 0
+  } : null
+  instanceMix: contains(p, 'instanceMix') ? {
+    vmSizes: contains(p.instanceMix, 'vmSizes') ? p.instanceMix.vmSizes : []
+    allocationStrategy: contains(p.instanceMix, 'allocationStrategy') ? p.instanceMix.allocationStrategy : 'LowestPrice'
+  } : null
   rayResources: contains(p, 'rayResources') ? string(p.rayResources) : '{}'
   rayLabels: contains(p, 'rayLabels') ? replace(replace(replace(replace(string(p.rayLabels), '{', ''), '}', ''), '"', ''), ':', '=') : ''
   resources: contains(p, 'rayResources') ? p.rayResources : {}
@@ -565,6 +575,10 @@ var poolCounts = [for p in pools: '${p.name}: ${p.minCount} <= ${p.defaultCount}
 // The characters of a pool's Ray resources' or labels' JSON: names, numbers, and the JSON itself.
 var poolJsonCharacters = '${lowerCase}${upperCase}${digits}_.-{}":,'
 var poolVmSizes = [for p in pools: string(p.vmSize)]
+// Instance Mix's sizes of every pool, as text.
+var poolMixSizes = [for p in pools: p.instanceMix == null ? '' : join(p.instanceMix.vmSizes, '')]
+var poolMixSizesText = toLower(join(poolMixSizes, ''))
+var poolMixSizeChars = [for i in range(0, min(length(poolMixSizesText), 800)): contains('${lowerCase}${digits}_-', substring(poolMixSizesText, i, 1))]
 var poolResources = [for p in pools: p.rayResources]
 var poolLabelsJson = [for p in workerPoolInputs: contains(p, 'rayLabels') ? string(p.rayLabels) : '{}']
 // Each character of the pools' names, sizes, resources and labels (each list joined): allowed?
@@ -642,6 +656,18 @@ var check = {
     '2'
     '3'
   ], z))))) ? 'ok' : 'workerPools: zones must list distinct availability zones "1", "2" or "3" (at most 3), e.g. ["1", "2"], or be left out (regional).'
+  workerPoolOrchestrationMode: empty(filter(pools, p => !contains([
+    'Uniform'
+    'Flexible'
+  ], p.orchestrationMode))) ? 'ok' : 'workerPools: orchestrationMode must be "Uniform" or "Flexible".'
+  workerPoolMixFlexible: empty(filter(pools, p => p.orchestrationMode != 'Flexible' && (p.priorityMix != null || p.instanceMix != null))) ? 'ok' : 'workerPools: priorityMix and instanceMix need orchestrationMode = "Flexible" (Azure has Spot Priority Mix and Instance Mix on Flexible scale sets only).'
+  workerPoolPriorityMixSpot: empty(filter(pools, p => p.priorityMix != null && !p.spotEnabled)) ? 'ok' : 'workerPools: priorityMix mixes regular VMs into a Spot pool: set spotEnabled = true in the pool (or workerSpotEnabled = true), or leave it out.'
+  workerPoolPriorityMixRange: empty(filter(pools, p => p.priorityMix == null ? false : p.priorityMix.baseRegularPriorityCount < 0 || p.priorityMix.baseRegularPriorityCount > 100 || p.priorityMix.regularPriorityPercentageAboveBase < 0 || p.priorityMix.regularPriorityPercentageAboveBase > 100)) ? 'ok' : 'workerPools: priorityMix needs baseRegularCount a whole number from 0 to 100 and regularPercentageAboveBase a whole number from 0 to 100, e.g. { baseRegularCount = 1, regularPercentageAboveBase = 25 }.'
+  workerPoolInstanceMix: empty(filter(pools, p => p.instanceMix == null ? false : (length(p.instanceMix.vmSizes) < 2 || length(p.instanceMix.vmSizes) > 5 || !empty(filter(p.instanceMix.vmSizes, v => length(filter(p.instanceMix.vmSizes, y => toLower(string(y)) == toLower(string(v)))) > 1)) || !empty(filter(p.instanceMix.vmSizes, v => length(string(v)) <= 9 || length(string(v)) > 48 || take(toLower(string(v)), 9) != 'standard_')) || !contains([
+    'LowestPrice'
+    'CapacityOptimized'
+  ], p.instanceMix.allocationStrategy)))) && !contains(poolMixSizeChars, false) ? 'ok' : 'workerPools: instanceMix needs 2-5 distinct Azure VM sizes in vmSizes, e.g. ["Standard_D4s_v5", "Standard_D4as_v5"], and allocationStrategy "LowestPrice" or "CapacityOptimized".'
+  workerPoolInstanceMixSize: empty(filter(pools, p => p.instanceMix == null ? false : empty(filter(p.instanceMix.vmSizes, v => toLower(string(v)) == toLower(string(p.vmSize)))))) ? 'ok' : 'workerPools: instanceMix\'s vmSizes must include the pool\'s vmSize (or workerVmSize), the size Ray\'s autoscaler plans the pool\'s CPUs and GPUs with.'
   workerPoolZoneBalance: empty(filter(pools, p => p.zoneBalance && length(p.zones) < 2)) ? 'ok' : 'workerPools: zoneBalance needs two zones or more in the pool\'s zones (Azure refuses it otherwise).'
   // Ray refuses CPU, GPU and memory as custom resources (ray start --num-cpus/--num-gpus set
   // them: each node detects its own). Read from the JSON: an object of names to numbers.
@@ -768,6 +794,12 @@ module checks 'modules/checks.bicep' = {
       check.workerPoolSpot
       check.workerPoolSpotOnly
       check.workerPoolZones
+      check.workerPoolOrchestrationMode
+      check.workerPoolMixFlexible
+      check.workerPoolPriorityMixSpot
+      check.workerPoolPriorityMixRange
+      check.workerPoolInstanceMix
+      check.workerPoolInstanceMixSize
       check.workerPoolZoneBalance
       check.workerPoolRayResources
       check.workerPoolRayLabels
@@ -810,6 +842,7 @@ module identity 'modules/identity.bicep' = {
     tags: tags
     autoscalerEnabled: scalingMode == 'ray' || autostopIdleMinutes > 0
     autostopEnabled: autostopIdleMinutes > 0
+    interfaceReaderEnabled: scalingMode == 'ray' && !empty(filter(pools, p => p.orchestrationMode == 'Flexible'))
   }
   dependsOn: [
     checks
@@ -949,6 +982,9 @@ module workers 'modules/workers.bicep' = [for pool in pools: {
     maxPrice: string(pool.maxPrice)
     zones: pool.zones
     zoneBalance: pool.zoneBalance
+    orchestrationMode: pool.orchestrationMode
+    priorityMixPolicy: pool.priorityMix == null ? {} : pool.priorityMix
+    instanceMix: pool.instanceMix == null ? {} : pool.instanceMix
     terminationNoticeMinutes: workerTerminationNoticeMinutes
     automaticRepairEnabled: workerAutomaticRepairEnabled
     automaticRepairGracePeriodMinutes: workerAutomaticRepairGracePeriodMinutes

@@ -99,6 +99,11 @@ moved {
 }
 
 moved {
+  from = azurerm_role_assignment.interface_reader
+  to   = module.cluster.azurerm_role_assignment.interface_reader
+}
+
+moved {
   from = azurerm_role_assignment.nodes_results_contributor
   to   = module.cluster.azurerm_role_assignment.nodes_results_contributor
 }
@@ -111,6 +116,11 @@ moved {
 moved {
   from = azurerm_role_definition.autostop
   to   = module.cluster.azurerm_role_definition.autostop
+}
+
+moved {
+  from = azurerm_role_definition.interface_reader
+  to   = module.cluster.azurerm_role_definition.interface_reader
 }
 
 moved {
@@ -175,7 +185,7 @@ moved {
 
 moved {
   from = azurerm_linux_virtual_machine_scale_set.workers
-  to   = module.cluster.module.worker_pool["workers"].azurerm_linux_virtual_machine_scale_set.this
+  to   = module.cluster.module.worker_pool["workers"].azurerm_linux_virtual_machine_scale_set.this[0]
 }
 
 moved {

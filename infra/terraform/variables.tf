@@ -553,10 +553,20 @@ variable "worker_pools" {
     zone_balance    = optional(bool, false)
     ray_resources   = optional(map(number), {})
     ray_labels      = optional(map(string), {})
+    # Flexible orchestration and what only it has.
+    orchestration_mode = optional(string, "Uniform")
+    priority_mix = optional(object({
+      base_regular_count            = optional(number, 0)
+      regular_percentage_above_base = optional(number, 0)
+    }))
+    instance_mix = optional(object({
+      vm_sizes            = list(string)
+      allocation_strategy = optional(string, "LowestPrice")
+    }))
   }))
   default     = {}
   nullable    = false
-  description = "(Optional) Worker pools, one scale set each, by name (1-10 lower-case letters, digits or '-'; at most 4 pools), e.g. { cpu = { vm_size = \"Standard_F8s_v2\", spot_enabled = true, max_count = 20 }, gpu = { vm_size = \"Standard_NC4as_T4_v3\", min_count = 0, default_count = 0, max_count = 2, ray_labels = { accelerator = \"t4\" } } }. Per pool: vm_size, min_count, default_count, max_count, spot_enabled (what a pool leaves out is the worker_* variable's), eviction_policy (\"Delete\" or \"Deallocate\") and max_price (US dollars per hour, or -1: the on-demand price) for Spot pools, zones (availability zones of its VMs, e.g. [\"1\", \"2\", \"3\"]; [] (the default): regional, Azure places them) and zone_balance (true: keep them strictly even across two zones or more), ray_resources (custom Ray resources its workers offer, e.g. { simulator = 2 }; default: one simulator slot per CPU) and ray_labels (Ray node labels besides pool = NAME). CPUs and GPUs come from each node's own detection. The pool's scale set is NAME_PREFIX-POOL. {} (the default): one pool \"workers\" made of the worker_* variables, the cluster as before pools. With scaling_mode = \"ray\" Ray's autoscaler has one node type per pool (its CPUs and GPUs from vm_size, its ray_resources and ray_labels) and scales each pool's scale set, to zero when min_count is 0."
+  description = "(Optional) Worker pools, one scale set each, by name (1-10 lower-case letters, digits or '-'; at most 4 pools), e.g. { cpu = { vm_size = \"Standard_F8s_v2\", spot_enabled = true, max_count = 20 }, gpu = { vm_size = \"Standard_NC4as_T4_v3\", min_count = 0, default_count = 0, max_count = 2, ray_labels = { accelerator = \"t4\" } } }. Per pool: vm_size, min_count, default_count, max_count, spot_enabled (what a pool leaves out is the worker_* variable's), eviction_policy (\"Delete\" or \"Deallocate\") and max_price (US dollars per hour, or -1: the on-demand price) for Spot pools, zones (availability zones of its VMs, e.g. [\"1\", \"2\", \"3\"]; [] (the default): regional, Azure places them) and zone_balance (true: keep them strictly even across two zones or more), orchestration_mode (\"Uniform\", the default, or \"Flexible\"; changing it replaces the pool's scale set), for Flexible pools only: priority_mix (Spot pools: Spot Priority Mix, { base_regular_count = 1, regular_percentage_above_base = 25 } = the first VM regular, then a quarter of the rest regular and three quarters Spot) and instance_mix (Instance Mix, { vm_sizes = [\"Standard_D4s_v5\", \"Standard_D4as_v5\"], allocation_strategy = \"LowestPrice\" or \"CapacityOptimized\" }: 2-5 sizes including the pool's vm_size, which Ray's autoscaler plans with), ray_resources (custom Ray resources its workers offer, e.g. { simulator = 2 }; default: one simulator slot per CPU) and ray_labels (Ray node labels besides pool = NAME). CPUs and GPUs come from each node's own detection. The pool's scale set is NAME_PREFIX-POOL. {} (the default): one pool \"workers\" made of the worker_* variables, the cluster as before pools. With scaling_mode = \"ray\" Ray's autoscaler has one node type per pool (its CPUs and GPUs from vm_size, its ray_resources and ray_labels) and scales each pool's scale set, to zero when min_count is 0."
 
   validation {
     condition     = length(var.worker_pools) <= 4 && alltrue([for name in keys(var.worker_pools) : can(regex("^[a-z]([a-z0-9-]{0,8}[a-z0-9])?$", name))])
@@ -593,6 +603,36 @@ variable "worker_pools" {
   validation {
     condition     = alltrue([for p in values(var.worker_pools) : !p.zone_balance || length(p.zones) > 1])
     error_message = "worker_pools: zone_balance needs two zones or more in the pool's zones (Azure refuses it otherwise)."
+  }
+
+  validation {
+    condition     = alltrue([for p in values(var.worker_pools) : contains(["Uniform", "Flexible"], p.orchestration_mode)])
+    error_message = "worker_pools: orchestration_mode must be \"Uniform\" or \"Flexible\"."
+  }
+
+  validation {
+    condition     = alltrue([for p in values(var.worker_pools) : p.orchestration_mode == "Flexible" || p.priority_mix == null && p.instance_mix == null])
+    error_message = "worker_pools: priority_mix and instance_mix need orchestration_mode = \"Flexible\" (Azure has Spot Priority Mix and Instance Mix on Flexible scale sets only)."
+  }
+
+  validation {
+    condition     = alltrue([for p in values(var.worker_pools) : p.priority_mix == null || coalesce(p.spot_enabled, var.worker_spot_enabled)])
+    error_message = "worker_pools: priority_mix mixes regular VMs into a Spot pool: set spot_enabled = true in the pool (or worker_spot_enabled = true), or leave it out."
+  }
+
+  validation {
+    condition     = alltrue([for p in values(var.worker_pools) : p.priority_mix == null || try(p.priority_mix.base_regular_count >= 0 && p.priority_mix.base_regular_count <= 100 && floor(p.priority_mix.base_regular_count) == p.priority_mix.base_regular_count && p.priority_mix.regular_percentage_above_base >= 0 && p.priority_mix.regular_percentage_above_base <= 100 && floor(p.priority_mix.regular_percentage_above_base) == p.priority_mix.regular_percentage_above_base, false)])
+    error_message = "worker_pools: priority_mix needs base_regular_count a whole number from 0 to 100 and regular_percentage_above_base a whole number from 0 to 100, e.g. { base_regular_count = 1, regular_percentage_above_base = 25 }."
+  }
+
+  validation {
+    condition     = alltrue([for p in values(var.worker_pools) : p.instance_mix == null || try(length(p.instance_mix.vm_sizes) >= 2 && length(p.instance_mix.vm_sizes) <= 5 && length(distinct([for s in p.instance_mix.vm_sizes : lower(s)])) == length(p.instance_mix.vm_sizes) && alltrue([for s in p.instance_mix.vm_sizes : can(regex("(?i)^standard_[a-z0-9_-]+$", s)) && length(s) <= 48]) && contains(["LowestPrice", "CapacityOptimized"], p.instance_mix.allocation_strategy), false)])
+    error_message = "worker_pools: instance_mix needs 2-5 distinct Azure VM sizes in vm_sizes, e.g. [\"Standard_D4s_v5\", \"Standard_D4as_v5\"], and allocation_strategy \"LowestPrice\" or \"CapacityOptimized\"."
+  }
+
+  validation {
+    condition     = alltrue([for p in values(var.worker_pools) : p.instance_mix == null || try(contains([for s in p.instance_mix.vm_sizes : lower(s)], lower(coalesce(p.vm_size, var.worker_vm_size))), true)])
+    error_message = "worker_pools: instance_mix's vm_sizes must include the pool's vm_size (or worker_vm_size), the size Ray's autoscaler plans the pool's CPUs and GPUs with."
   }
 
   # Ray refuses CPU, GPU and memory as custom resources (ray start --num-cpus/--num-gpus set

@@ -30,6 +30,11 @@ in the module it calls; its variables.tf is a copy of the module's)."""
 CLUSTER_MODULE_DIR = Path("modules") / "cluster"
 """Where infra/terraform's cluster module lives, relative to the root that calls it."""
 CLUSTER_MODULE = "module.cluster"
+SCALE_SET_TYPES = (
+    "azurerm_linux_virtual_machine_scale_set",
+    "azurerm_orchestrated_virtual_machine_scale_set",
+)
+"""The worker pools' scale sets: Uniform and Flexible (infra/terraform/modules/worker_pool)."""
 """The address of that module call in infra/terraform (its resources are under it)."""
 AUTO_VAR_FILES = (
     "terraform.tfvars",
@@ -63,6 +68,9 @@ class PlanSummary:
     plan deletes or replaces."""
     variables: dict[str, Any] = field(default_factory=dict, compare=False)
     """The root module's input variables as the plan resolved them (defaults included)."""
+    replaced_scale_sets: tuple[str, ...] = field(default_factory=tuple)
+    """Addresses of worker pools' scale sets the plan deletes (a pool gone, or replaced: a
+    changed orchestration_mode deletes the one kind of scale set and creates the other)."""
 
     @property
     def empty(self) -> bool:
@@ -124,6 +132,7 @@ def summarize(plan: dict[str, Any]) -> PlanSummary:
     """What a plan (``terraform show -json`` of a plan file) does, and to the head."""
     add = change = destroy = 0
     replaced: list[str] = []
+    scale_sets: list[str] = []
     for rc in plan.get("resource_changes", []):
         actions = rc.get("change", {}).get("actions", [])
         if actions in (["no-op"], ["read"]):
@@ -134,6 +143,8 @@ def summarize(plan: dict[str, Any]) -> PlanSummary:
             destroy += 1
             if rc.get("name") == "head" and rc.get("module_address", "") in ("", CLUSTER_MODULE):
                 replaced.append(rc["address"])
+            if rc.get("type") in SCALE_SET_TYPES:
+                scale_sets.append(rc["address"])
         if actions == ["update"]:
             change += 1
     variables = {
@@ -141,7 +152,7 @@ def summarize(plan: dict[str, Any]) -> PlanSummary:
         for name, entry in (plan.get("variables") or {}).items()
         if isinstance(entry, dict)
     }
-    return PlanSummary(add, change, destroy, tuple(replaced), variables)
+    return PlanSummary(add, change, destroy, tuple(replaced), variables, tuple(scale_sets))
 
 
 @contextmanager

@@ -33,6 +33,12 @@ can hand in a copy of either with a difference put back):
   one zone, and three zones balanced: Terraform's module arguments (modules/worker_pool)
   evaluated by ``terraform console``; Bicep deployed by armeval, the scale set's ``zones`` and
   ``properties.zoneBalance``.
+- ``pool_flexible <case>``: a worker pool's scale set in each orchestration mode: which kind
+  exists, its size, fault domain count, Spot Priority Mix and Instance Mix, for a Uniform pool, a
+  plain Flexible pool and a Flexible Spot pool with both mixes: Terraform's module arguments
+  (modules/worker_pool, both scale set resources) evaluated by ``terraform console``; Bicep
+  deployed by armeval, the scale set's ``orchestrationMode``, ``sku.name``,
+  ``platformFaultDomainCount``, ``priorityMixPolicy`` and ``skuProfile``.
 - ``start_outputs <case>``: what the outputs ``python -m driver start`` reads (head VM, scale
   set, autoscale setting ids) name, in each case: the resource kind, or "" where there is none.
 """
@@ -54,7 +60,7 @@ import hcl2
 import yaml
 
 from armeval import CLOUDS
-from bicep_support import deploy_template
+from bicep_support import camel, deploy_template
 from nodekit import render
 
 # Every resource type of the Terraform stack and the Azure resource type it creates (None: no
@@ -73,6 +79,7 @@ TF_TO_ARM: dict[str, str | None] = {
     "azurerm_network_interface": "Microsoft.Network/networkInterfaces",
     "azurerm_linux_virtual_machine": "Microsoft.Compute/virtualMachines",
     "azurerm_linux_virtual_machine_scale_set": "Microsoft.Compute/virtualMachineScaleSets",
+    "azurerm_orchestrated_virtual_machine_scale_set": "Microsoft.Compute/virtualMachineScaleSets",
     "azurerm_monitor_autoscale_setting": "Microsoft.Insights/autoscalesettings",
     "azurerm_user_assigned_identity": "Microsoft.ManagedIdentity/userAssignedIdentities",
     "azurerm_role_assignment": "Microsoft.Authorization/roleAssignments",
@@ -133,6 +140,22 @@ POOL_ZONES_CASES: dict[str, tuple[list[str], bool]] = {
     "regional": ([], False),
     "one zone": (["2"], False),
     "three balanced": (["1", "2", "3"], True),
+}
+# A pool's orchestration mode, Spot Priority Mix and Instance Mix for the pool flexible facts
+# (Terraform's names; Bicep's are the same in camelCase).
+POOL_FLEXIBLE_CASES: dict[str, dict[str, Any]] = {
+    "uniform": {"orchestration_mode": "Uniform"},
+    "flexible": {"orchestration_mode": "Flexible"},
+    "flexible mixed": {
+        "orchestration_mode": "Flexible",
+        "vm_size": "Standard_D4s_v5",
+        "spot_enabled": True,
+        "priority_mix": {"base_regular_count": 2, "regular_percentage_above_base": 25},
+        "instance_mix": {
+            "vm_sizes": ["Standard_D4s_v5", "Standard_D4as_v5"],
+            "allocation_strategy": "CapacityOptimized",
+        },
+    },
 }
 # A results storage account in a resource group of its own (the results stacks'), for the nodes'
 # rights on it: with it and without one.
@@ -439,6 +462,87 @@ def terraform_pool_zones(stack: Path) -> dict[str, Any]:
     }
 
 
+def _pool_resource(stack: Path, rtype: str) -> dict[str, Any]:
+    """The body of the worker_pool module's resource of type ``rtype`` (its one of that type)."""
+    pool = stack.parent / "worker_pool"
+    [body] = [b for path in sorted(pool.glob("*.tf"))
+              for block in _parse(path.read_text()).get("resource", [])
+              for t, instances in block.items()
+              if _unquote(t) == rtype
+              for b in instances.values()]  # fmt: skip
+    return body
+
+
+def _dynamic(body: dict[str, Any], name: str) -> str:
+    """A dynamic block as a list expression of its contents, in ARM's words for the two mixes."""
+    arm = {"base_regular_count": "baseRegularPriorityCount",
+           "regular_percentage_above_base": "regularPriorityPercentageAboveBase",
+           "allocation_strategy": "allocationStrategy", "vm_sizes": "vmSizes"}  # fmt: skip
+    [spec] = [d[k] for d in body.get("dynamic", []) for k in d if _unquote(k) == name]
+    [content] = spec["content"]
+    fields = ", ".join(
+        f"{arm[k]} = {_hcl(v).replace(f'{name}.value', 'each_value')}"
+        for k, v in content.items() if k != "__is_block__"
+    )  # fmt: skip
+    return f"[for each_value in {_hcl(spec['for_each'])} : {{ {fields} }}]"
+
+
+def terraform_pool_flexible(stack: Path) -> dict[str, Any]:
+    """``pool_flexible <case>``: the worker_pool module's two scale set resources for a pool of
+    each case (the module's ``var.X`` given as the cluster module hands them: checks.tf)."""
+    uniform = _pool_resource(stack, "azurerm_linux_virtual_machine_scale_set")
+    flexible = _pool_resource(stack, "azurerm_orchestrated_virtual_machine_scale_set")
+    expressions = []
+    for pool in POOL_FLEXIBLE_CASES.values():
+        given = {"var.orchestration_mode": pool["orchestration_mode"],
+                 "var.vm_size": pool.get("vm_size", "Standard_D4s_v5")}  # fmt: skip
+        mixes = {"var.priority_mix": pool.get("priority_mix"),
+                 "var.instance_mix": pool.get("instance_mix")}  # fmt: skip
+        texts = [_hcl(uniform["count"]), _hcl(flexible["count"]), _hcl(flexible["sku_name"]),
+                 _hcl(uniform["sku"]),
+                 _hcl(flexible["platform_fault_domain_count"]),
+                 _dynamic(flexible, "priority_mix"), _dynamic(flexible, "sku_profile")]  # fmt: skip
+        parts = [expand(t, {}, given) for t in texts]
+        # The mixes are objects: written as HCL, not as the JSON text expand() gives a string.
+        for ref, value in mixes.items():
+            parts = [re.sub(rf"(?<![\w.]){re.escape(ref)}(?![\w])", f"({_hcl_value(value)})", t)
+                     for t in parts]  # fmt: skip
+        expressions.append(f"[{', '.join(parts)}]")
+    answers = terraform_console(expressions)
+    facts = {}
+    for case, (n_uniform, n_flexible, sku, uniform_sku, domains, mix, profile) in zip(
+        POOL_FLEXIBLE_CASES, answers, strict=True
+    ):
+        facts[f"pool_flexible {case}"] = {
+            "mode": "Flexible" if n_flexible else "Uniform",
+            "scale sets": n_uniform + n_flexible,
+            "sku": sku if n_flexible else uniform_sku,
+            "fault domains": domains if n_flexible else None,
+            "priority mix": (mix[0] if mix else None) if n_flexible else None,
+            "sku profile": _arm_sku_profile(profile[0]) if n_flexible and profile else None,
+        }
+    return facts
+
+
+def _arm_sku_profile(profile: dict[str, Any]) -> dict[str, Any]:
+    """Terraform's sku_profile as ARM's skuProfile: the sizes as objects with a name."""
+    return {
+        "vmSizes": [{"name": v} for v in profile["vmSizes"]],
+        "allocationStrategy": profile["allocationStrategy"],
+    }
+
+
+def _hcl_value(value: Any) -> str:
+    """A Python value as an HCL expression (objects with ``=``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_hcl_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_hcl_value(v) for v in value) + "]"
+    return json.dumps(value)
+
+
 def terraform_outputs(stack: Path) -> dict[str, dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for path in sorted(stack.glob("*.tf")):
@@ -465,6 +569,12 @@ def _autostop_given(mode: str, minutes: int) -> dict[str, str]:
         "var.name_prefix": "ray",
         "data.azurerm_client_config.current.subscription_id": c.subscription_id,
         "local.resource_group_name": c.resource_group,
+        # The default pool "workers" (the one these facts are about) is a Uniform scale set:
+        # the module's counts of its two kinds of scale set read the pool's mode.
+        "each.value.orchestration_mode": "Uniform",
+        # ... and the only pool: no worker_pools (the interface reader role is for Flexible
+        # pools, which only worker_pools can ask for).
+        "var.worker_pools": {},
     }
 
 
@@ -622,6 +732,7 @@ def terraform_facts(stack: Path) -> dict[str, Any]:
     facts["cluster_token"] = terraform_token(stack)
     facts.update(terraform_head_priority(stack))
     facts.update(terraform_pool_zones(stack))
+    facts.update(terraform_pool_flexible(stack))
     facts["key_vault_name"] = _name_fact(variants, answers[len(clouds) :])
     return facts
 
@@ -753,6 +864,25 @@ def bicep_facts(doc: dict[str, Any]) -> dict[str, Any]:
         facts[f"pool_zones {case}"] = {
             "zones": vmss.get("zones"),
             "zone balance": vmss["properties"].get("zoneBalance"),
+        }
+    for case, pool in POOL_FLEXIBLE_CASES.items():
+        given = {"name": "workers", **{camel(k): v for k, v in pool.items()}}
+        for k in ("priorityMix", "instanceMix"):
+            if k in given:
+                given[k] = {camel(a): v for a, v in given[k].items()}
+        d = deploy_template({**REQUIRED, "workerPools": [given]}, text)
+        assert not d.refused, d.refused
+        [vmss] = [
+            r for r in d.resources if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"
+        ]
+        props = vmss["properties"]
+        facts[f"pool_flexible {case}"] = {
+            "mode": props["orchestrationMode"],
+            "scale sets": 1,
+            "sku": vmss["sku"]["name"],
+            "fault domains": props.get("platformFaultDomainCount"),
+            "priority mix": props.get("priorityMixPolicy"),
+            "sku profile": props.get("skuProfile"),
         }
     for case, image in NODE_IMAGE_CASES.items():
         d = deploy_template({**REQUIRED, **({"nodeImageId": image} if image else {})}, text)

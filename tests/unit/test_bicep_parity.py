@@ -307,6 +307,22 @@ def test_the_stacks_decide_alike_except_where_listed() -> None:
     assert facts["pool_zones regional"] == {"zones": None, "zone balance": None}
     assert facts["pool_zones one zone"] == {"zones": ["2"], "zone balance": None}
     assert facts["pool_zones three balanced"] == {"zones": ["1", "2", "3"], "zone balance": True}
+    # A pool's orchestration mode: one scale set of that kind; Flexible with one fault domain,
+    # and the mixes only where asked (Instance Mix: the size "Mix").
+    assert facts["pool_flexible uniform"] == {
+        "mode": "Uniform", "scale sets": 1, "sku": "Standard_D4s_v5", "fault domains": None,
+        "priority mix": None, "sku profile": None,
+    }  # fmt: skip
+    assert facts["pool_flexible flexible"] == {
+        "mode": "Flexible", "scale sets": 1, "sku": "Standard_D4s_v5", "fault domains": 1,
+        "priority mix": None, "sku profile": None,
+    }  # fmt: skip
+    assert facts["pool_flexible flexible mixed"] == {
+        "mode": "Flexible", "scale sets": 1, "sku": "Mix", "fault domains": 1,
+        "priority mix": {"baseRegularPriorityCount": 2, "regularPriorityPercentageAboveBase": 25},
+        "sku profile": {"vmSizes": [{"name": "Standard_D4s_v5"}, {"name": "Standard_D4as_v5"}],
+                        "allocationStrategy": "CapacityOptimized"},
+    }  # fmt: skip
 
 
 def test_the_type_table_names_every_resource_type_of_the_terraform_stack() -> None:
@@ -375,6 +391,11 @@ TOKEN_48 = 'ephemeral "random_password" "cluster_token" {\n  length  = 48\n  spe
          lambda t: t.replace("length(var.zones) > 1 ? var.zone_balance : null",
                              "length(var.zones) > 0 ? var.zone_balance : null"),
          {"pool_zones one zone"}),
+        # Spot Priority Mix's two numbers swapped in Terraform.
+        ("../worker_pool/main.tf",
+         lambda t: t.replace("= priority_mix.value.base_regular_count",
+                             "= priority_mix.value.regular_percentage_above_base"),
+         {"pool_flexible flexible mixed"}),
         # The token of 48 letters and digits.
         ("keyvault.tf",
          lambda t: re.sub(r'ephemeral "random_password" "cluster_token" \{.*?\n\}\n', TOKEN_48,

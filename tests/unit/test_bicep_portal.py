@@ -54,7 +54,12 @@ def test_each_ui_limit_and_default_is_the_template_s() -> None:
     params = template()["parameters"]
     sliders = {n: e for n, e in elements().items() if e["type"] == "Microsoft.Common.Slider"}
     gpu = {"gpuMinCount", "gpuDefaultCount", "gpuMaxCount"}
-    assert set(sliders) == {"workerMinCount", "workerDefaultCount", "workerMaxCount"} | gpu
+    mix = {"workerBaseRegularCount", "workerRegularPercentage"}
+    assert set(sliders) == {"workerMinCount", "workerDefaultCount", "workerMaxCount"} | gpu | mix
+    # Spot Priority Mix takes what a pool's priorityMix takes (the rule: 0-100 each), off first.
+    assert [(sliders[n]["min"], sliders[n]["max"], sliders[n]["defaultValue"]) for n in mix] == [
+        (0, 100, 0), (0, 100, 0)
+    ]  # fmt: skip
     # The GPU pool's counts take what a pool's counts take (the workerPools rules: 0-100, the
     # most 1-100), and start in order.
     assert [(sliders[n]["min"], sliders[n]["max"]) for n in sorted(gpu)] == [
@@ -64,7 +69,7 @@ def test_each_ui_limit_and_default_is_the_template_s() -> None:
     ]
     assert sliders["gpuMinCount"]["defaultValue"] <= sliders["gpuDefaultCount"]["defaultValue"]
     assert sliders["gpuDefaultCount"]["defaultValue"] <= sliders["gpuMaxCount"]["defaultValue"]
-    for name, e in {n: e for n, e in sliders.items() if n not in gpu}.items():
+    for name, e in {n: e for n, e in sliders.items() if n not in gpu | mix}.items():
         p = params[name]
         assert (e["min"], e["max"], e["defaultValue"]) == (
             p["minValue"], p["maxValue"], p["defaultValue"]
@@ -278,7 +283,9 @@ def ui_value(expression: str, steps: dict[str, dict[str, Any]]) -> Any:
 GPU_STEP = {"gpuPoolEnabled": True, "gpuVmSize": "Standard_NC4as_T4_v3", "gpuMinCount": 0,
             "gpuDefaultCount": 1, "gpuMaxCount": 2, "gpuSpotEnabled": True, "gpuZones": None,
             "gpuZoneBalance": False}  # fmt: skip
-WORKERS_STEP = {"workerZones": None, "workerZoneBalance": False}
+WORKERS_STEP = {"workerZones": None, "workerZoneBalance": False, "workerSpotEnabled": False,
+                "workerOrchestrationMode": "Uniform", "workerBaseRegularCount": 0,
+                "workerRegularPercentage": 0}  # fmt: skip
 """No zone chosen: the multi-select drop-down's value is left out (None), or []."""
 
 
@@ -286,11 +293,12 @@ def test_zones_chosen_in_the_form_reach_each_pool_and_deploy_zonal_scale_sets() 
     expression = ui()["parameters"]["outputs"]["workerPools"]
     for none in (None, []):
         steps = {"gpuPool": {**GPU_STEP, "gpuPoolEnabled": False},
-                 "workers": {"workerZones": none, "workerZoneBalance": True}}  # fmt: skip
+                 "workers": {**WORKERS_STEP, "workerZones": none,
+                             "workerZoneBalance": True}}  # fmt: skip
         assert ui_value(expression, steps) == []  # regional, as before zones
     steps = {
         "gpuPool": {**GPU_STEP, "gpuZones": ["2"], "gpuZoneBalance": True},  # one zone: no balance
-        "workers": {"workerZones": ["1", "2", "3"], "workerZoneBalance": True},
+        "workers": {**WORKERS_STEP, "workerZones": ["1", "2", "3"], "workerZoneBalance": True},
     }
     pools = ui_value(expression, steps)
     assert [(p["name"], p["zones"], p["zoneBalance"]) for p in pools] == [
@@ -310,6 +318,33 @@ def test_zones_chosen_in_the_form_reach_each_pool_and_deploy_zonal_scale_sets() 
         field = elements()[name]
         assert field["multiselect"] is True and field["constraints"]["required"] is False
         assert [v["value"] for v in field["constraints"]["allowedValues"]] == ["1", "2", "3"]
+
+
+def test_a_flexible_spot_pool_chosen_in_the_form_deploys_with_its_priority_mix() -> None:
+    expression = ui()["parameters"]["outputs"]["workerPools"]
+    gpu_off = {**GPU_STEP, "gpuPoolEnabled": False}
+    flexible = {**WORKERS_STEP, "workerOrchestrationMode": "Flexible"}
+    # Regular workers: Flexible, no mix (Spot Priority Mix is for Spot pools).
+    assert ui_value(expression, {"gpuPool": gpu_off, "workers": flexible}) == [
+        {"name": "workers", "zones": [], "zoneBalance": False, "orchestrationMode": "Flexible"}
+    ]
+    spot = {**flexible, "workerSpotEnabled": True, "workerBaseRegularCount": 2,
+            "workerRegularPercentage": 25}  # fmt: skip
+    pools = ui_value(expression, {"gpuPool": gpu_off, "workers": spot})
+    assert pools[0]["priorityMix"] == {"baseRegularCount": 2, "regularPercentageAboveBase": 25}
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "workerSpotEnabled": True, "workerPools": pools})  # fmt: skip
+    assert not d.refused and check_results(d) == []
+    [vmss] = [r for r in d.resources if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"]
+    assert vmss["properties"]["orchestrationMode"] == "Flexible"
+    assert vmss["properties"]["priorityMixPolicy"] == {
+        "baseRegularPriorityCount": 2, "regularPriorityPercentageAboveBase": 25
+    }  # fmt: skip
+    # The sliders show only where the mix applies; the mode takes the template's two values.
+    for name in ("workerBaseRegularCount", "workerRegularPercentage"):
+        assert "workerOrchestrationMode" in elements()[name]["visible"]
+    mode = elements()["workerOrchestrationMode"]
+    assert [v["value"] for v in mode["constraints"]["allowedValues"]] == ["Uniform", "Flexible"]
 
 
 def test_the_gpu_pool_field_adds_a_pool_next_to_the_cpu_workers_and_it_deploys() -> None:

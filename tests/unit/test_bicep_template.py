@@ -78,12 +78,19 @@ def test_the_autostop_role_definition_has_the_shape_of_the_api() -> None:
     """roleDefinitions@2022-04-01 has no property tree in the types file: its body checked by
     hand against the REST API's RoleDefinitionProperties (roleName, description, type,
     permissions of actions/notActions, assignableScopes)."""
-    [role] = [
-        r
+    roles = {
+        r["name"]: r
         for _, tpl, _ in scopes(template())
         for r in tpl["resources"]
         if r["type"] == "Microsoft.Authorization/roleDefinitions"
+    }
+    # Autostop's role, and the interface reader of a Flexible pool in scaling mode ray.
+    [role] = [r for name, r in roles.items() if "ray-cluster-autostop" in name]
+    [reader] = [r for name, r in roles.items() if "ray-cluster-interface-reader" in name]
+    assert reader["properties"]["permissions"] == [
+        {"actions": ["Microsoft.Network/networkInterfaces/read"], "notActions": []}
     ]
+    assert reader["properties"]["assignableScopes"] == ["[resourceGroup().id]"]
     assert role["apiVersion"] == "2022-04-01"
     assert set(role) - ARM_ONLY_KEYS == {"name", "properties"}
     props = role["properties"]
@@ -93,6 +100,44 @@ def test_the_autostop_role_definition_has_the_shape_of_the_api() -> None:
     assert set(permission) == {"actions", "notActions"} and permission["notActions"] == []
     assert all(isinstance(a, str) and a.count("/") >= 2 for a in permission["actions"])
     assert props["assignableScopes"] == ["[resourceGroup().id]"]
+
+
+def test_a_deployed_flexible_pool_is_valid_for_its_type(types: dict[str, Any]) -> None:
+    """The Flexible scale set's properties are expressions in the template (a pool's mode and
+    mixes): deployed (armeval) with a Flexible Spot pool with Spot Priority Mix, Instance Mix and
+    zones, the scale set as Azure would receive it is held to the type definitions."""
+    from bicep_support import camel, deploy_template
+    from validation_cases import REQUIRED
+
+    pool = {"name": "cpu", "orchestrationMode": "Flexible", "spotEnabled": True,
+            "vmSize": "Standard_D4s_v5", "zones": ["1", "2"], "zoneBalance": True,
+            "priorityMix": {"baseRegularCount": 1, "regularPercentageAboveBase": 50},
+            "instanceMix": {"vmSizes": ["Standard_D4s_v5", "Standard_D4as_v5"],
+                            "allocationStrategy": "LowestPrice"}}  # fmt: skip
+    d = deploy_template({**{camel(k): v for k, v in REQUIRED.items()}, "workerPools": [pool]})
+    assert not d.refused, d.refused
+    [vmss] = [r for r in d.resources if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"]
+    props = vmss["properties"]
+    assert props["orchestrationMode"] == "Flexible" and vmss["sku"]["name"] == "Mix"
+    assert props["skuProfile"]["vmSizes"] == [{"name": "Standard_D4s_v5"},
+                                              {"name": "Standard_D4as_v5"}]  # fmt: skip
+    # Flexible leaves out (null) what it does not have: overprovisioning, a scale-in policy.
+    assert props["overprovision"] is None and props["scaleInPolicy"] is None
+    body = {k: v for k, v in vmss.items() if k in ("type", "apiVersion", "name", "location",
+                                                   "tags", "sku", "zones", "identity",
+                                                   "properties")}  # fmt: skip
+    errors, unchecked = resource_errors({"resources": [_without_nulls(body)]}, types)
+    assert errors == [] and not unchecked
+
+
+def _without_nulls(value: Any) -> Any:
+    """A deployed body as the resource provider reads it: a property set to null is absent
+    (the pattern ``cond ? x : null`` of the stack's templates)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 def test_a_wrong_property_is_found(types: dict[str, Any]) -> None:

@@ -45,17 +45,29 @@ def to_bicep(variables: dict[str, Any]) -> dict[str, Any]:
         found["headMaxPrice"] = str(int(price)) if price == int(price) else repr(price)
     if "workerPools" in found:
         found["workerPools"] = [
-            {"name": name, **{camel(k): v for k, v in pool.items()}}
+            {"name": name, **{camel(k): camel_keys(k, v) for k, v in pool.items()}}
             for name, pool in found["workerPools"].items()
         ]
     return found
 
 
-# The attributes of a worker pool, which the messages name too (vm_size -> vmSize).
+# The attributes of a worker pool, which the messages name too (vm_size -> vmSize), and those of
+# its objects priority_mix and instance_mix (Bicep's names in camelCase too).
 POOL_FIELDS = {
     "vm_size", "min_count", "default_count", "max_count", "spot_enabled", "eviction_policy",
-    "max_price", "ray_resources", "ray_labels", "zones", "zone_balance",
+    "max_price", "ray_resources", "ray_labels", "zones", "zone_balance", "orchestration_mode",
+    "priority_mix", "instance_mix", "base_regular_count", "regular_percentage_above_base",
+    "vm_sizes", "allocation_strategy",
 }  # fmt: skip
+# A pool's objects whose keys are the stack's own names (not Ray's, as in ray_resources).
+POOL_OBJECTS = {"priority_mix", "instance_mix"}
+
+
+def camel_keys(field: str, value: Any) -> Any:
+    """A pool attribute's value in Bicep: the keys of priority_mix and instance_mix in camelCase."""
+    if field in POOL_OBJECTS and isinstance(value, dict):
+        return {camel(k): v for k, v in value.items()}
+    return value
 
 
 def bicep_message(terraform_message: str) -> str:

@@ -125,9 +125,11 @@ def test_vm_gets_its_document_as_plain_base64() -> None:
     [head] = _vm_bodies(STACK / "head.tf")
     # Plain base64: Bicep has no gzip, and both stacks must send the same bytes.
     assert head["custom_data"] == '${base64encode(local.custom_data["head"])}'
-    # Each worker pool's scale set: its pool's document (pool_custom_data), as plain base64.
-    [pool] = _vm_bodies(STACK.parent / "worker_pool" / "main.tf")
-    assert pool["custom_data"] == "${base64encode(var.custom_data)}"
+    # Each worker pool's scale set, Uniform or Flexible (in os_profile): its pool's document
+    # (pool_custom_data), as plain base64.
+    [uniform, flexible] = _vm_bodies(STACK.parent / "worker_pool" / "main.tf")
+    assert uniform["custom_data"] == "${base64encode(var.custom_data)}"
+    assert flexible["os_profile"][0]["custom_data"] == "${base64encode(var.custom_data)}"
     [call] = [
         b for block in hcl2.load((STACK / "workers.tf").open())["module"] for b in block.values()
     ]

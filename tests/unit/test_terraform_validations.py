@@ -241,7 +241,8 @@ def test_moved_blocks_take_the_single_scale_set_into_the_default_pool(workdir: P
     for old, new in moved.items():
         prefix = 'module.cluster.module.worker_pool["workers"].'
         assert new.startswith(prefix), new
-        inner = new.removeprefix(prefix)
+        # The Uniform scale set has a count (one, or none in a Flexible pool): its index 0.
+        inner = new.removeprefix(prefix).removesuffix("[0]")
         assert inner in module, inner
         assert inner.split(".")[0] == old.split(".")[0], (old, new)
     pools = console(workdir, {}, "local.worker_pool_settings")
@@ -251,6 +252,8 @@ def test_moved_blocks_take_the_single_scale_set_into_the_default_pool(workdir: P
         "autoscale_name": "ray-workers-autoscale",  # was "${var.name_prefix}-workers-autoscale"
     }
     assert pools["workers"]["computer_name_prefix"] == "ray-w"  # was "${var.name_prefix}-w"
+    # ... and it stays a Uniform scale set (a Flexible one would replace it).
+    assert pools["workers"]["orchestration_mode"] == "Uniform"
     # ... and made of the worker_* variables, as the scale set was.
     given = {
         "worker_vm_size": "Standard_F8s_v2",

@@ -138,6 +138,39 @@ def test_summarize_counts_and_names_the_replaced_head() -> None:
     assert s.replaced_head == ("azurerm_linux_virtual_machine.head",)
 
 
+def test_summarize_names_a_worker_scale_set_a_changed_orchestration_mode_replaces() -> None:
+    pool = 'module.cluster.module.worker_pool["cpu"]'
+    plan = {
+        "resource_changes": [
+            {
+                "address": f"{pool}.azurerm_linux_virtual_machine_scale_set.this[0]",
+                "type": "azurerm_linux_virtual_machine_scale_set",
+                "name": "this",
+                "module_address": pool,
+                "change": {"actions": ["delete"]},
+            },
+            {
+                "address": f"{pool}.azurerm_orchestrated_virtual_machine_scale_set.this[0]",
+                "type": "azurerm_orchestrated_virtual_machine_scale_set",
+                "name": "this",
+                "module_address": pool,
+                "change": {"actions": ["create"]},
+            },
+            {
+                "address": f"{pool}.azurerm_monitor_autoscale_setting.this[0]",
+                "type": "azurerm_monitor_autoscale_setting",
+                "name": "this",
+                "module_address": pool,
+                "change": {"actions": ["update"]},
+            },
+        ]
+    }
+    s = summarize(plan)
+    assert (s.add, s.change, s.destroy) == (1, 1, 1)
+    assert s.replaced_scale_sets == (f"{pool}.azurerm_linux_virtual_machine_scale_set.this[0]",)
+    assert s.replaced_head == ()
+
+
 def test_up_shows_the_price_of_the_planned_variables_before_asking(tmp_path: Path) -> None:
     """The stack's own variables.tf and checks.tf (they need no provider) with a head resource:
     the plan's variables (defaults, terraform.tfvars, -var) are what is priced."""

@@ -444,6 +444,92 @@ _BAD: list[tuple[Any, ...]] = [
         "worker_pools: zone_balance needs two zones or more",
     ),
     ({"worker_pools": {"cpu": {"zone_balance": True}}}, "worker_pools: zone_balance needs two"),
+    (
+        {"worker_pools": {"cpu": {"orchestration_mode": "flexible"}}},
+        "worker_pools: orchestration_mode must be",
+    ),
+    (
+        {
+            "worker_pools": {
+                "cpu": {"spot_enabled": True, "priority_mix": {"base_regular_count": 1}}
+            }
+        },
+        "worker_pools: priority_mix and instance_mix need orchestration_mode",
+    ),
+    (
+        {
+            "worker_pools": {
+                "cpu": {"instance_mix": {"vm_sizes": ["Standard_D4s_v5", "Standard_D4as_v5"]}}
+            }
+        },
+        "worker_pools: priority_mix and instance_mix need orchestration_mode",
+    ),
+    (
+        {"worker_pools": {"cpu": {"orchestration_mode": "Flexible", "priority_mix": {}}}},
+        "worker_pools: priority_mix mixes regular VMs into a Spot pool",
+    ),
+    (
+        {
+            "worker_pools": {
+                "cpu": {
+                    "orchestration_mode": "Flexible",
+                    "spot_enabled": True,
+                    "priority_mix": {"regular_percentage_above_base": 101},
+                }
+            }
+        },
+        "worker_pools: priority_mix needs base_regular_count",
+    ),
+    (
+        {
+            "worker_pools": {
+                "cpu": {
+                    "orchestration_mode": "Flexible",
+                    "spot_enabled": True,
+                    "priority_mix": {"base_regular_count": -1},
+                }
+            }
+        },
+        "worker_pools: priority_mix needs base_regular_count",
+    ),
+    (
+        {
+            "worker_pools": {
+                "cpu": {
+                    "orchestration_mode": "Flexible",
+                    "instance_mix": {"vm_sizes": ["Standard_D4s_v5"]},
+                }
+            }
+        },
+        "worker_pools: instance_mix needs 2-5 distinct",
+    ),
+    (
+        {
+            "worker_pools": {
+                "cpu": {
+                    "orchestration_mode": "Flexible",
+                    "vm_size": "Standard_D4s_v5",
+                    "instance_mix": {
+                        "vm_sizes": ["Standard_D4s_v5", "Standard_D4as_v5"],
+                        "allocation_strategy": "Prioritized",
+                    },
+                }
+            }
+        },
+        "worker_pools: instance_mix needs 2-5 distinct",
+    ),
+    (
+        {
+            "worker_pools": {
+                "cpu": {
+                    "orchestration_mode": "Flexible",
+                    "vm_size": "Standard_F8s_v2",
+                    "instance_mix": {"vm_sizes": ["Standard_D4s_v5", "Standard_D4as_v5"]},
+                }
+            }
+        },
+        "worker_pools: instance_mix's vm_sizes must include the pool's vm_size",
+    ),
     ({"worker_pools": {"cpu": {"ray_resources": {"CPU": 2}}}}, "worker_pools: ray_resources must"),
     (
         {"worker_pools": {"cpu": {"ray_resources": {"simulator": -1}}}},
@@ -626,6 +712,25 @@ GOOD: list[dict[str, Any]] = [
             "cpu": {"zones": ["1", "2", "3"], "zone_balance": True, "spot_enabled": True},
             "gpu": {"zones": ["2"]},
             "big": {"zones": []},
+        }
+    },
+    # Flexible pools: plain, with Spot Priority Mix and Instance Mix in three zones, beside a
+    # Uniform one
+    {
+        "worker_pools": {
+            "flex": {"orchestration_mode": "Flexible"},
+            "mix": {
+                "orchestration_mode": "Flexible",
+                "vm_size": "Standard_D4s_v5",
+                "spot_enabled": True,
+                "zones": ["1", "2", "3"],
+                "priority_mix": {"base_regular_count": 1, "regular_percentage_above_base": 25},
+                "instance_mix": {
+                    "vm_sizes": ["Standard_D4s_v5", "Standard_D4as_v5", "Standard_D4ds_v5"],
+                    "allocation_strategy": "CapacityOptimized",
+                },
+            },
+            "uni": {"orchestration_mode": "Uniform"},
         }
     },
     {"scaling_mode": "ray", "worker_pools": {"gpu": {"min_count": 0, "default_count": 0}}},

@@ -4,6 +4,9 @@ metadata description = 'The user-assigned identity the head and every worker run
 @description('Required. Azure region of the identity.')
 param location string
 
+@description('Required. Give the autoscaler identity read access to the network interfaces of the resource group: a Flexible pool\'s VMs have interfaces of their own, outside the scale set (scalingMode ray).')
+param interfaceReaderEnabled bool
+
 @description('Required. Prefix of every resource name.')
 param namePrefix string
 
@@ -83,3 +86,36 @@ resource autostopRole 'Microsoft.Authorization/roleDefinitions@2022-04-01' = if 
 
 @description('Resource ID of the autostop role definition, empty without autostop.')
 output autostopRoleDefinitionId string = autostopEnabled ? subscriptionResourceId('Microsoft.Authorization/roleDefinitions', autostopRole.name) : ''
+
+// scalingMode ray with a Flexible pool: Ray's autoscaler matches Ray nodes to VMs by private IP,
+// and a Flexible VM's network interface is a resource of its own in the resource group, outside
+// the scale set its role is on. No built-in role reads interfaces only (Reader reads every
+// resource): a custom role with that one action, assigned on the resource group.
+resource interfaceReaderRole 'Microsoft.Authorization/roleDefinitions@2022-04-01' = if (interfaceReaderEnabled) {
+  name: guid(resourceGroup().id, namePrefix, 'ray-cluster-interface-reader')
+  properties: {
+    roleName: 'Ray cluster interface reader (${namePrefix} in ${resourceGroup().id})'
+    description: 'Ray\'s autoscaler on the head reads the private IPs of the Flexible worker pools\' VMs.'
+    type: 'CustomRole'
+    permissions: [
+      {
+        actions: [
+          'Microsoft.Network/networkInterfaces/read'
+        ]
+        notActions: []
+      }
+    ]
+    assignableScopes: [
+      resourceGroup().id
+    ]
+  }
+}
+
+resource interfaceReader 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (interfaceReaderEnabled) {
+  name: guid(resourceGroup().id, interfaceReaderRole.id)
+  properties: {
+    roleDefinitionId: interfaceReaderRole.id
+    principalId: autoscaler.properties.principalId
+    principalType: 'ServicePrincipal'
+  }
+}

@@ -1,5 +1,5 @@
 metadata name = 'Ray worker pool'
-metadata description = 'One worker pool: a Uniform scale set without public IPs (outbound through the NAT gateway) whose instances join the head\'s Ray cluster from their cloud-init. Autoscale (autoscale.bicep) or Ray\'s autoscaler owns the instance count after creation.'
+metadata description = 'One worker pool: a Uniform or Flexible scale set without public IPs (outbound through the NAT gateway) whose instances join the head\'s Ray cluster from their cloud-init. Autoscale (autoscale.bicep) or Ray\'s autoscaler owns the instance count after creation.'
 
 @description('Required. Azure region of the scale set.')
 param location string
@@ -52,6 +52,15 @@ param zones array
 @description('Required. With two zones or more: keep the VMs spread evenly over them.')
 param zoneBalance bool
 
+@description('Required. The scale set\'s orchestration mode: Uniform, or Flexible (its instances are ordinary VMs; the only mode with Spot Priority Mix and Instance Mix). Changing it replaces the scale set.')
+param orchestrationMode string
+
+@description('Required. Flexible Spot pools: Spot Priority Mix as Azure takes it ({ baseRegularPriorityCount, regularPriorityPercentageAboveBase }), or {}: none.')
+param priorityMixPolicy object
+
+@description('Required. Flexible pools: Instance Mix ({ vmSizes, allocationStrategy }: the sizes the pool\'s VMs may take, LowestPrice or CapacityOptimized), or {}: every VM is vmSize.')
+param instanceMix object
+
 @description('Required. Minutes between the Terminate scheduled event and the deletion of a regular worker.')
 param terminationNoticeMinutes int
 
@@ -82,6 +91,11 @@ param autostopPrincipalId string
 
 // Virtual Machine Contributor (built in).
 var vmContributorRoleId = '9980e02c-c2be-4d73-94e8-173b1dc7cf3c'
+var flexible = orchestrationMode == 'Flexible'
+var mixVmSizes = empty(instanceMix) ? [] : instanceMix.vmSizes
+var skuProfileVmSizes = [for size in mixVmSizes: {
+  name: size
+}]
 
 resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
   // checkov:skip=CKV_AZURE_97:Off by default because encryption at host needs the EncryptionAtHost feature registered on the subscription; set encryptionAtHostEnabled where it is.
@@ -89,9 +103,10 @@ resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
   name: name
   location: location
   tags: tags
+  // Instance Mix: the size is 'Mix' and the sizes are skuProfile's.
   sku: {
-    name: vmSize
-    tier: 'Standard'
+    name: empty(instanceMix) ? vmSize : 'Mix'
+    tier: empty(instanceMix) ? 'Standard' : null
     capacity: instanceCount
   }
   // The pool's availability zones (none: regional, as before zones).
@@ -103,11 +118,25 @@ resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
     }
   }
   properties: {
-    orchestrationMode: 'Uniform'
+    orchestrationMode: orchestrationMode
+    // Flexible: one fault domain (Azure spreads the VMs over as many as it can), which Spot
+    // Priority Mix and Instance Mix take.
+    platformFaultDomainCount: flexible ? 1 : null
+    // Spot Priority Mix refuses a single placement group.
+    singlePlacementGroup: flexible ? false : null
+    // Spot Priority Mix: the first baseRegularPriorityCount VMs regular, then
+    // regularPriorityPercentageAboveBase % of the VMs above them (the rest Spot).
+    priorityMixPolicy: flexible && !empty(priorityMixPolicy) ? priorityMixPolicy : null
+    // Instance Mix: the pool's VMs take any of these sizes, chosen by the allocation strategy.
+    skuProfile: flexible && !empty(instanceMix) ? {
+      vmSizes: skuProfileVmSizes
+      allocationStrategy: instanceMix.allocationStrategy
+    } : null
     // Strictly even across the zones: only with two zones or more (Azure refuses it otherwise).
     zoneBalance: length(zones) > 1 ? zoneBalance : null
     // Overprovisioned extra VMs would run cloud-init and join Ray before Azure deletes them.
-    overprovision: false
+    // (Flexible scale sets do not overprovision.)
+    overprovision: flexible ? null : false
     upgradePolicy: {
       mode: 'Manual'
     }
@@ -119,7 +148,9 @@ resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
       gracePeriod: 'PT${automaticRepairGracePeriodMinutes}M'
       repairAction: automaticRepairAction
     }
-    scaleInPolicy: {
+    // (Flexible: no scale-in policy; Ray's autoscaler deletes the instance it drained, CPU
+    // autoscale lets Azure choose.)
+    scaleInPolicy: flexible ? null : {
       rules: [
         'NewestVM'
       ]
@@ -157,6 +188,8 @@ resource workers 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
         }
       }
       networkProfile: {
+        // Flexible scale sets create each VM's network interface with this Network API version.
+        networkApiVersion: flexible ? '2020-11-01' : null
         networkInterfaceConfigurations: [
           {
             name: 'primary'

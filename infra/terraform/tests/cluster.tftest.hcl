@@ -983,6 +983,79 @@ run "two_pools_spot_cpu_and_gpu" {
   }
 }
 
+run "a_flexible_spot_pool_with_priority_mix_and_instance_mix" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+
+  variables {
+    scaling_mode = "ray"
+    worker_pools = {
+      cpu = {
+        vm_size            = "Standard_D4s_v5"
+        spot_enabled       = true
+        max_count          = 20
+        orchestration_mode = "Flexible"
+        zones              = ["1", "2", "3"]
+        zone_balance       = true
+        priority_mix       = { base_regular_count = 1, regular_percentage_above_base = 25 }
+        instance_mix       = { vm_sizes = ["Standard_D4s_v5", "Standard_D4as_v5"], allocation_strategy = "CapacityOptimized" }
+      }
+      gpu = {
+        vm_size = "Standard_NC4as_T4_v3"
+      }
+    }
+  }
+
+  assert {
+    condition = (
+      module.worker_pool["cpu"].scale_set == null &&
+      module.worker_pool["cpu"].flexible_scale_set.name == "ray-cpu" &&
+      module.worker_pool["cpu"].flexible_scale_set.sku_name == "Mix" &&
+      module.worker_pool["cpu"].flexible_scale_set.platform_fault_domain_count == 1 &&
+      module.worker_pool["cpu"].flexible_scale_set.priority == "Spot" &&
+      module.worker_pool["cpu"].flexible_scale_set.priority_mix[0].base_regular_count == 1 &&
+      module.worker_pool["cpu"].flexible_scale_set.priority_mix[0].regular_percentage_above_base == 25 &&
+      module.worker_pool["cpu"].flexible_scale_set.sku_profile[0].allocation_strategy == "CapacityOptimized" &&
+      toset(module.worker_pool["cpu"].flexible_scale_set.sku_profile[0].vm_sizes) == toset(["Standard_D4s_v5", "Standard_D4as_v5"]) &&
+      toset(module.worker_pool["cpu"].flexible_scale_set.zones) == toset(["1", "2", "3"]) &&
+      module.worker_pool["cpu"].flexible_scale_set.zone_balance == true
+    )
+    error_message = "The Flexible pool is one Flexible scale set with its Spot Priority Mix, Instance Mix and zones."
+  }
+
+  assert {
+    condition = (
+      module.worker_pool["cpu"].flexible_scale_set.os_profile[0].linux_configuration[0].computer_name_prefix == "ray-cpu-" &&
+      module.worker_pool["cpu"].flexible_scale_set.os_profile[0].linux_configuration[0].disable_password_authentication == true &&
+      one(module.worker_pool["cpu"].flexible_scale_set.extension[*].type) == "ApplicationHealthLinux" &&
+      module.worker_pool["cpu"].flexible_scale_set.automatic_instance_repair[0].enabled == true &&
+      length(module.worker_pool["cpu"].flexible_scale_set.termination_notification) == 0
+    )
+    error_message = "The Flexible pool keeps the workers' host names, SSH-only login, health extension and repairs; Spot: no termination notice."
+  }
+
+  assert {
+    condition = (
+      module.worker_pool["gpu"].flexible_scale_set == null &&
+      module.worker_pool["gpu"].scale_set.name == "ray-gpu" &&
+      module.worker_pool["cpu"].role_assignments.autoscaler_scale_set[0].scope == module.worker_pool["cpu"].scale_set_id &&
+      module.worker_pool["cpu"].scale_set_id == module.worker_pool["cpu"].flexible_scale_set.id
+    )
+    error_message = "The other pool stays Uniform; Ray's autoscaler's role is on the Flexible scale set."
+  }
+
+  assert {
+    condition = (
+      length(azurerm_role_assignment.interface_reader) == 1 &&
+      azurerm_role_assignment.interface_reader[0].scope == local.resource_group_id &&
+      azurerm_role_definition.interface_reader[0].permissions[0].actions == tolist(["Microsoft.Network/networkInterfaces/read"])
+    )
+    error_message = "Ray's autoscaler may read the Flexible VMs' network interfaces (their private IPs), and nothing else, on the resource group."
+  }
+}
+
 run "two_pools_in_ray_mode" {
   command = plan
   module {

@@ -1884,6 +1884,105 @@ run "worker_pools_zone_balance_needs_two" {
   expect_failures = [var.worker_pools]
 }
 
+run "worker_pools_orchestration_mode_must_be" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { orchestration_mode = "flexible" } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "worker_pools_priority_mix_and_instance_mix_need" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { spot_enabled = true, priority_mix = { base_regular_count = 1 } } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "worker_pools_priority_mix_and_instance_mix_need_2" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { instance_mix = { vm_sizes = ["Standard_D4s_v5", "Standard_D4as_v5"] } } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "worker_pools_priority_mix_mixes_regular_vms_into_a_spot_pool" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { orchestration_mode = "Flexible", priority_mix = {} } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "worker_pools_priority_mix_needs_base_regular_count" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { orchestration_mode = "Flexible", spot_enabled = true, priority_mix = { regular_percentage_above_base = 101 } } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "worker_pools_priority_mix_needs_base_regular_count_2" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { orchestration_mode = "Flexible", spot_enabled = true, priority_mix = { base_regular_count = -1 } } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "worker_pools_instance_mix_needs_2_5_distinct" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { orchestration_mode = "Flexible", instance_mix = { vm_sizes = ["Standard_D4s_v5"] } } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "worker_pools_instance_mix_needs_2_5_distinct_2" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { orchestration_mode = "Flexible", vm_size = "Standard_D4s_v5", instance_mix = { vm_sizes = ["Standard_D4s_v5", "Standard_D4as_v5"], allocation_strategy = "Prioritized" } } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
+run "worker_pools_instance_mix_s_vm_sizes_must_include_the_pool" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    worker_pools = { cpu = { orchestration_mode = "Flexible", vm_size = "Standard_F8s_v2", instance_mix = { vm_sizes = ["Standard_D4s_v5", "Standard_D4as_v5"] } } }
+  }
+  expect_failures = [var.worker_pools]
+}
+
 run "worker_pools_ray_resources_must" {
   command = plan
   module {

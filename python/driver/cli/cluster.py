@@ -632,6 +632,12 @@ def cmd_up(args: argparse.Namespace) -> int:
                         else f"WARNING: this plan replaces {address} (the head's address may "
                         "change)"
                     )
+                for address in summary.replaced_scale_sets:
+                    say(
+                        f"WARNING: this plan deletes the worker scale set {address}: its workers "
+                        "go (a pool whose orchestration_mode changed gets a new scale set of the "
+                        "other kind; running jobs lose those workers)"
+                    )
                 show_for_up(summary.variables, False, url, None)
                 # The plan does not say whether the cluster's VMs exist (and count in Azure's
                 # usage already): the check compares with the quota limits alone.

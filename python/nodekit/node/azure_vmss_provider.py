@@ -16,7 +16,9 @@ Built on Ray's ``BatchingNodeProvider``: each autoscaler round reads every scale
   IDLE_TERMINATION: the GCS refuses it if anything runs there, and then the worker stays), then
   exactly that instance is deleted (``POST .../delete`` with its instance id) — never "the
   newest VM";
-* Ray nodes and instances are matched by private IP (the scale set's network interfaces);
+* Ray nodes and instances are matched by private IP (the scale set's network interfaces; in
+  a Flexible scale set each VM's own interface, which the VM names, and the instance id is the
+  VM's name);
 * a pool Azure cannot fill is routed around: when Azure answers a capacity raise with an
   allocation or quota failure (:data:`CAPACITY_CODES`), the pool is backed off
   (:func:`backoff_s`: 60 s, doubling at each refusal in a row, at most Ray's
@@ -296,17 +298,38 @@ class ScaleSet:
             credential_scopes=[f"{self.endpoint}/.default"],
             **kwargs,
         )
+        self._flexible: bool | None = None
 
     def capacity(self) -> int:
         vmss = self.client.virtual_machine_scale_sets.get(self.group, self.name)
+        self._flexible = vmss.orchestration_mode == "Flexible"  # a str enum
         return int((vmss.sku.capacity if vmss.sku else 0) or 0)
+
+    def flexible(self) -> bool:
+        """Flexible orchestration (read once: a scale set's mode cannot change; the stacks
+        replace the scale set instead)."""
+        if self._flexible is None:
+            self.capacity()
+        return bool(self._flexible)
+
+    def _get(self, url: str) -> dict[str, Any]:
+        # Hand-written on Compute's pipeline: the typed client would add azure-mgmt-network (a
+        # large package) to the head's lock for these reads.
+        from azure.core.rest import HttpRequest
+
+        response = self.client.send_request(HttpRequest("GET", url))
+        response.raise_for_status()
+        page: dict[str, Any] = response.json()
+        return page
+
+    @staticmethod
+    def _primary_ip(nic: dict[str, Any]) -> str | None:
+        configs = nic.get("properties", {}).get("ipConfigurations", [])
+        primary = [c for c in configs if c.get("properties", {}).get("primary")] or configs
+        return primary[0].get("properties", {}).get("privateIPAddress") if primary else None
 
     def _private_ips(self) -> dict[str, str]:
         """instance id -> private IP of its primary interface (Network's API for scale sets)."""
-        # Hand-written on Compute's pipeline: the typed client would add azure-mgmt-network (a
-        # large package) to the head's lock for this one list.
-        from azure.core.rest import HttpRequest
-
         url: str | None = (
             f"{self.endpoint}/subscriptions/{self.subscription}/resourceGroups/{self.group}"
             f"/providers/Microsoft.Compute/virtualMachineScaleSets/{self.name}"
@@ -314,21 +337,45 @@ class ScaleSet:
         )
         ips: dict[str, str] = {}
         while url:
-            response = self.client.send_request(HttpRequest("GET", url))
-            response.raise_for_status()
-            page = response.json()
+            page = self._get(url)
             for nic in page.get("value", []):
                 props = nic.get("properties", {})
                 vm = (props.get("virtualMachine") or {}).get("id", "")
-                configs = props.get("ipConfigurations", [])
-                primary = [c for c in configs if c.get("properties", {}).get("primary")] or configs
-                ip = primary[0].get("properties", {}).get("privateIPAddress") if primary else None
+                ip = self._primary_ip(nic)
                 if vm and ip and props.get("primary", True):
                     ips[vm.rstrip("/").rsplit("/", 1)[-1]] = ip
             url = page.get("nextLink")
         return ips
 
+    def _flexible_ip(self, vm: Any) -> str | None:
+        """A Flexible VM's private IP: its primary network interface is a Network resource of
+        its own (the scale set has no interface list), read by the id the VM names."""
+        nics = list(vm.network_profile.network_interfaces or []) if vm.network_profile else []
+        primary = [n for n in nics if n.primary] or nics
+        if not primary or not primary[0].id:
+            return None
+        from azure.core.rest import HttpRequest
+
+        url = f"{self.endpoint}{primary[0].id}?api-version={NETWORK_API}"
+        response = self.client.send_request(HttpRequest("GET", url))
+        if response.status_code == 404:  # not made yet, or gone with its VM: no IP
+            return None
+        response.raise_for_status()
+        return self._primary_ip(response.json())
+
     def instances(self) -> list[Instance]:
+        vms = list(self.client.virtual_machine_scale_set_vms.list(self.group, self.name))
+        if self.flexible():
+            # Flexible: each VM's instance id is its name (Scheduled Events call it so too).
+            return [
+                Instance(
+                    instance_id=str(vm.instance_id),
+                    name=str(vm.name),
+                    state=str(vm.provisioning_state or ""),
+                    ip=self._flexible_ip(vm),
+                )
+                for vm in vms
+            ]
         ips = self._private_ips()
         return [
             Instance(
@@ -337,7 +384,7 @@ class ScaleSet:
                 state=str(vm.provisioning_state or ""),
                 ip=ips.get(str(vm.instance_id)),
             )
-            for vm in self.client.virtual_machine_scale_set_vms.list(self.group, self.name)
+            for vm in vms
         ]
 
     def set_capacity(self, capacity: int) -> None:

@@ -24,6 +24,9 @@ locals {
     max_price            = coalesce(try(var.worker_pools[name].max_price, null), -1)
     zones                = try(var.worker_pools[name].zones, [])
     zone_balance         = try(var.worker_pools[name].zone_balance, false)
+    orchestration_mode   = try(var.worker_pools[name].orchestration_mode, "Uniform")
+    priority_mix         = try(var.worker_pools[name].priority_mix, null)
+    instance_mix         = try(var.worker_pools[name].instance_mix, null)
     # The pool's own deploy-time values (cloud-init/placeholders.yaml).
     deploy_values = {
       WORKER_POOL   = name

@@ -84,3 +84,39 @@ resource "azurerm_role_assignment" "autostop_head" {
 # Its assignments on every worker pool's scale set and autoscale setting are the pool's
 # (modules/worker_pool: autostop_scale_set, autostop_autoscale), named in workers.tf from
 # the same arguments as Bicep's guid() calls.
+
+# scaling_mode = "ray" with a Flexible pool: Ray's autoscaler matches Ray nodes to VMs by private
+# IP, and a Flexible VM's network interface is a resource of its own in the resource group,
+# outside the scale set its role is on. No built-in role reads interfaces only (Reader reads
+# every resource): a custom role with that one action, assigned on the resource group. (The
+# default pool is Uniform: only worker_pools can ask for Flexible.)
+locals {
+  interface_reader_enabled            = var.scaling_mode == "ray" && anytrue([for p in values(var.worker_pools) : p.orchestration_mode == "Flexible"])
+  interface_reader_role_definition_id = uuidv5(local.arm_guid_namespace, join("-", [local.resource_group_id, var.name_prefix, "ray-cluster-interface-reader"]))
+}
+
+resource "azurerm_role_definition" "interface_reader" {
+  count              = local.interface_reader_enabled ? 1 : 0
+  role_definition_id = local.interface_reader_role_definition_id
+  name               = "Ray cluster interface reader (${var.name_prefix} in ${local.resource_group_id})"
+  scope              = local.resource_group_id
+  description        = "Ray's autoscaler on the head reads the private IPs of the Flexible worker pools' VMs."
+
+  permissions {
+    actions     = ["Microsoft.Network/networkInterfaces/read"]
+    not_actions = []
+  }
+
+  assignable_scopes = [local.resource_group_id]
+
+  depends_on = [azurerm_resource_group.this]
+}
+
+resource "azurerm_role_assignment" "interface_reader" {
+  count              = local.interface_reader_enabled ? 1 : 0
+  name               = uuidv5(local.arm_guid_namespace, join("-", [local.resource_group_id, "${local.resource_group_id}/providers/Microsoft.Authorization/roleDefinitions/${local.interface_reader_role_definition_id}"]))
+  scope              = local.resource_group_id
+  role_definition_id = azurerm_role_definition.interface_reader[0].role_definition_resource_id
+  principal_id       = azurerm_user_assigned_identity.autoscaler[0].principal_id
+  principal_type     = "ServicePrincipal"
+}

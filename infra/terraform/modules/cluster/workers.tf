@@ -1,6 +1,6 @@
 # The workers: one pool per entry of worker_pools (checks.tf: local.worker_pools; no entry = one
 # pool "workers" made of the worker_* variables, today's single scale set), each a scale set
-# with what belongs to it (modules/worker_pool): its custom data (the pool's deploy-time
+# (Uniform, or Flexible with Spot Priority Mix and Instance Mix) with what belongs to it (modules/worker_pool): its custom data (the pool's deploy-time
 # values), Spot or regular, the termination notice, the health extension and automatic repair,
 # the CPU autoscale setting (scaling_mode = "cpu") and the head's roles on them.
 
@@ -25,6 +25,9 @@ module "worker_pool" {
   }
   zones                      = each.value.zones
   zone_balance               = each.value.zone_balance
+  orchestration_mode         = each.value.orchestration_mode
+  priority_mix               = each.value.priority_mix
+  instance_mix               = each.value.instance_mix
   termination_notice_minutes = var.worker_termination_notice_minutes
   automatic_repair = {
     enabled              = var.worker_automatic_repair_enabled

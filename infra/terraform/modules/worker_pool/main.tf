@@ -1,10 +1,25 @@
-# One worker pool: a Uniform scale set without public IPs (outbound through the NAT gateway)
-# whose instances join the head's Ray cluster from their cloud-init, its CPU autoscale
+# One worker pool: a scale set without public IPs (outbound through the NAT gateway) whose
+# instances join the head's Ray cluster from their cloud-init, its CPU autoscale
 # (scaling_mode = "cpu") or, with scaling_mode = "ray", the head's role to let Ray's autoscaler
 # change it, and autostop's roles on both. Autoscale or Ray's autoscaler owns the instance
 # count after creation.
+#
+# orchestration_mode picks the scale set: "Uniform" (azurerm_linux_virtual_machine_scale_set,
+# the pools' scale set before Flexible) or "Flexible" (azurerm_orchestrated_virtual_machine_scale_set,
+# whose instances are ordinary VMs; the only kind with Spot Priority Mix and Instance Mix).
+# Exactly one of the two exists: what names the pool's scale set takes the id of whichever it
+# is (one(concat(...)) of both). Changing a pool's mode replaces its scale set (Azure cannot
+# convert one): `python -m driver up` says so before it applies.
+
+# A pool made before Flexible (or called as a module from an older version) had one scale set
+# without count: it is the Uniform one, nothing replaced.
+moved {
+  from = azurerm_linux_virtual_machine_scale_set.this
+  to   = azurerm_linux_virtual_machine_scale_set.this[0]
+}
 
 resource "azurerm_linux_virtual_machine_scale_set" "this" {
+  count = var.orchestration_mode == "Flexible" ? 0 : 1
   #checkov:skip=CKV_AZURE_97:Off by default because encryption at host needs the EncryptionAtHost feature registered on the subscription; set encryption_at_host_enabled = true where it is.
   name                 = var.name
   computer_name_prefix = var.computer_name_prefix
@@ -123,6 +138,136 @@ resource "azurerm_linux_virtual_machine_scale_set" "this" {
   }
 }
 
+# The Flexible scale set (orchestration_mode = "Flexible"): the same workers as the Uniform one
+# above (image, network, identity, custom data, health extension, automatic repairs, Terminate
+# notification, zones), plus Spot Priority Mix and Instance Mix. Flexible has no overprovisioning
+# and no scale-in policy: which instance goes is the caller's (Ray's autoscaler deletes the one it
+# drained; CPU autoscale lets Azure choose).
+# (checkov 3.2 has no check of this resource type: tests/unit/test_terraform_checkov.py holds
+# its settings to the Uniform scale set's, which checkov does judge.)
+resource "azurerm_orchestrated_virtual_machine_scale_set" "this" {
+  count               = var.orchestration_mode == "Flexible" ? 1 : 0
+  name                = var.name
+  location            = var.location
+  resource_group_name = var.resource_group_name
+  # Instance Mix: the size is "Mix" and the sizes are sku_profile's.
+  sku_name  = var.instance_mix == null ? var.vm_size : "Mix"
+  instances = var.default_count
+  tags      = var.tags
+  # One fault domain: Azure spreads the VMs over as many as it can (max spreading), which
+  # Spot Priority Mix and Instance Mix take.
+  platform_fault_domain_count = 1
+  # Spot Priority Mix refuses a single placement group.
+  single_placement_group = false
+
+  os_profile {
+    # Instances keep the custom data they booted with until they are replaced.
+    custom_data = base64encode(var.custom_data)
+
+    linux_configuration {
+      admin_username                  = var.admin_username
+      computer_name_prefix            = var.computer_name_prefix
+      disable_password_authentication = true
+
+      admin_ssh_key {
+        username   = var.admin_username
+        public_key = var.admin_ssh_public_key
+      }
+    }
+  }
+
+  source_image_id = var.source_image_id
+  dynamic "source_image_reference" {
+    for_each = var.source_image_id == null ? [var.source_image_reference] : []
+    content {
+      publisher = source_image_reference.value.publisher
+      offer     = source_image_reference.value.offer
+      sku       = source_image_reference.value.sku
+      version   = "latest"
+    }
+  }
+
+  os_disk {
+    caching              = "ReadWrite"
+    storage_account_type = "StandardSSD_LRS"
+  }
+
+  network_interface {
+    name    = "primary"
+    primary = true
+
+    ip_configuration {
+      name      = "primary"
+      primary   = true
+      subnet_id = var.subnet_id
+    }
+  }
+
+  identity {
+    type         = "UserAssigned"
+    identity_ids = [var.identity_id]
+  }
+
+  extension_operations_enabled = true
+  encryption_at_host_enabled   = var.encryption_at_host_enabled
+
+  extension {
+    name                               = "HealthExtension"
+    publisher                          = "Microsoft.ManagedServices"
+    type                               = "ApplicationHealthLinux"
+    type_handler_version               = "2.0"
+    auto_upgrade_minor_version_enabled = true
+    settings                           = jsonencode(var.health_probe)
+  }
+
+  automatic_instance_repair {
+    enabled      = var.automatic_repair.enabled
+    grace_period = "PT${var.automatic_repair.grace_period_minutes}M"
+    action       = var.automatic_repair.action
+  }
+
+  dynamic "termination_notification" {
+    for_each = var.spot.enabled ? [] : [var.termination_notice_minutes]
+    content {
+      enabled = true
+      timeout = "PT${termination_notification.value}M"
+    }
+  }
+
+  zones        = length(var.zones) > 0 ? var.zones : null
+  zone_balance = length(var.zones) > 1 ? var.zone_balance : null
+
+  priority        = var.spot.enabled ? "Spot" : "Regular"
+  eviction_policy = var.spot.enabled ? var.spot.eviction_policy : null
+  max_bid_price   = var.spot.enabled ? var.spot.max_price : null
+
+  # Spot Priority Mix (Spot pools only): the first base_regular_count VMs are regular, then
+  # regular_percentage_above_base % of the VMs above them (the rest Spot).
+  dynamic "priority_mix" {
+    for_each = var.priority_mix == null ? [] : [var.priority_mix]
+    content {
+      base_regular_count            = priority_mix.value.base_regular_count
+      regular_percentage_above_base = priority_mix.value.regular_percentage_above_base
+    }
+  }
+
+  # Instance Mix: the pool's VMs take any of these sizes, chosen by the allocation strategy.
+  dynamic "sku_profile" {
+    for_each = var.instance_mix == null ? [] : [var.instance_mix]
+    content {
+      allocation_strategy = sku_profile.value.allocation_strategy
+      vm_sizes            = sku_profile.value.vm_sizes
+    }
+  }
+
+  boot_diagnostics {}
+
+  lifecycle {
+    # Autoscale changes the count; a later apply must not put it back.
+    ignore_changes = [instances]
+  }
+}
+
 # CPU autoscale of the pool (scaling_mode = "cpu"): average CPU above scale_out_cpu_percent over
 # 5 minutes adds one worker, below scale_in_cpu_percent removes one, within min..max. With
 # scaling_mode = "ray" there is no such rule: Ray's autoscaler on the head sets the count.
@@ -131,7 +276,7 @@ resource "azurerm_monitor_autoscale_setting" "this" {
   name                = var.cpu_autoscale.name
   location            = var.location
   resource_group_name = var.resource_group_name
-  target_resource_id  = azurerm_linux_virtual_machine_scale_set.this.id
+  target_resource_id  = one(concat(azurerm_linux_virtual_machine_scale_set.this[*].id, azurerm_orchestrated_virtual_machine_scale_set.this[*].id))
   enabled             = true
   tags                = var.tags
 
@@ -147,7 +292,7 @@ resource "azurerm_monitor_autoscale_setting" "this" {
     rule {
       metric_trigger {
         metric_name        = "Percentage CPU"
-        metric_resource_id = azurerm_linux_virtual_machine_scale_set.this.id
+        metric_resource_id = one(concat(azurerm_linux_virtual_machine_scale_set.this[*].id, azurerm_orchestrated_virtual_machine_scale_set.this[*].id))
         time_grain         = "PT1M"
         statistic          = "Average"
         time_window        = "PT5M"
@@ -167,7 +312,7 @@ resource "azurerm_monitor_autoscale_setting" "this" {
     rule {
       metric_trigger {
         metric_name        = "Percentage CPU"
-        metric_resource_id = azurerm_linux_virtual_machine_scale_set.this.id
+        metric_resource_id = one(concat(azurerm_linux_virtual_machine_scale_set.this[*].id, azurerm_orchestrated_virtual_machine_scale_set.this[*].id))
         time_grain         = "PT1M"
         statistic          = "Average"
         time_window        = "PT5M"
@@ -190,7 +335,7 @@ resource "azurerm_monitor_autoscale_setting" "this" {
 # the instances Ray's autoscaler drained). Virtual Machine Contributor, built in.
 resource "azurerm_role_assignment" "autoscaler_scale_set" {
   count                = var.scaling_mode == "ray" ? 1 : 0
-  scope                = azurerm_linux_virtual_machine_scale_set.this.id
+  scope                = one(concat(azurerm_linux_virtual_machine_scale_set.this[*].id, azurerm_orchestrated_virtual_machine_scale_set.this[*].id))
   role_definition_name = "Virtual Machine Contributor"
   principal_id         = var.head_principal_id
   principal_type       = "ServicePrincipal"
@@ -202,7 +347,7 @@ resource "azurerm_role_assignment" "autoscaler_scale_set" {
 resource "azurerm_role_assignment" "autostop_scale_set" {
   count              = var.autostop.enabled && var.scaling_mode != "ray" ? 1 : 0
   name               = var.autostop.scale_set_assignment_name
-  scope              = azurerm_linux_virtual_machine_scale_set.this.id
+  scope              = one(concat(azurerm_linux_virtual_machine_scale_set.this[*].id, azurerm_orchestrated_virtual_machine_scale_set.this[*].id))
   role_definition_id = var.autostop.role_definition_id
   principal_id       = var.head_principal_id
   principal_type     = "ServicePrincipal"

@@ -1,11 +1,11 @@
 output "scale_set_id" {
   description = "Resource ID of the pool's scale set."
-  value       = azurerm_linux_virtual_machine_scale_set.this.id
+  value       = one(concat(azurerm_linux_virtual_machine_scale_set.this[*].id, azurerm_orchestrated_virtual_machine_scale_set.this[*].id))
 }
 
 output "scale_set_name" {
   description = "Name of the pool's scale set."
-  value       = azurerm_linux_virtual_machine_scale_set.this.name
+  value       = one(concat(azurerm_linux_virtual_machine_scale_set.this[*].name, azurerm_orchestrated_virtual_machine_scale_set.this[*].name))
 }
 
 output "autoscale_setting_id" {
@@ -16,8 +16,14 @@ output "autoscale_setting_id" {
 # The resources themselves, for the root's `terraform test` assertions (sensitive: the scale
 # set holds the custom data).
 output "scale_set" {
-  description = "The pool's scale set resource."
-  value       = azurerm_linux_virtual_machine_scale_set.this
+  description = "The pool's Uniform scale set resource (orchestration_mode = \"Uniform\"), null for a Flexible pool."
+  value       = one(azurerm_linux_virtual_machine_scale_set.this)
+  sensitive   = true
+}
+
+output "flexible_scale_set" {
+  description = "The pool's Flexible scale set resource (orchestration_mode = \"Flexible\"), null for a Uniform pool."
+  value       = one(azurerm_orchestrated_virtual_machine_scale_set.this)
   sensitive   = true
 }
 

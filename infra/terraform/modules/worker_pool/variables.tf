@@ -65,6 +65,27 @@ variable "zone_balance" {
   description = "With two zones or more: keep the pool's VMs spread evenly over its zones (Azure refuses a scale-out that would unbalance them)."
 }
 
+variable "orchestration_mode" {
+  type        = string
+  description = "\"Uniform\" (azurerm_linux_virtual_machine_scale_set) or \"Flexible\" (azurerm_orchestrated_virtual_machine_scale_set, the only one with priority_mix and instance_mix)."
+}
+
+variable "priority_mix" {
+  type = object({
+    base_regular_count            = number
+    regular_percentage_above_base = number
+  })
+  description = "Flexible Spot pools: Spot Priority Mix (the first base_regular_count VMs regular, then regular_percentage_above_base % of the rest regular, the others Spot), or null."
+}
+
+variable "instance_mix" {
+  type = object({
+    vm_sizes            = list(string)
+    allocation_strategy = string
+  })
+  description = "Flexible pools: Instance Mix (the VM sizes the pool may take and Azure's allocation strategy, LowestPrice or CapacityOptimized), or null: every VM is vm_size."
+}
+
 variable "termination_notice_minutes" {
   type        = number
   description = "Minutes between a regular worker's Terminate scheduled event and its deletion (Spot VMs cannot have it)."

@@ -37,6 +37,17 @@ scale set — else ARM's 401 ``AuthenticationFailed`` / 403 ``AuthorizationFaile
   instance id: 400 ``InvalidParameter``, nothing deleted.
 * ``GET .../locations/L/operations/ID`` → ``{"name", "status": "InProgress"|"Succeeded",
   "startTime", "endTime"}``; ``GET`` of the ``Location`` URL → 202 while it runs, then 200.
+* A Flexible scale set (``orchestration_mode`` Flexible in its entry) answers as Azure
+  documents Flexible orchestration: ``properties.orchestrationMode`` Flexible with one fault
+  domain and no single placement group, overprovisioning or scale-in policy, its
+  ``priorityMixPolicy`` and ``skuProfile`` (``sku.name`` Mix); each VM a virtual machine of its
+  own whose instance id is its name (``N_`` and 8 hexadecimal characters) and whose network
+  interface is a Network resource (``GET .../Microsoft.Network/networkInterfaces/NIC``; the
+  scale set's interface list is refused). A raise decides each new VM's priority as Spot
+  Priority Mix documents it (:func:`spot_priority_split`: the base count regular first, then
+  the percentage above it) and its size from ``mix.json`` (:data:`MIX_FILE`); what Azure does
+  not publish is refused with a 400 :data:`NOT_PLAYED` in one line, nothing changed: a split
+  that is not a whole number, an Instance Mix size nobody named, a capacity cut other than to 0.
 * Virtual machines in ``config.json``'s ``virtual_machines`` (the head; :func:`vm_config`):
   ``GET .../virtualMachines/N`` → the ``VirtualMachine`` (``properties {vmId, hardwareProfile
   {vmSize}, provisioningState}``; with ``$expand=instanceView`` also ``properties.instanceView``);
@@ -91,6 +102,11 @@ _VMSS = re.compile(
 _VM = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/microsoft\.compute"
     r"/virtualmachines/(?P<name>[^/]+)(?P<tail>/instanceview|/deallocate|/start)?$",
+    re.IGNORECASE,
+)
+_NIC = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/microsoft\.network"
+    r"/networkinterfaces/(?P<name>[^/]+)$",
     re.IGNORECASE,
 )
 _AUTOSCALE = re.compile(
@@ -151,6 +167,32 @@ Azure's: Azure-Samples/azuresandbox#70, Azure/karpenter-provider-azure#192)."""
 _QUOTA_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9 ]{0,63}$")
 
 
+MIX_FILE = "mix.json"
+"""In the fake's state folder: ``{scale set name (lower case): VM size}``, the size Azure's
+Instance Mix would give the next instances of that scale set. Azure decides it from prices and
+capacity it does not publish (LowestPrice, CapacityOptimized): the test says it, the fake does
+not guess; a raise of an Instance Mix scale set without it is refused (:data:`NOT_PLAYED`)."""
+NOT_PLAYED = "NotPlayedByTheFake"
+"""The code of the fake's 400 answer to a request whose outcome Azure does not publish (which
+VMs a capacity cut removes from a Flexible scale set, a Spot Priority Mix split that is not a
+whole number, an Instance Mix size nobody chose): refused, nothing changed. Azure has no such
+code; the provider treats it as any other error."""
+
+
+def spot_priority_split(mix: dict[str, int], capacity: int) -> int | None:
+    """How many of ``capacity`` VMs Spot Priority Mix makes regular, as Azure documents it: the
+    first ``baseRegularPriorityCount`` VMs regular, then ``regularPriorityPercentageAboveBase``
+    percent of those above the base (its example: base 10, 50 %, 30 VMs: 10 + 10 regular, 10
+    Spot). None when that percentage of the VMs above the base is not a whole number: Azure
+    publishes no rounding."""
+    base = int(mix.get("baseRegularPriorityCount", 0))
+    percent = int(mix.get("regularPriorityPercentageAboveBase", 0))
+    above = max(0, capacity - base)
+    if above * percent % 100:
+        return None
+    return min(capacity, base) + above * percent // 100
+
+
 def capacity_fault(code: str, quota: str = "", limit: int = 0) -> dict[str, Any]:
     """An entry of ``capacity.json``: every capacity raise of that scale set refused with
     ``code`` (an allocation failure, or ``SkuNotAvailable``); with ``OperationNotAllowed`` the
@@ -180,9 +222,26 @@ def scale_set_config(
     location: str = "westeurope",
     zones: list[str] | None = None,
     zone_balance: bool = False,
+    orchestration_mode: str = "Uniform",
+    spot: bool = False,
+    priority_mix: dict[str, int] | None = None,
+    instance_mix: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A scale set for ``compute_config``; ``zones``: its availability zones (none: regional),
-    ``zone_balance``: kept strictly even across them (the stacks' pool settings)."""
+    ``zone_balance``: kept strictly even across them (the stacks' pool settings);
+    ``orchestration_mode`` Uniform or Flexible; ``spot``: its VMs' priority Spot; for Flexible
+    only, ``priority_mix`` (Spot: ``{"baseRegularPriorityCount", "regularPriorityPercentage
+    AboveBase"}``, Azure's priorityMixPolicy) and ``instance_mix`` (``{"vmSizes": [...],
+    "allocationStrategy"}``, Azure's skuProfile with the sizes by name). What Azure refuses is
+    refused here, in one line."""
+    if orchestration_mode not in ("Uniform", "Flexible"):
+        raise ValueError(f"orchestration_mode {orchestration_mode!r}: Uniform or Flexible")
+    if orchestration_mode != "Flexible" and (priority_mix is not None or instance_mix is not None):
+        raise ValueError("Spot Priority Mix and Instance Mix need a Flexible scale set")
+    if priority_mix is not None and not spot:
+        raise ValueError("Spot Priority Mix needs a Spot scale set (priority Spot)")
+    if instance_mix is not None and not 2 <= len(instance_mix.get("vmSizes", [])) <= 5:
+        raise ValueError("Instance Mix needs 2-5 VM sizes in vmSizes")
     return {
         "subscription": subscription,
         "group": group,
@@ -192,7 +251,21 @@ def scale_set_config(
         "ip_pool": ip_pool,
         "zones": list(zones or []),
         "zone_balance": bool(zone_balance),
+        "orchestration_mode": orchestration_mode,
+        "spot": bool(spot),
+        "priority_mix": priority_mix,
+        "instance_mix": instance_mix,
     }
+
+
+def _flexible(s: dict[str, Any]) -> bool:
+    return s.get("orchestration_mode") == "Flexible"
+
+
+def _nic_name(i: dict[str, Any]) -> str:
+    """A Flexible VM's network interface's name: the fake's own (Azure publishes no rule; the
+    provider reads the id from the VM)."""
+    return f"{i['instanceId']}-primary"
 
 
 def vm_config(
@@ -332,6 +405,8 @@ class FakeCompute(_Server):
             return self._vm_route(config, claims, method, path, query, vm)
         if setting := _AUTOSCALE.match(path):
             return self._autoscale_route(config, claims, method, path, body, setting)
+        if nic := _NIC.match(path):
+            return self._nic_route(config, claims, method, path, nic)
         m = _VMSS.match(path)
         scale_set = None
         if m:
@@ -377,6 +452,16 @@ class FakeCompute(_Server):
                         ]
                     },
                     {},
+                )
+            if tail == "/networkinterfaces" and method == "GET" and _flexible(scale_set):
+                # A Flexible scale set's VMs have network interfaces of their own (Network's
+                # networkInterfaces API), not the scale set's list. Azure's answer to this call
+                # is not published: refused, not guessed.
+                return _error(
+                    400,
+                    NOT_PLAYED,
+                    "A Flexible scale set has no scale-set network interface list: read each "
+                    "VM's interfaces (properties.networkProfile.networkInterfaces).",
                 )
             if tail == "/networkinterfaces" and method == "GET":
                 return (
@@ -585,6 +670,33 @@ class FakeCompute(_Server):
             {},
         )
 
+    def _nic_route(
+        self,
+        config: dict[str, Any],
+        claims: dict[str, Any],
+        method: str,
+        path: str,
+        m: re.Match[str],
+    ) -> Reply:
+        """A Flexible scale set's VM's network interface (Network's API, a resource of its own
+        in the scale set's resource group)."""
+        for s in config.get("scale_sets", []):
+            if not _flexible(s) or (s["subscription"].lower(), s["group"].lower()) != (
+                m["sub"].lower(),
+                m["rg"].lower(),
+            ):
+                continue
+            for i in self.instances(s["name"]):
+                if _nic_name(i).lower() == m["name"].lower():
+                    if claims.get("appid") not in config.get("writers", []):
+                        return self._forbidden(
+                            claims, "Microsoft.Network/networkInterfaces/read", path
+                        )
+                    if method != "GET":
+                        break
+                    return 200, self._nic_doc(s, i), {}
+        return _error(404, "ResourceNotFound", f"The Resource '{path}' was not found.")
+
     # -- documents ---------------------------------------------------------------------------
     @staticmethod
     def _scale_set_id(s: dict[str, Any]) -> str:
@@ -608,18 +720,69 @@ class FakeCompute(_Server):
                 "upgradePolicy": {"mode": "Manual"},
                 "scaleInPolicy": {"rules": ["NewestVM"], "forceDeletion": False},
                 "uniqueId": str(uuid.uuid5(uuid.NAMESPACE_URL, self._scale_set_id(s))),
+                "virtualMachineProfile": {"priority": "Spot" if s.get("spot") else "Regular"},
             },
         }
+        if _flexible(s):  # as the stacks deploy one (infra/bicep/modules/workers.bicep)
+            props = doc["properties"]
+            for key in ("overprovision", "scaleInPolicy"):
+                del props[key]
+            props.update(
+                orchestrationMode="Flexible", singlePlacementGroup=False, platformFaultDomainCount=1
+            )
+            if s.get("priority_mix"):
+                props["priorityMixPolicy"] = dict(s["priority_mix"])
+            if s.get("instance_mix"):
+                mix = s["instance_mix"]
+                doc["sku"] = {"name": "Mix", "capacity": self.capacity(s["name"])}
+                props["skuProfile"] = {
+                    "vmSizes": [{"name": v} for v in mix["vmSizes"]],
+                    "allocationStrategy": mix.get("allocationStrategy", "LowestPrice"),
+                }
         zones = s.get("zones") or []
         if zones:  # Azure leaves both out of a regional scale set
             doc["zones"] = list(zones)
             doc["properties"]["zoneBalance"] = bool(s.get("zone_balance"))
         return doc
 
+    @staticmethod
+    def _ordinal(i: dict[str, Any]) -> int:
+        """The instance's place in creation order (a Uniform instance id is its number)."""
+        return int(i.get("ordinal", i["instanceId"]))
+
     def _vm_doc(self, s: dict[str, Any], i: dict[str, Any]) -> dict[str, Any]:
-        vm_id = f"{self._scale_set_id(s)}/virtualMachines/{i['instanceId']}"
         zones = s.get("zones") or []
-        placed = {"zones": [zones[int(i["instanceId"]) % len(zones)]]} if zones else {}
+        placed = {"zones": [zones[self._ordinal(i) % len(zones)]]} if zones else {}
+        if _flexible(s):
+            # A Flexible scale set's VM is a virtual machine of its own: its instance id is its
+            # name, {scale set}_{8 hexadecimal characters}; its interface a Network resource.
+            group = f"/subscriptions/{s['subscription']}/resourceGroups/{s['group']}/providers"
+            vm_id = f"{group}/Microsoft.Compute/virtualMachines/{i['instanceId']}"
+            return {
+                **placed,
+                "id": vm_id,
+                "name": i["instanceId"],
+                "type": "Microsoft.Compute/virtualMachines",
+                "location": s["location"],
+                "instanceId": i["instanceId"],
+                "sku": {"name": i.get("size", s["sku"])},
+                "properties": {
+                    "vmId": str(uuid.uuid5(uuid.NAMESPACE_URL, vm_id)),
+                    "provisioningState": i["state"],
+                    "timeCreated": i["created"],
+                    "hardwareProfile": {"vmSize": i.get("size", s["sku"])},
+                    "osProfile": {"computerName": f"{s['name'][:9]}{self._ordinal(i):06x}"},
+                    "networkProfile": {
+                        "networkInterfaces": [
+                            {
+                                "id": f"{group}/Microsoft.Network/networkInterfaces/{_nic_name(i)}",
+                                "properties": {"primary": True},
+                            }
+                        ]
+                    },
+                },
+            }
+        vm_id = f"{self._scale_set_id(s)}/virtualMachines/{i['instanceId']}"
         return {
             **placed,
             "id": vm_id,
@@ -641,17 +804,25 @@ class FakeCompute(_Server):
         }
 
     def _nic_doc(self, s: dict[str, Any], i: dict[str, Any]) -> dict[str, Any]:
-        vm_id = f"{self._scale_set_id(s)}/virtualMachines/{i['instanceId']}"
+        if _flexible(s):
+            group = f"/subscriptions/{s['subscription']}/resourceGroups/{s['group']}/providers"
+            vm_id = f"{group}/Microsoft.Compute/virtualMachines/{i['instanceId']}"
+            nic_id = f"{group}/Microsoft.Network/networkInterfaces/{_nic_name(i)}"
+            name = _nic_name(i)
+        else:
+            vm_id = f"{self._scale_set_id(s)}/virtualMachines/{i['instanceId']}"
+            nic_id = f"{vm_id}/networkInterfaces/primary"
+            name = "primary"
         return {
-            "id": f"{vm_id}/networkInterfaces/primary",
-            "name": "primary",
+            "id": nic_id,
+            "name": name,
             "properties": {
                 "provisioningState": "Succeeded",
                 "primary": True,
                 "virtualMachine": {"id": vm_id},
                 "ipConfigurations": [
                     {
-                        "id": f"{vm_id}/networkInterfaces/primary/ipConfigurations/primary",
+                        "id": f"{nic_id}/ipConfigurations/primary",
                         "name": "primary",
                         "properties": {
                             "privateIPAddress": i["ip"],
@@ -737,7 +908,10 @@ class FakeCompute(_Server):
                     "SubnetIsFull",
                     f"The subnet has {len(free)} free addresses, {need} are needed.",
                 )
-            next_id = max([int(i["instanceId"]) for i in instances] + [-1]) + 1
+            chosen = self._flexible_choices(s, alive, capacity)
+            if isinstance(chosen, str):  # what Azure decides unpublished: refused, in one line
+                return _error(400, NOT_PLAYED, chosen)
+            next_id = max([self._ordinal(i) for i in instances] + [-1]) + 1
             for n in range(need):
                 inst = {
                     "instanceId": str(next_id + n),
@@ -745,13 +919,29 @@ class FakeCompute(_Server):
                     "state": "Creating",
                     "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                 }
+                if _flexible(s):
+                    inst.update(
+                        instanceId=f"{s['name']}_{uuid.uuid4().hex[:8]}",
+                        ordinal=next_id + n,
+                        **chosen[n],
+                    )
                 instances.append(inst)
                 created.append(inst["instanceId"])
             self._save(s["name"], instances)
             for instance_id in created:
                 self._spawn(self._create, s, instance_id)
-        elif capacity < len(alive):  # scale-in rule NewestVM
-            newest = sorted(alive, key=lambda i: int(i["instanceId"]))[capacity:]
+        elif capacity < len(alive) and _flexible(s) and capacity > 0:
+            # Flexible has no scale-in rule: which VMs Azure removes on a cut is not published
+            # (with Spot Priority Mix it keeps the split). To zero, all go.
+            return _error(
+                400,
+                NOT_PLAYED,
+                f"Which {len(alive) - capacity} of the {len(alive)} VMs of Flexible scale set "
+                f"{s['name']} Azure removes on a capacity cut is not published: delete them "
+                "by name (POST .../delete), or cut to 0.",
+            )
+        elif capacity < len(alive):  # scale-in rule NewestVM (Flexible: to 0, all)
+            newest = sorted(alive, key=self._ordinal)[capacity:]
             self._remove(s, [i["instanceId"] for i in newest])
             created = []
 
@@ -764,6 +954,42 @@ class FakeCompute(_Server):
         headers = self._start_operation(s, done)
         headers.pop("Location")
         return 200, self._scale_set_doc(s, "Updating"), headers
+
+    def _flexible_choices(
+        self, s: dict[str, Any], alive: list[dict[str, Any]], capacity: int
+    ) -> list[dict[str, str]] | str:
+        """Each new VM's priority and size, in creation order, as Azure documents the choice
+        (Spot Priority Mix: regular VMs first up to the split at the new capacity, then Spot),
+        or why the fake does not play it (one line). Uniform scale sets: [] (nothing to say)."""
+        if not _flexible(s):
+            return []
+        need = capacity - len(alive)
+        priority = "Spot" if s.get("spot") else "Regular"
+        priorities = [priority] * need
+        if s.get("priority_mix"):
+            regular = spot_priority_split(s["priority_mix"], capacity)
+            if regular is None:
+                mix = s["priority_mix"]
+                return (
+                    f"Spot Priority Mix of {s['name']} at {capacity} VMs: "
+                    f"{mix.get('regularPriorityPercentageAboveBase', 0)} % of the VMs above "
+                    f"the base of {mix.get('baseRegularPriorityCount', 0)} is not a whole "
+                    "number, and Azure publishes no rounding."
+                )
+            have = sum(1 for i in alive if i.get("priority") == "Regular")
+            add = min(need, max(0, regular - have))
+            priorities = ["Regular"] * add + ["Spot"] * (need - add)
+        size = s["sku"]
+        if s.get("instance_mix"):
+            sizes = s["instance_mix"]["vmSizes"]
+            size = self.state.read(MIX_FILE, {}).get(s["name"].lower(), "")
+            if size not in sizes:
+                return (
+                    f"Instance Mix of {s['name']}: which of {', '.join(sizes)} Azure picks "
+                    f"({s['instance_mix'].get('allocationStrategy', 'LowestPrice')}) depends on "
+                    f"prices and capacity it does not publish: name it in {MIX_FILE}."
+                )
+        return [{"priority": p, "size": size} for p in priorities]
 
     def _capacity_fault(self, s: dict[str, Any], alive: int, need: int) -> Reply | None:
         """The answer to a raise of ``need`` instances the scale set's ``capacity.json`` entry
@@ -831,7 +1057,7 @@ class FakeCompute(_Server):
         inst = next((i for i in self.instances(s["name"]) if i["instanceId"] == instance_id), {})
         return {
             "instanceId": instance_id,
-            "name": f"{s['name']}_{instance_id}",
+            "name": instance_id if _flexible(s) else f"{s['name']}_{instance_id}",
             "ip": inst.get("ip", ""),
             "scale_set": s["name"],
         }

@@ -1,0 +1,117 @@
+"""What the node provider's tests share (test_vmss_provider.py, test_vmss_flexible.py): the
+fake Azure's names and identities, the handle on the fake Compute and metadata service, a drain
+that records (and refuses what is busy), the stacks' AUTOSCALER_POOLS entry and deploy-time
+values, and one round of Ray's autoscaler as StandardAutoscaler drives the provider."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nodekit.node import azure_vmss_provider as vp
+from nodekit.rehearsal.standins.azure_compute import FakeCompute
+from nodekit.rehearsal.standins.azure_node import FakeImds
+
+SUB = "00000000-1111-4222-8333-444444444444"
+GROUP = "rg-ray"
+NAME = "ray-workers"
+SCALE_SET_ID = (
+    f"/subscriptions/{SUB}/resourceGroups/{GROUP}"
+    f"/providers/Microsoft.Compute/virtualMachineScaleSets/{NAME}"
+)
+
+AUTOSCALER = "aaaaaaaa-0000-4000-8000-000000000001"
+"""The head's autoscaler identity: the role on the scale set."""
+NODES = "bbbbbbbb-0000-4000-8000-000000000002"
+"""The nodes' identity: reads the cluster token, no role on the scale set."""
+HEAD_IP = "10.42.1.4"
+
+
+@dataclass
+class Azure:
+    compute: FakeCompute
+    imds: FakeImds
+    ca: Path
+    created: list[dict[str, Any]]
+    deleted: list[dict[str, Any]]
+
+    def scale_set(self, client_id: str = AUTOSCALER, name: str = NAME) -> vp.ScaleSet:
+        return vp.ScaleSet(
+            SCALE_SET_ID.replace(f"/{NAME}", f"/{name}"),
+            vp.managed_identity(client_id),
+            self.compute.url,
+            connection_verify=str(self.ca),
+        )
+
+    def ips(self, name: str = NAME) -> dict[str, str]:
+        return {i["instanceId"]: i["ip"] for i in self.compute.instances(name)}
+
+
+class Drains:
+    """Records drains; refuses the IPs in ``busy`` as Ray refuses a node with work on it."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.busy: set[str] = set()
+
+    def __call__(self, ip: str) -> tuple[bool, str]:
+        self.calls.append(ip)
+        if ip in self.busy:
+            return False, "The node is not idle: it has running tasks or actors"
+        return True, "drained"
+
+
+def pool(**over: Any) -> dict[str, Any]:
+    """An entry of AUTOSCALER_POOLS, as the stacks write it (the default pool's by default)."""
+    return {
+        "labels": "",
+        "max": 5,
+        "min": 0,
+        "name": "workers",
+        "resources": {},
+        "scale_set": NAME,
+        "vm_size": "Standard_D4s_v5",
+        **over,
+    }
+
+
+def deploy_values(pools: list[dict[str, Any]] | None = None, **over: Any) -> dict[str, str]:
+    values = {
+        "RAY_HEAD_IP": HEAD_IP,
+        "SCALING_MODE": "ray",
+        "WORKER_SCALE_SET_ID": SCALE_SET_ID,
+        "WORKER_VM_SIZE": "Standard_D4s_v5",
+        "AUTOSCALER_POOLS": json.dumps(pools or [pool()], separators=(",", ":")),
+        "AUTOSCALER_IDLE_TIMEOUT_MINUTES": "5",
+        "AUTOSCALER_CLIENT_ID": AUTOSCALER,
+        "ARM_ENDPOINT": "https://management.azure.com",
+    }
+    values.update({k.upper(): str(v) for k, v in over.items()})
+    return values
+
+
+WRITE_WAIT_S = 120
+"""A bound on a hang for the provider's write (Azure's calls to the in-process fake)."""
+
+
+def autoscaler_round(
+    p: vp.ScaleSetProvider,
+    launch: int | dict[str, int] = 0,
+    terminate: list[str] | tuple[str, ...] = (),
+) -> None:
+    """What StandardAutoscaler does in one update: read, decide, write once (``launch``: a
+    count of default workers, or counts by node type)."""
+    from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
+
+    p.non_terminated_nodes({})
+    assert p.safe_to_scale()
+    for node in terminate:
+        p.terminate_node(node)
+    launches = launch if isinstance(launch, dict) else {vp.WORKER_TYPE: launch}
+    for node_type, count in launches.items():
+        if count:
+            p.create_node({}, {TAG_RAY_USER_NODE_TYPE: node_type}, count)
+    p.post_process()
+    p.wait(WRITE_WAIT_S)

@@ -8,24 +8,21 @@ test_vmss_provider.py)."""
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from compute_support import loopback_azure, use_managed_identity
 from nodekit.node import azure_vmss_provider as vp
 from nodekit.rehearsal.standins.azure_compute import (
     MIX_FILE,
     NOT_PLAYED,
-    FakeCompute,
-    compute_config,
     scale_set_config,
     spot_priority_split,
     subnet_pool,
 )
-from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config, tls_certificate
 from vmss_support import (
     AUTOSCALER,
     GROUP,
@@ -50,64 +47,38 @@ VM_NAME = re.compile(rf"^{FLEX}_[0-9a-f]{{8}}$")
 
 @pytest.fixture
 def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Azure]:
-    key = secrets.token_bytes(32)
-    ca, cert, cert_key = tls_certificate(tmp_path, "127.0.0.1")
-    imds = FakeImds(tmp_path / "imds").start()
-    imds.state.write(
-        "config.json",
-        imds_config(key, "ray-head", {AUTOSCALER: "p-autoscaler", NODES: "p-nodes"}),
-    )
     created: list[dict[str, Any]] = []
     deleted: list[dict[str, Any]] = []
-    compute = FakeCompute(
-        tmp_path / "compute", cert, cert_key, on_create=created.append, on_delete=deleted.append
-    ).start()
     mix = {"baseRegularPriorityCount": 1, "regularPriorityPercentageAboveBase": 50}
     sizes = {
         "vmSizes": ["Standard_D4s_v5", "Standard_D4as_v5"],
         "allocationStrategy": "LowestPrice",
     }
-    compute.state.write(
-        "config.json",
-        compute_config(
-            key,
-            compute.url,
-            [AUTOSCALER],
-            [
-                scale_set_config(
-                    SUB,
-                    GROUP,
-                    FLEX,
-                    subnet_pool("10.42.1.0/24", 6, 20),
-                    zones=["1", "2"],
-                    orchestration_mode="Flexible",
-                ),
-                scale_set_config(
-                    SUB,
-                    GROUP,
-                    MIXED,
-                    subnet_pool("10.42.1.0/24", 40, 10),
-                    orchestration_mode="Flexible",
-                    spot=True,
-                    priority_mix=mix,
-                ),
-                scale_set_config(
-                    SUB,
-                    GROUP,
-                    SIZES,
-                    subnet_pool("10.42.1.0/24", 60, 10),
-                    orchestration_mode="Flexible",
-                    instance_mix=sizes,
-                ),
-            ],
+    flexible = {"orchestration_mode": "Flexible"}
+    scale_sets = [
+        scale_set_config(
+            SUB, GROUP, FLEX, subnet_pool("10.42.1.0/24", 6, 20), zones=["1", "2"], **flexible
         ),
-    )
-    monkeypatch.setenv("AZURE_POD_IDENTITY_AUTHORITY_HOST", imds.url)
-    for name in ("IDENTITY_ENDPOINT", "IDENTITY_HEADER", "MSI_ENDPOINT", "MSI_SECRET"):
-        monkeypatch.delenv(name, raising=False)
-    yield Azure(compute, imds, ca, created, deleted)
-    compute.stop()
-    imds.stop()
+        scale_set_config(
+            SUB, GROUP, MIXED, subnet_pool("10.42.1.0/24", 40, 10), spot=True, priority_mix=mix,
+            **flexible,
+        ),
+        scale_set_config(
+            SUB, GROUP, SIZES, subnet_pool("10.42.1.0/24", 60, 10), instance_mix=sizes,
+            **flexible,
+        ),
+    ]  # fmt: skip
+    with loopback_azure(
+        tmp_path,
+        "ray-head",
+        {AUTOSCALER: "p-autoscaler", NODES: "p-nodes"},
+        [AUTOSCALER],
+        scale_sets,
+        on_create=created.append,
+        on_delete=deleted.append,
+    ) as fakes:
+        use_managed_identity(monkeypatch, fakes.imds)
+        yield Azure(fakes.compute, fakes.imds, fakes.ca, created, deleted)
 
 
 # -- the fake plays Flexible orchestration -----------------------------------------------------

@@ -347,6 +347,51 @@ def test_the_head_publishes_the_notice_and_waits_for_its_jobs_but_never_drains_o
     assert [a["EventId"] for a in imds.acks()] == [event_id]
 
 
+def test_the_head_records_the_jobs_that_held_it_before_it_acknowledges(
+    imds: FakeImds, node: Node
+) -> None:
+    """Once its jobs released the head, the watcher records them for resumption (the jobs it
+    saw holding, with the event), then acknowledges; a failed record is one line and the
+    acknowledgement goes out all the same. The resumption runs at every poll, also while the
+    metadata service does not answer (the head's Ray comes back on its own clock)."""
+    jobs = Jobs(node, ["raysubmit_abc", "run-2"], held=0.5)
+    recorded: list[tuple[list[str], str, bool]] = []
+    polls: list[float] = []
+
+    def record(holders: list[str], event_id: str) -> None:
+        acked = event_id in [a["EventId"] for a in imds.acks()]
+        recorded.append((holders, event_id, acked))
+        if len(recorded) > 1:
+            raise OSError("No space left on device")
+
+    w = Running(imds, node)
+    w.watcher.actions = Actions(
+        None, None, jobs.announce, jobs.hold_wait, record, lambda: polls.append(time.time())
+    )
+    try:
+        w.wait_for(f"watching scheduled events for {ME}")
+        first = imds.schedule("Preempt", [ME], not_before_s=30)
+        w.wait_for(f"acknowledged {first}")
+        second = imds.schedule("Preempt", [ME], not_before_s=30)
+        w.wait_for(f"acknowledged {second}")
+        imds.stop()  # the metadata service away: the resumption goes on
+        counted = len(polls)
+        w.wait_for("metadata service unusable")
+        deadline = time.monotonic() + 30
+        while len(polls) < counted + 2:
+            assert time.monotonic() < deadline, polls
+            time.sleep(0.1)
+    finally:
+        w.close()
+    assert recorded == [
+        (["raysubmit_abc", "run-2"], first, False), (["raysubmit_abc", "run-2"], second, False)
+    ]  # fmt: skip
+    assert any(
+        ln == "recording the jobs for resumption failed (No space left on device)" for ln in w.lines
+    ), w.lines
+    assert [a["EventId"] for a in imds.acks()] == [first, second]
+
+
 def test_a_notice_that_cannot_be_published_still_drains_and_stops(
     imds: FakeImds, node: Node
 ) -> None:

@@ -16,17 +16,25 @@ from pathlib import Path
 import pytest
 
 from driver.localray import LocalRay
+from driver.settings import RESULTS_ENV
+from nodekit.node import scheduled_events
 from nodekit.node.scheduled_events import Resumer, real_resumer
 from support import run_driver
 
 JOB = """\
-import pathlib, sys, time
+import os, pathlib, sys, time
 import helper, sibling
 print("ARGS", sys.argv[1:], helper.NAME, sibling.NAME, flush=True)
+print("WRITES", os.environ["RAYDRIVER_RESULTS_DIR"], flush=True)
 if "--resume" not in sys.argv:
     while not pathlib.Path(sys.argv[2]).exists():
         time.sleep(0.2)
 """
+
+
+def test_the_results_folders_variable_is_the_drivers() -> None:
+    """The watcher's copy (it has only the standard library) of the variable `submit` sets."""
+    assert scheduled_events.RESULTS_ENV == RESULTS_ENV
 
 
 def _job(tmp_path: Path) -> Path:
@@ -129,6 +137,11 @@ def test_a_recorded_job_is_resubmitted_once_after_the_heads_ray_starts_again(
             in r.stdout
         ), r.stdout
         assert _status(home, "held-resumed") == "SUCCEEDED"
+        # Its own results folder next to the job's, as `submit` gives it (--resume finds the
+        # job's there).
+        wrote = saved["runtime_env"]["env_vars"][RESULTS_ENV]
+        assert wrote.endswith("/held")
+        assert f"WRITES {wrote}-resumed\n" in r.stdout, r.stdout
 
         # Deleted before a crash could: submitted already, never twice.
         record.write_text(json.dumps(saved))

@@ -317,8 +317,10 @@ TOO_LITTLE = re.compile(
 def test_a_notice_for_the_jobs_node_publishes_a_checkpoint_under_a_hold(
     env: Blob, cluster: tuple[str, str], tmp_path: Path
 ) -> None:
-    """While CartPole runs: a notice with two minutes to go (held, saved, published, released),
-    then one whose deadline has passed (nothing saved; the store keeps the first checkpoint).
+    """While CartPole runs: a notice with two minutes to go (held, saved, published, released;
+    the job's own node: no update more until the event's time, after which, the node still
+    there, training goes on), then one whose deadline has passed (nothing saved; the store keeps
+    the first checkpoint).
     The test reads the store while the job's process is stopped (SIGSTOP), so what it reads is
     what the line spoke of."""
     gcs, node = cluster
@@ -357,7 +359,11 @@ def test_a_notice_for_the_jobs_node_publishes_a_checkpoint_under_a_hold(
     out = "\n".join(lines)
     assert code == 0, out[-4000:]
     notice_lines = [x for x in lines if x.startswith("notice: ")]
-    assert len(notice_lines) == 2, out[-6000:]
+    assert len(notice_lines) == 3, out[-6000:]
+    assert notice_lines[1].endswith(
+        f"(event {ample}): the node is still in Ray 0 s after the event's time: training goes "
+        "on with it"
+    ), notice_lines
     # The first notice: published, and latest.json names its iteration.
     published = seen["published"]
     iteration = int(published["iteration"])

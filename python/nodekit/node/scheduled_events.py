@@ -90,6 +90,10 @@ ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
 """Ray's job states after which a job is not resumed."""
 RESUME_RETRY_S = 30.0
 """How long a record that failed to submit waits before the next try."""
+RESULTS_ENV = "RAYDRIVER_RESULTS_DIR"
+"""Where ``python -m driver submit`` tells a job to write, ``<results root>/<submission id>``
+(driver/settings.py's; tests/unit/test_head_resume.py holds the copies equal): a resumed job
+writes next to it, under its own id, as one submitted by hand would."""
 SUBMISSION_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$")
 """A holder that can name a record file (a job's hold is named by its submission id)."""
 
@@ -346,6 +350,17 @@ def _packages(runtime_env: dict[str, Any]) -> list[str]:
     return [u for u in uris if isinstance(u, str) and u.startswith("gcs://")]
 
 
+def _resumed_env(runtime_env: dict[str, Any], sid: str, new_id: str) -> dict[str, Any]:
+    """The runtime environment with the job's results folder (:data:`RESULTS_ENV`) moved from
+    ``.../SID`` to ``.../NEW_ID``; any other, as it was."""
+    env_vars = dict(runtime_env.get("env_vars") or {})
+    where = str(env_vars.get(RESULTS_ENV) or "").rstrip("/")
+    if os.path.basename(where) != sid:
+        return runtime_env
+    env_vars[RESULTS_ENV] = os.path.join(os.path.dirname(where), new_id)
+    return {**runtime_env, "env_vars": env_vars}
+
+
 @dataclass
 class Resumer:
     """The head's jobs that held it for a notice, recorded on its disk and submitted again once
@@ -464,7 +479,7 @@ class Resumer:
         request = {
             "entrypoint": f"{record['entrypoint']} --resume {shlex.quote(sid)}",
             "submission_id": new_id,
-            "runtime_env": record["runtime_env"],
+            "runtime_env": _resumed_env(record["runtime_env"], sid, new_id),
             "metadata": record["metadata"],
         }
         status, body = self.jobs.call("POST", "/api/jobs/", json.dumps(request).encode())

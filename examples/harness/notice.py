@@ -14,6 +14,10 @@ node, before it stops Ray and lets Azure go ahead. In the KV, namespace :data:`K
     ``{"holder", "since"}``: written by a job when it starts checkpointing because of the
     node's notice, deleted once the checkpoint is published or the job gives up. HOLDER is
     the job's submission id, else its driver's pid.
+``released/<NODE_ID_HEX>/<HOLDER>``
+    ``{"holder", "released"}``: written just before the hold is deleted, never deleted, so
+    that the watcher knows which jobs held the node even when a quick one held and released
+    it before the watcher looked (the head's records those jobs for resumption).
 
 :class:`Watch` reads the notices for the nodes that hold this algorithm's learning state (the
 job's own process's node and each learner actor's) and holds and releases them;
@@ -48,6 +52,7 @@ from harness.store import Uploader
 KV_NAMESPACE = "raycluster"
 NOTICE_PREFIX = "notice/"
 HOLD_PREFIX = "hold/"
+RELEASED_PREFIX = "released/"
 SAFETY_S = 5.0
 """The watcher stops waiting for holds this long before the event's ``not_before``: the job's
 deadline is ``not_before - SAFETY_S``."""
@@ -196,8 +201,11 @@ class Watch:
         _internal_kv_put(self.hold_key(notice), value, overwrite=True, namespace=KV_NAMESPACE)
 
     def release(self, notice: Notice) -> None:
-        from ray.experimental.internal_kv import _internal_kv_del
+        from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_put
 
+        value = json.dumps({"holder": self.holder, "released": round(time.time(), 3)})
+        key = f"{RELEASED_PREFIX}{notice.node_id}/{self.holder}"
+        _internal_kv_put(key, value, overwrite=True, namespace=KV_NAMESPACE)
         _internal_kv_del(self.hold_key(notice), namespace=KV_NAMESPACE)
 
 

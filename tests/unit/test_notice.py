@@ -37,12 +37,13 @@ def test_the_kv_constants_are_the_node_watchers() -> None:
     not have nodekit): held equal here."""
     from nodekit.node import scheduled_events as node
 
-    assert (node.KV_NAMESPACE, node.NOTICE_PREFIX, node.HOLD_PREFIX, node.SAFETY_S) == (
-        notice.KV_NAMESPACE,
-        notice.NOTICE_PREFIX,
-        notice.HOLD_PREFIX,
+    assert (
+        node.KV_NAMESPACE, node.NOTICE_PREFIX, node.HOLD_PREFIX, node.RELEASED_PREFIX,
+        node.SAFETY_S,
+    ) == (
+        notice.KV_NAMESPACE, notice.NOTICE_PREFIX, notice.HOLD_PREFIX, notice.RELEASED_PREFIX,
         notice.SAFETY_S,
-    )
+    )  # fmt: skip
     assert (notice.KV_NAMESPACE, notice.NOTICE_PREFIX, notice.HOLD_PREFIX) == (
         "raycluster",
         "notice/",
@@ -141,7 +142,7 @@ def cluster(ray_cluster: tuple[str, str]) -> Iterator[tuple[str, str]]:
 def _clear() -> None:
     from ray.experimental.internal_kv import _internal_kv_del
 
-    for prefix in (notice.NOTICE_PREFIX, notice.HOLD_PREFIX):
+    for prefix in (notice.NOTICE_PREFIX, notice.HOLD_PREFIX, notice.RELEASED_PREFIX):
         _internal_kv_del(prefix, del_by_prefix=True, namespace=notice.KV_NAMESPACE)
 
 

@@ -421,7 +421,12 @@ def test_the_real_notice_and_holds_go_through_rays_key_value_store(tmp_path: Pat
     import ray
     from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_put
 
-    from nodekit.node.scheduled_events import HOLD_PREFIX, KV_NAMESPACE, real_actions
+    from nodekit.node.scheduled_events import (
+        HOLD_PREFIX,
+        KV_NAMESPACE,
+        RELEASED_PREFIX,
+        real_actions,
+    )
 
     environ = dict(os.environ)
     ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR")
@@ -443,10 +448,11 @@ def test_the_real_notice_and_holds_go_through_rays_key_value_store(tmp_path: Pat
 
         hold = f"{HOLD_PREFIX}{me}/raysubmit_1"
 
-        def job() -> None:
+        def job() -> None:  # as examples/harness/notice.py's Watch holds and releases
             time.sleep(1.0)
             _internal_kv_put(hold, b"{}", namespace=KV_NAMESPACE)
             time.sleep(2.0)
+            _internal_kv_put(f"{RELEASED_PREFIX}{me}/raysubmit_1", b"{}", namespace=KV_NAMESPACE)
             _internal_kv_del(hold, namespace=KV_NAMESPACE)
 
         holder = threading.Thread(target=job)
@@ -456,6 +462,10 @@ def test_the_real_notice_and_holds_go_through_rays_key_value_store(tmp_path: Pat
         took = time.monotonic() - started
         holder.join()
         assert took >= 3.0  # until the hold went, not the window's end
+        started = time.monotonic()
+        assert actions.hold_wait(me, 1.0, 60.0) == (["raysubmit_1"], [])
+        assert time.monotonic() - started < 1.0  # released before the wait: seen, not waited for
+        _internal_kv_del(f"{RELEASED_PREFIX}{me}/", del_by_prefix=True, namespace=KV_NAMESPACE)
         started = time.monotonic()
         assert actions.hold_wait(me, 1.0, 60.0) == ([], [])
         assert time.monotonic() - started >= 1.0

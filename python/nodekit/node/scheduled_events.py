@@ -83,6 +83,9 @@ KV_NAMESPACE = "raycluster"
 writes it too; tests/unit/test_notice.py holds the copies equal)."""
 NOTICE_PREFIX = "notice/"
 HOLD_PREFIX = "hold/"
+RELEASED_PREFIX = "released/"
+"""``released/NODE_ID/HOLDER``: a hold's trace, written by the job as it deletes the hold; a
+job that held and released the node before the watcher looked still counts as seen."""
 RESUMED_SUFFIX = "-resumed"
 """A resumed job's submission id: the recorded job's with this appended (Ray's Jobs API refuses
 a second job of one id, so a record is never submitted twice)."""
@@ -368,8 +371,8 @@ class Resumer:
 
     folder: Path
     jobs: JobsApi
-    package: Callable[[str], str]
-    """``package(uri)``: a ``gcs://`` package's bytes, base64, from the head's GCS."""
+    packages: Callable[[list[str]], dict[str, str]]
+    """``packages(uris)``: each ``gcs://`` package's bytes, base64, from the head's GCS."""
     log: Log = _log
     retry_s: float = RESUME_RETRY_S
     _next: dict[str, float] = field(default_factory=dict)
@@ -402,6 +405,7 @@ class Resumer:
             self.log(f"job {submission_id} has ended ({job['status']}): nothing recorded")
             return
         runtime_env = dict(job.get("runtime_env") or {})
+        uris = _packages(runtime_env)
         record = {
             "submission_id": submission_id,
             "entrypoint": str(job["entrypoint"]),
@@ -409,7 +413,7 @@ class Resumer:
             "metadata": job.get("metadata") or {},
             "event_id": event_id,
             "recorded": round(time.time(), 3),
-            "packages": {uri: self.package(uri) for uri in _packages(runtime_env)},
+            "packages": self.packages(uris) if uris else {},
         }
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         final = self.path(submission_id)
@@ -522,30 +526,36 @@ _HOLDS = (
     "import json, sys, time\n"
     "from ray._raylet import GcsClient\n"
     "gcs = GcsClient(address=sys.argv[1])\n"
-    "ns, prefix = sys.argv[2].encode(), sys.argv[3].encode()\n"
+    "ns, prefix, gone = sys.argv[2].encode(), sys.argv[3].encode(), sys.argv[6].encode()\n"
     "window, left, start, seen = float(sys.argv[4]), float(sys.argv[5]), time.monotonic(), []\n"
     "while True:\n"
     "    keys = gcs.internal_kv_keys(prefix, ns, timeout=10)\n"
     "    held = sorted(k[len(prefix):].decode() for k in keys)\n"
-    "    seen += [h for h in held if h not in seen]\n"
+    "    released = gcs.internal_kv_keys(gone, ns, timeout=10)\n"
+    "    for h in held + sorted(k[len(gone):].decode() for k in released):\n"
+    "        seen += [h] if h not in seen else []\n"
     "    waited = time.monotonic() - start\n"
     "    if (not seen and waited >= window) or (seen and not held) or waited >= left:\n"
     "        break\n"
     "    time.sleep(0.25)\n"
     "print(json.dumps({'seen': seen, 'holding': held}))\n"
 )
-"""Waits as :attr:`Actions.hold_wait` says: argv 1-5: GCS, namespace, prefix, window, left."""
-_PACKAGE = (
-    "import base64, sys\n"
+"""Waits as :attr:`Actions.hold_wait` says: argv 1-6: GCS, namespace, the holds' prefix,
+window, left, the released holds' prefix."""
+_PACKAGES = (
+    "import base64, json, sys\n"
     "from ray._raylet import GcsClient\n"
-    "gcs = GcsClient(address=sys.argv[1])\n"
-    "data = gcs.internal_kv_get(sys.argv[2].encode(), None, timeout=30)\n"
-    "if data is None:\n"
-    "    sys.exit(f'error: {sys.argv[2]} is not in the GCS')\n"
-    "print(base64.b64encode(data).decode())\n"
+    "gcs, found = GcsClient(address=sys.argv[1]), {}\n"
+    "for uri in sys.argv[2:]:\n"
+    "    data = gcs.internal_kv_get(uri.encode(), None, timeout=30)\n"
+    "    if data is None:\n"
+    "        sys.exit(f'error: {uri} is not in the GCS')\n"
+    "    found[uri] = base64.b64encode(data).decode()\n"
+    "print(json.dumps(found))\n"
 )
-"""A runtime environment's package (argv[2], its ``gcs://`` URI) from the GCS at argv[1], base64
-(where Ray's job agent reads it: the default namespace)."""
+"""A runtime environment's packages (argv[2:], their ``gcs://`` URIs) from the GCS at argv[1],
+base64, as one JSON object (where Ray's job agent reads them: the default namespace). One child
+for all: each costs seconds of the notice on a busy head."""
 
 
 def _child(
@@ -615,6 +625,7 @@ def real_actions(
     def hold_wait(node_id: str, window: float, left: float) -> tuple[list[str], list[str]]:
         _, gcs, child_env = ray_env()
         args = [gcs, KV_NAMESPACE, f"{HOLD_PREFIX}{node_id}/", str(window), str(left)]
+        args.append(f"{RELEASED_PREFIX}{node_id}/")
         # Once: the wait is bounded by the notice's end, which a second try would overrun.
         answer = json.loads(_child(python, _HOLDS, args, child_env, left + 60, tries=1))
         return list(answer["seen"]), list(answer["holding"])
@@ -659,12 +670,13 @@ def real_resumer(venv: str, node_env: str, folder: str, jobs_url: str, token: st
     """The head's :class:`Resumer`: packages read from its GCS with the node's Ray settings."""
     python = os.path.join(venv, "bin", "python")
 
-    def package(uri: str) -> str:
+    def packages(uris: list[str]) -> dict[str, str]:
         env = read_env(node_env)
         gcs = f"{env['RAY_HEAD_IP']}:{env.get('RAY_GCS_PORT', '6379')}"
-        return _child(python, _PACKAGE, [gcs, uri], {**os.environ, **env, "RAY_ADDRESS": gcs}, 60)
+        child_env = {**os.environ, **env, "RAY_ADDRESS": gcs}
+        return dict(json.loads(_child(python, _PACKAGES, [gcs, *uris], child_env, 60)))
 
-    return Resumer(Path(folder), JobsApi(jobs_url, token), package)
+    return Resumer(Path(folder), JobsApi(jobs_url, token), packages)
 
 
 def read_env(path: str) -> dict[str, str]:

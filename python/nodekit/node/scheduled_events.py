@@ -406,14 +406,15 @@ class Resumer:
             return
         runtime_env = dict(job.get("runtime_env") or {})
         uris = _packages(runtime_env)
-        record = {
+        packages = self.packages(uris) if uris else {}
+        record: dict[str, Any] = {
             "submission_id": submission_id,
             "entrypoint": str(job["entrypoint"]),
             "runtime_env": runtime_env,
             "metadata": job.get("metadata") or {},
             "event_id": event_id,
             "recorded": round(time.time(), 3),
-            "packages": self.packages(uris) if uris else {},
+            "packages": packages,
         }
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         final = self.path(submission_id)
@@ -425,9 +426,9 @@ class Resumer:
             f.flush()
             os.fsync(f.fileno())
         os.replace(partial, final)
-        size = sum(len(p) * 3 // 4 for p in record["packages"].values())
+        size = sum(len(p) * 3 // 4 for p in packages.values())
         self.log(
-            f"recorded job {submission_id} in {final} ({len(record['packages'])} packages, "
+            f"recorded job {submission_id} in {final} ({len(packages)} packages, "
             f"{size} bytes): resubmitted as {submission_id}{RESUMED_SUFFIX} when Ray is back"
         )
 

@@ -288,6 +288,10 @@ def _train(
                         algo, acted = learning.algo, watch.acted
                         watch = Watch.for_algorithm(algo)
                         watch.acted |= acted
+                    elif notice.node_id == here:
+                        # This process's node (the head): no update more until the event's time
+                        # (lost with it); its watcher resubmits the job with --resume.
+                        wait_gone(notice, grace=0.0)
                     continue  # this iteration's checkpoint is saved (the final one follows)
             if reason is None and args.checkpoint_every and it % args.checkpoint_every == 0:
                 checkpoint = save_checkpoint(algo, run_dir, state())

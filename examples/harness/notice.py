@@ -14,16 +14,21 @@ node, before it stops Ray and lets Azure go ahead. In the KV, namespace :data:`K
     ``{"holder", "since"}``: written by a job when it starts checkpointing because of the
     node's notice, deleted once the checkpoint is published or the job gives up. HOLDER is
     the job's submission id, else its driver's pid.
+``released/<NODE_ID_HEX>/<HOLDER>``
+    ``{"holder", "released"}``: written just before the hold is deleted, never deleted, so
+    that the watcher knows which jobs held the node even when a quick one held and released
+    it before the watcher looked (the head's records those jobs for resumption).
 
 :class:`Watch` reads the notices for the nodes that hold this algorithm's learning state (the
 job's own process's node and each learner actor's) and holds and releases them;
 :func:`act` is what the training loop does with a notice: hold, save a checkpoint at once, hand
 it to the results store's uploader, wait until it is published (its ``latest.json`` pointer
 written, which comes after every one of its files) or the deadline, release, and say so in one
-line; :func:`wait_gone` is what it does next when the node is a learner actor's (not its own
-process's): it trains no further on that learner, whose updates would be lost with it, and waits
+line; :func:`wait_gone` is what it does next: when the node is a learner actor's (not its own
+process's), it trains no further on that learner, whose updates would be lost with it, and waits
 for the node to leave Ray, so that the algorithm is rebuilt from the checkpoint elsewhere
-(harness/loop.py).
+(harness/loop.py); when it is its own process's (the head), it trains no further until the
+event's time, and goes with the head (whose watcher submits it again with ``--resume``).
 
 The node side writes the same constants (its copy: the nodes' watcher has only the standard
 library); tests/unit/test_notice.py holds the two copies equal.
@@ -47,6 +52,7 @@ from harness.store import Uploader
 KV_NAMESPACE = "raycluster"
 NOTICE_PREFIX = "notice/"
 HOLD_PREFIX = "hold/"
+RELEASED_PREFIX = "released/"
 SAFETY_S = 5.0
 """The watcher stops waiting for holds this long before the event's ``not_before``: the job's
 deadline is ``not_before - SAFETY_S``."""
@@ -195,8 +201,11 @@ class Watch:
         _internal_kv_put(self.hold_key(notice), value, overwrite=True, namespace=KV_NAMESPACE)
 
     def release(self, notice: Notice) -> None:
-        from ray.experimental.internal_kv import _internal_kv_del
+        from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_put
 
+        value = json.dumps({"holder": self.holder, "released": round(time.time(), 3)})
+        key = f"{RELEASED_PREFIX}{notice.node_id}/{self.holder}"
+        _internal_kv_put(key, value, overwrite=True, namespace=KV_NAMESPACE)
         _internal_kv_del(self.hold_key(notice), namespace=KV_NAMESPACE)
 
 
@@ -218,12 +227,15 @@ def wait_gone(
     log: Log = _say,
     alive: Callable[[str], bool] = _alive,
     every: float = 1.0,
+    grace: float | None = None,
 ) -> bool:
     """Wait until the notice's node has left Ray (its watcher stops Ray once the jobs released
-    the node; Azure then takes the VM), at most until :data:`GONE_WAIT_S` past the event's
-    ``not_before``: True once it is gone, False (and one line) if it is still there. A node
-    table that cannot be read counts as the node still there."""
-    until = max(notice.not_before, time.time()) + GONE_WAIT_S
+    the node; Azure then takes the VM), at most until ``grace`` (:data:`GONE_WAIT_S` unless
+    given) past the event's ``not_before``: True once it is gone, False (and one line) if it is
+    still there. A node table that cannot be read counts as the node still there. For the
+    job's own node (the head) it never returns True: the job goes with it."""
+    grace = GONE_WAIT_S if grace is None else grace
+    until = max(notice.not_before, time.time()) + grace
     while True:
         try:
             if not alive(notice.node_id):
@@ -232,7 +244,7 @@ def wait_gone(
             log(f"notice: reading Ray's nodes failed: {e}")
         if time.time() >= until:
             log(
-                f"notice: {notice.describe()}: the node is still in Ray {GONE_WAIT_S:.0f} s "
+                f"notice: {notice.describe()}: the node is still in Ray {grace:.0f} s "
                 f"after the event's time: training goes on with it"
             )
             return False

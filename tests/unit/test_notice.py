@@ -37,12 +37,13 @@ def test_the_kv_constants_are_the_node_watchers() -> None:
     not have nodekit): held equal here."""
     from nodekit.node import scheduled_events as node
 
-    assert (node.KV_NAMESPACE, node.NOTICE_PREFIX, node.HOLD_PREFIX, node.SAFETY_S) == (
-        notice.KV_NAMESPACE,
-        notice.NOTICE_PREFIX,
-        notice.HOLD_PREFIX,
+    assert (
+        node.KV_NAMESPACE, node.NOTICE_PREFIX, node.HOLD_PREFIX, node.RELEASED_PREFIX,
+        node.SAFETY_S,
+    ) == (
+        notice.KV_NAMESPACE, notice.NOTICE_PREFIX, notice.HOLD_PREFIX, notice.RELEASED_PREFIX,
         notice.SAFETY_S,
-    )
+    )  # fmt: skip
     assert (notice.KV_NAMESPACE, notice.NOTICE_PREFIX, notice.HOLD_PREFIX) == (
         "raycluster",
         "notice/",
@@ -141,7 +142,7 @@ def cluster(ray_cluster: tuple[str, str]) -> Iterator[tuple[str, str]]:
 def _clear() -> None:
     from ray.experimental.internal_kv import _internal_kv_del
 
-    for prefix in (notice.NOTICE_PREFIX, notice.HOLD_PREFIX):
+    for prefix in (notice.NOTICE_PREFIX, notice.HOLD_PREFIX, notice.RELEASED_PREFIX):
         _internal_kv_del(prefix, del_by_prefix=True, namespace=notice.KV_NAMESPACE)
 
 
@@ -317,8 +318,10 @@ TOO_LITTLE = re.compile(
 def test_a_notice_for_the_jobs_node_publishes_a_checkpoint_under_a_hold(
     env: Blob, cluster: tuple[str, str], tmp_path: Path
 ) -> None:
-    """While CartPole runs: a notice with two minutes to go (held, saved, published, released),
-    then one whose deadline has passed (nothing saved; the store keeps the first checkpoint).
+    """While CartPole runs: a notice with two minutes to go (held, saved, published, released;
+    the job's own node: no update more until the event's time, after which, the node still
+    there, training goes on), then one whose deadline has passed (nothing saved; the store keeps
+    the first checkpoint).
     The test reads the store while the job's process is stopped (SIGSTOP), so what it reads is
     what the line spoke of."""
     gcs, node = cluster
@@ -357,7 +360,11 @@ def test_a_notice_for_the_jobs_node_publishes_a_checkpoint_under_a_hold(
     out = "\n".join(lines)
     assert code == 0, out[-4000:]
     notice_lines = [x for x in lines if x.startswith("notice: ")]
-    assert len(notice_lines) == 2, out[-6000:]
+    assert len(notice_lines) == 3, out[-6000:]
+    assert notice_lines[1].endswith(
+        f"(event {ample}): the node is still in Ray 0 s after the event's time: training goes "
+        "on with it"
+    ), notice_lines
     # The first notice: published, and latest.json names its iteration.
     published = seen["published"]
     iteration = int(published["iteration"])
@@ -403,11 +410,17 @@ def test_without_a_store_the_notice_checkpoint_is_saved_locally_and_said_not_dur
         k: v for k, v in os.environ.items() if k not in (blobsync.URL_ENV, blobsync.CLIENT_ID_ENV)
     }
     run_dir = tmp_path / "local-run"
+    # 30 s: saving to the disk takes a second or two, and the job trains no further on its own
+    # node until the event's time (it is still there then: training goes on).
     code, lines = _train(
-        gcs, run_dir, environment, lambda: put_notice(node, event, time.time() + 120)
+        gcs, run_dir, environment, lambda: put_notice(node, event, time.time() + 30)
     )
     assert code == 0, "\n".join(lines)[-4000:]
-    [line] = [x for x in lines if x.startswith("notice: ")]
+    [line, still] = [x for x in lines if x.startswith("notice: ")]
+    assert still.endswith(
+        f"(event {event}): the node is still in Ray 0 s after the event's time: training goes on "
+        "with it"
+    ), still
     found = re.match(
         rf"^notice: Azure Preempt for 10\.0\.0\.5 \(event {event}\): checkpoint at iteration "
         rf"(\d+) saved in \d+\.\d s to {re.escape(str(run_dir / 'checkpoint'))}, \d+\.\d s "

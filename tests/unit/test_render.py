@@ -419,13 +419,22 @@ def test_nodes_check_their_python_and_join_at_the_minor_level() -> None:
 @pytest.mark.parametrize("role", ["head", "worker"])
 def test_every_node_carries_the_scheduled_events_watcher_in_its_role(role: str) -> None:
     """Workers drain and stop on a notice; the head only publishes it for its jobs and waits
-    for them (``--role head``): both run the tested module, byte for byte."""
+    for them (``--role head``) and records them to submit them again (``--resume-dir``): both
+    run the tested module, without its docstrings and comments (room in the custom data)."""
     files = _files((RENDERED / f"{role}.yaml").read_text())
     source = (REPO / "python" / "nodekit" / "node" / "scheduled_events.py").read_text()
-    assert files[render.SCHEDULED_EVENTS_PATH] == source
+    assert files[render.SCHEDULED_EVENTS_PATH] == render.compact_python(source)
     unit = files["/etc/systemd/system/ray-scheduled-events.service"]
     assert f"{render.SCHEDULED_EVENTS_PATH} --node-env {layout.NODE_ENV}" in unit
     assert f"--service ray-{role}.service --role {role} " in unit and "Restart=always" in unit
+    resume = (
+        f" --resume-dir {layout.RESUME_DIR} --jobs-url "
+        f"http://127.0.0.1:{layout.RAY_DASHBOARD_PORT} --token {layout.TOKEN_FILE}\n"
+    )
+    assert (resume in unit) == (role == "head"), unit
+    # The head's watcher writes its records under ProtectSystem=strict.
+    assert (f"ReadWritePaths={layout.STATE_DIR}\n" in unit) == (role == "head"), unit
+    assert layout.RESUME_DIR.startswith(f"{layout.STATE_DIR}/")
     bootstrap = files["/usr/local/sbin/ray-cluster-bootstrap"]
     assert "systemctl enable --now ray-scheduled-events.service" in bootstrap
 

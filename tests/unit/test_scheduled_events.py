@@ -348,6 +348,51 @@ def test_the_head_publishes_the_notice_and_waits_for_its_jobs_but_never_drains_o
     assert [a["EventId"] for a in imds.acks()] == [event_id]
 
 
+def test_the_head_records_the_jobs_that_held_it_before_it_acknowledges(
+    imds: FakeImds, node: Node
+) -> None:
+    """Once its jobs released the head, the watcher records them for resumption (the jobs it
+    saw holding, with the event), then acknowledges; a failed record is one line and the
+    acknowledgement goes out all the same. The resumption runs at every poll, also while the
+    metadata service does not answer (the head's Ray comes back on its own clock)."""
+    jobs = Jobs(node, ["raysubmit_abc", "run-2"], held=0.5)
+    recorded: list[tuple[list[str], str, bool]] = []
+    polls: list[float] = []
+
+    def record(holders: list[str], event_id: str) -> None:
+        acked = event_id in [a["EventId"] for a in imds.acks()]
+        recorded.append((holders, event_id, acked))
+        if len(recorded) > 1:
+            raise OSError("No space left on device")
+
+    w = Running(imds, node)
+    w.watcher.actions = Actions(
+        None, None, jobs.announce, jobs.hold_wait, record, lambda: polls.append(time.time())
+    )
+    try:
+        w.wait_for(f"watching scheduled events for {ME}")
+        first = imds.schedule("Preempt", [ME], not_before_s=30)
+        w.wait_for(f"acknowledged {first}")
+        second = imds.schedule("Preempt", [ME], not_before_s=30)
+        w.wait_for(f"acknowledged {second}")
+        imds.stop()  # the metadata service away: the resumption goes on
+        counted = len(polls)
+        w.wait_for("metadata service unusable")
+        deadline = time.monotonic() + 30
+        while len(polls) < counted + 2:
+            assert time.monotonic() < deadline, polls
+            time.sleep(0.1)
+    finally:
+        w.close()
+    assert recorded == [
+        (["raysubmit_abc", "run-2"], first, False), (["raysubmit_abc", "run-2"], second, False)
+    ]  # fmt: skip
+    assert any(
+        ln == "recording the jobs for resumption failed (No space left on device)" for ln in w.lines
+    ), w.lines
+    assert [a["EventId"] for a in imds.acks()] == [first, second]
+
+
 def test_a_notice_that_cannot_be_published_still_drains_and_stops(
     imds: FakeImds, node: Node
 ) -> None:
@@ -371,7 +416,12 @@ def test_the_real_notice_and_holds_go_through_rays_key_value_store(tmp_path: Pat
     import ray
     from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_put
 
-    from nodekit.node.scheduled_events import HOLD_PREFIX, KV_NAMESPACE, real_actions
+    from nodekit.node.scheduled_events import (
+        HOLD_PREFIX,
+        KV_NAMESPACE,
+        RELEASED_PREFIX,
+        real_actions,
+    )
 
     environ = dict(os.environ)
     ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR")
@@ -393,10 +443,11 @@ def test_the_real_notice_and_holds_go_through_rays_key_value_store(tmp_path: Pat
 
         hold = f"{HOLD_PREFIX}{me}/raysubmit_1"
 
-        def job() -> None:
+        def job() -> None:  # as examples/harness/notice.py's Watch holds and releases
             time.sleep(1.0)
             _internal_kv_put(hold, b"{}", namespace=KV_NAMESPACE)
             time.sleep(2.0)
+            _internal_kv_put(f"{RELEASED_PREFIX}{me}/raysubmit_1", b"{}", namespace=KV_NAMESPACE)
             _internal_kv_del(hold, namespace=KV_NAMESPACE)
 
         holder = threading.Thread(target=job)
@@ -406,6 +457,10 @@ def test_the_real_notice_and_holds_go_through_rays_key_value_store(tmp_path: Pat
         took = time.monotonic() - started
         holder.join()
         assert took >= 3.0  # until the hold went, not the window's end
+        started = time.monotonic()
+        assert actions.hold_wait(me, 1.0, 60.0) == (["raysubmit_1"], [])
+        assert time.monotonic() - started < 1.0  # released before the wait: seen, not waited for
+        _internal_kv_del(f"{RELEASED_PREFIX}{me}/", del_by_prefix=True, namespace=KV_NAMESPACE)
         started = time.monotonic()
         assert actions.hold_wait(me, 1.0, 60.0) == ([], [])
         assert time.monotonic() - started >= 1.0

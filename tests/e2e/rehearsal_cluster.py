@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,17 +47,27 @@ class RehearsalCluster:
         return f"{self.admin_user}@{self.head_ip}"
 
     def ssh(self, host: str, command: str, timeout: float = 300) -> tuple[int, str, str]:
-        """Run ``command`` in a login shell on ``host`` as the admin user."""
-        client = paramiko.SSHClient()
-        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # test hosts, fresh keys
-        client.connect(
-            host,
-            username=self.admin_user,
-            key_filename=str(self.ssh_key),
-            timeout=15,
-            allow_agent=False,
-            look_for_keys=False,
-        )
+        """Run ``command`` in a login shell on ``host`` as the admin user. A connection the
+        node closes before it is made (seen once at a load of 15, in the key exchange) is tried
+        again, twice at most; the command itself runs once."""
+        for attempt in range(3):
+            client = paramiko.SSHClient()
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())  # test hosts, fresh keys
+            try:
+                client.connect(
+                    host,
+                    username=self.admin_user,
+                    key_filename=str(self.ssh_key),
+                    timeout=15,
+                    allow_agent=False,
+                    look_for_keys=False,
+                )
+                break
+            except (EOFError, paramiko.SSHException, ConnectionError):
+                client.close()
+                if attempt == 2:
+                    raise
+                time.sleep(2)
         try:
             _, out, err = client.exec_command(f"bash -lc {_quote(command)}", timeout=timeout)
             code = out.channel.recv_exit_status()

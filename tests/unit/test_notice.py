@@ -415,10 +415,12 @@ def test_without_a_store_the_notice_checkpoint_is_saved_locally_and_said_not_dur
         k: v for k, v in os.environ.items() if k not in (blobsync.URL_ENV, blobsync.CLIENT_ID_ENV)
     }
     run_dir = tmp_path / "local-run"
-    # 30 s: saving to the disk takes a second or two, and the job trains no further on its own
-    # node until the event's time (it is still there then: training goes on).
+    # AMPLE_S, from the job's start: it builds its algorithm first (over 25 s at a load of 15:
+    # a 30 s notice had passed before its first iteration), saving to the disk takes a second or
+    # two, and the job trains no further on its own node until the event's time (it is still
+    # there then: training goes on).
     code, lines = _train(
-        gcs, run_dir, environment, lambda: put_notice(node, event, time.time() + 30)
+        gcs, run_dir, environment, lambda: put_notice(node, event, time.time() + AMPLE_S)
     )
     assert code == 0, "\n".join(lines)[-4000:]
     [line, still] = [x for x in lines if x.startswith("notice: ")]

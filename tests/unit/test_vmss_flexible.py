@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from compute_support import loopback_azure, use_managed_identity
 from nodekit.node import azure_vmss_provider as vp
 from nodekit.rehearsal.standins.azure_compute import (
     MIX_FILE,
@@ -26,13 +25,13 @@ from nodekit.rehearsal.standins.azure_compute import (
 from vmss_support import (
     AUTOSCALER,
     GROUP,
-    NODES,
     SCALE_SET_ID,
     SUB,
     Azure,
     Drains,
     autoscaler_round,
     deploy_values,
+    head_azure,
     pool,
 )
 
@@ -47,8 +46,6 @@ VM_NAME = re.compile(rf"^{FLEX}_[0-9a-f]{{8}}$")
 
 @pytest.fixture
 def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Azure]:
-    created: list[dict[str, Any]] = []
-    deleted: list[dict[str, Any]] = []
     mix = {"baseRegularPriorityCount": 1, "regularPriorityPercentageAboveBase": 50}
     sizes = {
         "vmSizes": ["Standard_D4s_v5", "Standard_D4as_v5"],
@@ -68,17 +65,8 @@ def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Azure]:
             **flexible,
         ),
     ]  # fmt: skip
-    with loopback_azure(
-        tmp_path,
-        "ray-head",
-        {AUTOSCALER: "p-autoscaler", NODES: "p-nodes"},
-        [AUTOSCALER],
-        scale_sets,
-        on_create=created.append,
-        on_delete=deleted.append,
-    ) as fakes:
-        use_managed_identity(monkeypatch, fakes.imds)
-        yield Azure(fakes.compute, fakes.imds, fakes.ca, created, deleted)
+    with head_azure(tmp_path, monkeypatch, scale_sets) as azure:
+        yield azure
 
 
 # -- the fake plays Flexible orchestration -----------------------------------------------------

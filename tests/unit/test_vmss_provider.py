@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from compute_support import loopback_azure, use_managed_identity
 from driver import layout
 from driver.cli.jobs import refused_lines
 from driver.jobs import ClusterStatus
@@ -31,7 +30,6 @@ from nodekit.rehearsal.standins.azure_compute import (
     subnet_pool,
 )
 from vmss_support import (
-    AUTOSCALER,
     GROUP,
     HEAD_IP,
     NAME,
@@ -43,6 +41,7 @@ from vmss_support import (
     Drains,
     autoscaler_round,
     deploy_values,
+    head_azure,
     pool,
 )
 
@@ -58,8 +57,6 @@ SPOT_TYPE = "ray.worker.spot"
 
 @pytest.fixture
 def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Azure]:
-    created: list[dict[str, Any]] = []
-    deleted: list[dict[str, Any]] = []
     scale_sets = [
         scale_set_config(SUB, GROUP, NAME, subnet_pool("10.42.1.0/24", 6, 20)),
         scale_set_config(
@@ -71,17 +68,8 @@ def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Azure]:
             zone_balance=True,
         ),
     ]  # fmt: skip
-    with loopback_azure(
-        tmp_path,
-        "ray-head",
-        {AUTOSCALER: "p-autoscaler", NODES: "p-nodes"},
-        [AUTOSCALER],
-        scale_sets,
-        on_create=created.append,
-        on_delete=deleted.append,
-    ) as fakes:
-        use_managed_identity(monkeypatch, fakes.imds)
-        yield Azure(fakes.compute, fakes.imds, fakes.ca, created, deleted)
+    with head_azure(tmp_path, monkeypatch, scale_sets) as azure:
+        yield azure
 
 
 # -- the Azure calls -------------------------------------------------------------------------

@@ -5,11 +5,16 @@ values, and one round of Ray's autoscaler as StandardAutoscaler drives the provi
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from compute_support import loopback_azure, use_managed_identity
 from nodekit.node import azure_vmss_provider as vp
 from nodekit.rehearsal.standins.azure_compute import FakeCompute
 from nodekit.rehearsal.standins.azure_node import FakeImds
@@ -47,6 +52,28 @@ class Azure:
 
     def ips(self, name: str = NAME) -> dict[str, str]:
         return {i["instanceId"]: i["ip"] for i in self.compute.instances(name)}
+
+
+@contextlib.contextmanager
+def head_azure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scale_sets: list[dict[str, Any]]
+) -> Iterator[Azure]:
+    """The head's view of Azure with ``scale_sets``: the metadata service with both identities,
+    Compute that only the autoscaler's may change (each VM created and deleted recorded), and
+    azure-identity pointed at them."""
+    created: list[dict[str, Any]] = []
+    deleted: list[dict[str, Any]] = []
+    with loopback_azure(
+        tmp_path,
+        "ray-head",
+        {AUTOSCALER: "p-autoscaler", NODES: "p-nodes"},
+        [AUTOSCALER],
+        scale_sets,
+        on_create=created.append,
+        on_delete=deleted.append,
+    ) as fakes:
+        use_managed_identity(monkeypatch, fakes.imds)
+        yield Azure(fakes.compute, fakes.imds, fakes.ca, created, deleted)
 
 
 class Drains:

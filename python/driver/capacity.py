@@ -104,8 +104,43 @@ def sizing(values: Mapping[str, Any], arm: bool, region: str | None = None) -> p
         if not all(_whole(c) for c in counts):
             raise DriverError(f"{name(WORKER_POOLS)}: pool {pool_name}'s counts must be whole")
         low, default, high = (int(c) for c in counts)
-        pools.append(price.Pool(pool_name, size.strip(), spot, (low, default, high), tuple(zones)))
+        pools.append(
+            price.Pool(
+                pool_name, size.strip(), spot, (low, default, high), tuple(zones),
+                _priority_mix(pool_name, field_("priority_mix", None), spot, name),
+                _mix_sizes(pool_name, field_("instance_mix", None), size.strip(), name),
+            )
+        )  # fmt: skip
     return dataclasses.replace(base, pools=tuple(pools))
+
+
+def _priority_mix(pool_name: str, given: Any, spot: bool, name: Any) -> tuple[int, int] | None:
+    """A pool's Spot Priority Mix as (base, percent), None without one (a regular pool has
+    none: its VMs are all regular)."""
+    if given is None:
+        return None
+    where = f"{name(WORKER_POOLS)}: pool {pool_name}'s {name('priority_mix')}"
+    if not isinstance(given, Mapping):
+        raise DriverError(f"{where} must be an object")
+    values = [given.get(name(k)) for k in ("base_regular_count", "regular_percentage_above_base")]
+    base, percent = (0 if v is None else v for v in values)
+    if not all(_whole(v) and v <= 100 for v in (base, percent)):
+        raise DriverError(f"{where}: its two numbers must be whole, 0 to 100")
+    return (int(base), int(percent)) if spot else None
+
+
+def _mix_sizes(pool_name: str, given: Any, size: str, name: Any) -> tuple[str, ...]:
+    """A pool's Instance Mix sizes, () without one."""
+    if given is None:
+        return ()
+    where = f"{name(WORKER_POOLS)}: pool {pool_name}'s {name('instance_mix')}"
+    sizes = given.get(name("vm_sizes")) if isinstance(given, Mapping) else None
+    if not isinstance(sizes, list) or not all(isinstance(s, str) and s.strip() for s in sizes):
+        raise DriverError(f"{where} must list its VM sizes in {name('vm_sizes')}")
+    found = tuple(dict.fromkeys(s.strip() for s in sizes))
+    if size.lower() not in {s.lower() for s in found}:
+        raise DriverError(f"{where} must include the pool's VM size {size}")
+    return found
 
 
 def _whole(value: Any) -> bool:
@@ -233,18 +268,22 @@ def scores(answer: Any) -> dict[str, str]:
 # -- the judgement --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Row:
+    """A pool's VMs of one size and priority at the cluster's maximum size: the pool itself, or
+    with Spot Priority Mix its regular share and its Spot share, each of every size of an
+    Instance Mix (any of its VMs may be of any of them)."""
+
     pool: price.Pool
+    vm_size: str
+    spot: bool
+    count: int
+    """How many of the pool's VMs may be of this size and priority (a mix's share: its most)."""
     sku: Sku | None
     quota: str
-    """The usage this pool's vCPUs count against (its family's, or :data:`SPOT`)."""
+    """The usage these vCPUs count against (the size's family's, or :data:`SPOT`)."""
     available: str
     """What the Resource SKUs API says of the size here, in a few words."""
     score: str = ""
-    """The Spot placement score per zone ("" for a regular pool)."""
-
-    @property
-    def count(self) -> int:
-        return self.pool.counts[2]
+    """The Spot placement score per zone ("" for regular VMs)."""
 
     @property
     def vcpus(self) -> int | None:
@@ -305,49 +344,22 @@ def judge(
     notes: list[str] = []
     needs: dict[str, int] = {}
     for pool in deployment.pools:
-        sku = found_skus.get(pool.vm_size.lower())
-        who = f"{pool.name}: {pool.vm_size}"
-        quota = SPOT if pool.spot else (sku.family if sku and sku.family else "?")
-        available = "yes"
-        if sku is None:
-            available = "not offered"
-            problems.append(f"{who} is not offered in {region}")
-        elif sku.region_restriction:
-            available = f"restricted ({sku.region_restriction})"
-            problems.append(
-                f"{who} is restricted in {region} for this subscription ({sku.region_restriction})"
-            )
-        elif sku.zones and not open_zones(sku):
-            available = "restricted in every zone"
-            problems.append(f"{who} is restricted in every zone of {region} ({_reasons(sku)})")
-        elif pool.zones and (refused := _zones_refused(pool, sku)):
-            available = f"not in zone {', '.join(refused)}"
-            problems.append(
-                f"{who} is {_zone_reasons(sku, refused)} of {region}, one of the pool's zones "
-                f"({', '.join(pool.zones)})"
-            )
-        elif pool.spot and sku.spot_capable is False:
-            available = "not as Spot"
-            problems.append(f"{who} cannot run as Spot in {region} (LowPriorityCapable False)")
-        elif sku.zone_restrictions and not pool.zones:
-            available = f"not in zone {', '.join(sorted(sku.zone_restrictions))}"
-            notes.append(
-                f"{who} is restricted in zone {', '.join(sorted(sku.zone_restrictions))} of "
-                f"{region} ({_reasons(sku)}); its VMs are regional (no zones given), so Azure "
-                f"places them in zone {', '.join(open_zones(sku))}"
-            )
-        if sku is not None and sku.vcpus is None and pool.counts[2]:
-            notes.append(f"{who}: the Resource SKUs API gives no vCPUs: its quota is not checked")
-        rows.append(
-            Row(pool, sku, quota, available, (spot_scores or {}).get(pool.vm_size.lower(), ""))
-        )
-    for row in rows:
-        vcpus = row.vcpus
-        if vcpus is None or row.quota == "?":
-            continue
-        needs[row.quota] = needs.get(row.quota, 0) + vcpus
-        if not row.pool.spot:
-            needs[TOTAL] = needs.get(TOTAL, 0) + vcpus
+        for size in pool.sizes:
+            sku = found_skus.get(size.lower())
+            available, problem, said = _availability(pool, size, sku, region)
+            problems += [problem] if problem and problem not in problems else []
+            notes += [n for n in said if n not in notes]
+            for spot, count in _shares(pool):
+                quota = SPOT if spot else (sku.family if sku and sku.family else "?")
+                shown = available
+                if spot and problem is None and sku is not None and sku.spot_capable is False:
+                    # A Priority Mix's Spot share (a pool all Spot is judged so above).
+                    shown = _NOT_SPOT
+                    problems.append(_not_spot(pool, size, region))
+                score = (spot_scores or {}).get(size.lower(), "") if spot else ""
+                rows.append(Row(pool, size, spot, count, sku, quota, shown, score))
+        for spot, count in _shares(pool):
+            _need(needs, pool, spot, count, found_skus)
     quotas: list[Quota] = []
     for name, need in needs.items():
         sums = Quota(name, need, found_usages.get(name.lower()), existing)
@@ -366,6 +378,92 @@ def judge(
                 f"{have}"
             )
     return Check(region, tuple(rows), tuple(quotas), tuple(problems), tuple(notes))
+
+
+def _shares(pool: price.Pool) -> list[tuple[bool, int]]:
+    """(Spot, how many VMs at most) of the pool at its maximum: all of its priority, or with
+    Spot Priority Mix its regular share and its Spot share, each rounded the way that needs more
+    of its quota (Azure publishes no rounding: both quotas must hold either)."""
+    count = pool.counts[2]
+    if not pool.spot or pool.priority_mix is None:
+        return [(pool.spot, count)]
+    fewest, most = pool.regular(count)
+    return [(False, most), (True, count - fewest)]
+
+
+def _need(
+    needs: dict[str, int], pool: price.Pool, spot: bool, count: int, found: Mapping[str, Sku]
+) -> None:
+    """Add what ``count`` VMs of the pool of this priority need of each quota: Spot VMs the
+    Spot quota, regular ones their family's and the region's total; with Instance Mix any VM
+    may be of any of its sizes, so each family needs them all at its largest size there, and
+    each total all of them at the largest size of the mix (Azure asks for quota for every size
+    of a mix)."""
+    known = [
+        s for s in (found.get(size.lower()) for size in pool.sizes)
+        if s is not None and s.vcpus is not None and (spot or s.family)
+    ]  # fmt: skip
+    if not known:
+        return
+    largest = max(s.vcpus or 0 for s in known)
+    if spot:
+        needs[SPOT] = needs.get(SPOT, 0) + count * largest
+        return
+    for family in dict.fromkeys(s.family for s in known):
+        most = max(s.vcpus or 0 for s in known if s.family == family)
+        needs[family] = needs.get(family, 0) + count * most
+    needs[TOTAL] = needs.get(TOTAL, 0) + count * largest
+
+
+_NOT_SPOT = "not as Spot"
+
+
+def _not_spot(pool: price.Pool, size: str, region: str) -> str:
+    return f"{pool.name}: {size} cannot run as Spot in {region} (LowPriorityCapable False)"
+
+
+def _availability(
+    pool: price.Pool, size: str, sku: Sku | None, region: str
+) -> tuple[str, str | None, list[str]]:
+    """What the Resource SKUs API says of one size of the pool: (in a few words, the problem
+    or None, the notes)."""
+    who = f"{pool.name}: {size}"
+    notes = []
+    if sku is not None and sku.vcpus is None and pool.counts[2]:
+        notes.append(f"{who}: the Resource SKUs API gives no vCPUs: its quota is not checked")
+    if sku is None:
+        return "not offered", f"{who} is not offered in {region}", notes
+    if sku.region_restriction:
+        return (
+            f"restricted ({sku.region_restriction})",
+            f"{who} is restricted in {region} for this subscription ({sku.region_restriction})",
+            notes,
+        )
+    if sku.zones and not open_zones(sku):
+        return (
+            "restricted in every zone",
+            f"{who} is restricted in every zone of {region} ({_reasons(sku)})",
+            notes,
+        )
+    if pool.zones and (refused := _zones_refused(pool, sku)):
+        return (
+            f"not in zone {', '.join(refused)}",
+            f"{who} is {_zone_reasons(sku, refused)} of {region}, one of the pool's zones "
+            f"({', '.join(pool.zones)})",
+            notes,
+        )
+    if pool.spot and pool.priority_mix is None and sku.spot_capable is False:
+        return _NOT_SPOT, _not_spot(pool, size, region), notes
+    if sku.zone_restrictions and not pool.zones:
+        closed = ", ".join(sorted(sku.zone_restrictions))
+        notes.insert(
+            0,
+            f"{who} is restricted in zone {closed} of {region} ({_reasons(sku)}); its VMs are "
+            f"regional (no zones given), so Azure places them in zone "
+            f"{', '.join(open_zones(sku))}",
+        )
+        return f"not in zone {closed}", None, notes
+    return "yes", None, notes
 
 
 def _quota_label(name: str) -> str:
@@ -441,8 +539,10 @@ def ask(rm: Requester, deployment: price.Sizing, existing: bool = False) -> Chec
         raise Unchecked(e.message) from None
     spot_scores = {}
     for pool in deployment.pools:
-        if pool.spot and pool.counts[2] and pool.vm_size.lower() not in spot_scores:
-            spot_scores[pool.vm_size.lower()] = _score(rm, where, region, pool)
+        spot_count = sum(count for spot, count in _shares(pool) if spot)
+        for size in pool.sizes if spot_count else ():
+            if size.lower() not in spot_scores:
+                spot_scores[size.lower()] = _score(rm, where, region, size, spot_count)
     return judge(deployment, found_usages, found_skus, spot_scores, existing)
 
 
@@ -468,12 +568,12 @@ def _pages(rm: Requester, url: str, api_version: str | None) -> list[Any]:
     raise DriverError(f"more than {MAX_PAGES} pages: stopped following them")
 
 
-def _score(rm: Requester, where: str, region: str, pool: price.Pool) -> str:
-    """The Spot placement score of the pool's size at its maximum count, per zone, as text."""
+def _score(rm: Requester, where: str, region: str, size: str, count: int) -> str:
+    """The Spot placement score of a size at a pool's most Spot VMs, per zone, as text."""
     body = {
         "desiredLocations": [region],
-        "desiredSizes": [{"sku": pool.vm_size}],
-        "desiredCount": pool.counts[2],
+        "desiredSizes": [{"sku": size}],
+        "desiredCount": count,
         "availabilityZones": True,
     }
     url = f"{where}/locations/{region}/placementScores/spot/generate"

@@ -130,6 +130,31 @@ class Pool:
     """(minimum, default, maximum) number of VMs."""
     zones: tuple[str, ...] = ()
     """The availability zones the pool's VMs are placed in; none: regional (Azure chooses)."""
+    priority_mix: tuple[int, int] | None = None
+    """A Spot pool's Spot Priority Mix (Flexible scale sets): (regular VMs first, percent of the
+    VMs above them that are regular too); None: every VM of the pool's priority."""
+    mix_sizes: tuple[str, ...] = ()
+    """Instance Mix (Flexible scale sets): every size the pool's VMs may take, ``vm_size``
+    among them; (): ``vm_size`` only."""
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        """The sizes the pool's VMs may have."""
+        return self.mix_sizes or (self.vm_size,)
+
+    def regular(self, count: int) -> tuple[int, int]:
+        """(fewest, most) regular VMs among ``count`` VMs of the pool. Spot Priority Mix, as
+        Azure states it: the first ``base`` VMs regular, then ``percent`` % of those above them
+        (its example: base 10, 50 %, 30 VMs = 20 regular). Azure publishes no rounding of a
+        split that is not a whole number of VMs: the two bounds are both ways of rounding."""
+        if not self.spot:
+            return count, count
+        if self.priority_mix is None:
+            return 0, 0
+        base, percent = self.priority_mix
+        first = min(count, base)
+        above = (count - first) * percent
+        return first + above // 100, first + -(-above // 100)
 
 
 @dataclass(frozen=True)
@@ -142,7 +167,7 @@ class Sizing:
 
     @property
     def vm_sizes(self) -> list[str]:
-        return sorted({p.vm_size for p in self.pools}, key=str.lower)
+        return sorted({s for p in self.pools for s in p.sizes}, key=str.lower)
 
 
 def _is_expression(value: Any) -> bool:
@@ -691,5 +716,31 @@ def estimate(
     :attr:`Sizing.results_storage`)."""
     if deployment.results_storage and storage is None:
         raise ValueError("a deployment with results storage needs its prices")
-    lines = tuple(Line(p, prices.meter(p.vm_size, p.spot)) for p in deployment.pools)
+    lines = tuple(line for p in deployment.pools for line in _lines(p, prices))
     return Estimate(deployment, prices, lines, storage if deployment.results_storage else None)
+
+
+def _lines(pool: Pool, prices: PriceList) -> list[Line]:
+    """A pool's price lines: the pool, or with Spot Priority Mix its regular share and its Spot
+    share at each count (the most regular VMs a split may have: the dearer rounding), each at
+    its size's price, or with Instance Mix at the dearest of its sizes (an upper bound: which
+    sizes Azure takes is its choice). A line whose price the list lacks names that size."""
+    parts = [pool]
+    if pool.spot and pool.priority_mix is not None:
+        low, default, high = (pool.regular(n)[1] for n in pool.counts)
+        most = (low, default, high)
+        left = (pool.counts[0] - low, pool.counts[1] - default, pool.counts[2] - high)
+        parts = [
+            dataclasses.replace(pool, name=f"{pool.name} regular", spot=False, counts=most),
+            dataclasses.replace(pool, name=f"{pool.name} Spot", counts=left),
+        ]
+    lines = []
+    for part in parts:
+        meters = [(size, prices.meter(size, part.spot)) for size in pool.sizes]
+        absent = [size for size, meter in meters if meter is None]
+        if absent:
+            lines.append(Line(dataclasses.replace(part, vm_size=absent[0]), None))
+            continue
+        size, meter = max(meters, key=lambda m: m[1].price if m[1] else 0.0)
+        lines.append(Line(dataclasses.replace(part, vm_size=size), meter))
+    return lines

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +76,26 @@ class PlanSummary:
     @property
     def empty(self) -> bool:
         return not (self.add or self.change or self.destroy)
+
+
+def scale_set_warning(address: str) -> str:
+    """What ``up`` says of a worker scale set the plan deletes: a Uniform one (a cluster made
+    before Flexible became the default, or a pool whose mode changed) can be kept by pinning its
+    pool's mode; a pool removed takes its scale set with it."""
+    said = (
+        f"WARNING: this plan deletes the worker scale set {address}: its workers go (running "
+        "jobs lose them)"
+    )
+    pool = re.search(r'module\.worker_pool\["([^"]+)"\]\.(\w+)\.', address)
+    if pool is None:
+        return said
+    name, kind = pool[1], pool[2]
+    other = "Uniform" if kind == SCALE_SET_TYPES[0] else "Flexible"
+    return (
+        f"{said}; if pool {name!r} stays, it gets a new scale set: to keep this one, set its "
+        f'orchestration_mode = "{other}" (worker_pools = {{ {name} = {{ orchestration_mode = '
+        f'"{other}" }} }})'
+    )
 
 
 def _terraform_binary() -> str:

@@ -39,6 +39,14 @@ can hand in a copy of either with a difference put back):
   (modules/worker_pool, both scale set resources) evaluated by ``terraform console``; Bicep
   deployed by armeval, the scale set's ``orchestrationMode``, ``sku.name``,
   ``platformFaultDomainCount``, ``priorityMixPolicy`` and ``skuProfile``.
+- ``pool_mode <case>``: every pool's orchestration mode where the inputs leave it out (no pools:
+  the pool "workers"; pools without one) and where one pins Uniform: Terraform's
+  ``local.worker_pool_settings`` (what the worker_pool module is handed) planned by the real
+  ``terraform console`` from the stack's variables.tf and checks.tf (the variable type's optional
+  default and the default pool's included); Bicep deployed by armeval, each scale set's
+  ``orchestrationMode``.
+- ``interface_reader_role <case>``: the custom role reading network interfaces that a Flexible
+  pool in scaling mode ray needs (or none), as ``autostop_role``.
 - ``start_outputs <case>``: what the outputs ``python -m driver start`` reads (head VM, scale
   set, autoscale setting ids) name, in each case: the resource kind, or "" where there is none.
 """
@@ -115,6 +123,7 @@ AUTOSTOP_CASES = {
 TARGETS = {
     "azurerm_linux_virtual_machine.head": "head VM",
     "azurerm_linux_virtual_machine_scale_set.this": "scale set",
+    "azurerm_orchestrated_virtual_machine_scale_set.this": "scale set",
     "azurerm_monitor_autoscale_setting.this": "autoscale setting",
 }
 ARM_TARGETS = {
@@ -156,6 +165,15 @@ POOL_FLEXIBLE_CASES: dict[str, dict[str, Any]] = {
             "allocation_strategy": "CapacityOptimized",
         },
     },
+}
+# worker_pools (Terraform's names) for the pool mode facts: the mode left out, and pinned.
+POOL_MODE_CASES: dict[str, dict[str, Any]] = {
+    "no pools": {},
+    "pools leaving it out": {
+        "cpu": {"spot_enabled": True},
+        "gpu": {"vm_size": "Standard_NC4as_T4_v3"},
+    },
+    "workers pinned uniform": {"workers": {"orchestration_mode": "Uniform"}, "gpu": {}},
 }
 # A results storage account in a resource group of its own (the results stacks'), for the nodes'
 # rights on it: with it and without one.
@@ -524,6 +542,32 @@ def terraform_pool_flexible(stack: Path) -> dict[str, Any]:
     return facts
 
 
+def terraform_pool_mode(stack: Path) -> dict[str, Any]:
+    """``pool_mode <case>``: each pool's orchestration_mode in ``local.worker_pool_settings``,
+    planned by the real terraform from the stack's variables.tf and checks.tf alone (they need no
+    provider): the variable type's optional default and the default pool's both count."""
+    import shutil
+    import tempfile
+
+    from terraform_support import terraform_env
+    from validation_cases import console
+
+    facts = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name in ("variables.tf", "checks.tf"):
+            shutil.copy(stack / name, work / name)
+        init = subprocess.run(
+            ["terraform", "init", "-input=false", "-no-color"], cwd=work,
+            env=terraform_env(work), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert init.returncode == 0, init.stderr
+        for case, pools in POOL_MODE_CASES.items():
+            modes = "{ for n, p in local.worker_pool_settings : n => p.orchestration_mode }"
+            facts[f"pool_mode {case}"] = console(work, {"worker_pools": pools}, modes)
+    return facts
+
+
 def _arm_sku_profile(profile: dict[str, Any]) -> dict[str, Any]:
     """Terraform's sku_profile as ARM's skuProfile: the sizes as objects with a name."""
     return {
@@ -553,10 +597,10 @@ def terraform_outputs(stack: Path) -> dict[str, dict[str, Any]]:
 
 def _target(text: str) -> str | None:
     """The resource kind a Terraform expression names (an address of TARGETS), if one."""
-    found = [
+    found = {
         kind for address, kind in TARGETS.items() if re.search(rf"\b{re.escape(address)}\b", text)
-    ]
-    return found[0] if len(found) == 1 else None
+    }
+    return found.pop() if len(found) == 1 else None
 
 
 def _autostop_given(mode: str, minutes: int) -> dict[str, str]:
@@ -569,11 +613,12 @@ def _autostop_given(mode: str, minutes: int) -> dict[str, str]:
         "var.name_prefix": "ray",
         "data.azurerm_client_config.current.subscription_id": c.subscription_id,
         "local.resource_group_name": c.resource_group,
-        # The default pool "workers" (the one these facts are about) is a Uniform scale set:
-        # the module's counts of its two kinds of scale set read the pool's mode.
-        "each.value.orchestration_mode": "Uniform",
-        # ... and the only pool: no worker_pools (the interface reader role is for Flexible
-        # pools, which only worker_pools can ask for).
+        # The default pool "workers" (the one these facts are about) is a Flexible scale set
+        # (pool_mode no pools holds both stacks to it): the module's counts of its two kinds of
+        # scale set read the pool's mode ...
+        "each.value.orchestration_mode": "Flexible",
+        # ... and the only pool: no worker_pools (its mode also decides the interface reader
+        # role, through local.worker_pool_modes).
         "var.worker_pools": {},
     }
 
@@ -609,7 +654,8 @@ def terraform_autostop_expressions(stack: Path) -> tuple[list[str], list[str]]:
 def terraform_autostop_facts(stack: Path, keys: list[str], answers: list[Any]) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     for case in AUTOSTOP_CASES:
-        rights, role, counts = [], None, {}
+        rights, counts = [], {}
+        roles: dict[str, Any] = {}
         for key, answer in zip(keys, answers, strict=True):
             kase, kind, *rest = key.split("|")
             if kase != case:
@@ -619,12 +665,15 @@ def terraform_autostop_facts(stack: Path, keys: list[str], answers: list[Any]) -
                 named = "autostop" if "azurerm_role_definition.autostop" in source else source
                 rights.append(f"{named.strip(chr(34))} on {target}")
             elif kind == "role" and answer[0]:
-                role = {"actions": sorted(answer[1]), "not actions": answer[2],
-                        "assignable scopes": answer[3], "name": answer[4]}  # fmt: skip
+                roles[rest[0]] = {"actions": sorted(answer[1]), "not actions": answer[2],
+                                  "assignable scopes": answer[3], "name": answer[4]}  # fmt: skip
             elif kind == "count":
-                counts[rest[0]] = answer
+                # A target of two kinds (the scale set: Uniform or Flexible): how many of either.
+                counts[rest[0]] = counts.get(rest[0], 0) + answer
         facts[f"head_rights {case}"] = sorted(rights)
-        facts[f"autostop_role {case}"] = role
+        facts[f"autostop_role {case}"] = roles.pop("autostop", None)
+        facts[f"interface_reader_role {case}"] = roles.pop("interface_reader", None)
+        assert not roles, f"a role definition the facts do not know: {sorted(roles)}"
         found = {}
         for name, spec in terraform_outputs(stack).items():
             if name not in START_OUTPUTS:
@@ -733,6 +782,7 @@ def terraform_facts(stack: Path) -> dict[str, Any]:
     facts.update(terraform_head_priority(stack))
     facts.update(terraform_pool_zones(stack))
     facts.update(terraform_pool_flexible(stack))
+    facts.update(terraform_pool_mode(stack))
     facts["key_vault_name"] = _name_fact(variants, answers[len(clouds) :])
     return facts
 
@@ -789,7 +839,12 @@ def bicep_autostop_facts(text: str) -> dict[str, Any]:
     for case, (mode, minutes) in AUTOSTOP_CASES.items():
         d = deploy_template({**REQUIRED, "scalingMode": mode, "autostopIdleMinutes": minutes}, text)
         assert not d.refused, d.refused
-        roles = [r for r in d.resources if r["type"] == "Microsoft.Authorization/roleDefinitions"]
+        every = [r for r in d.resources if r["type"] == "Microsoft.Authorization/roleDefinitions"]
+        kinds = {"Ray cluster autostop ": "autostop", "Ray cluster interface reader ": "reader"}
+        by_kind = {k: [r for r in every if r["properties"]["roleName"].startswith(prefix)]
+                   for prefix, k in kinds.items()}  # fmt: skip
+        assert sum(map(len, by_kind.values())) == len(every), "a role the facts do not know"
+        roles = by_kind["autostop"]
         role_names = {r["name"]: "autostop" for r in roles}
         rights = []
         for r in d.resources:
@@ -812,6 +867,17 @@ def bicep_autostop_facts(text: str) -> dict[str, Any]:
                 "name": role["properties"]["roleName"],
             }
         facts[f"autostop_role {case}"] = role_fact
+        reader = None
+        if by_kind["reader"]:
+            [role] = by_kind["reader"]
+            [permission] = role["properties"]["permissions"]
+            reader = {
+                "actions": sorted(permission["actions"]),
+                "not actions": permission.get("notActions", []),
+                "assignable scopes": role["properties"]["assignableScopes"],
+                "name": role["properties"]["roleName"],
+            }
+        facts[f"interface_reader_role {case}"] = reader
         facts[f"start_outputs {case}"] = {
             tf: (_arm_target(d.outputs[arm]) or f"not a target: {d.outputs[arm]}")
             if d.outputs[arm]
@@ -883,6 +949,16 @@ def bicep_facts(doc: dict[str, Any]) -> dict[str, Any]:
             "fault domains": props.get("platformFaultDomainCount"),
             "priority mix": props.get("priorityMixPolicy"),
             "sku profile": props.get("skuProfile"),
+        }
+    for case, given_pools in POOL_MODE_CASES.items():
+        pools = [{"name": name, **{camel(k): v for k, v in pool.items()}}
+                 for name, pool in given_pools.items()]  # fmt: skip
+        d = deploy_template({**REQUIRED, "workerPools": pools}, text)
+        assert not d.refused, d.refused
+        facts[f"pool_mode {case}"] = {
+            r["name"].removeprefix("ray-"): r["properties"]["orchestrationMode"]
+            for r in d.resources
+            if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"
         }
     for case, image in NODE_IMAGE_CASES.items():
         d = deploy_template({**REQUIRED, **({"nodeImageId": image} if image else {})}, text)

@@ -323,6 +323,19 @@ def test_the_stacks_decide_alike_except_where_listed() -> None:
         "sku profile": {"vmSizes": [{"name": "Standard_D4s_v5"}, {"name": "Standard_D4as_v5"}],
                         "allocationStrategy": "CapacityOptimized"},
     }  # fmt: skip
+    # Flexible is every pool's mode unless it pins Uniform: the default pool "workers" and a
+    # pool that leaves it out alike, in both stacks.
+    assert facts["pool_mode no pools"] == {"workers": "Flexible"}
+    assert facts["pool_mode pools leaving it out"] == {"cpu": "Flexible", "gpu": "Flexible"}
+    assert facts["pool_mode workers pinned uniform"] == {"workers": "Uniform", "gpu": "Flexible"}
+    # ... so the default pool in scaling mode ray reads its VMs' interfaces through the reader
+    # role (a Flexible VM's interface is outside the scale set), and only in mode ray.
+    assert facts["interface_reader_role ray autostop"]["actions"] == [
+        "Microsoft.Network/networkInterfaces/read"
+    ]
+    assert facts["interface_reader_role cpu autostop"] is None
+    # The head's rights and the outputs name the default pool's Flexible scale set.
+    assert facts["start_outputs cpu autostop"]["scale_set_id"] == "scale set"
 
 
 def test_the_type_table_names_every_resource_type_of_the_terraform_stack() -> None:
@@ -391,6 +404,15 @@ TOKEN_48 = 'ephemeral "random_password" "cluster_token" {\n  length  = 48\n  spe
          lambda t: t.replace("length(var.zones) > 1 ? var.zone_balance : null",
                              "length(var.zones) > 0 ? var.zone_balance : null"),
          {"pool_zones one zone"}),
+        # The default pool Uniform again in Terraform (what a pool leaves out stays Flexible).
+        ("checks.tf",
+         lambda t: t.replace('orchestration_mode, "Flexible")', 'orchestration_mode, "Uniform")'),
+         {"pool_mode no pools", "interface_reader_role ray autostop"}),
+        # ... or a pool leaving the mode out Uniform (the variable type's optional default).
+        ("variables.tf",
+         lambda t: t.replace('orchestration_mode = optional(string, "Flexible")',
+                             'orchestration_mode = optional(string, "Uniform")'),
+         {"pool_mode pools leaving it out", "pool_mode workers pinned uniform"}),
         # Spot Priority Mix's two numbers swapped in Terraform.
         ("../worker_pool/main.tf",
          lambda t: t.replace("= priority_mix.value.base_regular_count",
@@ -462,10 +484,23 @@ def _results_role_in_the_cluster_group(doc: dict[str, Any]) -> None:
     ]
 
 
+def _uniform_by_default(doc: dict[str, Any]) -> None:
+    """The template's pools Uniform where they leave the mode out, as before."""
+    [loop] = [c for c in doc["variables"]["copy"] if c["name"] == "pools"]
+    mode = loop["input"]["orchestrationMode"]
+    assert mode.endswith(", 'Flexible')]"), mode
+    loop["input"]["orchestrationMode"] = mode.replace(", 'Flexible')]", ", 'Uniform')]")
+
+
 @pytest.mark.parametrize(
     ("edit", "reported"),
     [
         (lambda d: _secret(d).pop("tags"), {"tags Microsoft.KeyVault/vaults/secrets"}),
+        # Uniform the default again in the template: every pool that leaves the mode out, and
+        # with it the interface reader of mode ray.
+        (_uniform_by_default,
+         {"pool_mode no pools", "pool_mode pools leaving it out",
+          "pool_mode workers pinned uniform", "interface_reader_role ray autostop"}),
         # A role that may also delete VMs.
         (lambda d: _autostop_role(d)["properties"]["permissions"][0]["actions"].append(
             "Microsoft.Compute/virtualMachines/delete"),

@@ -284,9 +284,10 @@ GPU_STEP = {"gpuPoolEnabled": True, "gpuVmSize": "Standard_NC4as_T4_v3", "gpuMin
             "gpuDefaultCount": 1, "gpuMaxCount": 2, "gpuSpotEnabled": True, "gpuZones": None,
             "gpuZoneBalance": False}  # fmt: skip
 WORKERS_STEP = {"workerZones": None, "workerZoneBalance": False, "workerSpotEnabled": False,
-                "workerOrchestrationMode": "Uniform", "workerBaseRegularCount": 0,
+                "workerOrchestrationMode": "Flexible", "workerBaseRegularCount": 0,
                 "workerRegularPercentage": 0}  # fmt: skip
-"""No zone chosen: the multi-select drop-down's value is left out (None), or []."""
+"""The form's defaults. No zone chosen: the multi-select drop-down's value is left out (None),
+or []."""
 
 
 def test_zones_chosen_in_the_form_reach_each_pool_and_deploy_zonal_scale_sets() -> None:
@@ -320,31 +321,68 @@ def test_zones_chosen_in_the_form_reach_each_pool_and_deploy_zonal_scale_sets() 
         assert [v["value"] for v in field["constraints"]["allowedValues"]] == ["1", "2", "3"]
 
 
+def _scale_sets(pools: list[dict[str, Any]], **given: Any) -> dict[str, dict[str, Any]]:
+    """The scale sets the template deploys with the form's workerPools (and ``given``)."""
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "workerPools": pools, **given})  # fmt: skip
+    assert not d.refused and check_results(d) == []
+    return {r["name"]: r for r in d.resources
+            if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"}  # fmt: skip
+
+
+def test_the_forms_default_scale_set_is_the_templates_flexible_and_uniform_is_pinned() -> None:
+    """The form's default mode is the template's (Flexible): it hands no pool over and the
+    template's default makes the scale set; Uniform is handed over as a pin, which the
+    template keeps."""
+    expression = ui()["parameters"]["outputs"]["workerPools"]
+    gpu_off = {**GPU_STEP, "gpuPoolEnabled": False}
+    mode = elements()["workerOrchestrationMode"]
+    assert mode["defaultValue"] == WORKERS_STEP["workerOrchestrationMode"] == "Flexible"
+    assert [v["value"] for v in mode["constraints"]["allowedValues"]] == ["Flexible", "Uniform"]
+    pools = ui_value(expression, {"gpuPool": gpu_off, "workers": WORKERS_STEP})
+    assert pools == []
+    [vmss] = _scale_sets(pools).values()
+    assert vmss["properties"]["orchestrationMode"] == mode["defaultValue"]
+    # Uniform chosen: the pool "workers" pinned to it (the scale set of a cluster made before).
+    uniform = {**WORKERS_STEP, "workerOrchestrationMode": "Uniform"}
+    pools = ui_value(expression, {"gpuPool": gpu_off, "workers": uniform})
+    assert pools == [
+        {"name": "workers", "zones": [], "zoneBalance": False, "orchestrationMode": "Uniform"}
+    ]
+    assert _scale_sets(pools)["ray-workers"]["properties"]["orchestrationMode"] == "Uniform"
+    # ... and the GPU pool next to it takes the template's default.
+    pools = ui_value(expression, {"gpuPool": GPU_STEP, "workers": uniform})
+    modes = {n: r["properties"]["orchestrationMode"] for n, r in _scale_sets(pools).items()}
+    assert modes == {"ray-workers": "Uniform", "ray-gpu": "Flexible"}
+
+
 def test_a_flexible_spot_pool_chosen_in_the_form_deploys_with_its_priority_mix() -> None:
     expression = ui()["parameters"]["outputs"]["workerPools"]
     gpu_off = {**GPU_STEP, "gpuPoolEnabled": False}
-    flexible = {**WORKERS_STEP, "workerOrchestrationMode": "Flexible"}
-    # Regular workers: Flexible, no mix (Spot Priority Mix is for Spot pools).
-    assert ui_value(expression, {"gpuPool": gpu_off, "workers": flexible}) == [
-        {"name": "workers", "zones": [], "zoneBalance": False, "orchestrationMode": "Flexible"}
-    ]
-    spot = {**flexible, "workerSpotEnabled": True, "workerBaseRegularCount": 2,
-            "workerRegularPercentage": 25}  # fmt: skip
+    # Spot workers with both sliders at 0: all Spot, no mix handed over.
+    spot = {**WORKERS_STEP, "workerSpotEnabled": True}
+    assert ui_value(expression, {"gpuPool": gpu_off, "workers": spot}) == []
+    spot = {**spot, "workerBaseRegularCount": 2, "workerRegularPercentage": 25}
     pools = ui_value(expression, {"gpuPool": gpu_off, "workers": spot})
-    assert pools[0]["priorityMix"] == {"baseRegularCount": 2, "regularPercentageAboveBase": 25}
-    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
-                         "workerSpotEnabled": True, "workerPools": pools})  # fmt: skip
-    assert not d.refused and check_results(d) == []
-    [vmss] = [r for r in d.resources if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"]
+    assert pools == [
+        {
+            "name": "workers",
+            "zones": [],
+            "zoneBalance": False,
+            "priorityMix": {"baseRegularCount": 2, "regularPercentageAboveBase": 25},
+        }
+    ]
+    # Regular workers: no mix (Spot Priority Mix is for Spot pools), whatever the sliders say.
+    regular = {**spot, "workerSpotEnabled": False}
+    assert ui_value(expression, {"gpuPool": gpu_off, "workers": regular}) == []
+    [vmss] = _scale_sets(pools, workerSpotEnabled=True).values()
     assert vmss["properties"]["orchestrationMode"] == "Flexible"
     assert vmss["properties"]["priorityMixPolicy"] == {
         "baseRegularPriorityCount": 2, "regularPriorityPercentageAboveBase": 25
     }  # fmt: skip
-    # The sliders show only where the mix applies; the mode takes the template's two values.
+    # The sliders show only where the mix applies.
     for name in ("workerBaseRegularCount", "workerRegularPercentage"):
         assert "workerOrchestrationMode" in elements()[name]["visible"]
-    mode = elements()["workerOrchestrationMode"]
-    assert [v["value"] for v in mode["constraints"]["allowedValues"]] == ["Uniform", "Flexible"]
 
 
 def test_the_gpu_pool_field_adds_a_pool_next_to_the_cpu_workers_and_it_deploys() -> None:

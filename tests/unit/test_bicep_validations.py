@@ -158,6 +158,11 @@ def test_good_value_deploys_every_resource(variables: dict[str, Any]) -> None:
     ray = variables.get("scaling_mode") == "ray"
     autostop = variables.get("autostop_idle_minutes", 60) > 0
     pools = len(variables.get("worker_pools") or {"workers": {}})
+    # Ray mode with a Flexible pool (every pool that does not pin Uniform, the default pool
+    # too): the custom role reading network interfaces, assigned on the resource group.
+    modes = [p.get("orchestration_mode", "Flexible")
+             for p in (variables.get("worker_pools") or {"workers": {}}).values()]  # fmt: skip
+    reader = ray and "Flexible" in modes
     assert ("Microsoft.Insights/autoscalesettings" in types) is not ray
     scale_sets = [
         r for r in d.resources if r["type"] == "Microsoft.Compute/virtualMachineScaleSets"
@@ -171,15 +176,16 @@ def test_good_value_deploys_every_resource(variables: dict[str, Any]) -> None:
     on_autoscale = [r for r in assignments if "autoscalesettings" in str(r.get("scope"))]
     assert len(on_autoscale) == (pools if autostop and not ray else 0)
     roles = [r for r in d.resources if r["type"] == "Microsoft.Authorization/roleDefinitions"]
-    assert len(roles) == int(autostop)
+    assert len(roles) == int(autostop) + int(reader)
     identities = [r for r in d.resources if r["type"].endswith("userAssignedIdentities")]
     assert len(identities) == (2 if ray or autostop else 1)
     # 17 resources in cpu mode without autostop; ray mode takes the autoscale setting away and
     # adds an identity and its role assignment; autostop adds its role, the head's assignment,
     # and the scale set's and autoscale setting's in cpu mode (the identity too, in cpu mode).
     # Each further pool (cpu mode) adds its scale set and autoscale setting, and with autostop
-    # their two assignments.
-    expected = 17 + (1 if ray else 0) + (pools - 1) * 2
+    # their two assignments; ray mode with a Flexible pool the interface reader role and its
+    # assignment.
+    expected = 17 + (1 if ray else 0) + (pools - 1) * 2 + (2 if reader else 0)
     if autostop:
         expected += 2 + (0 if ray else 1 + 2 * pools)
     # Results storage by id: the blob private endpoint, its DNS zone group, the zone and its

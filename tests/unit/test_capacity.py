@@ -243,6 +243,107 @@ def test_worker_pools_take_the_place_of_the_single_pool() -> None:
     )
 
 
+def test_a_priority_mix_counts_its_regular_share_against_the_regular_quotas() -> None:
+    """A Spot pool with Spot Priority Mix at its maximum: its regular share needs its family's
+    and the region's quota, its Spot share the Spot quota; a split that is not a whole number
+    of VMs (Azure publishes no rounding) counts the larger share against each quota."""
+    # Azure's own example: base 10, 50 %, 30 VMs = 20 regular and 10 Spot, exactly.
+    assert Pool("cpu", F8, True, (0, 0, 30), priority_mix=(10, 50)).regular(30) == (20, 20)
+    assert Pool("cpu", F8, True, (0, 0, 5), priority_mix=(10, 50)).regular(5) == (5, 5)
+    assert Pool("cpu", F8, True, (0, 0, 5)).regular(5) == (0, 0)  # no mix: all Spot
+    assert Pool("cpu", F8, False, (0, 0, 5)).regular(5) == (5, 5)  # a regular pool
+    # 1 first, then 25 % of the 19 above it (4.75): 5 or 6 regular, 15 or 14 Spot.
+    mixed = Pool("cpu", F8, True, (0, 0, 20), priority_mix=(1, 25))
+    assert mixed.regular(20) == (5, 6)
+    check = capacity.judge(cluster(mixed), plenty(), SKUS)
+    needs = {q.name: q.need for q in check.quotas}
+    assert needs == {DSV5: 4, FSV2: 6 * 8, "cores": 4 + 6 * 8, "lowPriorityCores": 15 * 8}
+    assert [(r.pool.name, r.vm_size, r.spot, r.count, r.quota) for r in check.rows] == [
+        ("head", D4, False, 1, DSV5), ("cpu", F8, False, 6, FSV2),
+        ("cpu", F8, True, 15, "lowPriorityCores"),
+    ]  # fmt: skip
+    # Without the mix the same pool needs no regular quota: the mix is what asks for it.
+    plain = capacity.judge(cluster(Pool("cpu", F8, True, (0, 0, 20))), plenty(), SKUS)
+    assert {q.name: q.need for q in plain.quotas} == {DSV5: 4, "cores": 4, "lowPriorityCores": 160}
+    tight = capacity.judge(cluster(mixed), plenty(**{FSV2: (0, 47)}), SKUS)
+    assert tight.problems == (
+        "quota standardFSv2Family in westeurope: the cluster needs 48 vCPUs at its maximum "
+        "size, 47 of 47 free",
+    )
+    # A size that cannot run as Spot: its Spot share is refused, its regular share is not.
+    no_spot = {**SKUS, F8.lower(): capacity.Sku(F8, FSV2, 8, False, ("1", "2", "3"))}
+    check = capacity.judge(cluster(mixed), plenty(), no_spot)
+    assert check.problems == (
+        "cpu: Standard_F8s_v2 cannot run as Spot in westeurope (LowPriorityCapable False)",
+    )
+    shown = [(r.spot, r.available) for r in check.rows[1:]]
+    assert shown == [(False, "yes"), (True, "not as Spot")]
+
+
+def test_an_instance_mix_needs_each_sizes_family_quota_and_each_size_available() -> None:
+    """Any VM of an Instance Mix may be of any of its sizes (and Azure asks for quota for every
+    size of a mix): each family needs the pool's VMs at its largest size there, the totals all
+    of them at the largest size of the mix; each size must be offered."""
+    mixed = Pool("cpu", D4, False, (0, 0, 4), mix_sizes=(D4, F8))
+    check = capacity.judge(cluster(mixed), plenty(), SKUS)
+    assert {q.name: q.need for q in check.quotas} == {
+        DSV5: 4 + 4 * 4, FSV2: 4 * 8, "cores": 4 + 4 * 8,
+    }  # fmt: skip
+    assert [(r.vm_size, r.count, r.quota, r.available) for r in check.rows[1:]] == [
+        (D4, 4, DSV5, "yes"), (F8, 4, FSV2, "yes"),
+    ]  # fmt: skip
+    # A Spot mix: the Spot quota for all of them at the largest size; a size the region does
+    # not offer is refused for the pool, by name.
+    spot = Pool("cpu", D4, True, (0, 0, 4), mix_sizes=(D4, F8, "Standard_D8as_v5"))
+    check = capacity.judge(cluster(spot), plenty(), SKUS)
+    assert {q.name: q.need for q in check.quotas} == {DSV5: 4, "cores": 4, "lowPriorityCores": 32}
+    assert check.problems == ("cpu: Standard_D8as_v5 is not offered in westeurope",)
+    # Both mixes: each share of each size.
+    both = Pool("cpu", D4, True, (0, 0, 10), priority_mix=(2, 0), mix_sizes=(D4, D8))
+    check = capacity.judge(cluster(both), plenty(), SKUS)
+    assert {q.name: q.need for q in check.quotas} == {
+        DSV5: 4 + 2 * 8, "cores": 4 + 2 * 8, "lowPriorityCores": 8 * 8,
+    }  # fmt: skip
+    assert len(check.rows) == 1 + 2 * 2
+
+
+def test_worker_pools_bring_their_mixes() -> None:
+    """The pools' Spot Priority Mix and Instance Mix as each stack names them (a regular pool's
+    Priority Mix is none); a mix without the pool's size or with a bad number is one line."""
+    values: dict[str, Any] = {
+        "location": "westeurope", "headVmSize": D4, "workerVmSize": D4,
+        "workerSpotEnabled": False, "workerMinCount": 0, "workerDefaultCount": 2,
+        "workerMaxCount": 4,
+        "workerPools": [{"name": "cpu", "spotEnabled": True, "maxCount": 20,
+                         "priorityMix": {"baseRegularCount": 1, "regularPercentageAboveBase": 25},
+                         "instanceMix": {"vmSizes": [D4, D8], "allocationStrategy": "LowestPrice"}},
+                        {"name": "gpu", "priorityMix": {"baseRegularCount": 1}}],
+    }  # fmt: skip
+    cpu, gpu = capacity.sizing(values, arm=True).pools[1:]
+    assert (cpu.priority_mix, cpu.mix_sizes, cpu.sizes) == ((1, 25), (D4, D8), (D4, D8))
+    assert (gpu.priority_mix, gpu.mix_sizes, gpu.sizes) == (None, (), (D4,))
+    bad = {**values, "workerPools": [{"name": "cpu", "instanceMix": {"vmSizes": [F8, D8]}}]}
+    with pytest.raises(DriverError, match="pool cpu's instanceMix must include the pool's VM size"):
+        capacity.sizing(bad, arm=True)
+    bad = {**values, "workerPools": [{"name": "cpu", "spotEnabled": True,
+                                      "priorityMix": {"baseRegularCount": 1.5}}]}  # fmt: skip
+    with pytest.raises(DriverError, match="priorityMix: its two numbers must be whole, 0 to 100"):
+        capacity.sizing(bad, arm=True)
+    terraform = {
+        "location": "westeurope", "head_vm_size": D4, "worker_vm_size": D4,
+        "worker_spot_enabled": True, "worker_min_count": 0, "worker_default_count": 2,
+        "worker_max_count": 4,
+        "worker_pools": {"cpu": {"vm_size": F8, "spot_enabled": None, "max_count": 8,
+                                 "orchestration_mode": "Flexible",
+                                 "priority_mix": {"base_regular_count": 2,
+                                                  "regular_percentage_above_base": 0},
+                                 "instance_mix": None}},
+    }  # fmt: skip
+    assert capacity.sizing(terraform, arm=False).pools[1] == Pool(
+        "cpu", F8, True, (0, 2, 8), (), (2, 0)
+    )
+
+
 # -- up and price against the fake Resource Manager ------------------------------------------
 def up(fake: FakeAzure, home: Path, params: Path, *args: str) -> Any:
     return driver(fake, home, "up", "--resource-group", "rg-ray", "--location", REGION,

@@ -126,6 +126,48 @@ def test_bicep_defaults_priced_page_by_page(fake: FakeRetailPrices, tmp_path: Pa
     ]
 
 
+def test_worker_pools_with_a_priority_mix_and_an_instance_mix_are_priced_by_share(
+    fake: FakeRetailPrices, tmp_path: Path
+) -> None:
+    """Every pool is priced (not only the worker_* one); a Spot Priority Mix's regular share at
+    the regular price and the rest at Spot (a split that is not whole rounded the dearer way),
+    an Instance Mix at its dearest size, each said under the table."""
+    pool = {"name": "cpu", "vmSize": "Standard_D4s_v5", "spotEnabled": True, "minCount": 0,
+            "defaultCount": 2, "maxCount": 10,
+            "priorityMix": {"baseRegularCount": 1, "regularPercentageAboveBase": 25},
+            "instanceMix": {"vmSizes": ["Standard_D4s_v5", "Standard_F8s_v2"]}}  # fmt: skip
+    out = priced(fake, tmp_path, location="westeurope", workerPools=[pool])
+    # At 2 VMs: 1 first, then 25 % of 1 (0.25): 2 regular at most; at 10: 1 + 2.25, 4 at most.
+    assert rows(out) == [
+        ["pool", "VM size", "priced", "per VM", "at minimum", "at default", "at maximum"],
+        ["head", "Standard_D4s_v5", "regular", "0.2300", "1 = 0.2300", "1 = 0.2300", "1 = 0.2300"],
+        ["cpu regular", "Standard_F8s_v2", "regular", "0.4000", "0 = 0.0000", "2 = 0.8000",
+         "4 = 1.6000"],
+        ["cpu Spot", "Standard_F8s_v2", "Spot", "0.0800", "0 = 0.0000", "0 = 0.0000",
+         "6 = 0.4800"],
+        ["total", "0.2300", "1.0300", "2.3100"],
+    ]  # fmt: skip
+    assert "cpu: Spot Priority Mix (1 regular VMs first, then 25 % of those above them " in out
+    assert "cpu: Instance Mix of Standard_D4s_v5, Standard_F8s_v2: priced at the dearest" in out
+    # Both sizes were asked for.
+    assert "armSkuName eq 'Standard_F8s_v2'" in fake.filters()[0]
+
+
+def test_a_mix_size_without_a_price_makes_the_totals_unknown() -> None:
+    """A size of an Instance Mix the price list lacks: its line names that size, no price."""
+    d4 = price.Meter("Standard_D4s_v5", False, 0.23, "USD", "2025-06-01")
+    prices = price.PriceList("westeurope", {("standard_d4s_v5", False): d4}, NOW, False)
+    pool = price.Pool("cpu", "Standard_D4s_v5", False, (0, 1, 2),
+                      mix_sizes=("Standard_D4s_v5", "Standard_D4as_v5"))  # fmt: skip
+    head = price.Pool("head", "Standard_D4s_v5", False, (1, 1, 1))
+    est = price.estimate(price.Sizing("westeurope", (head, pool)), prices)
+    assert [(line.pool.name, line.pool.vm_size, line.meter) for line in est.lines] == [
+        ("head", "Standard_D4s_v5", d4), ("cpu", "Standard_D4as_v5", None)
+    ]  # fmt: skip
+    assert est.total(2) is None and est.total(0) == 0.23  # none of them at the minimum
+    assert [p.vm_size for p in est.missing] == ["Standard_D4as_v5"]
+
+
 def test_spot_workers_are_priced_at_spot(fake: FakeRetailPrices, tmp_path: Path) -> None:
     out = priced(
         fake, tmp_path, location="westeurope", workerVmSize="Standard_F8s_v2",

@@ -252,8 +252,14 @@ def test_moved_blocks_take_the_single_scale_set_into_the_default_pool(workdir: P
         "autoscale_name": "ray-workers-autoscale",  # was "${var.name_prefix}-workers-autoscale"
     }
     assert pools["workers"]["computer_name_prefix"] == "ray-w"  # was "${var.name_prefix}-w"
-    # ... and it stays a Uniform scale set (a Flexible one would replace it).
-    assert pools["workers"]["orchestration_mode"] == "Uniform"
+    # ... but it is a Flexible scale set now, which replaces the Uniform one of before (`up`
+    # says so) unless the pool pins Uniform: then it is the pool of before, setting for setting
+    # (the same names, sizes and deploy-time values: nothing but the mode differs).
+    assert pools["workers"]["orchestration_mode"] == "Flexible"
+    pinned = {"worker_pools": {"workers": {"orchestration_mode": "Uniform"}}}
+    kept = console(workdir, pinned, "local.worker_pool_settings")
+    assert list(kept) == ["workers"] and kept["workers"]["orchestration_mode"] == "Uniform"
+    assert {**kept["workers"], "orchestration_mode": "Flexible"} == pools["workers"]
     # ... and made of the worker_* variables, as the scale set was.
     given = {
         "worker_vm_size": "Standard_F8s_v2",

@@ -171,6 +171,27 @@ def test_summarize_names_a_worker_scale_set_a_changed_orchestration_mode_replace
     assert s.replaced_head == ()
 
 
+def test_the_warning_of_a_deleted_scale_set_names_the_pin_that_keeps_it() -> None:
+    """A cluster made while Uniform was the default: ``up`` names the pool's pin that keeps its
+    Uniform scale set (the pool "workers" of a cluster without pools too); a Flexible one deleted
+    by a pin to Uniform gets the way back; an address outside a pool only the warning."""
+    from driver.terraform import scale_set_warning
+
+    pool = 'module.cluster.module.worker_pool["workers"]'
+    said = scale_set_warning(f"{pool}.azurerm_linux_virtual_machine_scale_set.this[0]")
+    assert said.startswith("WARNING: this plan deletes the worker scale set module.cluster.")
+    assert said.endswith(
+        'to keep this one, set its orchestration_mode = "Uniform" '
+        '(worker_pools = { workers = { orchestration_mode = "Uniform" } })'
+    )
+    said = scale_set_warning(
+        'module.worker_pool["cpu"].azurerm_orchestrated_virtual_machine_scale_set.this[0]'
+    )
+    assert 'worker_pools = { cpu = { orchestration_mode = "Flexible" } }' in said
+    said = scale_set_warning("azurerm_linux_virtual_machine_scale_set.workers")
+    assert "orchestration_mode" not in said and said.endswith("(running jobs lose them)")
+
+
 def test_up_shows_the_price_of_the_planned_variables_before_asking(tmp_path: Path) -> None:
     """The stack's own variables.tf and checks.tf (they need no provider) with a head resource:
     the plan's variables (defaults, terraform.tfvars, -var) are what is priced."""

@@ -451,7 +451,11 @@ _BAD: list[tuple[Any, ...]] = [
     (
         {
             "worker_pools": {
-                "cpu": {"spot_enabled": True, "priority_mix": {"base_regular_count": 1}}
+                "cpu": {
+                    "orchestration_mode": "Uniform",
+                    "spot_enabled": True,
+                    "priority_mix": {"base_regular_count": 1},
+                }
             }
         },
         "worker_pools: priority_mix and instance_mix need orchestration_mode",
@@ -459,7 +463,10 @@ _BAD: list[tuple[Any, ...]] = [
     (
         {
             "worker_pools": {
-                "cpu": {"instance_mix": {"vm_sizes": ["Standard_D4s_v5", "Standard_D4as_v5"]}}
+                "cpu": {
+                    "orchestration_mode": "Uniform",
+                    "instance_mix": {"vm_sizes": ["Standard_D4s_v5", "Standard_D4as_v5"]},
+                }
             }
         },
         "worker_pools: priority_mix and instance_mix need orchestration_mode",
@@ -731,6 +738,16 @@ GOOD: list[dict[str, Any]] = [
                 },
             },
             "uni": {"orchestration_mode": "Uniform"},
+        }
+    },
+    # ... and the mixes on pools that leave the mode out (Flexible, the default)
+    {
+        "worker_pools": {
+            "cpu": {
+                "spot_enabled": True,
+                "priority_mix": {"base_regular_count": 2},
+                "instance_mix": {"vm_sizes": ["Standard_D4s_v5", "Standard_D4as_v5"]},
+            },
         }
     },
     {"scaling_mode": "ray", "worker_pools": {"gpu": {"min_count": 0, "default_count": 0}}},

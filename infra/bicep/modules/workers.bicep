@@ -1,5 +1,5 @@
 metadata name = 'Ray worker pool'
-metadata description = 'One worker pool: a Uniform or Flexible scale set without public IPs (outbound through the NAT gateway) whose instances join the head\'s Ray cluster from their cloud-init. Autoscale (autoscale.bicep) or Ray\'s autoscaler owns the instance count after creation.'
+metadata description = 'One worker pool: a Flexible (the default) or Uniform scale set without public IPs (outbound through the NAT gateway) whose instances join the head\'s Ray cluster from their cloud-init. Autoscale (autoscale.bicep) or Ray\'s autoscaler owns the instance count after creation.'
 
 @description('Required. Azure region of the scale set.')
 param location string
@@ -52,7 +52,7 @@ param zones array
 @description('Required. With two zones or more: keep the VMs spread evenly over them.')
 param zoneBalance bool
 
-@description('Required. The scale set\'s orchestration mode: Uniform, or Flexible (its instances are ordinary VMs; the only mode with Spot Priority Mix and Instance Mix). Changing it replaces the scale set.')
+@description('Required. The scale set\'s orchestration mode: Flexible (main.bicep\'s default: its instances are ordinary VMs; the only mode with Spot Priority Mix and Instance Mix), or Uniform (the scale set of clusters made before Flexible became the default). Changing it replaces the scale set.')
 param orchestrationMode string
 
 @description('Required. Flexible Spot pools: Spot Priority Mix as Azure takes it ({ baseRegularPriorityCount, regularPriorityPercentageAboveBase }), or {}: none.')

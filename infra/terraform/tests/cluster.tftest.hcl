@@ -159,7 +159,7 @@ run "autoscale_thresholds_and_capacity" {
   }
 
   assert {
-    condition     = module.worker_pool["workers"].scale_set.instances == 2
+    condition     = module.worker_pool["workers"].flexible_scale_set.instances == 2
     error_message = "The scale set must start at worker_default_count."
   }
 }
@@ -205,32 +205,33 @@ run "regular_workers_get_a_termination_notice" {
   }
 
   assert {
-    condition     = module.worker_pool["workers"].scale_set.priority == "Regular" && module.worker_pool["workers"].scale_set.eviction_policy == null
+    condition     = module.worker_pool["workers"].flexible_scale_set.priority == "Regular" && module.worker_pool["workers"].flexible_scale_set.eviction_policy == null
     error_message = "Workers are regular VMs by default."
   }
 
   assert {
     condition = (
-      length(module.worker_pool["workers"].scale_set.termination_notification) == 1 &&
-      module.worker_pool["workers"].scale_set.termination_notification[0].enabled == true &&
-      module.worker_pool["workers"].scale_set.termination_notification[0].timeout == "PT5M"
+      length(module.worker_pool["workers"].flexible_scale_set.termination_notification) == 1 &&
+      module.worker_pool["workers"].flexible_scale_set.termination_notification[0].enabled == true &&
+      module.worker_pool["workers"].flexible_scale_set.termination_notification[0].timeout == "PT5M"
     )
     error_message = "Regular workers must get a 5-minute termination notification."
   }
 
   assert {
     condition = (
-      module.worker_pool["workers"].scale_set.overprovision == false &&
-      module.worker_pool["workers"].scale_set.upgrade_mode == "Manual" &&
-      module.worker_pool["workers"].scale_set.scale_in[0].rule == "NewestVM" &&
-      module.worker_pool["workers"].scale_set.disable_password_authentication == true
+      module.worker_pool["workers"].scale_set == null &&
+      module.worker_pool["workers"].flexible_scale_set.platform_fault_domain_count == 1 &&
+      module.worker_pool["workers"].flexible_scale_set.single_placement_group == false &&
+      module.worker_pool["workers"].flexible_scale_set.upgrade_mode == "Manual" &&
+      module.worker_pool["workers"].flexible_scale_set.os_profile[0].linux_configuration[0].disable_password_authentication == true
     )
-    error_message = "Scale set: no overprovisioning, manual upgrades, NewestVM scale-in, SSH keys only."
+    error_message = "Scale set: Flexible by default, one fault domain (max spreading), no single placement group, manual upgrades, SSH keys only."
   }
 
   assert {
     condition = alltrue([
-      for ip in module.worker_pool["workers"].scale_set.network_interface[0].ip_configuration :
+      for ip in module.worker_pool["workers"].flexible_scale_set.network_interface[0].ip_configuration :
       length(ip.public_ip_address) == 0
     ])
     error_message = "Workers must have no public IP."
@@ -245,29 +246,29 @@ run "workers_report_their_health_and_are_repaired" {
 
   assert {
     condition = (
-      module.worker_pool["workers"].scale_set.extension_operations_enabled == true &&
-      length(module.worker_pool["workers"].scale_set.extension) == 1 &&
-      one(module.worker_pool["workers"].scale_set.extension[*].type) == "ApplicationHealthLinux" &&
-      one(module.worker_pool["workers"].scale_set.extension[*].publisher) == "Microsoft.ManagedServices" &&
-      one(module.worker_pool["workers"].scale_set.extension[*].type_handler_version) == "2.0"
+      module.worker_pool["workers"].flexible_scale_set.extension_operations_enabled == true &&
+      length(module.worker_pool["workers"].flexible_scale_set.extension) == 1 &&
+      one(module.worker_pool["workers"].flexible_scale_set.extension[*].type) == "ApplicationHealthLinux" &&
+      one(module.worker_pool["workers"].flexible_scale_set.extension[*].publisher) == "Microsoft.ManagedServices" &&
+      one(module.worker_pool["workers"].flexible_scale_set.extension[*].type_handler_version) == "2.0"
     )
     error_message = "Workers must carry the Application Health extension (v2, Linux)."
   }
 
   assert {
     condition = (
-      jsondecode(one(module.worker_pool["workers"].scale_set.extension[*].settings)).protocol == "http" &&
-      jsondecode(one(module.worker_pool["workers"].scale_set.extension[*].settings)).port == 8790 &&
-      jsondecode(one(module.worker_pool["workers"].scale_set.extension[*].settings)).requestPath == "/health"
+      jsondecode(one(module.worker_pool["workers"].flexible_scale_set.extension[*].settings)).protocol == "http" &&
+      jsondecode(one(module.worker_pool["workers"].flexible_scale_set.extension[*].settings)).port == 8790 &&
+      jsondecode(one(module.worker_pool["workers"].flexible_scale_set.extension[*].settings)).requestPath == "/health"
     )
     error_message = "The extension must probe the workers' health endpoint (http, 8790, /health)."
   }
 
   assert {
     condition = (
-      module.worker_pool["workers"].scale_set.automatic_instance_repair[0].enabled == true &&
-      module.worker_pool["workers"].scale_set.automatic_instance_repair[0].grace_period == "PT30M" &&
-      module.worker_pool["workers"].scale_set.automatic_instance_repair[0].action == "Replace"
+      module.worker_pool["workers"].flexible_scale_set.automatic_instance_repair[0].enabled == true &&
+      module.worker_pool["workers"].flexible_scale_set.automatic_instance_repair[0].grace_period == "PT30M" &&
+      module.worker_pool["workers"].flexible_scale_set.automatic_instance_repair[0].action == "Replace"
     )
     error_message = "Automatic repair is on by default: Replace after a 30-minute grace period."
   }
@@ -292,9 +293,9 @@ run "repair_follows_its_variables" {
 
   assert {
     condition = (
-      module.worker_pool["workers"].scale_set.automatic_instance_repair[0].enabled == false &&
-      module.worker_pool["workers"].scale_set.automatic_instance_repair[0].grace_period == "PT45M" &&
-      module.worker_pool["workers"].scale_set.automatic_instance_repair[0].action == "Reimage"
+      module.worker_pool["workers"].flexible_scale_set.automatic_instance_repair[0].enabled == false &&
+      module.worker_pool["workers"].flexible_scale_set.automatic_instance_repair[0].grace_period == "PT45M" &&
+      module.worker_pool["workers"].flexible_scale_set.automatic_instance_repair[0].action == "Reimage"
     )
     error_message = "automatic_instance_repair must follow its variables."
   }
@@ -328,15 +329,15 @@ run "spot_workers" {
 
   assert {
     condition = (
-      module.worker_pool["workers"].scale_set.priority == "Spot" &&
-      module.worker_pool["workers"].scale_set.eviction_policy == "Delete" &&
-      module.worker_pool["workers"].scale_set.max_bid_price == -1
+      module.worker_pool["workers"].flexible_scale_set.priority == "Spot" &&
+      module.worker_pool["workers"].flexible_scale_set.eviction_policy == "Delete" &&
+      module.worker_pool["workers"].flexible_scale_set.max_bid_price == -1
     )
     error_message = "Spot workers: priority Spot, eviction Delete, max price -1."
   }
 
   assert {
-    condition     = length(module.worker_pool["workers"].scale_set.termination_notification) == 0
+    condition     = length(module.worker_pool["workers"].flexible_scale_set.termination_notification) == 0
     error_message = "Spot scale sets cannot have a termination notification."
   }
 }
@@ -373,7 +374,7 @@ run "head_network_and_image" {
     condition = (
       azurerm_linux_virtual_machine.head.source_image_reference[0].publisher == "Debian" &&
       azurerm_linux_virtual_machine.head.source_image_reference[0].offer == "debian-12" &&
-      module.worker_pool["workers"].scale_set.source_image_reference[0].sku == "12-gen2"
+      module.worker_pool["workers"].flexible_scale_set.source_image_reference[0].sku == "12-gen2"
     )
     error_message = "os_image = debian-12 must select Debian/debian-12/12-gen2 on head and workers."
   }
@@ -393,9 +394,9 @@ run "marketplace_image_without_a_node_image" {
   assert {
     condition = (
       azurerm_linux_virtual_machine.head.source_image_id == null &&
-      module.worker_pool["workers"].scale_set.source_image_id == null &&
+      module.worker_pool["workers"].flexible_scale_set.source_image_id == null &&
       azurerm_linux_virtual_machine.head.source_image_reference[0].offer == "0001-com-ubuntu-server-jammy" &&
-      module.worker_pool["workers"].scale_set.source_image_reference[0].sku == "22_04-lts-gen2"
+      module.worker_pool["workers"].flexible_scale_set.source_image_reference[0].sku == "22_04-lts-gen2"
     )
     error_message = "Without node_image_id, head and workers must boot the os_image's marketplace image."
   }
@@ -420,9 +421,9 @@ run "node_image_boots_the_head_and_every_worker" {
   assert {
     condition = (
       azurerm_linux_virtual_machine.head.source_image_id == var.node_image_id &&
-      module.worker_pool["workers"].scale_set.source_image_id == var.node_image_id &&
+      module.worker_pool["workers"].flexible_scale_set.source_image_id == var.node_image_id &&
       length(azurerm_linux_virtual_machine.head.source_image_reference) == 0 &&
-      length(module.worker_pool["workers"].scale_set.source_image_reference) == 0
+      length(module.worker_pool["workers"].flexible_scale_set.source_image_reference) == 0
     )
     error_message = "With node_image_id, head and workers must boot that gallery image version and no marketplace image."
   }
@@ -455,7 +456,7 @@ run "custom_data_is_filled" {
     condition = alltrue(flatten([
       for text in [
         base64decode(azurerm_linux_virtual_machine.head.custom_data),
-        base64decode(module.worker_pool["workers"].scale_set.custom_data),
+        base64decode(module.worker_pool["workers"].flexible_scale_set.os_profile[0].custom_data),
         ] : [
         !strcontains(text, "@@"),
         jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", text)))) == {
@@ -498,7 +499,7 @@ run "custom_data_is_filled" {
   assert {
     condition = (
       length(azurerm_linux_virtual_machine.head.custom_data) <= 87380 &&
-      length(module.worker_pool["workers"].scale_set.custom_data) <= 87380
+      length(module.worker_pool["workers"].flexible_scale_set.os_profile[0].custom_data) <= 87380
     )
     error_message = "Custom data must stay within Azure's 87,380 base64 characters."
   }
@@ -647,7 +648,7 @@ run "outputs" {
   assert {
     condition = (
       output.head_vm_id == azurerm_linux_virtual_machine.head.id &&
-      output.scale_set_id == module.worker_pool["workers"].scale_set.id &&
+      output.scale_set_id == module.worker_pool["workers"].flexible_scale_set.id &&
       output.autoscale_setting_id == module.worker_pool["workers"].autoscale_settings[0].id
     )
     error_message = "head_vm_id, scale_set_id and autoscale_setting_id name the head VM, the scale set and its autoscale setting (python -m driver start)."
@@ -676,7 +677,7 @@ run "existing_resource_group" {
   }
 
   assert {
-    condition     = module.worker_pool["workers"].scale_set.resource_group_name == "my-existing-rg"
+    condition     = module.worker_pool["workers"].flexible_scale_set.resource_group_name == "my-existing-rg"
     error_message = "Resources must go into the existing group."
   }
 }
@@ -734,7 +735,7 @@ run "autostop_in_cpu_mode_may_stop_the_head_the_workers_and_their_autoscale" {
     condition = (
       length(azurerm_user_assigned_identity.autoscaler) == 1 &&
       length(azurerm_linux_virtual_machine.head.identity[0].identity_ids) == 2 &&
-      length(module.worker_pool["workers"].scale_set.identity[0].identity_ids) == 1 &&
+      length(module.worker_pool["workers"].flexible_scale_set.identity[0].identity_ids) == 1 &&
       length(module.worker_pool["workers"].role_assignments.autoscaler_scale_set) == 0
     )
     error_message = "Autostop: the head gets an identity of its own, the workers do not; no Virtual Machine Contributor in cpu mode."
@@ -763,7 +764,7 @@ run "autostop_in_cpu_mode_may_stop_the_head_the_workers_and_their_autoscale" {
   assert {
     condition = (
       azurerm_role_assignment.autostop_head[0].scope == azurerm_linux_virtual_machine.head.id &&
-      module.worker_pool["workers"].role_assignments.autostop_scale_set[0].scope == module.worker_pool["workers"].scale_set.id &&
+      module.worker_pool["workers"].role_assignments.autostop_scale_set[0].scope == module.worker_pool["workers"].flexible_scale_set.id &&
       module.worker_pool["workers"].role_assignments.autostop_autoscale[0].scope == module.worker_pool["workers"].autoscale_settings[0].id &&
       alltrue([
         for a in [azurerm_role_assignment.autostop_head[0], module.worker_pool["workers"].role_assignments.autostop_scale_set[0], module.worker_pool["workers"].role_assignments.autostop_autoscale[0]] :
@@ -831,7 +832,7 @@ run "ray_mode_hands_the_scale_set_to_rays_autoscaler" {
   assert {
     condition = (
       length(module.worker_pool["workers"].role_assignments.autoscaler_scale_set) == 1 &&
-      module.worker_pool["workers"].role_assignments.autoscaler_scale_set[0].scope == module.worker_pool["workers"].scale_set.id &&
+      module.worker_pool["workers"].role_assignments.autoscaler_scale_set[0].scope == module.worker_pool["workers"].flexible_scale_set.id &&
       module.worker_pool["workers"].role_assignments.autoscaler_scale_set[0].role_definition_name == "Virtual Machine Contributor" &&
       module.worker_pool["workers"].role_assignments.autoscaler_scale_set[0].principal_id == azurerm_user_assigned_identity.autoscaler[0].principal_id
     )
@@ -839,8 +840,17 @@ run "ray_mode_hands_the_scale_set_to_rays_autoscaler" {
   }
 
   assert {
-    condition     = length(azurerm_linux_virtual_machine.head.identity[0].identity_ids) == 2 && length(module.worker_pool["workers"].scale_set.identity[0].identity_ids) == 1
+    condition     = length(azurerm_linux_virtual_machine.head.identity[0].identity_ids) == 2 && length(module.worker_pool["workers"].flexible_scale_set.identity[0].identity_ids) == 1
     error_message = "scaling_mode = ray: the head has the autoscaler identity too, the workers do not."
+  }
+
+  assert {
+    condition = (
+      length(azurerm_role_assignment.interface_reader) == 1 &&
+      azurerm_role_assignment.interface_reader[0].principal_id == azurerm_user_assigned_identity.autoscaler[0].principal_id &&
+      azurerm_role_definition.interface_reader[0].permissions[0].actions == tolist(["Microsoft.Network/networkInterfaces/read"])
+    )
+    error_message = "scaling_mode = ray with the default (Flexible) pool: the head's identity may read the workers' network interfaces (their private IPs), and nothing else."
   }
 
   assert {
@@ -856,7 +866,7 @@ run "ray_mode_hands_the_scale_set_to_rays_autoscaler" {
 # Worker pools
 # ---------------------------------------------------------------------------------------------
 
-run "one_pool_by_default_is_the_scale_set_of_before" {
+run "one_pool_by_default_with_the_names_of_before" {
   command = plan
   module {
     source = "./modules/cluster"
@@ -865,16 +875,51 @@ run "one_pool_by_default_is_the_scale_set_of_before" {
   assert {
     condition = (
       keys(module.worker_pool) == tolist(["workers"]) &&
-      module.worker_pool["workers"].scale_set.name == "ray-workers" &&
-      module.worker_pool["workers"].scale_set.computer_name_prefix == "ray-w" &&
-      module.worker_pool["workers"].scale_set.sku == "Standard_D4s_v5" &&
+      module.worker_pool["workers"].scale_set == null &&
+      module.worker_pool["workers"].flexible_scale_set.name == "ray-workers" &&
+      module.worker_pool["workers"].flexible_scale_set.os_profile[0].linux_configuration[0].computer_name_prefix == "ray-w" &&
+      module.worker_pool["workers"].flexible_scale_set.sku_name == "Standard_D4s_v5" &&
       module.worker_pool["workers"].autoscale_settings[0].name == "ray-workers-autoscale" &&
+      module.worker_pool["workers"].autoscale_settings[0].target_resource_id == module.worker_pool["workers"].flexible_scale_set.id &&
       keys(output.worker_pools) == tolist(["workers"]) &&
       output.worker_pools["workers"].scale_set_id == output.scale_set_id &&
       output.worker_pools["workers"].scale_set_name == "ray-workers" &&
       output.worker_pools["workers"].autoscale_setting_id == output.autoscale_setting_id
     )
-    error_message = "Without worker_pools: one pool, workers, with the names of the single scale set before pools (the moved blocks in workers.tf keep it)."
+    error_message = "Without worker_pools: one pool, workers, a Flexible scale set with the names of the single scale set before pools."
+  }
+}
+
+run "a_pool_pinned_to_uniform_is_the_scale_set_of_before" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+
+  variables {
+    worker_pools = { workers = { orchestration_mode = "Uniform" } }
+  }
+
+  assert {
+    condition = (
+      keys(module.worker_pool) == tolist(["workers"]) &&
+      module.worker_pool["workers"].flexible_scale_set == null &&
+      module.worker_pool["workers"].scale_set.name == "ray-workers" &&
+      module.worker_pool["workers"].scale_set.computer_name_prefix == "ray-w" &&
+      module.worker_pool["workers"].scale_set.sku == "Standard_D4s_v5" &&
+      module.worker_pool["workers"].scale_set.instances == 2 &&
+      module.worker_pool["workers"].scale_set.overprovision == false &&
+      module.worker_pool["workers"].scale_set.upgrade_mode == "Manual" &&
+      module.worker_pool["workers"].scale_set.scale_in[0].rule == "NewestVM" &&
+      module.worker_pool["workers"].scale_set.disable_password_authentication == true &&
+      module.worker_pool["workers"].scale_set.termination_notification[0].timeout == "PT5M" &&
+      one(module.worker_pool["workers"].scale_set.extension[*].type) == "ApplicationHealthLinux" &&
+      module.worker_pool["workers"].scale_set.automatic_instance_repair[0].enabled == true &&
+      module.worker_pool["workers"].autoscale_settings[0].name == "ray-workers-autoscale" &&
+      module.worker_pool["workers"].autoscale_settings[0].target_resource_id == module.worker_pool["workers"].scale_set.id &&
+      output.scale_set_id == module.worker_pool["workers"].scale_set.id
+    )
+    error_message = "worker_pools = { workers = { orchestration_mode = \"Uniform\" } }: the Uniform scale set of before, same names (the moved blocks keep it), overprovisioning off, NewestVM scale-in, its notice, health extension, repairs and autoscale setting."
   }
 }
 
@@ -908,25 +953,25 @@ run "two_pools_spot_cpu_and_gpu" {
   assert {
     condition = (
       keys(module.worker_pool) == tolist(["cpu", "gpu"]) &&
-      module.worker_pool["cpu"].scale_set.name == "ray-cpu" &&
-      module.worker_pool["gpu"].scale_set.name == "ray-gpu" &&
-      module.worker_pool["cpu"].scale_set.computer_name_prefix == "ray-cpu-" &&
-      module.worker_pool["gpu"].scale_set.computer_name_prefix == "ray-gpu-" &&
-      module.worker_pool["cpu"].scale_set.sku == "Standard_F8s_v2" &&
-      module.worker_pool["gpu"].scale_set.sku == "Standard_NC4as_T4_v3"
+      module.worker_pool["cpu"].flexible_scale_set.name == "ray-cpu" &&
+      module.worker_pool["gpu"].flexible_scale_set.name == "ray-gpu" &&
+      module.worker_pool["cpu"].flexible_scale_set.os_profile[0].linux_configuration[0].computer_name_prefix == "ray-cpu-" &&
+      module.worker_pool["gpu"].flexible_scale_set.os_profile[0].linux_configuration[0].computer_name_prefix == "ray-gpu-" &&
+      module.worker_pool["cpu"].flexible_scale_set.sku_name == "Standard_F8s_v2" &&
+      module.worker_pool["gpu"].flexible_scale_set.sku_name == "Standard_NC4as_T4_v3"
     )
     error_message = "Two pools: two scale sets named after the pools, with their sizes and host name prefixes."
   }
 
   assert {
     condition = (
-      module.worker_pool["cpu"].scale_set.priority == "Spot" &&
-      module.worker_pool["cpu"].scale_set.eviction_policy == "Deallocate" &&
-      module.worker_pool["cpu"].scale_set.max_bid_price == 0.25 &&
-      length(module.worker_pool["cpu"].scale_set.termination_notification) == 0 &&
-      module.worker_pool["gpu"].scale_set.priority == "Regular" &&
-      module.worker_pool["gpu"].scale_set.eviction_policy == null &&
-      module.worker_pool["gpu"].scale_set.termination_notification[0].timeout == "PT5M"
+      module.worker_pool["cpu"].flexible_scale_set.priority == "Spot" &&
+      module.worker_pool["cpu"].flexible_scale_set.eviction_policy == "Deallocate" &&
+      module.worker_pool["cpu"].flexible_scale_set.max_bid_price == 0.25 &&
+      length(module.worker_pool["cpu"].flexible_scale_set.termination_notification) == 0 &&
+      module.worker_pool["gpu"].flexible_scale_set.priority == "Regular" &&
+      module.worker_pool["gpu"].flexible_scale_set.eviction_policy == null &&
+      module.worker_pool["gpu"].flexible_scale_set.termination_notification[0].timeout == "PT5M"
     )
     error_message = "The Spot pool gets its eviction policy and price and no termination notice; the regular pool its notice."
   }
@@ -934,11 +979,11 @@ run "two_pools_spot_cpu_and_gpu" {
   assert {
     condition = alltrue([
       for name in ["cpu", "gpu"] :
-      module.worker_pool[name].scale_set.automatic_instance_repair[0].enabled == true &&
-      one(module.worker_pool[name].scale_set.extension[*].type) == "ApplicationHealthLinux" &&
+      module.worker_pool[name].flexible_scale_set.automatic_instance_repair[0].enabled == true &&
+      one(module.worker_pool[name].flexible_scale_set.extension[*].type) == "ApplicationHealthLinux" &&
       length(module.worker_pool[name].autoscale_settings) == 1 &&
       module.worker_pool[name].autoscale_settings[0].name == "ray-${name}-autoscale" &&
-      module.worker_pool[name].autoscale_settings[0].target_resource_id == module.worker_pool[name].scale_set.id
+      module.worker_pool[name].autoscale_settings[0].target_resource_id == module.worker_pool[name].flexible_scale_set.id
     ]) && module.worker_pool["gpu"].autoscale_settings[0].profile[0].capacity[0].maximum == 2 && module.worker_pool["cpu"].autoscale_settings[0].profile[0].capacity[0].maximum == 20
     error_message = "Every pool has its health extension, repair policy and CPU autoscale setting with its own bounds."
   }
@@ -946,7 +991,7 @@ run "two_pools_spot_cpu_and_gpu" {
   assert {
     condition = alltrue([
       for name in ["cpu", "gpu"] :
-      module.worker_pool[name].role_assignments.autostop_scale_set[0].scope == module.worker_pool[name].scale_set.id &&
+      module.worker_pool[name].role_assignments.autostop_scale_set[0].scope == module.worker_pool[name].flexible_scale_set.id &&
       module.worker_pool[name].role_assignments.autostop_autoscale[0].scope == module.worker_pool[name].autoscale_settings[0].id &&
       module.worker_pool[name].role_assignments.autostop_scale_set[0].principal_id == azurerm_user_assigned_identity.autoscaler[0].principal_id
     ])
@@ -956,7 +1001,7 @@ run "two_pools_spot_cpu_and_gpu" {
   assert {
     condition = alltrue([
       for name, pool in { cpu = { resources = "{\"simulator\":2}", labels = "" }, gpu = { resources = "{}", labels = "accelerator=t4" } } : alltrue([
-        for v in [jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", base64decode(module.worker_pool[name].scale_set.custom_data)))))] :
+        for v in [jsondecode(base64decode(one(regex("path: /etc/ray-cluster/deploy.json\\n(?:.*\\n){0,3}?\\s*content: \"([A-Za-z0-9+/=]+)\"", base64decode(module.worker_pool[name].flexible_scale_set.os_profile[0].custom_data)))))] :
         v.WORKER_POOL == name && v.RAY_RESOURCES == pool.resources && v.RAY_LABELS == pool.labels
       ])
     ])
@@ -993,17 +1038,17 @@ run "a_flexible_spot_pool_with_priority_mix_and_instance_mix" {
     scaling_mode = "ray"
     worker_pools = {
       cpu = {
-        vm_size            = "Standard_D4s_v5"
-        spot_enabled       = true
-        max_count          = 20
-        orchestration_mode = "Flexible"
-        zones              = ["1", "2", "3"]
-        zone_balance       = true
-        priority_mix       = { base_regular_count = 1, regular_percentage_above_base = 25 }
-        instance_mix       = { vm_sizes = ["Standard_D4s_v5", "Standard_D4as_v5"], allocation_strategy = "CapacityOptimized" }
+        vm_size      = "Standard_D4s_v5"
+        spot_enabled = true
+        max_count    = 20
+        zones        = ["1", "2", "3"]
+        zone_balance = true
+        priority_mix = { base_regular_count = 1, regular_percentage_above_base = 25 }
+        instance_mix = { vm_sizes = ["Standard_D4s_v5", "Standard_D4as_v5"], allocation_strategy = "CapacityOptimized" }
       }
       gpu = {
-        vm_size = "Standard_NC4as_T4_v3"
+        vm_size            = "Standard_NC4as_T4_v3"
+        orchestration_mode = "Uniform"
       }
     }
   }
@@ -1043,7 +1088,7 @@ run "a_flexible_spot_pool_with_priority_mix_and_instance_mix" {
       module.worker_pool["cpu"].role_assignments.autoscaler_scale_set[0].scope == module.worker_pool["cpu"].scale_set_id &&
       module.worker_pool["cpu"].scale_set_id == module.worker_pool["cpu"].flexible_scale_set.id
     )
-    error_message = "The other pool stays Uniform; Ray's autoscaler's role is on the Flexible scale set."
+    error_message = "The other pool pinned to Uniform is Uniform; Ray's autoscaler's role is on the Flexible scale set."
   }
 
   assert {
@@ -1075,7 +1120,7 @@ run "two_pools_in_ray_mode" {
       for name in ["cpu", "gpu"] :
       length(module.worker_pool[name].autoscale_settings) == 0 &&
       length(module.worker_pool[name].role_assignments.autoscaler_scale_set) == 1 &&
-      module.worker_pool[name].role_assignments.autoscaler_scale_set[0].scope == module.worker_pool[name].scale_set.id &&
+      module.worker_pool[name].role_assignments.autoscaler_scale_set[0].scope == module.worker_pool[name].flexible_scale_set.id &&
       module.worker_pool[name].role_assignments.autoscaler_scale_set[0].role_definition_name == "Virtual Machine Contributor" &&
       module.worker_pool[name].role_assignments.autoscaler_scale_set[0].principal_id == azurerm_user_assigned_identity.autoscaler[0].principal_id
     ])
@@ -1109,7 +1154,7 @@ run "gpu_head" {
     condition = (
       azurerm_linux_virtual_machine.head.size == "Standard_NC4as_T4_v3" &&
       azurerm_linux_virtual_machine.head.source_image_reference[0].offer == "ubuntu-24_04-lts" &&
-      module.worker_pool["workers"].scale_set.sku == "Standard_D4s_v5" &&
+      module.worker_pool["workers"].flexible_scale_set.sku_name == "Standard_D4s_v5" &&
       keys(module.worker_pool) == tolist(["workers"])
     )
     error_message = "A GPU head (the node detects its GPUs at boot) with one CPU pool of workers."

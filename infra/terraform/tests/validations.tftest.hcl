@@ -1901,7 +1901,7 @@ run "worker_pools_priority_mix_and_instance_mix_need" {
     source = "./modules/cluster"
   }
   variables {
-    worker_pools = { cpu = { spot_enabled = true, priority_mix = { base_regular_count = 1 } } }
+    worker_pools = { cpu = { orchestration_mode = "Uniform", spot_enabled = true, priority_mix = { base_regular_count = 1 } } }
   }
   expect_failures = [var.worker_pools]
 }
@@ -1912,7 +1912,7 @@ run "worker_pools_priority_mix_and_instance_mix_need_2" {
     source = "./modules/cluster"
   }
   variables {
-    worker_pools = { cpu = { instance_mix = { vm_sizes = ["Standard_D4s_v5", "Standard_D4as_v5"] } } }
+    worker_pools = { cpu = { orchestration_mode = "Uniform", instance_mix = { vm_sizes = ["Standard_D4s_v5", "Standard_D4as_v5"] } } }
   }
   expect_failures = [var.worker_pools]
 }

@@ -117,8 +117,8 @@ def table(found: capacity.Check) -> list[str]:
         rows.append(
             [
                 shown(row.pool.name, 20),
-                shown(row.pool.vm_size, 48),
-                "Spot" if row.pool.spot else "regular",
+                shown(row.vm_size, 48),
+                "Spot" if row.spot else "regular",
                 str(row.count),
                 "?" if row.vcpus is None else str(row.vcpus),
                 shown(row.quota, 60),
@@ -126,7 +126,7 @@ def table(found: capacity.Check) -> list[str]:
                 _room(quota),
                 zones,
                 row.available,
-                row.score or ("-" if not row.pool.spot else "not checked"),
+                row.score or ("-" if not row.spot else "not checked"),
             ]
         )
     total = quotas.get(capacity.TOTAL)

@@ -633,11 +633,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                         "change)"
                     )
                 for address in summary.replaced_scale_sets:
-                    say(
-                        f"WARNING: this plan deletes the worker scale set {address}: its workers "
-                        "go (a pool whose orchestration_mode changed gets a new scale set of the "
-                        "other kind; running jobs lose those workers)"
-                    )
+                    say(terraform.scale_set_warning(address))
                 show_for_up(summary.variables, False, url, None)
                 # The plan does not say whether the cluster's VMs exist (and count in Azure's
                 # usage already): the check compares with the quota limits alone.

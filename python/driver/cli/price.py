@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from driver import arm, price
+from driver import arm, capacity, price
 from driver.cli import capacity as capacity_cli
 from driver.cli.options import Verbs, azure_options, parse_pairs, terraform_vars, verb
 from driver.cli.output import say
@@ -106,7 +106,7 @@ def cmd_price(args: argparse.Namespace) -> int:
                 f"{args.parameters} has no location and the template's default is the resource "
                 "group's region: pass --location REGION"
             )
-        deployment = price.sizing(full, arm=True, region=args.location)
+        deployment = capacity.sizing(full, arm=True, region=args.location)
     else:
         full = {}
         from driver import terraform
@@ -120,7 +120,7 @@ def cmd_price(args: argparse.Namespace) -> int:
             args.terraform_dir, parse_pairs(args.var, "--var"), args.var_file
         )
         try:
-            deployment = price.sizing(values, arm=False)
+            deployment = capacity.sizing(values, arm=False)
         except DriverError as e:
             raise DriverError(f"{args.terraform_dir}: {e}") from None
     try:
@@ -159,7 +159,7 @@ def show_for_up(values: Mapping[str, Any], arm_names: bool, url: str, region: st
     """The table before ``up`` asks for a yes; whatever goes wrong is one line and ``up`` goes
     on (a price is information, never a reason to stop a deployment)."""
     try:
-        deployment = price.sizing(values, arm=arm_names, region=region)
+        deployment = capacity.sizing(values, arm=arm_names, region=region)
     except DriverError as e:
         say(f"Price unknown: {e}; going on without it.")
         return
@@ -221,6 +221,7 @@ def table(est: price.Estimate) -> list[str]:
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  " + "  ".join(cells).rstrip())
+    lines += mix_notes(est.sizing)
     for pool in est.missing:
         kind = "Spot" if pool.spot else "pay-as-you-go"
         lines.append(
@@ -235,6 +236,26 @@ def table(est: price.Estimate) -> list[str]:
     if est.storage is None:
         return [*lines, NOT_INCLUDED, NO_STORAGE]
     return [*lines, NOT_INCLUDED_WITH_STORAGE, *storage_table(est.storage)]
+
+
+def mix_notes(deployment: price.Sizing) -> list[str]:
+    """How the pools with Spot Priority Mix or Instance Mix are priced, a line each."""
+    lines = []
+    for pool in deployment.pools:
+        if pool.spot and pool.priority_mix is not None:
+            base, percent = pool.priority_mix
+            lines.append(
+                f"{pool.name}: Spot Priority Mix ({base} regular VMs first, then {percent} % of "
+                "those above them regular): its regular share at the regular price, the rest at "
+                "the Spot price (a split that is not a whole number of VMs rounded the dearer "
+                "way: Azure publishes no rounding)."
+            )
+        if pool.mix_sizes:
+            lines.append(
+                f"{pool.name}: Instance Mix of {', '.join(pool.mix_sizes)}: priced at the "
+                "dearest of them (Azure picks each VM's size): at most."
+            )
+    return lines
 
 
 def storage_table(storage: price.StoragePrices) -> list[str]:

@@ -54,18 +54,17 @@ module "ray" {
 
   # Two pools: Spot CPU env runners, and GPU nodes for the learner that scale from zero. The
   # CPU pool's own resource holds env runners that ask for it there (examples/pong/README.md).
-  # The CPU pool is a Flexible scale set: its first VM regular and a quarter of the rest (Spot
-  # Priority Mix), each VM of whichever of two 4-vCPU sizes Azure has most capacity for
-  # (Instance Mix), in three zones.
+  # Both are Flexible scale sets (the default); the CPU pool has its first VM regular and a
+  # quarter of the rest (Spot Priority Mix), each VM of whichever of two 4-vCPU sizes Azure has
+  # most capacity for (Instance Mix), in three zones.
   worker_pools = {
     cpu = {
-      vm_size            = "Standard_D4s_v5"
-      max_count          = 8
-      spot_enabled       = true
-      ray_resources      = { cpu_pool = 100 }
-      orchestration_mode = "Flexible"
-      zones              = ["1", "2", "3"]
-      priority_mix       = { base_regular_count = 1, regular_percentage_above_base = 25 }
+      vm_size       = "Standard_D4s_v5"
+      max_count     = 8
+      spot_enabled  = true
+      ray_resources = { cpu_pool = 100 }
+      zones         = ["1", "2", "3"]
+      priority_mix  = { base_regular_count = 1, regular_percentage_above_base = 25 }
       instance_mix = {
         vm_sizes            = ["Standard_D4s_v5", "Standard_D4as_v5"]
         allocation_strategy = "CapacityOptimized"

@@ -11,6 +11,11 @@
 # (the pool "workers" keeps NAME_PREFIX-w, which no other pool's prefix can match).
 locals {
   worker_pool_names = length(var.worker_pools) > 0 ? keys(var.worker_pools) : ["workers"]
+  # Each pool's orchestration mode: Flexible unless the pool pins "Uniform" (the pool "workers"
+  # made when no pool is given is Flexible too; worker_pools = { workers = { orchestration_mode =
+  # "Uniform" } } keeps the Uniform scale set of a cluster made before). Its own local: the
+  # interface reader role (identity.tf) reads it too.
+  worker_pool_modes = { for name in local.worker_pool_names : name => try(var.worker_pools[name].orchestration_mode, "Flexible") }
   worker_pool_settings = { for name in local.worker_pool_names : name => {
     scale_set_name       = "${var.name_prefix}-${name}"
     autoscale_name       = "${var.name_prefix}-${name}-autoscale"
@@ -24,7 +29,7 @@ locals {
     max_price            = coalesce(try(var.worker_pools[name].max_price, null), -1)
     zones                = try(var.worker_pools[name].zones, [])
     zone_balance         = try(var.worker_pools[name].zone_balance, false)
-    orchestration_mode   = try(var.worker_pools[name].orchestration_mode, "Uniform")
+    orchestration_mode   = local.worker_pool_modes[name]
     priority_mix         = try(var.worker_pools[name].priority_mix, null)
     instance_mix         = try(var.worker_pools[name].instance_mix, null)
     # The pool's own deploy-time values (cloud-init/placeholders.yaml).

@@ -88,10 +88,10 @@ resource "azurerm_role_assignment" "autostop_head" {
 # scaling_mode = "ray" with a Flexible pool: Ray's autoscaler matches Ray nodes to VMs by private
 # IP, and a Flexible VM's network interface is a resource of its own in the resource group,
 # outside the scale set its role is on. No built-in role reads interfaces only (Reader reads
-# every resource): a custom role with that one action, assigned on the resource group. (The
-# default pool is Uniform: only worker_pools can ask for Flexible.)
+# every resource): a custom role with that one action, assigned on the resource group. (Every
+# pool is Flexible unless it pins Uniform, the default pool "workers" too: checks.tf.)
 locals {
-  interface_reader_enabled            = var.scaling_mode == "ray" && anytrue([for p in values(var.worker_pools) : p.orchestration_mode == "Flexible"])
+  interface_reader_enabled            = var.scaling_mode == "ray" && contains(values(local.worker_pool_modes), "Flexible")
   interface_reader_role_definition_id = uuidv5(local.arm_guid_namespace, join("-", [local.resource_group_id, var.name_prefix, "ray-cluster-interface-reader"]))
 }
 

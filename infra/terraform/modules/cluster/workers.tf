@@ -1,6 +1,7 @@
 # The workers: one pool per entry of worker_pools (checks.tf: local.worker_pools; no entry = one
 # pool "workers" made of the worker_* variables, today's single scale set), each a scale set
-# (Uniform, or Flexible with Spot Priority Mix and Instance Mix) with what belongs to it (modules/worker_pool): its custom data (the pool's deploy-time
+# (Flexible, with Spot Priority Mix and Instance Mix where asked, or Uniform where the pool pins
+# it) with what belongs to it (modules/worker_pool): its custom data (the pool's deploy-time
 # values), Spot or regular, the termination notice, the health extension and automatic repair,
 # the CPU autoscale setting (scaling_mode = "cpu") and the head's roles on them.
 

@@ -4,15 +4,17 @@
 # change it, and autostop's roles on both. Autoscale or Ray's autoscaler owns the instance
 # count after creation.
 #
-# orchestration_mode picks the scale set: "Uniform" (azurerm_linux_virtual_machine_scale_set,
-# the pools' scale set before Flexible) or "Flexible" (azurerm_orchestrated_virtual_machine_scale_set,
-# whose instances are ordinary VMs; the only kind with Spot Priority Mix and Instance Mix).
+# orchestration_mode picks the scale set: "Flexible" (azurerm_orchestrated_virtual_machine_scale_set,
+# every pool's unless it pins Uniform: its instances are ordinary VMs; the only kind with Spot
+# Priority Mix and Instance Mix) or "Uniform" (azurerm_linux_virtual_machine_scale_set, the
+# pools' scale set before Flexible became the default).
 # Exactly one of the two exists: what names the pool's scale set takes the id of whichever it
 # is (one(concat(...)) of both). Changing a pool's mode replaces its scale set (Azure cannot
 # convert one): `python -m driver up` says so before it applies.
 
 # A pool made before Flexible (or called as a module from an older version) had one scale set
-# without count: it is the Uniform one, nothing replaced.
+# without count: it is the Uniform one, kept where the pool pins orchestration_mode = "Uniform"
+# (otherwise the plan replaces it with a Flexible one, and `python -m driver up` says so).
 moved {
   from = azurerm_linux_virtual_machine_scale_set.this
   to   = azurerm_linux_virtual_machine_scale_set.this[0]
@@ -143,7 +145,7 @@ resource "azurerm_linux_virtual_machine_scale_set" "this" {
 # notification, zones), plus Spot Priority Mix and Instance Mix. Flexible has no overprovisioning
 # and no scale-in policy: which instance goes is the caller's (Ray's autoscaler deletes the one it
 # drained; CPU autoscale lets Azure choose).
-# (checkov 3.2 has no check of this resource type: tests/unit/test_terraform_checkov.py holds
+# (checkov 3.3 has no check of this resource type: tests/unit/test_terraform_checkov.py holds
 # its settings to the Uniform scale set's, which checkov does judge.)
 resource "azurerm_orchestrated_virtual_machine_scale_set" "this" {
   count               = var.orchestration_mode == "Flexible" ? 1 : 0
@@ -159,6 +161,8 @@ resource "azurerm_orchestrated_virtual_machine_scale_set" "this" {
   platform_fault_domain_count = 1
   # Spot Priority Mix refuses a single placement group.
   single_placement_group = false
+  # As the Uniform scale set: a changed model reaches a VM when it is replaced, not by itself.
+  upgrade_mode = "Manual"
 
   os_profile {
     # Instances keep the custom data they booted with until they are replaced.

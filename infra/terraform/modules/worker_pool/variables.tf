@@ -67,7 +67,7 @@ variable "zone_balance" {
 
 variable "orchestration_mode" {
   type        = string
-  description = "\"Uniform\" (azurerm_linux_virtual_machine_scale_set) or \"Flexible\" (azurerm_orchestrated_virtual_machine_scale_set, the only one with priority_mix and instance_mix)."
+  description = "\"Flexible\" (azurerm_orchestrated_virtual_machine_scale_set, the only one with priority_mix and instance_mix; the cluster's default) or \"Uniform\" (azurerm_linux_virtual_machine_scale_set)."
 }
 
 variable "priority_mix" {

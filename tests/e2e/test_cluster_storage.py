@@ -17,7 +17,7 @@ from driver.store import TUNE_ROOT
 from nodekit.rehearsal.services import keyvault
 from nodekit.rehearsal.standins.azure_node import FakeImds, imds_config, laptop_env
 from rehearsal_cluster import CLIENT_ID, RehearsalCluster, cluster_results_container
-from support import REPO, job_failure, run_driver
+from support import LOCAL_RAY_INIT, REPO, job_failure, run_driver
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
 
@@ -131,13 +131,15 @@ def test_a_users_own_tune_sweep_runs_its_trials_on_both_workers_and_every_node_r
     assert restored.stdout.split() == ["4", "4"], restored.stdout
 
 
-_RESTORE_HERE = """
+_RESTORE_HERE = (
+    LOCAL_RAY_INIT
+    + """
 import sys
-import ray
 from ray.rllib.algorithms.algorithm import Algorithm
-ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+init_local_ray(num_cpus=2, include_dashboard=False, logging_level="ERROR")
 for path in sys.argv[1:]:
     algo = Algorithm.from_checkpoint(path)
     print(algo.iteration, flush=True)
     algo.stop()
 """
+)

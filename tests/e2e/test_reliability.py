@@ -57,7 +57,7 @@ from nodekit.rehearsal.standins.azure_node import (
     laptop_env,
 )
 from rehearsal_cluster import CLIENT_ID, RehearsalCluster, results_container
-from support import REPO, communicate_or_explain, job_failure, run_driver
+from support import LOCAL_RAY_INIT, REPO, communicate_or_explain, job_failure, run_driver
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal, pytest.mark.disruptive]
 
@@ -528,20 +528,22 @@ def _goes_on_without_a_person(
 
 
 # -- 2. the head replaced, disk and all: resume from the results storage -----------------------
-RESTORE = """
+RESTORE = (
+    LOCAL_RAY_INIT
+    + """
 import json, sys
 sys.path[:0] = ["examples", "examples/cartpole"]
-import ray
 import train
 from harness.loop import apply_harness_settings
 
 args = train.parse_args(["--num-env-runners", "0"])
-ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR")
+init_local_ray(num_cpus=1, include_dashboard=False, logging_level="ERROR")
 algo = apply_harness_settings(train.build_config(args), args).build_algo()
 for path in sys.argv[1:]:
     algo.restore_from_path(path)
     print(json.dumps({"path": path, "iteration": int(algo.iteration)}), flush=True)
 """
+)
 """The harness's own restore path (its config, ``restore_from_path``), once per checkpoint in
 one process: every published checkpoint must restore and say its iteration."""
 SWEEP = REPO / "tests/fixtures/jobs/tune_sweep.py"

@@ -93,6 +93,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 def register_rehearse(verbs: Any) -> None:
     from nodekit.rehearsal.cluster import DEFAULT_BAKE_SUBNET, DEFAULT_HTTP_PORT, DEFAULT_SUBNET
+    from nodekit.rehearsal.standins.azure_compute import ORCHESTRATION_MODES
+    from nodekit.rehearsal.state import DEFAULT_ORCHESTRATION_MODE
 
     p = verbs.add_parser(
         "rehearse",
@@ -187,6 +189,16 @@ def register_rehearse(verbs: Any) -> None:
         "(default: 0, the default pool alone)",
     )
     up.add_argument(
+        "--orchestration-mode",
+        choices=ORCHESTRATION_MODES,
+        default=DEFAULT_ORCHESTRATION_MODE,
+        help="the worker pools' scale sets' orchestration mode, as a stack's pool's: Flexible "
+        "(each worker a VM of its own, named rh-NAME-POOL_ and 8 hexadecimal characters, its "
+        "instance id) or Uniform (rh-NAME-POOL_N); the fake Compute, the metadata service and "
+        f"Scheduled Events answer as Azure does for it (default: {DEFAULT_ORCHESTRATION_MODE}, "
+        "the stacks' default)",
+    )
+    up.add_argument(
         "--autostop-idle-minutes",
         type=int,
         default=0,
@@ -212,7 +224,11 @@ def register_rehearse(verbs: Any) -> None:
     hook.add_argument(
         "--scale-set", default="", help="the instance's scale set (default: the default pool's)"
     )
-    hook.add_argument("--instance-id", required=True)
+    hook.add_argument(
+        "--instance-id",
+        required=True,
+        help="a Uniform scale set's instance number, or a Flexible scale set's VM name",
+    )
     hook.add_argument("--ip", required=True)
     hook.set_defaults(func=cmd_rehearse_scale_set)
     vm = actions.add_parser(
@@ -358,6 +374,7 @@ def cmd_rehearse_up(args: argparse.Namespace) -> int:
         autostop_idle_minutes=args.autostop_idle_minutes,
         results_storage=args.results_storage,
         gpu_pool_max=args.gpu_pool_max,
+        orchestration_mode=args.orchestration_mode,
     )
     head = state.head
     print(f"head: {state.admin_user}@{head.ip}")
@@ -421,8 +438,9 @@ def cmd_rehearse_scale_set(args: argparse.Namespace) -> int:
         node = r.scale_set_create(args.instance_id, args.ip, scale_set=args.scale_set)
         say(f"scale set: instance {args.instance_id} is {node.name} at {node.ip}")
     else:
-        r.scale_set_delete(args.instance_id, scale_set=args.scale_set)
-        say(f"scale set: instance {args.instance_id} deleted")
+        acknowledged = r.scale_set_delete(args.instance_id, scale_set=args.scale_set)
+        notice = "acknowledged" if acknowledged else "not acknowledged"
+        say(f"scale set: instance {args.instance_id} deleted (its Terminate notice {notice})")
     return EXIT_OK
 
 

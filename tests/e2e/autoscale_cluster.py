@@ -3,11 +3,15 @@ benchmarks/autoscale.py: the head only at first, Ray's autoscaler on it, and the
 Compute on the bridge, whose capacity raise boots a worker container and whose instance delete
 removes that container (``rehearse up --scaling-mode ray``). Two worker pools, each its own
 fake scale set and Ray node type: the default pool ``workers`` (CPU) and ``gpu``
-(``--gpu-pool-max``), whose containers declare a GPU to Ray without hardware.
+(``--gpu-pool-max``), whose containers declare a GPU to Ray without hardware. Both are
+Flexible scale sets (:data:`ORCHESTRATION_MODE`), as the stacks deploy pools by default.
 
 What it reads, from this machine: each fake scale set's instances (``azure/compute/
 instances.json`` of the cluster folder), the requests the fake Compute got
-(``requests.jsonl``) and the rehearsal's state (which containers run, of which pool).
+(``requests.jsonl``), what its hooks said (``azure/compute.log``), each worker's metadata
+service's answers (its ``imds/config.json``), the rehearsal's state (which containers run, of
+which pool) and the fake Compute's own answer for a scale set (over HTTPS, as the head's
+autoscaler identity).
 """
 
 from __future__ import annotations
@@ -15,15 +19,19 @@ from __future__ import annotations
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nodekit.rehearsal.cluster import Rehearsal
-from nodekit.rehearsal.services import compute
+from nodekit.rehearsal.services import compute, keyvault
 from nodekit.rehearsal.standins.azure_compute import CAPACITY_FILE
+from nodekit.rehearsal.standins.azure_node import issue_token
 from nodekit.rehearsal.state import DEFAULT_POOL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,6 +40,8 @@ SUBNET = os.environ.get("RAYDRIVER_AUTOSCALE_SUBNET", "") or "10.218.0.0/24"
 IDLE_TIMEOUT_MINUTES = 1
 MAX_WORKERS = 2
 GPU_POOL_MAX = 1
+ORCHESTRATION_MODE = "Flexible"
+"""The pools' scale sets' mode (``rehearse up --orchestration-mode``)."""
 
 
 def nodekit(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -67,6 +77,8 @@ def up(image: bool = True) -> subprocess.CompletedProcess[str]:
         str(GPU_POOL_MAX),
         "--idle-timeout-minutes",
         str(IDLE_TIMEOUT_MINUTES),
+        "--orchestration-mode",
+        ORCHESTRATION_MODE,
         *([] if image else ["--no-image"]),
         timeout=3600,
     )
@@ -112,6 +124,42 @@ class Cluster:
             for n in state.nodes
             if n.role == "worker" and (pool is None or n.pool == pool)
         }
+
+    def container_name(self, pool: str, instance_id: str) -> str:
+        """The worker container the rehearsal boots for ``pool``'s instance ``instance_id``."""
+        state = Rehearsal(self.name).load()
+        assert state is not None
+        return compute.node_name(state, pool, instance_id)
+
+    def metadata(self, container: str) -> dict[str, Any]:
+        """What a worker's metadata service says of its VM (``compute``), while it runs."""
+        path = self.dir / "nodes" / container / "imds" / "config.json"
+        return dict(json.loads(path.read_text())["compute"])
+
+    def hook_lines(self) -> list[str]:
+        """What the fake Compute's ``rehearse scale-set create|delete`` hooks said."""
+        path = self.dir / "azure" / "compute.log"
+        return [ln for ln in path.read_text().splitlines() if ln.startswith("scale set: ")]
+
+    def scale_set(self, pool: str = DEFAULT_POOL) -> dict[str, Any]:
+        """The fake Compute's answer to ``GET`` of ``pool``'s scale set, asked over HTTPS (its
+        CA) with a token of the identity that may read it (the head's autoscaler's)."""
+        azure = self.dir / "azure"
+        config = json.loads((azure / "compute" / "config.json").read_text())
+        token = issue_token(
+            bytes.fromhex(config["token_key"]), config["writers"][0], "test", config["audience"]
+        )
+        url = f"{config['audience']}{compute.scale_set_id(self.name, pool)}?api-version=2024-11-01"
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        tls = ssl.create_default_context(cafile=keyvault.shared(azure)["ca"])
+        with urllib.request.urlopen(request, context=tls, timeout=60) as r:
+            return dict(json.loads(r.read()))
+
+    def requests(self, since: float) -> list[tuple[str, str]]:
+        """The requests the fake Compute got since ``since`` (its clock): (method, path)."""
+        path = self.dir / "azure" / "compute" / "requests.jsonl"
+        rows = map(json.loads, path.read_text().splitlines())
+        return [(r["method"], r["path"]) for r in rows if r["time"] >= since]
 
     def refuse(self, pool: str, fault: dict | None) -> None:
         """Switch the fake Compute's capacity fault for ``pool``'s scale set on (``fault``,

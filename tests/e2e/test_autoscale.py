@@ -5,11 +5,12 @@ identity, and that fake booting a worker container when the capacity rises and r
 the container of a deleted instance (tests/e2e/autoscale_cluster.py).
 
 One cluster for the module (its own name and subnet, not the session's): head only at first,
-two worker pools, each its own scale set and Ray node type: the default (CPU) pool, max 2
-workers, and the GPU pool, max 1, whose containers declare a GPU to Ray without hardware (no
-GPU, no driver: the GPU bootstrap is proven in tests/unit/test_gpu_node.py); idle timeout 1
-minute. RAYDRIVER_REUSE_AUTOSCALE=1 runs against one already up (``rehearse up --name asc
---subnet 10.218.0.0/24 --scaling-mode ray --gpu-pool-max 1 ...``) and keeps it.
+two worker pools, each its own Flexible scale set (the stacks' default mode) and Ray node type:
+the default (CPU) pool, max 2 workers, and the GPU pool, max 1, whose containers declare a GPU
+to Ray without hardware (no GPU, no driver: the GPU bootstrap is proven in
+tests/unit/test_gpu_node.py); idle timeout 1 minute. RAYDRIVER_REUSE_AUTOSCALE=1 runs against
+one already up (``rehearse up --name asc --subnet 10.218.0.0/24 --scaling-mode ray
+--gpu-pool-max 1 --orchestration-mode Flexible ...``) and keeps it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import pytest
 
 import autoscale_cluster as ac
 from nodekit.node.azure_vmss_provider import WORKER_TYPE
-from nodekit.rehearsal.standins.azure_compute import capacity_fault
+from nodekit.rehearsal.services import compute
+from nodekit.rehearsal.standins.azure_compute import capacity_fault, is_flexible_vm_of
 from nodekit.rehearsal.state import DEFAULT_POOL, GPU_POOL
 from support import job_failure, run_benchmark, run_driver
 
@@ -58,6 +60,20 @@ def result(stdout: str) -> dict:
     return json.loads(line[len("RESULT ") :])
 
 
+def test_the_pools_are_flexible_scale_sets_as_azure_answers_for_them(cluster: ac.Cluster) -> None:
+    """What the node provider reads of each pool's scale set: the fake Compute's answer in
+    Azure's shape for Flexible orchestration (what Flexible has and what it has not)."""
+    assert ac.ORCHESTRATION_MODE == "Flexible"
+    for pool in (DEFAULT_POOL, GPU_POOL):
+        doc = cluster.scale_set(pool)
+        assert doc["name"] == compute.scale_set_name(cluster.name, pool)
+        props = doc["properties"]
+        assert props["orchestrationMode"] == "Flexible", doc
+        assert props["singlePlacementGroup"] is False and props["platformFaultDomainCount"] == 1
+        assert "overprovision" not in props and "scaleInPolicy" not in props, doc
+        assert doc["sku"]["capacity"] == 0  # to zero: the pools' min
+
+
 def test_demand_adds_a_worker_that_runs_the_job_and_idle_removes_it(
     cluster: ac.Cluster, tmp_path: Path
 ) -> None:
@@ -87,6 +103,21 @@ def test_demand_adds_a_worker_that_runs_the_job_and_idle_removes_it(
     # The task ran on the worker the autoscaler added: the fake's new instance, a container here.
     assert out["ip"] == instance["ip"] != cluster.head_ip
     assert list(cluster.containers().values()) == [instance["ip"]]
+    # A Flexible pool's VM: a virtual machine of its own whose name is its instance id, and so
+    # its metadata service says (the name the watcher finds in its Scheduled Events).
+    vm = instance["instanceId"]
+    scale_set = compute.scale_set_name(cluster.name, DEFAULT_POOL)
+    assert is_flexible_vm_of(scale_set, vm), vm
+    container = cluster.container_name(DEFAULT_POOL, vm)
+    assert cluster.containers() == {container: instance["ip"]}
+    meta = cluster.metadata(container)
+    assert (meta["name"], meta["vmScaleSetName"]) == (vm, scale_set), meta
+    assert meta["resourceId"].endswith(f"/providers/Microsoft.Compute/virtualMachines/{vm}"), meta
+    # The node provider read it as Flexible: the VM's own interface (Network's API), never the
+    # scale set's interface list (which a Flexible scale set has not).
+    reads = [path.lower() for method, path in cluster.requests(t0) if method == "GET"]
+    assert any(f"/microsoft.network/networkinterfaces/{vm.lower()}" in p for p in reads), reads
+    assert not any(p.endswith("/networkinterfaces") for p in reads), reads
     # CPU demand scaled the CPU pool only: the GPU pool's scale set stayed at 0, never written.
     assert cluster.instances(GPU_POOL) == [] and cluster.containers(GPU_POOL) == {}
     assert set(cluster.writes(t0)) == {("capacity", "workers")}
@@ -99,6 +130,11 @@ def test_demand_adds_a_worker_that_runs_the_job_and_idle_removes_it(
     )
     assert gone - out["started"] >= IDLE_S - 5  # not before the idle timeout
     assert "ray.worker." not in status()
+    # Exactly that VM deleted by name, after its Terminate notice (naming the VM) was
+    # acknowledged by the worker's watcher: drained and stopped before it went.
+    assert f"scale set: instance {vm} deleted (its Terminate notice acknowledged)" in (
+        cluster.hook_lines()
+    )
     # Both pools at their minimum (0); the GPU pool's scale set was never touched.
     assert cluster.instances(GPU_POOL) == [] and cluster.containers(GPU_POOL) == {}
     assert {pool for _, pool in cluster.writes(t0)} == {"workers"}
@@ -159,7 +195,10 @@ def test_gpu_demand_scales_only_the_gpu_pool_lands_there_and_idle_returns_it_to_
     out = result(r.stdout)
     # The GPU pool's scale set got one more instance, a container of that pool here ...
     [instance] = cluster.instances(GPU_POOL)
-    assert cluster.containers() == {f"gpu-{instance['instanceId']}": instance["ip"]}
+    assert is_flexible_vm_of(compute.scale_set_name(cluster.name, GPU_POOL), instance["instanceId"])
+    assert cluster.containers() == {
+        cluster.container_name(GPU_POOL, instance["instanceId"]): instance["ip"]
+    }
     assert cluster.containers(GPU_POOL) == cluster.containers()
     # ... where the task ran: a Ray node of pool gpu offering the GPU its stand-in declared.
     assert out["ip"] == instance["ip"] != cluster.head_ip

@@ -49,7 +49,8 @@ from driver.procs import pid_alive
 from driver.store import TUNE_ROOT
 from nodekit.rehearsal import trust
 from nodekit.rehearsal.cluster import Rehearsal
-from nodekit.rehearsal.services import keyvault
+from nodekit.rehearsal.services import compute, keyvault
+from nodekit.rehearsal.standins.azure_compute import is_flexible_vm_of
 from nodekit.rehearsal.standins.azure_node import (
     FakeImds,
     StateFolder,
@@ -254,7 +255,15 @@ def test_a_terminate_notice_drains_and_stops_the_worker_before_its_deletion_as_t
     # Azure's scale-in notice, as every VM of the scale set sees it: for this worker only.
     imds = FakeImds(StateFolder(imds_dir))
     other = imds.schedule("Terminate", ["rh-elsewhere_7"], not_before_s=600)
-    instance = json.loads((imds_dir / "config.json").read_text())["compute"]["name"]
+    meta = json.loads((imds_dir / "config.json").read_text())["compute"]
+    instance = meta["name"]
+    # The session's cluster has the default pools, Flexible scale sets (the stacks' default):
+    # the worker is a VM of its own, its name its instance id, and so its metadata says.
+    state = cluster.load()
+    assert state is not None and state.orchestration_mode == "Flexible"
+    assert instance == worker.instance_id == compute.vm_name(state, worker)
+    assert is_flexible_vm_of(meta["vmScaleSetName"], instance), meta
+    assert meta["resourceId"].endswith(f"/Microsoft.Compute/virtualMachines/{instance}"), meta
     noticed = time.monotonic()
     event = imds.schedule("Terminate", [instance], not_before_s=300)
 

@@ -36,9 +36,11 @@ from nodekit.rehearsal.image import ImageCache, document_requirements
 from nodekit.rehearsal.nodes import wait_ready as _wait_ready
 from nodekit.rehearsal.services import Context, azurite, compute, imds, keyvault, packages
 from nodekit.rehearsal.services import running as running_services
+from nodekit.rehearsal.standins.azure_compute import ORCHESTRATION_MODES, is_flexible_vm_of
 from nodekit.rehearsal.state import (
     BASE_ENV,
     DEFAULT_BASE,
+    DEFAULT_ORCHESTRATION_MODE,
     DEFAULT_POOL,
     GPU_POOL,
     Node,
@@ -142,6 +144,7 @@ class Rehearsal:
         results_storage: bool = True,
         gpu_pool_max: int = 0,
         boot: bool = True,
+        orchestration_mode: str = DEFAULT_ORCHESTRATION_MODE,
     ) -> State:
         """Build what is missing, boot head + ``workers`` and wait until Ray runs on all.
 
@@ -161,6 +164,11 @@ class Rehearsal:
         document filled with that pool's values; its containers declare one GPU to Ray without
         hardware (:func:`gpu_stand_in`). 0: the default pool alone.
 
+        ``orchestration_mode``: every pool's scale set Flexible (each worker a VM of its own,
+        named ``rh-NAME-POOL_`` and 8 hexadecimal characters: its metadata service, Scheduled
+        Events and the fake Compute call it so) or Uniform (``rh-NAME-POOL_N``), in every
+        scaling mode.
+
         ``boot=False``: the bridge, the torch index and the mirrors, and the node image baked
         (:meth:`bake_image`); no Key Vault, storage or node."""
         require_root_linux()
@@ -168,6 +176,11 @@ class Rehearsal:
             raise DriverError(f"--workers must be between 0 and 50, got {workers}")
         if scaling_mode not in ("cpu", "ray"):
             raise DriverError(f"--scaling-mode must be cpu or ray, got {scaling_mode!r}")
+        if orchestration_mode not in ORCHESTRATION_MODES:
+            raise DriverError(
+                f"--orchestration-mode must be {' or '.join(ORCHESTRATION_MODES)}, "
+                f"got {orchestration_mode!r}"
+            )
         if not (0 <= min_workers <= max_workers <= 40 and max_workers >= 1):
             raise DriverError(
                 f"--min-workers {min_workers} / --max-workers {max_workers}: need "
@@ -235,6 +248,7 @@ class Rehearsal:
             identity_client_id=str(uuid.uuid4()),
             scaling_mode=scaling_mode,
             autoscaler_client_id=str(uuid.uuid4()) if scaling_mode == "ray" else "",
+            orchestration_mode=orchestration_mode,
             min_workers=min_workers,
             max_workers=max_workers,
             idle_timeout_minutes=idle_timeout_minutes,
@@ -371,9 +385,12 @@ class Rehearsal:
         index: int | None = None,
         ip: str | None = None,
         name: str = "",
+        instance_id: str | None = None,
+        pool: str = DEFAULT_POOL,
     ) -> Node:
-        """The next node; a scale set's instance comes with its own index and address (and
-        another pool's with its own name)."""
+        """The next node; a scale set's instance comes with its own index, address, name and
+        instance id. A worker without one is an instance of ``pool`` all the same: its VM name
+        is a new one in a Flexible pool (:func:`compute.new_instance_id`)."""
         if index is None:
             index = len(state.nodes)
             if (role == "head") != (index == 0):
@@ -388,7 +405,12 @@ class Rehearsal:
             netns=network.node_netns(self.name, role, index),
             veth=network.node_veth(self.name, index),
             dir=str(self.dir / "nodes" / name),
+            pool=pool,
         )
+        if role == "worker":
+            node.instance_id = (
+                compute.new_instance_id(state, pool) if instance_id is None else instance_id
+            )
         state.nodes.append(node)
         self._save(state)
         return node
@@ -633,41 +655,46 @@ class Rehearsal:
         pool's): a worker container at ``ip``, booted from the worker document like any other
         (filled with its pool's values); returns once its Ray runs (Azure says Succeeded)."""
         require_root_linux()
-        if not instance_id.isdigit():
-            raise DriverError(f"--instance-id must be a number, got {instance_id!r}")
         pool = self._pool_of(scale_set)
         with self._state_lock():
             state = self.load()
             if state is None:
                 raise DriverError(f"no rehearsal cluster {self.name!r}")
             self.subnet = ipaddress.IPv4Network(state.subnet)
-            if pool == DEFAULT_POOL:
-                # Node 0 is the head: instance N is the node of index N + 1 (its names:
-                # worker-N+1, its metadata service calls it rh-NAME-workers_N, as Azure names
-                # the VM).
-                node = self._plan_node(state, "worker", index=int(instance_id) + 1, ip=ip)
-            else:
-                # Another pool's instance N is POOL-N, its index (namespace, link) its
-                # address's, which no other node has.
-                self.pool_values(state, pool)  # a pool this cluster has
-                node = self._plan_node(
-                    state,
-                    "worker",
-                    index=network.node_index(self.subnet, ip),
-                    ip=ip,
-                    name=f"{pool}-{instance_id}",
+            self.pool_values(state, pool)  # a pool this cluster has
+            own = compute.scale_set_name(self.name, pool)
+            if compute.flexible(state) and not is_flexible_vm_of(own, instance_id):
+                raise DriverError(
+                    f"--instance-id must be a VM name of Flexible scale set {own} ({own}_ and "
+                    f"8 hexadecimal characters), got {instance_id!r}"
                 )
-            node.instance_id, node.pool = instance_id, pool
-            self._save(state)
+            if not compute.flexible(state) and not instance_id.isdigit():
+                raise DriverError(f"--instance-id must be a number, got {instance_id!r}")
+            # Uniform: node 0 is the head, so the default pool's instance N is the node of
+            # index N + 1 (its metadata service calls it rh-NAME-workers_N, as Azure names the
+            # VM). Another pool's instance, and a Flexible VM: the index (namespace, link) of
+            # its address, which no other node has.
+            uniform_default = pool == DEFAULT_POOL and not compute.flexible(state)
+            index = int(instance_id) + 1 if uniform_default else network.node_index(self.subnet, ip)
+            node = self._plan_node(
+                state,
+                "worker",
+                index=index,
+                ip=ip,
+                name=compute.node_name(state, pool, instance_id),
+                instance_id=instance_id,
+                pool=pool,
+            )
             self._create_node(state, node)
         self.wait_ready(state, timeout, silent, nodes=[node])
         return node
 
-    def scale_set_delete(self, instance_id: str, scale_set: str = "") -> None:
+    def scale_set_delete(self, instance_id: str, scale_set: str = "") -> bool:
         """An instance of a pool's fake scale set deleted (``scale_set``, default the default
         pool's): as Azure does with a termination notice, the worker gets a Terminate scheduled
-        event and its watcher drains it, stops Ray and acknowledges (or the notice runs out);
-        then the container and all it had go."""
+        event naming its VM (:func:`compute.vm_name`) and its watcher drains it, stops Ray and
+        acknowledges (or the notice runs out); then the container and all it had go. Whether
+        the worker acknowledged the notice."""
         require_root_linux()
         pool = self._pool_of(scale_set)
         state = self.load()
@@ -682,11 +709,13 @@ class Rehearsal:
         if state is None or node is None:
             raise DriverError(f"rehearsal cluster {self.name!r} has no instance {instance_id}")
         event_id = imds.schedule(
-            node, "Terminate", [compute.vm_name(self.name, node)], TERMINATE_ACK_TIMEOUT_S
+            node, "Terminate", [compute.vm_name(state, node)], TERMINATE_ACK_TIMEOUT_S
         )
         deadline = time.monotonic() + TERMINATE_ACK_TIMEOUT_S
+        acknowledged = False
         while time.monotonic() < deadline and pid_alive(node.pid):
-            if imds.acknowledged(node, event_id):
+            acknowledged = imds.acknowledged(node, event_id)
+            if acknowledged:
                 break
             time.sleep(0.5)
         self._remove_node(node)
@@ -695,6 +724,7 @@ class Rehearsal:
             if state is not None:
                 state.nodes = [n for n in state.nodes if n.name != node.name]
                 self._save(state)
+        return acknowledged
 
     def _pool_of(self, scale_set: str) -> str:
         """The pool of a scale set's name ("": the default pool's)."""
@@ -938,6 +968,7 @@ class Rehearsal:
             "admin_user": state.admin_user,
             "head": state.head.ip,
             "image": state.image,
+            "orchestration_mode": state.orchestration_mode,
             "nodes": rows,
         }
 

@@ -22,6 +22,9 @@ DEFAULT_POOL = "workers"
 """The default worker pool, as a stack's default (the cluster of before pools)."""
 GPU_POOL = "gpu"
 """The optional second pool (``rehearse up --gpu-pool-max N``), whose workers offer Ray GPUs."""
+DEFAULT_ORCHESTRATION_MODE = "Flexible"
+"""The pools' scale sets' orchestration mode unless ``rehearse up --orchestration-mode`` says
+otherwise: the stacks' default (a test holds it to Terraform's ``worker_pools`` default)."""
 
 
 def default_base() -> Path:
@@ -39,7 +42,8 @@ class Node:
     dir: str
     pid: int | None = None
     instance_id: str = ""
-    """Scaling mode ray: the node's instance id in the fake scale set (its VM name's suffix)."""
+    """A worker's instance id in its pool's scale set: Uniform, a number (its VM name's suffix;
+    ``""``: its name's number), Flexible, its VM name."""
     pool: str = DEFAULT_POOL
     """A worker's pool, whose scale set it is an instance of (the head's: meaningless)."""
 
@@ -82,6 +86,11 @@ class State:
     booted (and removed) here."""
     autoscaler_client_id: str = ""
     """The head's autoscaler identity (scaling mode ray), allowed on the fake scale set."""
+    orchestration_mode: str = "Uniform"
+    """Every worker pool's scale set's orchestration mode (``up`` sets it, default
+    :data:`DEFAULT_ORCHESTRATION_MODE`): Flexible, each worker a VM of its own whose name is its
+    instance id (``rh-NAME-POOL_`` and 8 hexadecimal characters), or Uniform (``rh-NAME-POOL_N``).
+    A state.json from before the choice has none: its pools were Uniform."""
     min_workers: int = 0
     max_workers: int = 4
     idle_timeout_minutes: int = 5

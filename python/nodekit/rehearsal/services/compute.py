@@ -6,7 +6,11 @@ runs ``nodekit rehearse scale-set create|delete --scale-set NAME`` here, which b
 a worker container of that pool (``Rehearsal.scale_set_create`` / ``scale_set_delete``);
 deallocating or starting the head's VM runs ``nodekit rehearse vm deallocate|start``, which
 powers its container off (its disk stays) or boots it again (``Rehearsal.vm_deallocate`` /
-``vm_start``)."""
+``vm_start``). Every pool's scale set has the cluster's orchestration mode (``rehearse up
+--orchestration-mode``, default Flexible, the stacks' default): a Flexible scale set's VM is a
+virtual machine of its own, named ``rh-NAME-POOL_`` and 8 hexadecimal characters, which is
+also its instance id (what the hooks get); a Uniform scale set's instance N is
+``rh-NAME-POOL_N``."""
 
 from __future__ import annotations
 
@@ -15,7 +19,9 @@ import shlex
 import sys
 import time
 import uuid
+from typing import Any
 
+from driver.errors import DriverError
 from nodekit import render
 from nodekit.rehearsal.services import Context, keyvault, port, wait_for_port
 from nodekit.rehearsal.standins import azure_compute
@@ -35,16 +41,70 @@ def pool_of(cluster: str, scale_set: str) -> str:
     return scale_set[len(prefix) :].lower()
 
 
+def flexible(state: State) -> bool:
+    """Whether the cluster's pools are Flexible scale sets (``rehearse up
+    --orchestration-mode``)."""
+    return state.orchestration_mode == "Flexible"
+
+
 def instance_id(node: Node) -> str:
-    """A worker's instance id in the scale set (its name's number for the first workers)."""
+    """A worker's instance id in its scale set: Uniform, a number (its name's number for the
+    first workers); Flexible, its VM name (:func:`new_instance_id`)."""
     return node.instance_id or node.name.split("-")[-1]
 
 
-def vm_name(cluster: str, node: Node) -> str:
-    """The node's VM name, as Azure names a scale set's instances (``SCALESET_N``)."""
+def new_instance_id(state: State, pool: str = DEFAULT_POOL) -> str:
+    """The instance id of a worker ``up`` or ``add-worker`` boots into ``pool``: Flexible, a
+    new VM name as the fake Compute makes them (``rh-NAME-POOL_`` and 8 hexadecimal
+    characters); Uniform, ``""`` (its name's number)."""
+    if not flexible(state):
+        return ""
+    return azure_compute.flexible_vm_name(scale_set_name(state.name, pool))
+
+
+def vm_name(state: State, node: Node) -> str:
+    """The node's VM name, as Azure names it (what its metadata service calls it and its
+    Scheduled Events list): the head's ``rh-NAME-head``; a Uniform scale set's instance
+    ``SCALESET_N``; a Flexible scale set's VM is a virtual machine of its own, whose name is
+    its instance id."""
     if node.role == "head":
-        return f"rh-{cluster}-head"
-    return f"{scale_set_name(cluster, node.pool)}_{instance_id(node)}"
+        return f"rh-{state.name}-head"
+    if flexible(state):
+        if not azure_compute.is_flexible_vm_of(
+            scale_set_name(state.name, node.pool), node.instance_id
+        ):
+            raise DriverError(
+                f"{node.name} has no VM name of Flexible scale set "
+                f"{scale_set_name(state.name, node.pool)} (instance id {node.instance_id!r})"
+            )
+        return node.instance_id
+    return f"{scale_set_name(state.name, node.pool)}_{instance_id(node)}"
+
+
+def vm_resource_id(state: State, node: Node) -> str:
+    """The resource id the node's metadata service says (``compute.resourceId``): the head's
+    VM, a Flexible pool's VM (``.../virtualMachines/NAME``, a VM of its own); ``""`` for a
+    Uniform pool's instance (not played: nothing on the node reads it)."""
+    if node.role == "head":
+        return head_vm_id(state.name)
+    if not flexible(state):
+        return ""
+    sub, group = resource_group(state.name)
+    return (
+        f"/subscriptions/{sub}/resourceGroups/{group}/providers/Microsoft.Compute"
+        f"/virtualMachines/{vm_name(state, node)}"
+    )
+
+
+def node_name(state: State, pool: str, instance_id: str) -> str:
+    """The worker container a scale set's instance is: Uniform, the default pool's instance N
+    ``worker-N+1`` (node 0 is the head), another pool's ``POOL-N``; Flexible, ``worker-`` (the
+    default pool) or ``POOL-`` and its VM name's 8 hexadecimal characters."""
+    if flexible(state):
+        return f"{'worker' if pool == DEFAULT_POOL else pool}-{instance_id.rsplit('_', 1)[-1]}"
+    if pool == DEFAULT_POOL:
+        return f"worker-{int(instance_id) + 1}"
+    return f"{pool}-{instance_id}"
 
 
 def scale_set_id(cluster: str, pool: str = DEFAULT_POOL) -> str:
@@ -89,6 +149,48 @@ def arm_endpoint(state: State) -> str:
     return f"https://{state.host_ip}:{port(state, 'compute')}"
 
 
+def scale_sets(state: State, pools: dict[str, tuple[str, list[str]]]) -> list[dict[str, Any]]:
+    """The fake Compute's scale set of each pool of ``pools`` (name -> (VM size, addresses)),
+    in the cluster's orchestration mode; its new instances get its addresses not in use."""
+    sub, group = resource_group(state.name)
+    used = {n.ip for n in state.nodes}
+    return [
+        azure_compute.scale_set_config(
+            sub,
+            group,
+            scale_set_name(state.name, pool),
+            [ip for ip in addresses if ip not in used],
+            sku=size,
+            location="rehearsal",
+            orchestration_mode=state.orchestration_mode,
+        )
+        for pool, (size, addresses) in pools.items()
+    ]
+
+
+def first_instances(
+    state: State, workers: list[Node], pools: dict[str, tuple[str, list[str]]]
+) -> dict[str, list[dict[str, Any]]]:
+    """The fake Compute's ``instances.json`` for the workers ``up`` boots: each its pool's
+    scale set's instance, by its instance id (a Flexible VM's name, with its place in creation
+    order; a Uniform instance id is its own)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        scale_set_name(state.name, pool).lower(): [
+            {
+                "instanceId": instance_id(n),
+                "ip": n.ip,
+                "state": "Succeeded",
+                "created": now,
+                **({"ordinal": int(n.name.split("-")[-1])} if flexible(state) else {}),
+            }
+            for n in workers
+            if n.pool == pool
+        ]
+        for pool in pools
+    }
+
+
 def start(ctx: Context, workers: list[Node], pools: dict[str, tuple[str, list[str]]]) -> None:
     """Compute with a scale set per pool of ``pools`` (name -> (VM size, addresses)) whose
     instances are ``workers`` (each in its node's pool); a pool's new instances get its
@@ -97,35 +199,15 @@ def start(ctx: Context, workers: list[Node], pools: dict[str, tuple[str, list[st
     folder = ctx.azure_dir / "compute"
     folder.mkdir(parents=True)
     sub, group = resource_group(ctx.name)
-    used = {n.ip for n in state.nodes}
     config = azure_compute.compute_config(
         keyvault.token_key(ctx.azure_dir),
         arm_endpoint(state),
         writers(state),
-        [
-            azure_compute.scale_set_config(
-                sub,
-                group,
-                scale_set_name(ctx.name, pool),
-                [ip for ip in addresses if ip not in used],
-                sku=size,
-                location="rehearsal",
-            )
-            for pool, (size, addresses) in pools.items()
-        ],
+        scale_sets(state, pools),
         [azure_compute.vm_config(sub, group, f"rh-{ctx.name}-head", location="rehearsal")],
     )
     (folder / "config.json").write_text(json.dumps(config))
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    instances = {
-        scale_set_name(ctx.name, pool).lower(): [
-            {"instanceId": instance_id(n), "ip": n.ip, "state": "Succeeded", "created": now}
-            for n in workers
-            if n.pool == pool
-        ]
-        for pool in pools
-    }
-    (folder / "instances.json").write_text(json.dumps(instances))
+    (folder / "instances.json").write_text(json.dumps(first_instances(state, workers, pools)))
     hook = shlex.join(
         [sys.executable, "-m", "nodekit", "rehearse", "scale-set", "--name", ctx.name]
     )

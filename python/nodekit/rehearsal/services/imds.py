@@ -15,7 +15,7 @@ from driver.errors import DriverError
 from nodekit.rehearsal import network
 from nodekit.rehearsal.services import Context, compute, keyvault, wait_for_port
 from nodekit.rehearsal.standins import azure_node
-from nodekit.rehearsal.state import Node
+from nodekit.rehearsal.state import Node, State
 from nodekit.rehearsal.system import run
 
 
@@ -43,8 +43,8 @@ def start(ctx: Context, node: Node) -> None:
             ),
         },
         "compute": {
-            **_placement(ctx.name, node),
-            "name": compute.vm_name(ctx.name, node),
+            **_placement(state, node),
+            "name": compute.vm_name(state, node),
             "vmId": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{ctx.name}/{node.name}")),
             "vmScaleSetName": (
                 "" if node.role == "head" else compute.scale_set_name(ctx.name, node.pool)
@@ -116,12 +116,14 @@ def trust_ca(root: Path, ca: Path) -> None:
     raise DriverError(f"no free subject-hash link for {ca} in {certs}")
 
 
-def _placement(cluster: str, node: Node) -> dict[str, str]:
-    """Where Azure says the VM is: subscription, resource group, and the head's resource id."""
-    sub, group = compute.resource_group(cluster)
+def _placement(state: State, node: Node) -> dict[str, str]:
+    """Where Azure says the VM is: subscription, resource group, and the resource id of the
+    head's VM or a Flexible pool's (:func:`compute.vm_resource_id`)."""
+    sub, group = compute.resource_group(state.name)
     place = {"subscriptionId": sub, "resourceGroupName": group}
-    if node.role == "head":
-        place["resourceId"] = compute.head_vm_id(cluster)
+    resource_id = compute.vm_resource_id(state, node)
+    if resource_id:
+        place["resourceId"] = resource_id
     return place
 
 

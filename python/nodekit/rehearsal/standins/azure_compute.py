@@ -213,6 +213,25 @@ def capacity_fault(code: str, quota: str = "", limit: int = 0) -> dict[str, Any]
     return fault
 
 
+ORCHESTRATION_MODES = ("Flexible", "Uniform")
+"""A scale set's orchestration modes, as Azure spells them (``properties.orchestrationMode``)."""
+FLEXIBLE_VM_NAME = re.compile(r"^(?P<scale_set>.+)_[0-9a-f]{8}$")
+"""A Flexible scale set's VM name (its instance id): the scale set's name, ``_`` and 8
+hexadecimal characters (the fake's form of Azure's ``NAME_`` and 8 characters)."""
+
+
+def flexible_vm_name(scale_set: str) -> str:
+    """A new VM's name in Flexible scale set ``scale_set`` (which is also its instance id)."""
+    return f"{scale_set}_{uuid.uuid4().hex[:8]}"
+
+
+def is_flexible_vm_of(scale_set: str, name: str) -> bool:
+    """Whether ``name`` is a VM name of Flexible scale set ``scale_set`` (ARM names match
+    case-insensitively)."""
+    m = FLEXIBLE_VM_NAME.match(name)
+    return m is not None and m["scale_set"].lower() == scale_set.lower()
+
+
 def scale_set_config(
     subscription: str,
     group: str,
@@ -234,7 +253,7 @@ def scale_set_config(
     AboveBase"}``, Azure's priorityMixPolicy) and ``instance_mix`` (``{"vmSizes": [...],
     "allocationStrategy"}``, Azure's skuProfile with the sizes by name). What Azure refuses is
     refused here, in one line."""
-    if orchestration_mode not in ("Uniform", "Flexible"):
+    if orchestration_mode not in ORCHESTRATION_MODES:
         raise ValueError(f"orchestration_mode {orchestration_mode!r}: Uniform or Flexible")
     if orchestration_mode != "Flexible" and (priority_mix is not None or instance_mix is not None):
         raise ValueError("Spot Priority Mix and Instance Mix need a Flexible scale set")
@@ -921,7 +940,7 @@ class FakeCompute(_Server):
                 }
                 if _flexible(s):
                     inst.update(
-                        instanceId=f"{s['name']}_{uuid.uuid4().hex[:8]}",
+                        instanceId=flexible_vm_name(s["name"]),
                         ordinal=next_id + n,
                         **chosen[n],
                     )

@@ -27,7 +27,8 @@ functions reference, learn.microsoft.com/azure/azure-resource-manager/templates/
 Only the functions the template uses are here; an unknown one is an error, so adding a function
 to the template means adding it here, deliberately. What cannot be known offline is a stand-in,
 said so where it is: ``uniqueString``/``guid`` are deterministic hashes (not Azure's algorithm),
-``reference()`` answers from what the caller says the deployed resources report.
+``reference()`` answers from what the caller says the deployed resources report (an
+:class:`Unresolved` where it cannot know, as a what-if before the deployment).
 
 This module reads the template as JSON: it shares no code with scripts/bicep_to_arm.py.
 """
@@ -49,6 +50,14 @@ from typing import Any
 
 class ArmError(Exception):
     """What Resource Manager would refuse: a failing function, a bad parameter value."""
+
+
+class Unresolved(str):
+    """A value known only once deployed (a ``reference()`` a what-if cannot answer): the
+    expression as text, which a property or an index of it extends (``[reference(ID)].x``)."""
+
+    def at(self, key: Any) -> Unresolved:
+        return Unresolved(f"{self}.{key}")
 
 
 # -- expressions ---------------------------------------------------------------------------------
@@ -402,6 +411,8 @@ class Scope:
             return node[1]
         if kind == "prop":
             target = self.eval(node[1])
+            if isinstance(target, Unresolved):
+                return target.at(node[2])
             if not isinstance(target, dict):
                 raise ArmError(f"property {node[2]!r} of a {_type_name(target)}")
             for k, v in target.items():
@@ -410,6 +421,8 @@ class Scope:
             raise ArmError(f"the object has no property {node[2]!r} (has {sorted(target)})")
         if kind == "index":
             target, index = self.eval(node[1]), self.eval(node[2])
+            if isinstance(target, Unresolved):
+                return target.at(f"[{index}]")
             if isinstance(target, list):
                 i = _int(index)
                 if not 0 <= i < len(target):

@@ -171,10 +171,23 @@ def with_defaults(template: dict[str, Any], values: dict[str, Any]) -> dict[str,
 
 
 # -- the wire -------------------------------------------------------------------------------
+SCALE_SET_TYPE = "Microsoft.Compute/virtualMachineScaleSets"
+MODE_PATH = "properties.orchestrationMode"
+"""Where a what-if's ``delta`` says a scale set's mode changes, which Azure cannot do in place
+(a scale set's orchestrationMode is fixed when it is created)."""
+
+
 @dataclass(frozen=True)
 class Change:
     change_type: str
     resource_id: str
+    mode_switch: tuple[str, str] | None = None
+    """(before, after) where the change would switch an existing scale set's orchestration
+    mode."""
+
+    @property
+    def name(self) -> str:
+        return self.resource_id.rstrip("/").rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True)
@@ -437,7 +450,7 @@ class ResourceManager:
                     + untrusted.one_line(f"{error.get('code')}: {error.get('message')}", 500)
                 )
             return [
-                Change(str(c.get("changeType")), str(c.get("resourceId")))
+                Change(str(c.get("changeType")), str(c.get("resourceId")), _mode_switch(c))
                 for c in (result.get("properties") or {}).get("changes", [])
             ]
 
@@ -512,6 +525,37 @@ class ResourceManager:
             outputs = {k: v.get("value") for k, v in (props.get("outputs") or {}).items()}
             reason = f"{error.get('code')}: {error.get('message')}" if error else ""
             return str(props.get("provisioningState")), outputs, reason
+
+
+def _mode_switch(change: Any) -> tuple[str, str] | None:
+    """(before, after) of a what-if change (``WhatIfChange``) whose ``delta`` changes a scale
+    set's ``properties.orchestrationMode``; None for any other. Read inside ``shaped``: a
+    ``delta`` of another shape than Azure's is one line."""
+    rid = str(change.get("resourceId") or "")
+    if f"/providers/{SCALE_SET_TYPE}/".lower() not in rid.lower():
+        return None
+    for path, kind, before, after in _property_changes(change.get("delta") or [], ""):
+        if path.lower() == MODE_PATH.lower() and kind != "NoEffect" and before != after:
+            return _mode(before), _mode(after)
+    return None
+
+
+def _property_changes(delta: Any, prefix: str) -> Iterator[tuple[str, str, Any, Any]]:
+    """(full path, propertyChangeType, before, after) of each ``WhatIfPropertyChange`` of
+    ``delta``, its ``children`` under their parent's path."""
+    if not isinstance(delta, list):
+        raise TypeError(f"delta is a {type(delta).__name__}, not a list")
+    for entry in delta:
+        path = entry.get("path")
+        if not isinstance(path, str):
+            raise TypeError(f"a delta's path is a {type(path).__name__}, not a string")
+        full = f"{prefix}.{path}" if prefix else path
+        yield full, str(entry.get("propertyChangeType")), entry.get("before"), entry.get("after")
+        yield from _property_changes(entry.get("children") or [], full)
+
+
+def _mode(value: Any) -> str:
+    return "not set" if value is None else untrusted.shown(str(value), 40)
 
 
 def watched(after_poll: Callable[[], None], interval: float) -> Any:

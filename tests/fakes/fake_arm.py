@@ -20,7 +20,13 @@ stands in for exactly the calls the driver makes, with the real wire format:
   201; DELETE → 202 + ``Location``, polled until 200); ``POST .../deployments/{name}/whatIf``
   → 202 + ``Location`` + ``Retry-After``, the operation result first 202 again, then 200 with a
   ``WhatIfOperationResult`` (``status``, ``properties.changes[]`` with ``resourceId`` and
-  ``changeType``); ``PUT .../deployments/{name}`` (body recorded in :attr:`FakeAzure.bodies`)
+  ``changeType``: ``Create`` for each of the template's own resources; for each resource the
+  group already holds, :meth:`FakeAzure.add_resource`, ``Modify`` with a ``delta`` of
+  ``WhatIfPropertyChange`` entries (``path``, ``propertyChangeType``, ``before``, ``after``)
+  where the deployment, nested deployments evaluated, gives one of its held properties another
+  value, ``NoChange`` where it gives them all the same, ``Ignore`` where it does not deploy it;
+  only the properties the test gave are compared); ``PUT .../deployments/{name}`` (body
+  recorded in :attr:`FakeAzure.bodies`)
   → 201 with ``provisioningState: Accepted``, then ``Running`` and ``Succeeded`` (or
   ``Failed``, :attr:`FakeAzure.fail_with`) on the next GETs, with the outputs the test gave in
   :attr:`FakeAzure.next_outputs` (a template whose outputs need no more of its resources than
@@ -265,6 +271,9 @@ class FakeAzure:
     trickle: set[str] = field(default_factory=set)
     """Paths (lower case; one that ends in ``/``, every path under it) whose answer trickles, a
     byte every half second, for ever."""
+    resources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Resources that exist in a group before a deployment (:meth:`add_resource`): resource id
+    (lower case) → ``{"id", "type", "name", "properties"}``, what a what-if compares with."""
     _starts: dict[str, list[Any]] = field(default_factory=dict)
     _builds: dict[str, dict[str, Any]] = field(default_factory=dict)
     _results: dict[str, list[tuple[int, Any]]] = field(default_factory=dict)
@@ -358,6 +367,26 @@ class FakeAzure:
                 "outputResources": [],
             },
         }
+
+    def add_resource(
+        self,
+        subscription: str,
+        resource_group: str,
+        rtype: str,
+        name: str,
+        properties: dict[str, Any],
+    ) -> str:
+        """A resource that exists in the group (made there before, by an older template or by
+        hand), with the properties Azure reports for it; the group too. Its id."""
+        rg = resource_group.lower()
+        self.resource_groups.add((subscription.lower(), rg))
+        self.groups.setdefault((subscription.lower(), rg), {"location": "westeurope", "tags": {}})
+        group = f"/subscriptions/{subscription}/resourceGroups/{resource_group}"
+        rid = f"{group}/providers/{rtype}/{name}"
+        self.resources[rid.lower()] = {
+            "id": rid, "type": rtype, "name": name, "properties": properties
+        }  # fmt: skip
+        return rid
 
     def close(self) -> None:
         self._closed.set()
@@ -582,15 +611,54 @@ class FakeAzure:
         if refused:
             self._send(h, 400, _error("InvalidTemplate", refused))
             return
+        held = {
+            k: r for k, r in self.resources.items()
+            if k.startswith(f"/subscriptions/{sub}/resourcegroups/{rg}/".lower())
+        }  # fmt: skip
         changes = [
-            {
-                "resourceId": f"/subscriptions/{sub}/resourceGroups/{rg}/providers/{t}/{n}",
-                "changeType": "Create",
-            }
+            {"resourceId": rid, "changeType": "Create"}
             for t, n in self._resources(props["template"], values)
+            if (rid := f"/subscriptions/{sub}/resourceGroups/{rg}/providers/{t}/{n}").lower()
+            not in held
         ]
+        if held:
+            try:
+                deployed = self._deployed(sub, rg, props["template"], values)
+            except armeval.ArmError as e:
+                message = f"The fake cannot evaluate the template over the group's resources: {e}"
+                self._send(h, 400, _error("NotPlayedByTheFake", message))
+                return
+            changes += [_held_change(r, deployed.get(k)) for k, r in held.items()]
         result = {"status": "Succeeded", "properties": {"changes": changes}}
         self._send(h, 202, None, self._later([(200, result)]))
+
+    def _deployed(
+        self, sub: str, rg: str, template: dict[str, Any], values: dict[str, Any]
+    ) -> dict[str, dict[str, Any]]:
+        """Every resource the deployment would deploy into the group ``rg``, nested deployments'
+        included, by id (lower case), its properties evaluated (tests/armeval.py); a
+        ``reference()`` to a resource not held answers :class:`armeval.Unresolved`."""
+
+        def runtime(rtype: str, rid: str) -> Any:
+            held = self.resources.get(rid.lower())
+            return held["properties"] if held else armeval.Unresolved(f"[reference('{rid}')]")
+
+        group = self.groups.get((sub.lower(), rg.lower()), {})
+        context = armeval.Context(
+            subscription_id=sub,
+            resource_group=rg,
+            location=group.get("location", "westeurope"),
+            runtime=runtime,
+        )
+        deployment = armeval.deploy(template, values, context)
+        found = {}
+        for r in deployment.resources:
+            where, what = deployment.module_groups.get(r["_deployment"], (sub, rg)), r["type"]
+            rid = (
+                f"/subscriptions/{where[0]}/resourceGroups/{where[1]}/providers/{what}/{r['name']}"
+            )
+            found[rid.lower()] = r
+        return found
 
     def _put_deployment(
         self, h: BaseHTTPRequestHandler, key: tuple[str, str, str], match: Any, body: Any
@@ -1005,6 +1073,35 @@ class FakeAzure:
             h.send_header(k, v)
         h.end_headers()
         h.wfile.write(data)
+
+
+def _held_change(held: dict[str, Any], deployed: dict[str, Any] | None) -> dict[str, Any]:
+    """The what-if change (``WhatIfChange``) of a resource that exists: ``Ignore`` where the
+    deployment leaves it out (incremental mode), else ``Modify`` with a ``delta`` of each
+    property the fake holds whose deployed value differs (``WhatIfPropertyChange``: ``path``,
+    ``propertyChangeType`` ``Modify``, ``before``, ``after``), or ``NoChange``. Only the
+    properties the test gave are compared: the fake knows no more of what Azure reports."""
+    change: dict[str, Any] = {"resourceId": held["id"], "changeType": "Ignore"}
+    if deployed is None:
+        return change
+    delta = [
+        {"path": path, "propertyChangeType": "Modify", "before": before, "after": after}
+        for path, before, after in _differences("properties", held["properties"],
+                                                deployed.get("properties") or {})
+    ]  # fmt: skip
+    before = {k: held[k] for k in ("id", "type", "name", "properties")}
+    change.update(changeType="Modify" if delta else "NoChange", before=before)
+    if delta:
+        change["delta"] = delta
+    return change
+
+
+def _differences(path: str, held: Any, deployed: Any) -> list[tuple[str, Any, Any]]:
+    """(dotted path, held value, deployed value) of each leaf of ``held`` that ``deployed``
+    gives another value."""
+    if isinstance(held, dict) and isinstance(deployed, dict):
+        return [d for k, v in held.items() for d in _differences(f"{path}.{k}", v, deployed.get(k))]
+    return [] if held == deployed else [(path, held, deployed)]
 
 
 def _now() -> str:

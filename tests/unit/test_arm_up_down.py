@@ -331,3 +331,120 @@ def test_down_deletes_only_a_group_up_created(
         "`az group delete --name rg-ray-results` deletes it with every result"
     )
     assert (SUB, "rg-ray-results") in fake.resource_groups
+
+
+SCALE_SET = "Microsoft.Compute/virtualMachineScaleSets"
+
+
+def _uniform_cluster(fake: FakeAzure, mode: str = "Uniform") -> str:
+    """rg-ray as a cluster made while Uniform was the default left it: its pool's scale set
+    ray-workers (the default pool's name) in ``mode``."""
+    fake.groups[(SUB, "rg-ray")] = {"location": "westeurope", "tags": dict([arm.CREATED_TAG])}
+    return fake.add_resource(SUB, "rg-ray", SCALE_SET, "ray-workers", {"orchestrationMode": mode})
+
+
+def test_a_scale_set_whose_mode_would_switch_is_refused_in_one_line_before_deploying(
+    fake: FakeAzure, tmp_path: Path, params: Path
+) -> None:
+    """The default template makes the pool Flexible: over a Uniform scale set of the same name
+    Azure would fail halfway (a scale set's mode is fixed at creation), so nothing is sent."""
+    rid = _uniform_cluster(fake)
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--parameters", str(params),
+               "--yes", "--no-results-storage")  # fmt: skip
+    assert r.returncode == 2
+    assert f"Modify     {rid}" in r.stdout  # the what-if is shown, the scale set as modified
+    [line] = [x for x in error_lines(r.stderr) if x.startswith("error:")]
+    assert line == (
+        "error: what-if: the deployment would switch the orchestration mode of the existing "
+        "scale set ray-workers (Uniform -> Flexible), which Azure cannot change in place (nothing "
+        "deployed): pin the pool's orchestrationMode: 'Uniform' in --parameters (workerPools), "
+        "or delete the scale set first (az vmss delete -g rg-ray -n ray-workers) and run up "
+        "again to create it Flexible (docs/pools.md)"
+    )
+    assert "Traceback" not in r.stderr
+    assert deploy_requests(fake) == [("POST", "whatIf")]  # nothing PUT
+    assert (SUB, "rg-ray") in fake.resource_groups  # it existed before: kept
+    assert not (tmp_path / "profile.json").exists()
+
+
+def test_the_refusal_deletes_a_group_up_created_in_that_run(
+    fake: FakeAzure, tmp_path: Path, params: Path
+) -> None:
+    """The refusal takes the way of every refusal after the group was made: a group `up`
+    created in this run is deleted again. (A new group holds no scale set in Azure; the fake
+    holds one in a group `up` finds missing only to walk that way.)"""
+    _uniform_cluster(fake)
+    fake.resource_groups.discard((SUB, "rg-ray"))
+    fake.groups.pop((SUB, "rg-ray"))
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--location", "westeurope",
+               "--parameters", str(params), "--yes", "--no-results-storage")  # fmt: skip
+    assert r.returncode == 2
+    assert "(Uniform -> Flexible)" in error_lines(r.stderr)[-1]
+    assert "Deleted the resource group rg-ray created for this deployment." in r.stderr
+    assert deploy_requests(fake) == [("PUT", "rg-ray"), ("POST", "whatIf")]
+    assert (SUB, "rg-ray") not in fake.resource_groups
+
+
+def test_a_pool_pinned_uniform_keeps_its_scale_set_and_deploys(
+    fake: FakeAzure, tmp_path: Path, params: Path
+) -> None:
+    rid = _uniform_cluster(fake)
+    doc = json.loads(params.read_text())
+    doc["parameters"]["workerPools"] = {
+        "value": [{"name": "workers", "orchestrationMode": "Uniform"}]
+    }
+    params.write_text(json.dumps(doc))
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--parameters", str(params),
+               "--yes", "--no-results-storage")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert f"NoChange   {rid}" in r.stdout
+    assert deploy_requests(fake) == [("POST", "whatIf"), ("PUT", "ray-cluster")]
+
+
+def test_a_scale_set_already_flexible_deploys(
+    fake: FakeAzure, tmp_path: Path, params: Path
+) -> None:
+    rid = _uniform_cluster(fake, "Flexible")
+    r = driver(fake, tmp_path, "up", "--resource-group", "rg-ray", "--parameters", str(params),
+               "--yes", "--no-results-storage")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert f"NoChange   {rid}" in r.stdout
+    assert deploy_requests(fake) == [("POST", "whatIf"), ("PUT", "ray-cluster")]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"resourceId": f"/x/providers/{SCALE_SET}/w", "delta": [
+            {"path": "properties.orchestrationMode", "propertyChangeType": "Modify",
+             "before": "Uniform", "after": "Flexible"}]}, ("Uniform", "Flexible")),
+        # the same change written as a parent with children
+        ({"resourceId": f"/x/providers/{SCALE_SET}/w", "delta": [
+            {"path": "properties", "propertyChangeType": "Modify", "children": [
+                {"path": "orchestrationMode", "propertyChangeType": "Create",
+                 "after": "Flexible"}]}]}, ("not set", "Flexible")),
+        ({"resourceId": f"/x/providers/{SCALE_SET}/w", "delta": [
+            {"path": "properties.orchestrationMode", "propertyChangeType": "NoEffect",
+             "before": "Uniform", "after": "Flexible"}]}, None),
+        ({"resourceId": "/x/providers/Microsoft.Network/virtualNetworks/w", "delta": [
+            {"path": "properties.orchestrationMode", "propertyChangeType": "Modify",
+             "before": "Uniform", "after": "Flexible"}]}, None),
+        ({"resourceId": f"/x/providers/{SCALE_SET}/w", "changeType": "NoChange"}, None),
+    ],
+)  # fmt: skip
+def test_a_mode_switch_is_read_from_the_what_if_delta(change: dict, expected: object) -> None:
+    assert arm._mode_switch(change) == expected
+
+
+@pytest.mark.parametrize(
+    "delta",
+    [5, "properties.orchestrationMode", [5], [{"path": 5}], [{"path": "p", "children": {"x": 1}}]],
+)
+def test_a_delta_of_another_shape_is_one_line(delta: object) -> None:
+    from driver.errors import DriverError, shaped
+
+    change = {"resourceId": f"/x/providers/{SCALE_SET}/w", "delta": delta}
+    with pytest.raises(DriverError) as e, shaped("the what-if result"):
+        arm._mode_switch(change)
+    assert str(e.value).startswith("the what-if result: not in the shape Azure answers in (")
+    assert "\n" not in str(e.value)

@@ -349,7 +349,28 @@ def _what_if(rm: arm.ResourceManager, group: str, name: str, template: dict[str,
         counts[c.change_type] = counts.get(c.change_type, 0) + 1
         print(f"  {shown(c.change_type, 40):<10} {shown(c.resource_id, 400)}")
     sys.stdout.flush()
+    _refuse_mode_switch(group, [c for c in changes if c.mode_switch])
     return ", ".join(f"{n} {t.lower()}" for t, n in sorted(counts.items())) or "none"
+
+
+def _refuse_mode_switch(group: str, switches: list[arm.Change]) -> None:
+    """Azure fixes a scale set's orchestration mode when it creates it: a deployment that would
+    switch one fails halfway, so ``up`` refuses it before anything is deployed."""
+    if not switches:
+        return
+    said = ", ".join(
+        f"{shown(c.name, 80)} ({c.mode_switch[0]} -> {c.mode_switch[1]})"
+        for c in switches
+        if c.mode_switch
+    )
+    first = shown(switches[0].name, 80)
+    raise DriverError(
+        f"what-if: the deployment would switch the orchestration mode of the existing scale set "
+        f"{said}, which Azure cannot change in place (nothing deployed): pin the pool's "
+        "orchestrationMode: 'Uniform' in --parameters (workerPools), or delete the scale set "
+        f"first (az vmss delete -g {shown(group, 90)} -n {first}) and run up again to create "
+        "it Flexible (docs/pools.md)"
+    )
 
 
 def _arm_results_template(

@@ -240,7 +240,7 @@ def test_the_autostop_field_takes_exactly_what_the_template_takes() -> None:
 def ui_value(expression: str, steps: dict[str, dict[str, Any]]) -> Any:
     """A createUiDefinition output expression with the steps' values: the functions the form
     uses (if, parse, concat, string (JSON for an array), equals, steps, and, or, not, empty,
-    coalesce, length, greater)."""
+    coalesce, length, greater, replace, toLower, contains (of a string))."""
     from armeval import parse_expression
 
     def ev(node: Any) -> Any:
@@ -275,6 +275,13 @@ def ui_value(expression: str, steps: dict[str, dict[str, Any]]) -> Any:
             return values[0] > values[1]
         if name == "equals":
             return values[0] == values[1]
+        if name == "replace":
+            return values[0].replace(values[1], values[2])
+        if name == "tolower":
+            return values[0].lower()
+        if name == "contains":
+            assert isinstance(values[0], str), "the form's contains() is of a string"
+            return values[1] in values[0]
         raise AssertionError(f"{name}() is not a function the form's outputs use")
 
     return ev(parse_expression(expression))
@@ -285,9 +292,10 @@ GPU_STEP = {"gpuPoolEnabled": True, "gpuVmSize": "Standard_NC4as_T4_v3", "gpuMin
             "gpuZoneBalance": False}  # fmt: skip
 WORKERS_STEP = {"workerZones": None, "workerZoneBalance": False, "workerSpotEnabled": False,
                 "workerOrchestrationMode": "Flexible", "workerBaseRegularCount": 0,
-                "workerRegularPercentage": 0}  # fmt: skip
+                "workerRegularPercentage": 0, "workerMixSizes": "",
+                "workerMixStrategy": "LowestPrice"}  # fmt: skip
 """The form's defaults. No zone chosen: the multi-select drop-down's value is left out (None),
-or []."""
+or []. No Instance Mix: no more size."""
 
 
 def test_zones_chosen_in_the_form_reach_each_pool_and_deploy_zonal_scale_sets() -> None:
@@ -383,6 +391,124 @@ def test_a_flexible_spot_pool_chosen_in_the_form_deploys_with_its_priority_mix()
     # The sliders show only where the mix applies.
     for name in ("workerBaseRegularCount", "workerRegularPercentage"):
         assert "workerOrchestrationMode" in elements()[name]["visible"]
+
+
+# -- Instance Mix: more worker sizes, the worker VM size first -------------------------------------
+def mix_sizes_valid(text: str, worker_vm_size: str = "Standard_D4s_v5") -> bool:
+    """The more-sizes field's own validations (the documented TextBox constraints.validations:
+    a regex and an isValid expression), as the portal judges them."""
+    steps = {"vms": {"workerVmSize": worker_vm_size},
+             "workers": {**WORKERS_STEP, "workerMixSizes": text}}  # fmt: skip
+    checks = elements()["workerMixSizes"]["constraints"]["validations"]
+    return all(
+        re.search(c["regex"], text) if "regex" in c else ui_value(c["isValid"], steps)
+        for c in checks
+    )
+
+
+def test_without_more_sizes_the_form_hands_over_what_it_did_before() -> None:
+    """No more size (the default, or only blanks), or Uniform whatever the hidden field holds:
+    no pool is handed over for the mix and no pool has instanceMix; the other choices' outputs are
+    the ones the tests above pin."""
+    expression = ui()["parameters"]["outputs"]["workerPools"]
+    gpu_off = {**GPU_STEP, "gpuPoolEnabled": False}
+    vms = {"workerVmSize": "Standard_D4s_v5"}
+    variants = [
+        WORKERS_STEP,
+        {**WORKERS_STEP, "workerZones": ["1", "2"], "workerZoneBalance": True},
+        {**WORKERS_STEP, "workerSpotEnabled": True, "workerBaseRegularCount": 1},
+        {**WORKERS_STEP, "workerOrchestrationMode": "Uniform"},
+    ]
+    for workers in variants:
+        for gpu in (gpu_off, GPU_STEP):
+            before = ui_value(expression, {"vms": vms, "gpuPool": gpu, "workers": workers})
+            assert all("instanceMix" not in p for p in before)
+            for blank in ("  ", None):
+                mixed = {**workers, "workerMixSizes": blank}
+                steps = {"vms": vms, "gpuPool": gpu, "workers": mixed}
+                assert ui_value(expression, steps) == before
+    assert ui_value(expression, {"vms": vms, "gpuPool": gpu_off, "workers": WORKERS_STEP}) == []
+    uniform = {
+        **WORKERS_STEP,
+        "workerOrchestrationMode": "Uniform",
+        "workerMixSizes": "Standard_D4as_v5",
+        "workerMixStrategy": "CapacityOptimized",
+    }
+    assert ui_value(expression, {"vms": vms, "gpuPool": gpu_off, "workers": uniform}) == [
+        {"name": "workers", "zones": [], "zoneBalance": False, "orchestrationMode": "Uniform"}
+    ]  # fmt: skip
+    # Uniform hides both fields (Azure has Instance Mix on Flexible scale sets only).
+    flexible = {**uniform, "workerOrchestrationMode": "Flexible"}
+    for name in ("workerMixSizes", "workerMixStrategy"):
+        assert ui_value(elements()[name]["visible"], {"workers": uniform}) is False, name
+        assert ui_value(elements()[name]["visible"], {"workers": flexible}) is True, name
+
+
+def test_more_sizes_chosen_in_the_form_deploy_an_instance_mix_with_the_worker_size_first() -> None:
+    expression = ui()["parameters"]["outputs"]["workerPools"]
+    strategy = elements()["workerMixStrategy"]
+    values = [v["value"] for v in strategy["constraints"]["allowedValues"]]
+    assert values == ["LowestPrice", "CapacityOptimized"]
+    assert strategy["defaultValue"] == WORKERS_STEP["workerMixStrategy"] == "LowestPrice"
+    size = "Standard_D4s_v5"
+    for text, allocation in ((" Standard_D4as_v5 ,Standard_D4ds_v5", "CapacityOptimized"),
+                             ("Standard_D4as_v5", "LowestPrice")):  # fmt: skip
+        assert mix_sizes_valid(text, size)
+        workers = {**WORKERS_STEP, "workerSpotEnabled": True, "workerBaseRegularCount": 1,
+                   "workerMixSizes": text, "workerMixStrategy": allocation}  # fmt: skip
+        steps = {"vms": {"workerVmSize": size}, "gpuPool": GPU_STEP, "workers": workers}
+        pools = ui_value(expression, steps)
+        sizes = [size, *text.replace(" ", "").split(",")]
+        assert pools[0] == {
+            "name": "workers", "zones": [], "zoneBalance": False,
+            "priorityMix": {"baseRegularCount": 1, "regularPercentageAboveBase": 0},
+            "instanceMix": {"vmSizes": sizes, "allocationStrategy": allocation},
+        }  # fmt: skip
+        assert "instanceMix" not in pools[1]  # the GPU pool keeps its one size
+        scale_sets = _scale_sets(pools, workerVmSize=size, workerSpotEnabled=True)
+        vmss = scale_sets["ray-workers"]
+        assert vmss["sku"]["name"] == "Mix"
+        assert vmss["properties"]["skuProfile"] == {
+            "vmSizes": [{"name": s} for s in sizes], "allocationStrategy": allocation
+        }  # fmt: skip
+        assert scale_sets["ray-gpu"]["properties"]["skuProfile"] is None
+
+
+MIX_SIZES_BAD = [
+    "Standard_A1, Standard_A2, Standard_A3, Standard_A4, Standard_A5",  # 6 sizes with the worker's
+    "Standard_D4s_v5",  # the worker VM size itself: always in the mix
+    "standard_d4S_V5, Standard_D4as_v5",  # ... in any case
+    "Standard_D4as_v5,",
+    "D4as_v5",
+    "Standard_D4as_v5; Standard_D4ds_v5",
+    '"Standard_D4as_v5"',
+    "Standard_" + "a" * 40,  # over 48 characters
+]
+
+
+@pytest.mark.parametrize("text", MIX_SIZES_BAD)
+def test_more_sizes_the_form_refuses_the_template_refuses(text: str) -> None:
+    """What the field's validations refuse, handed over as the output expression would, the
+    template refuses too."""
+    size = "Standard_D4s_v5"
+    assert not mix_sizes_valid(text, size)
+    sizes = [size, *text.replace(" ", "").split(",")]
+    pools = [{"name": "workers", "instanceMix": {"vmSizes": sizes}}]
+    d = deploy_template({"allowedSshCidrs": ["203.0.113.7/32"], "adminSshPublicKey": ED25519,
+                         "workerVmSize": size, "workerPools": pools})  # fmt: skip
+    assert d.refused or check_results(d)
+
+
+def test_four_more_sizes_the_form_accepts_deploy() -> None:
+    """The field takes up to four more sizes: five in all, Azure's most."""
+    text = "Standard_D4as_v5, Standard_D4ds_v5, Standard_D4s_v4, Standard_D4_v5"
+    assert mix_sizes_valid(text)
+    steps = {"vms": {"workerVmSize": "Standard_D4s_v5"},
+             "gpuPool": {**GPU_STEP, "gpuPoolEnabled": False},
+             "workers": {**WORKERS_STEP, "workerMixSizes": text}}  # fmt: skip
+    pools = ui_value(ui()["parameters"]["outputs"]["workerPools"], steps)
+    assert len(pools[0]["instanceMix"]["vmSizes"]) == 5
+    _scale_sets(pools, workerVmSize="Standard_D4s_v5")
 
 
 def test_the_gpu_pool_field_adds_a_pool_next_to_the_cpu_workers_and_it_deploys() -> None:

@@ -449,6 +449,8 @@ def test_a_run_resumes_from_the_store_when_its_folder_is_gone(env: Blob, tmp_pat
     assert rows[:3] == old.splitlines()  # the earlier run's rows carried over
     assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3"]
     # The resumed run is mirrored under its own id; the temporary copy is gone.
+    resumed = f"{env.url}/results/resumed-{os.getpid()}"
+    assert f"results store: all uploaded to {resumed}" in second.stdout, second.stdout[-3000:]
     assert json.loads(get_blob(env, f"resumed-{os.getpid()}/latest.json")[1])["iteration"] == 3
     assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob(f"resume-{run}-*"))
 

@@ -28,6 +28,7 @@ from nodekit.rehearsal.standins.azure_compute import (
     capacity_fault,
     scale_set_config,
     subnet_pool,
+    zone_key,
 )
 from vmss_support import (
     GROUP,
@@ -675,7 +676,7 @@ def test_a_quota_refuses_only_what_goes_over_it(azure: Azure) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("ZonalAllocationFailed",), "no ZonalAllocationFailed"),
+        (("ZonalAllocationFailed",), "a zone fault is ZonalAllocationFailed with zone"),
         (("QuotaExceeded",), "the fake plays AllocationFailed"),
         (("OperationNotAllowed", "", 4), "a quota fault needs quota"),
         (("OperationNotAllowed", "LowPriority", -1), "a quota fault needs quota"),
@@ -862,3 +863,155 @@ def test_rays_autoscaler_routes_demand_around_a_refused_pool_and_back(
     rounds(2)
     assert (azure.compute.capacity(SPOT), azure.compute.capacity(NAME)) == (1, 2)
     assert SPOT_TYPE not in p.refusals and SPOT_TYPE not in unavailable()
+
+
+# -- a zone out of capacity ------------------------------------------------------------------
+ZONE1 = "ray-zone1"
+"""A pool's scale set pinned to zone 1; its node type ``ray.worker.zone1`` is the one Ray
+prefers when it ties with the default pool's (the same size, pinned to zone 2)."""
+ZONE1_TYPE = "ray.worker.zone1"
+
+
+@pytest.fixture
+def zoned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Azure]:
+    """Two scale sets of one size, one in zone 1 and the default pool's in zone 2; one in zones
+    1 and 3; one regional."""
+    scale_sets = [
+        scale_set_config(SUB, GROUP, ZONE1, subnet_pool("10.42.1.0/24", 6, 10), zones=["1"]),
+        scale_set_config(SUB, GROUP, NAME, subnet_pool("10.42.1.0/24", 20, 10), zones=["2"]),
+        scale_set_config(SUB, GROUP, ZONAL, subnet_pool("10.42.1.0/24", 40, 10), zones=["1", "3"]),
+        scale_set_config(SUB, GROUP, SPOT, subnet_pool("10.42.1.0/24", 60, 10)),
+    ]
+    with head_azure(tmp_path, monkeypatch, scale_sets) as azure:
+        yield azure
+
+
+def zone_out(azure: Azure, zone: str, out: bool) -> None:
+    """Switch zone ``zone``'s capacity fault on or off in the fake."""
+    faults = azure.compute.state.read(CAPACITY_FILE, {})
+    faults.pop(zone_key(zone), None)
+    if out:
+        faults[zone_key(zone)] = capacity_fault("ZonalAllocationFailed", zone=zone)
+    azure.compute.state.write(CAPACITY_FILE, faults)
+
+
+def test_a_zone_out_of_capacity_refuses_its_scale_sets_as_azure_does(zoned: Azure) -> None:
+    """Through the real client: a raise of the scale set in zone 1 fails in its operation with
+    ZonalAllocationFailed, nothing made; the one in zone 2 is served; a raise of a regional
+    scale set or of one in zones 1 and 3 is refused as not played (Azure does not publish its
+    answer), nothing made; lifted, zone 1 is served."""
+    from azure.core.exceptions import HttpResponseError
+
+    zone_out(zoned, "1", True)
+    with pytest.raises(HttpResponseError) as raised:
+        zoned.scale_set(name=ZONE1).set_capacity(2)
+    assert raised.value.status_code == 200  # the operation's failure, as for AllocationFailed
+    code, message = vp.capacity_refusal(raised.value) or ("", "")
+    assert code == "ZonalAllocationFailed"
+    assert "sufficient capacity for the requested VM size in this zone" in message
+    zoned.scale_set(name=NAME).set_capacity(1)
+    for name in (ZONAL, SPOT):
+        with pytest.raises(HttpResponseError, match="NotPlayedByTheFake") as raised:
+            zoned.scale_set(name=name).set_capacity(1)
+        assert raised.value.status_code == 400 and "is not published" in str(raised.value)
+        assert vp.capacity_refusal(raised.value) is None
+    assert [zoned.compute.capacity(n) for n in (ZONE1, NAME, ZONAL, SPOT)] == [0, 1, 0, 0]
+    assert {c["scale_set"] for c in zoned.created} == {NAME}
+    assert zoned.compute.state.lines("refused.jsonl") == [
+        {"scale_set": ZONE1, "code": "ZonalAllocationFailed", "zone": "1"}
+    ]
+    zone_out(zoned, "1", False)
+    zoned.scale_set(name=ZONE1).set_capacity(2)
+    assert zoned.compute.capacity(ZONE1) == 2
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: capacity_fault("ZonalAllocationFailed"), "a zone fault is ZonalAllocationFailed"),
+        (lambda: capacity_fault("AllocationFailed", zone="1"), "a zone fault is"),
+        (lambda: capacity_fault("ZonalAllocationFailed", zone="4"), "zone '4': one of 1, 2, 3"),
+        (lambda: zone_key("westeurope-1"), "one of 1, 2, 3"),
+    ],
+)
+def test_a_zone_fault_is_said_exactly(call: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call()
+
+
+def test_a_zone_fault_under_a_scale_set_of_other_zones_is_a_clear_error(zoned: Azure) -> None:
+    from azure.core.exceptions import HttpResponseError
+
+    refuse(zoned, ZONAL, capacity_fault("ZonalAllocationFailed", zone="1"))
+    with pytest.raises(HttpResponseError, match="put it under zone_key"):
+        zoned.scale_set(name=ZONAL).set_capacity(1)
+    assert zoned.compute.capacity(ZONAL) == 0
+
+
+def test_rays_autoscaler_routes_demand_from_a_full_zone_to_the_other_and_back(
+    zoned: Azure, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's own StandardAutoscaler with two pools of one size, pinned to zones 1 and 2: zone 1
+    out of capacity, the demand Ray places on the zone-1 pool lands on the zone-2 pool; the
+    refusal is the zone-1 pool's, with Azure's code; zone 1 back and the back-off over, new
+    demand goes to the zone-1 pool again. Nothing half-made in the refused scale set."""
+    from ray.autoscaler._private import autoscaler as ray_autoscaler
+    from ray.autoscaler._private.load_metrics import LoadMetrics
+    from ray.dashboard.utils import to_google_style
+
+    monkeypatch.setenv("RAY_AUTOSCALER_UTILIZATION_SCORER", f"{vp.__name__}.availability_scorer")
+    clock = Clock()
+    pools = [pool(), pool(name="zone1", scale_set=ZONE1)]
+    config = vp.autoscaling_config(deploy_values(pools=pools))
+    config["cluster_name"] = "unit"
+    scale_sets = {vp.WORKER_TYPE: zoned.scale_set(), ZONE1_TYPE: zoned.scale_set(name=ZONE1)}
+    p = vp.ScaleSetProvider(
+        config["provider"], "unit", scale_sets=scale_sets, drain=Drains(), clock=clock
+    )
+    monkeypatch.setattr(ray_autoscaler, "_get_node_provider", lambda *args, **kwargs: p)
+    metrics = LoadMetrics()
+    autoscaler = ray_autoscaler.StandardAutoscaler(
+        lambda: json.loads(json.dumps(config)), metrics, gcs_client=None, update_interval_s=0
+    )
+
+    def demand(cpus: int) -> None:
+        metrics.update(
+            HEAD_IP,
+            b"h" * 28,
+            {"CPU": 0, "head": 1},
+            {"CPU": 0, "head": 1},
+            0,
+            waiting_bundles=[{"CPU": 1}] * cpus,
+        )
+
+    def rounds(n: int) -> None:
+        for _ in range(n):
+            autoscaler.update()
+            p.wait(WRITE_WAIT_S)
+
+    zone_out(zoned, "1", True)
+    demand(4)
+    rounds(1)  # Ray prefers the zone-1 pool: Azure refuses it
+    assert p.refusals[ZONE1_TYPE].code == "ZonalAllocationFailed"
+    rounds(2)
+    assert (zoned.compute.capacity(ZONE1), zoned.compute.capacity(NAME)) == (0, 1)
+    report = json.loads(json.dumps({"autoscaler_report": asdict(autoscaler.summary())}))
+    status = ClusterStatus(
+        text="", autoscaler=to_google_style(report), autoscaler_error=None, nodes=[]
+    )
+    [refused] = status.refused_pools()
+    assert (refused["node_type"], refused["category"]) == (ZONE1_TYPE, "ZonalAllocationFailed")
+    assert f"scale set {ZONE1}: ZonalAllocationFailed" in refused["description"]
+    assert "in this zone" in refused["description"]
+    assert zoned.compute.instances(ZONE1) == []
+    assert {c["scale_set"] for c in zoned.created} == {NAME}
+    assert zoned.compute.state.lines("refused.jsonl") == [
+        {"scale_set": ZONE1, "code": "ZonalAllocationFailed", "zone": "1"}
+    ]
+    # Zone 1 back, the back-off over: new demand lands on the zone-1 pool again.
+    zone_out(zoned, "1", False)
+    clock.now += vp.backoff_s(1) + 1
+    demand(8)
+    rounds(2)
+    assert (zoned.compute.capacity(ZONE1), zoned.compute.capacity(NAME)) == (1, 1)
+    assert ZONE1_TYPE not in p.refusals

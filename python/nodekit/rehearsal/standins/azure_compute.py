@@ -22,8 +22,13 @@ scale set — else ARM's 401 ``AuthenticationFailed`` / 403 ``AuthorizationFaile
   ``OverconstrainedAllocationRequest``) as a 200 whose operation ends ``Failed`` with that
   ``error``; a size not offered (``SkuNotAvailable``) and a quota the raise would exceed
   (``OperationNotAllowed``, "...exceeding approved FAMILY Cores quota...") as a synchronous 409.
-  Either way nothing is created and the capacity stays as it was (the all-or-nothing answer;
-  Azure may also leave instances ``Failed`` after a partial allocation, which is not played).
+  A zone out of capacity (the ``capacity.json`` entry :func:`zone_key` names) refuses every
+  raise of a scale set in exactly that one zone as Azure does, ``ZonalAllocationFailed`` in the
+  operation's ``error``; a raise of a regional scale set, or of one in that zone and others,
+  while it is on is refused with a 400 :data:`NOT_PLAYED` (Azure does not publish whether and
+  where such a raise is served). Either way nothing is created and the capacity stays as it
+  was (the all-or-nothing answer; Azure may also leave instances ``Failed`` after a partial
+  allocation, which is not played).
 * ``GET .../virtualMachineScaleSets/N/virtualMachines`` → ``{"value": [VirtualMachineScaleSetVM
   {id, name "N_ID", instanceId, zones, properties {provisioningState, vmId, osProfile
   {computerName}, networkProfile {networkInterfaces}}}]}``; ``zones`` only in a zonal scale set:
@@ -64,9 +69,10 @@ scale set — else ARM's 401 ``AuthenticationFailed`` / 403 ``AuthorizationFaile
   {"enabled": bool}}`` → 200 with the setting.
 
 State lives in a folder (:class:`StateFolder`): ``config.json`` (what the test sets),
-``capacity.json`` (the capacity faults a test switches on, by scale set name; empty or absent:
-none), ``instances.json`` (what the fake made), ``requests.jsonl`` (what arrived),
-``refused.jsonl`` (each capacity raise it refused: scale set and code). Hooks are callables
+``capacity.json`` (the capacity faults a test switches on, by scale set name or
+:func:`zone_key`; empty or absent: none), ``instances.json`` (what the fake made),
+``requests.jsonl`` (what arrived), ``refused.jsonl`` (each capacity raise it refused: scale set
+and code, and the zone of a zonal refusal). Hooks are callables
 in-process or, run as a process, commands given ``INSTANCE_ID``, ``INSTANCE_NAME``,
 ``PRIVATE_IP`` and ``SCALE_SET`` (the scale set's name) in their environment (the rehearsal
 boots or removes a worker container of that scale set's pool there).
@@ -130,7 +136,8 @@ _OPERATION = re.compile(
 Hook = Callable[[dict[str, Any]], None]
 
 CAPACITY_FILE = "capacity.json"
-"""In the fake's state folder: ``{scale set name (lower case): a capacity_fault(...)}``."""
+"""In the fake's state folder: ``{scale set name (lower case) or zone_key(Z): a
+capacity_fault(...)}``."""
 ALLOCATION_FAULTS = {
     "AllocationFailed": (
         "Allocation failed. We do not have sufficient capacity for the requested VM size in "
@@ -142,10 +149,18 @@ ALLOCATION_FAULTS = {
         "the condition is too restrictive. Please remove some constraints and try again. "
         "Constraints applied are: VM Size: {sku}."
     ),
+    "ZonalAllocationFailed": (
+        "Allocation failed. We do not have sufficient capacity for the requested VM size in "
+        "this zone. Read more about improving likelihood of allocation success at "
+        "http://aka.ms/allocation-guidance"
+    ),
 }
 """Allocation failures: the capacity raise is accepted (200), its long-running operation ends
 ``Failed`` with this error (the messages are Azure's, as users report them: Azure/AKS#1272,
-vmware-tanzu/community-edition#3963, jenkins-infra/helpdesk#3584)."""
+vmware-tanzu/community-edition#3963, jenkins-infra/helpdesk#3584; the zonal one
+openshift/release#5182, an operation's failure in Azure/ARO-RP#3691)."""
+ZONES = ("1", "2", "3")
+"""Azure's availability zones of a region, as a scale set's ``zones`` names them."""
 REQUEST_FAULTS = {
     "SkuNotAvailable": (
         "The requested VM size for resource 'Following SKUs have failed for Capacity "
@@ -193,22 +208,33 @@ def spot_priority_split(mix: dict[str, int], capacity: int) -> int | None:
     return min(capacity, base) + above * percent // 100
 
 
-def capacity_fault(code: str, quota: str = "", limit: int = 0) -> dict[str, Any]:
+def zone_key(zone: str) -> str:
+    """The ``capacity.json`` key of zone ``zone``'s fault (no scale set name has a space)."""
+    if zone not in ZONES:
+        raise ValueError(f"zone {zone!r}: one of {', '.join(ZONES)}")
+    return f"zone {zone}"
+
+
+def capacity_fault(code: str, quota: str = "", limit: int = 0, zone: str = "") -> dict[str, Any]:
     """An entry of ``capacity.json``: every capacity raise of that scale set refused with
     ``code`` (an allocation failure, or ``SkuNotAvailable``); with ``OperationNotAllowed`` the
     raises that would take the scale set's vCPUs (instances x the size's) over ``limit`` of
-    quota ``quota`` (``standardDSv5Family``, ``LowPriority`` for Spot). Zonal failures
-    (``ZonalAllocationFailed``) are refused: the fake's scale sets are in no zone."""
+    quota ``quota`` (``standardDSv5Family``, ``LowPriority`` for Spot). ``ZonalAllocationFailed``
+    needs ``zone`` and goes under :func:`zone_key`: zone ``zone`` out of capacity."""
     fault: dict[str, Any] = {"code": code}
-    if code == "OperationNotAllowed":
+    if (code == "ZonalAllocationFailed") != bool(zone):
+        raise ValueError("a zone fault is ZonalAllocationFailed with zone (1, 2 or 3), and only it")
+    if zone:
+        zone_key(zone)
+        fault["zone"] = zone
+    elif code == "OperationNotAllowed":
         if not _QUOTA_NAME.match(quota) or type(limit) is not int or limit < 0:
             raise ValueError("a quota fault needs quota (a quota's name) and limit (vCPUs >= 0)")
         fault.update(quota=quota, limit=limit)
     elif code not in ALLOCATION_FAULTS and code not in REQUEST_FAULTS:
         raise ValueError(
             f"capacity fault {code!r}: the fake plays "
-            f"{', '.join(sorted([*ALLOCATION_FAULTS, *REQUEST_FAULTS]))} (its scale sets have "
-            "no zones, so no ZonalAllocationFailed)"
+            f"{', '.join(sorted([*ALLOCATION_FAULTS, *REQUEST_FAULTS]))}"
         )
     return fault
 
@@ -909,12 +935,9 @@ class FakeCompute(_Server):
         created: list[str] = []
         if capacity > len(alive):
             refused = self._capacity_fault(s, len(alive), capacity - len(alive))
-            if refused is not None and refused[0] != 200:  # 409 (or 500: a bad fault)
+            if refused is not None and refused[0] != 200:  # 409 (400 not played, 500 bad fault)
                 return refused
             if refused is not None:  # an allocation failure: accepted, then the operation fails
-                self.state.append(
-                    "refused.jsonl", {"scale_set": s["name"], "code": refused[1]["error"]["code"]}
-                )
                 headers = self._start_operation(s, lambda: True, refused[1]["error"])
                 headers.pop("Location")
                 return 200, self._scale_set_doc(s, "Updating"), headers
@@ -1012,18 +1035,44 @@ class FakeCompute(_Server):
 
     def _capacity_fault(self, s: dict[str, Any], alive: int, need: int) -> Reply | None:
         """The answer to a raise of ``need`` instances the scale set's ``capacity.json`` entry
-        refuses (a 409 for a request fault, a 200 whose body is the operation's error for an
-        allocation failure), None when it goes ahead."""
-        fault = self.state.read(CAPACITY_FILE, {}).get(s["name"].lower())
+        or a zone fault refuses (a 409 for a request fault, a 200 whose body is the operation's
+        error for an allocation failure, a 400 :data:`NOT_PLAYED` for a zone fault Azure's
+        answer to is not published), None when it goes ahead; each refusal logged."""
+        faults = self.state.read(CAPACITY_FILE, {})
+        fault = faults.get(s["name"].lower())
+        zones = list(s.get("zones") or [])
         if not fault:
-            return None
+            out = [z for z in ZONES if faults.get(zone_key(z))]
+            if zones and zones == out[:1]:
+                fault = faults[zone_key(zones[0])]
+            elif out and (not zones or set(out) & set(zones)):
+                return _error(
+                    400,
+                    NOT_PLAYED,
+                    f"Zone {', '.join(out)} out of capacity: how Azure answers a raise of "
+                    f"{s['name']} (zones: {', '.join(zones) or 'none, regional'}) is not "
+                    "published; only a scale set in exactly that one zone is played.",
+                )
+            else:
+                return None
         code = fault.get("code") if isinstance(fault, dict) else None
         try:
-            capacity_fault(str(code), fault.get("quota", ""), fault.get("limit", 0))
+            capacity_fault(
+                str(code), fault.get("quota", ""), fault.get("limit", 0), fault.get("zone", "")
+            )
         except (ValueError, AttributeError) as e:
             return _error(500, "InternalServerError", f"the fake's {CAPACITY_FILE}: {e}")
+        if fault.get("zone") and zones != [fault["zone"]]:
+            return _error(
+                500, "InternalServerError", f"the fake's {CAPACITY_FILE}: a zone fault under "
+                f"{s['name']} (zones: {', '.join(zones) or 'none'}); put it under zone_key"
+            )  # fmt: skip
         words = {"sku": s["sku"], "location": s["location"]}
+        logged = {"scale_set": s["name"], "code": code}
+        if fault.get("zone"):
+            logged["zone"] = fault["zone"]
         if code in ALLOCATION_FAULTS:
+            self.state.append("refused.jsonl", logged)
             message = ALLOCATION_FAULTS[code].format(**words)
             return 200, {"error": {"code": code, "message": message}}, {}
         if code == "OperationNotAllowed":
@@ -1040,7 +1089,7 @@ class FakeCompute(_Server):
                 required=required,
                 needed=usage + required,
             )
-        self.state.append("refused.jsonl", {"scale_set": s["name"], "code": code})
+        self.state.append("refused.jsonl", logged)
         return _error(409, str(code), REQUEST_FAULTS[str(code)].format(**words))
 
     def _delete(self, s: dict[str, Any], body: bytes) -> Reply:

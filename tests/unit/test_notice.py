@@ -342,8 +342,10 @@ def test_a_notice_for_the_jobs_node_publishes_a_checkpoint_under_a_hold(
                 seen["published"] = found.groupdict()
                 seen["pointer"] = json.loads(get_blob(env, f"{run}/latest.json")[1])
                 seen["holds_after_publish"] = _holds_now()
-                # The next: its deadline passed a second ago (not_before within SAFETY_S).
-                put_notice(node, late, time.time() + notice.SAFETY_S - 1)
+                # The next: its deadline just passed (not_before within SAFETY_S), a quarter
+                # second ago: later than the job's watch began (a notice whose deadline passed
+                # before that is passed over), which on a quiet machine is under a second ago.
+                put_notice(node, late, time.time() + notice.SAFETY_S - 0.25)
         elif found := TOO_LITTLE.match(line):
             with Paused(pid):
                 seen["too_little"] = found.groupdict()

@@ -12,7 +12,6 @@ import re
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ from vmss_support import (
     WRITE_WAIT_S,
     Azure,
     Drains,
+    RayAutoscaler,
     autoscaler_round,
     deploy_values,
     head_azure,
@@ -779,36 +779,14 @@ def test_rays_autoscaler_routes_demand_around_a_refused_pool_and_back(
     """Ray's own StandardAutoscaler (its scheduler, launcher and availability tracker) with the
     provider on the fake: CPU demand Ray places on the spot pool; Azure refuses it; the demand
     lands on the default pool; capacity back, new demand goes to the spot pool again."""
-    from ray.autoscaler._private import autoscaler as ray_autoscaler
-    from ray.autoscaler._private.load_metrics import LoadMetrics
-
     # Ray's scheduler loads its scorer by name when the autoscaler starts (the head's bootstrap
     # sets the variable to layout.AUTOSCALER_SCORER, the module as the head imports it).
     module = vp.MODULE.rsplit(".", 1)[0]  # the provider's module, as the head imports it
     assert f"{module}.{vp.availability_scorer.__name__}" == layout.AUTOSCALER_SCORER
-    monkeypatch.setenv("RAY_AUTOSCALER_UTILIZATION_SCORER", f"{vp.__name__}.availability_scorer")
     clock = Clock()
     config, p = spot_and_workers(azure, clock)
-    monkeypatch.setattr(ray_autoscaler, "_get_node_provider", lambda *args, **kwargs: p)
-    metrics = LoadMetrics()
-    autoscaler = ray_autoscaler.StandardAutoscaler(
-        lambda: json.loads(json.dumps(config)), metrics, gcs_client=None, update_interval_s=0
-    )
-
-    def demand(cpus: int) -> None:
-        metrics.update(
-            HEAD_IP,
-            b"h" * 28,
-            {"CPU": 0, "head": 1},
-            {"CPU": 0, "head": 1},
-            0,
-            waiting_bundles=[{"CPU": 1}] * cpus,
-        )
-
-    def rounds(n: int) -> None:
-        for _ in range(n):
-            autoscaler.update()
-            p.wait(WRITE_WAIT_S)
+    ray = RayAutoscaler(p, config, monkeypatch)
+    demand, rounds, autoscaler = ray.demand, ray.rounds, ray.autoscaler
 
     def unavailable() -> dict[str, Any]:
         summary = autoscaler.node_provider_availability_tracker.summary()
@@ -829,12 +807,8 @@ def test_rays_autoscaler_routes_demand_around_a_refused_pool_and_back(
     info = unavailable()[SPOT_TYPE]
     assert info.category == "AllocationFailed"
     assert f"scale set {SPOT}" in info.description
-    # What `driver status` shows of it: the autoscaler's report as Ray's monitor publishes it
-    # (asdict of its summary, as JSON) and the dashboard serves it (keys in camelCase).
-    from ray.dashboard.utils import to_google_style
-
-    report = json.loads(json.dumps({"autoscaler_report": asdict(autoscaler.summary())}))
-    published = to_google_style(report)
+    # What `driver status` shows of it: the report as the dashboard serves it.
+    published = ray.published()
     status = ClusterStatus(text="", autoscaler=published, autoscaler_error=None, nodes=[])
     assert [(r["node_type"], r["category"]) for r in status.refused_pools()] == [
         (SPOT_TYPE, "AllocationFailed")
@@ -955,11 +929,6 @@ def test_rays_autoscaler_routes_demand_from_a_full_zone_to_the_other_and_back(
     out of capacity, the demand Ray places on the zone-1 pool lands on the zone-2 pool; the
     refusal is the zone-1 pool's, with Azure's code; zone 1 back and the back-off over, new
     demand goes to the zone-1 pool again. Nothing half-made in the refused scale set."""
-    from ray.autoscaler._private import autoscaler as ray_autoscaler
-    from ray.autoscaler._private.load_metrics import LoadMetrics
-    from ray.dashboard.utils import to_google_style
-
-    monkeypatch.setenv("RAY_AUTOSCALER_UTILIZATION_SCORER", f"{vp.__name__}.availability_scorer")
     clock = Clock()
     pools = [pool(), pool(name="zone1", scale_set=ZONE1)]
     config = vp.autoscaling_config(deploy_values(pools=pools))
@@ -968,26 +937,8 @@ def test_rays_autoscaler_routes_demand_from_a_full_zone_to_the_other_and_back(
     p = vp.ScaleSetProvider(
         config["provider"], "unit", scale_sets=scale_sets, drain=Drains(), clock=clock
     )
-    monkeypatch.setattr(ray_autoscaler, "_get_node_provider", lambda *args, **kwargs: p)
-    metrics = LoadMetrics()
-    autoscaler = ray_autoscaler.StandardAutoscaler(
-        lambda: json.loads(json.dumps(config)), metrics, gcs_client=None, update_interval_s=0
-    )
-
-    def demand(cpus: int) -> None:
-        metrics.update(
-            HEAD_IP,
-            b"h" * 28,
-            {"CPU": 0, "head": 1},
-            {"CPU": 0, "head": 1},
-            0,
-            waiting_bundles=[{"CPU": 1}] * cpus,
-        )
-
-    def rounds(n: int) -> None:
-        for _ in range(n):
-            autoscaler.update()
-            p.wait(WRITE_WAIT_S)
+    ray = RayAutoscaler(p, config, monkeypatch)
+    demand, rounds = ray.demand, ray.rounds
 
     zone_out(zoned, "1", True)
     demand(4)
@@ -995,10 +946,7 @@ def test_rays_autoscaler_routes_demand_from_a_full_zone_to_the_other_and_back(
     assert p.refusals[ZONE1_TYPE].code == "ZonalAllocationFailed"
     rounds(2)
     assert (zoned.compute.capacity(ZONE1), zoned.compute.capacity(NAME)) == (0, 1)
-    report = json.loads(json.dumps({"autoscaler_report": asdict(autoscaler.summary())}))
-    status = ClusterStatus(
-        text="", autoscaler=to_google_style(report), autoscaler_error=None, nodes=[]
-    )
+    status = ClusterStatus(text="", autoscaler=ray.published(), autoscaler_error=None, nodes=[])
     [refused] = status.refused_pools()
     assert (refused["node_type"], refused["category"]) == (ZONE1_TYPE, "ZonalAllocationFailed")
     assert f"scale set {ZONE1}: ZonalAllocationFailed" in refused["description"]

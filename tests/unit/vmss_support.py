@@ -1,14 +1,15 @@
 """What the node provider's tests share (test_vmss_provider.py, test_vmss_flexible.py): the
 fake Azure's names and identities, the handle on the fake Compute and metadata service, a drain
 that records (and refuses what is busy), the stacks' AUTOSCALER_POOLS entry and deploy-time
-values, and one round of Ray's autoscaler as StandardAutoscaler drives the provider."""
+values, one round of Ray's autoscaler as StandardAutoscaler drives the provider, and Ray's own
+StandardAutoscaler driving it (RayAutoscaler)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +143,53 @@ def autoscaler_round(
             p.create_node({}, {TAG_RAY_USER_NODE_TYPE: node_type}, count)
     p.post_process()
     p.wait(WRITE_WAIT_S)
+
+
+class RayAutoscaler:
+    """Ray's own StandardAutoscaler (its scheduler, launcher and availability tracker) driving
+    provider ``p`` with ``config``, as the head's monitor does; the scorer is loaded by name, as
+    the head's bootstrap has Ray do (RAY_AUTOSCALER_UTILIZATION_SCORER)."""
+
+    def __init__(
+        self, p: vp.ScaleSetProvider, config: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from ray.autoscaler._private import autoscaler as ray_autoscaler
+        from ray.autoscaler._private.load_metrics import LoadMetrics
+
+        monkeypatch.setenv(
+            "RAY_AUTOSCALER_UTILIZATION_SCORER", f"{vp.__name__}.availability_scorer"
+        )
+        monkeypatch.setattr(ray_autoscaler, "_get_node_provider", lambda *args, **kwargs: p)
+        self.p = p
+        self.metrics = LoadMetrics()
+        self.autoscaler = ray_autoscaler.StandardAutoscaler(
+            lambda: json.loads(json.dumps(config)),
+            self.metrics,
+            gcs_client=None,
+            update_interval_s=0,
+        )
+
+    def demand(self, cpus: int) -> None:
+        """The head reports ``cpus`` pending 1-CPU tasks (and no CPU of its own)."""
+        self.metrics.update(
+            HEAD_IP,
+            b"h" * 28,
+            {"CPU": 0, "head": 1},
+            {"CPU": 0, "head": 1},
+            0,
+            waiting_bundles=[{"CPU": 1}] * cpus,
+        )
+
+    def rounds(self, n: int) -> None:
+        """``n`` of the autoscaler's updates, each waiting for the provider's write."""
+        for _ in range(n):
+            self.autoscaler.update()
+            self.p.wait(WRITE_WAIT_S)
+
+    def published(self) -> dict[str, Any]:
+        """The autoscaler's report as Ray's monitor publishes it (asdict of its summary, as
+        JSON) and the dashboard serves it (keys in camelCase): what `driver status` reads."""
+        from ray.dashboard.utils import to_google_style
+
+        report = json.loads(json.dumps({"autoscaler_report": asdict(self.autoscaler.summary())}))
+        return to_google_style(report)

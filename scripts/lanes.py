@@ -1,10 +1,19 @@
 """The closing of scripts/test.sh's lanes: the background lanes' logs, then one line per lane,
-the slowest tests of all lanes, the machine's load through the run (``--load``: the 1-minute
-load average that test.sh samples from its start), and one closing line for the whole suite
-(``suite: N passed, N failed, N skipped``) from each lane's JUnit XML. Exits 0 only when every
-lane's pytest did, or failed only by tests that then passed when rerun alone (``--rerun``).
+the slowest tests of all lanes and the costliest in CPU, the machine's load and CPU through the
+run (``--load``: the 1-minute load average and the busy CPU time that test.sh samples from its
+start), and one closing line for the whole suite (``suite: N passed, N failed, N skipped``)
+from each lane's JUnit XML. Exits 0 only when every lane's pytest did, or failed only by tests
+that then passed when rerun alone (``--rerun``).
 
-    python scripts/lanes.py [--log LOG ...] [--load LOAD] [--rerun XML] NAME=RC:JUNIT_XML [...]
+Where test.sh could account each lane's CPU (root, a cgroup v1 ``cpuacct`` hierarchy: the
+lane's processes and everything they start, the rehearsal clusters' nodes included, stay in the
+lane's group), ``--cpu DIR`` reads each lane's CPU seconds from ``DIR/NAME/cpuacct.usage``, and
+each test's from its JUnit ``cpu_s`` property (tests/conftest.py). The suite's time on a
+machine is bound by its CPU: the closing says how much work the run was, and the least wall time
+that much work takes on the machine's cores.
+
+    python scripts/lanes.py [--log LOG ...] [--load LOAD] [--cpu DIR] [--rerun XML]
+        NAME=RC:JUNIT_XML [...]
     python scripts/lanes.py --print-failed NAME=RC:JUNIT_XML [...]
 
 ``--print-failed`` prints the pytest node ids of the lanes' failed tests, one per line, for
@@ -28,6 +37,7 @@ rewrites :data:`COSTS` from a run's JUnit XMLs (`.pytest_cache/lanes/*.xml`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -158,6 +168,12 @@ class Lane:
     missing: bool = False
     tests: list[tuple[float, str]] = field(default_factory=list)
     """(seconds, test id) of each test case, set-up and tear-down included."""
+    cpu: list[tuple[float, str]] = field(default_factory=list)
+    """(CPU seconds, test id) of each test case whose report has them (the property ``cpu_s``
+    tests/conftest.py writes when test.sh accounts the lane's CPU)."""
+    cpu_s: float | None = None
+    """The lane's CPU seconds: all its processes', the clusters and Ray they started included
+    (test.sh's cgroup of the lane), if accounted."""
     failed_ids: list[str] = field(default_factory=list)
     """The pytest node id of each failed (or errored) test case."""
     passed_on_rerun: list[str] = field(default_factory=list)
@@ -215,6 +231,10 @@ def parse_lane(spec: str) -> Lane:
         for case in suite.iter("testcase"):
             name = f"{case.get('classname', '')}::{case.get('name', '')}"
             lane.tests.append((float(case.get("time", 0.0)), name))
+            for prop in case.iter("property"):
+                if prop.get("name") == "cpu_s":
+                    with contextlib.suppress(TypeError, ValueError):
+                        lane.cpu.append((float(prop.get("value")), name))  # type: ignore[arg-type]
             if (text := _failure(case)) is not None:
                 test = node_id(case.get("classname", ""), case.get("name", ""))
                 lane.failed_ids.append(test)
@@ -263,18 +283,14 @@ def passed_ids(path: Path) -> set[str]:
 
 
 def load_summary(path: Path, cores: int) -> str:
-    """One line on the load through the run, from test.sh's samples ``EPOCH LOAD1`` per line."""
-    samples = []
-    try:
-        for line in path.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 2:
-                samples.append((float(parts[0]), float(parts[1])))
-    except (OSError, ValueError):
+    """One line on the load through the run, from test.sh's samples ``EPOCH LOAD1 [BUSY]`` per
+    line (BUSY: the machine's busy CPU time so far, /proc/stat's jiffies, see cpu_summary)."""
+    samples = _samples(path)
+    if samples is None:
         return f"load: no samples ({path})"
     if len(samples) < 2:
         return f"load: {len(samples)} sample(s), too few to say ({path})"
-    loads = sorted(load for _, load in samples)
+    loads = sorted(load for _, load, _ in samples)
     minutes = (samples[-1][0] - samples[0][0]) / 60
     above = sum(1 for load in loads if load > 2 * cores) / len(loads)
     return (
@@ -283,6 +299,50 @@ def load_summary(path: Path, cores: int) -> str:
         f"{loads[int(0.9 * (len(loads) - 1))]:.1f}, max {loads[-1]:.1f}; "
         f"above {2 * cores} for {above:.0%} of the run"
     )
+
+
+def _samples(path: Path) -> list[tuple[float, float, float | None]] | None:
+    samples: list[tuple[float, float, float | None]] = []
+    try:
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) in (2, 3):
+                busy = float(parts[2]) if len(parts) == 3 else None
+                samples.append((float(parts[0]), float(parts[1]), busy))
+    except (OSError, ValueError):
+        return None
+    return samples
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+"""/proc/stat's unit (jiffies per second)."""
+
+
+def cpu_summary(path: Path, cores: int, lanes_cpu_s: float | None = None) -> str | None:
+    """One line on the CPU the run used, from the load samples' busy jiffies (none without
+    them): the machine's busy CPU seconds over the run, how much of its cores that was, and the
+    least wall time that much work takes on them; the lanes' own share when accounted."""
+    samples = [s for s in _samples(path) or [] if s[2] is not None]
+    if len(samples) < 2:
+        return None
+    seconds = samples[-1][0] - samples[0][0]
+    busy = (samples[-1][2] - samples[0][2]) / CLOCK_TICKS  # type: ignore[operator]
+    if seconds <= 0 or busy < 0:
+        return None
+    lanes = f", the lanes' own {lanes_cpu_s:,.0f} s" if lanes_cpu_s is not None else ""
+    return (
+        f"CPU: {busy:,.0f} s busy over {seconds / 60:.1f} min on {cores} cores "
+        f"({busy / (seconds * cores):.0%}){lanes}; this much work takes at least "
+        f"{busy / cores / 60:.1f} min here"
+    )
+
+
+def lane_cpu(groups: Path, name: str) -> float | None:
+    """A lane's CPU seconds from its cpuacct cgroup in ``groups`` (test.sh's), if there."""
+    try:
+        return int((groups / name / "cpuacct.usage").read_text()) / 1e9
+    except (OSError, ValueError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -296,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         "--why-lines", type=int, default=12, help="lines of each failure's end to show"
     )
     parser.add_argument("--rerun", type=Path, help="the JUnit XML of the failed tests' rerun")
+    parser.add_argument(
+        "--cpu", type=Path, help="test.sh's cgroups of the lanes: DIR/NAME/cpuacct.usage"
+    )
     parser.add_argument(
         "--print-failed", action="store_true", help="print the failed tests' node ids, only"
     )
@@ -331,14 +394,17 @@ def main(argv: list[str] | None = None) -> int:
     rerun_passed = passed_ids(args.rerun) if args.rerun else set()
     for lane in lanes:
         lane.passed_on_rerun = [t for t in lane.failed_ids if t in rerun_passed]
+        if args.cpu:
+            lane.cpu_s = lane_cpu(args.cpu, lane.name)
     print("\n== lanes")
     for lane in lanes:
+        cpu = f", {lane.cpu_s:,.0f} s of CPU" if lane.cpu_s is not None else ""
         if lane.missing:
-            print(f"{lane.name}: pytest exited {lane.rc} and wrote no report")
+            print(f"{lane.name}: pytest exited {lane.rc} and wrote no report{cpu}")
         else:
             print(
                 f"{lane.name}: {lane.passed} passed, {lane.failed} failed, {lane.skipped} skipped"
-                f" in {lane.seconds:.0f} s (pytest exited {lane.rc})"
+                f" in {lane.seconds:.0f} s{cpu} (pytest exited {lane.rc})"
             )
     slowest = sorted(
         ((s, lane.name, name) for lane in lanes for s, name in lane.tests), reverse=True
@@ -347,8 +413,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n== the {len(slowest)} slowest tests (seconds, set-up included)")
         for seconds, lane_name, name in slowest:
             print(f"{seconds:7.1f}  {lane_name:9}  {name}")
+    costliest = sorted(
+        ((s, lane.name, name) for lane in lanes for s, name in lane.cpu), reverse=True
+    )[: args.slowest]
+    if costliest:
+        print(f"\n== the {len(costliest)} costliest tests (CPU seconds, all their processes)")
+        for seconds, lane_name, name in costliest:
+            print(f"{seconds:7.1f}  {lane_name:9}  {name}")
     if args.load:
-        print(load_summary(args.load, os.cpu_count() or 1))
+        cores = os.cpu_count() or 1
+        print(load_summary(args.load, cores))
+        accounted = [lane.cpu_s for lane in lanes if lane.cpu_s is not None]
+        line = cpu_summary(args.load, cores, sum(accounted) if accounted else None)
+        if line:
+            print(line)
     # CI shows the end of this output: each failure's own end goes here, before the closing
     # (the lanes' logs above can be cut). A test that failed on its rerun too: that failure.
     again_failed = failures(args.rerun) if args.rerun else {}

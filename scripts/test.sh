@@ -16,11 +16,13 @@ PYTHON=${PYTHON:-python3}
 log() { printf '\n== %s\n' "$*" >&2; }
 
 # The machine's load through the run, from the start of the set-up: the 1-minute load average
-# every 10 s (scripts/lanes.py sums it up at the end). It ends with this script's process.
+# and the busy CPU time every 10 s (scripts/lanes.py sums them up at the end). It ends with this
+# script's process.
 STARTED=$(date +%s)
 LOAD_LOG=$(mktemp)
 (while kill -0 $$ 2>/dev/null; do
-    echo "$(date +%s) $(cut -d' ' -f1 /proc/loadavg)"
+    # and the machine's busy CPU time so far (/proc/stat: user, nice, system, irq, softirq)
+    echo "$(date +%s) $(cut -d' ' -f1 /proc/loadavg) $(awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat)"
     sleep 10
 done) >"$LOAD_LOG" 2>/dev/null &
 load_pid=$!
@@ -164,13 +166,34 @@ fi
 LANES=.pytest_cache/lanes
 rm -rf "$LANES" && mkdir -p "$LANES"
 mapfile -t PLAN < <(.venv/bin/python scripts/lanes.py --plan)
+# Each lane's CPU, exactly, where the machine allows it (root, a cgroup v1 cpuacct hierarchy):
+# a group per lane that its pytest joins first, so that everything it starts (Ray, the
+# rehearsal clusters' nodes) is counted in it; RAYDRIVER_LANE_CPU lets tests/conftest.py put
+# each test's share in the lane's report. scripts/lanes.py reads them at the end.
+CPU_GROUPS=
+CPUACCT=/sys/fs/cgroup/cpuacct
+if [ "$(id -u)" = 0 ] && [ -f "$CPUACCT/cpuacct.usage" ] && mkdir -p "$CPUACCT/azure-ray-rl-tests-$$" 2>/dev/null
+then
+    CPU_GROUPS=$CPUACCT/azure-ray-rl-tests-$$
+fi
+# Joins lane $1's group (this shell, before it becomes pytest: never in a subshell of it) and
+# sets LANE_CPU to the variable to give it.
+cpu_group() {
+    LANE_CPU=RAYDRIVER_LANE_CPU=
+    if [ -n "$CPU_GROUPS" ] && mkdir -p "$CPU_GROUPS/$1" 2>/dev/null \
+        && echo "$BASHPID" >"$CPU_GROUPS/$1/cgroup.procs" 2>/dev/null; then
+        LANE_CPU=RAYDRIVER_LANE_CPU=$CPU_GROUPS/$1/cpuacct.usage
+    fi
+}
 # A background command of a script ignores SIGINT, and so would every process it starts
 # (Python keeps an ignored SIGINT: no KeyboardInterrupt); the e2e tests stop the driver with
 # Ctrl-C as a user does, so each lane gets SIGINT back before pytest starts. Only ever run in
-# the background (`lane ... &`): it replaces its shell with pytest, so $! is pytest itself.
+# the background (`lane NAME ... &`): it replaces its shell with pytest, so $! is pytest itself.
 lane() {
     trap - INT QUIT
-    exec env "$@"
+    cpu_group "$1"
+    shift
+    exec env "$LANE_CPU" "$@"
 }
 NAMES=()
 PIDS=()
@@ -178,7 +201,7 @@ for line in "${PLAN[@]:1}"; do
     IFS='|' read -r name vars files <<<"$line"
     read -r -a vars <<<"$vars"
     read -r -a files <<<"$files"
-    lane "${vars[@]}" .venv/bin/python -m pytest "${files[@]}" --junitxml="$LANES/$name.xml" \
+    lane "$name" "${vars[@]}" .venv/bin/python -m pytest "${files[@]}" --junitxml="$LANES/$name.xml" \
         >"$LANES/$name.log" 2>&1 &
     NAMES+=("$name")
     PIDS+=($!)
@@ -190,8 +213,11 @@ IFS='|' read -r here here_vars here_files <<<"${PLAN[0]}"
 read -r -a here_vars <<<"$here_vars"
 read -r -a here_files <<<"$here_files"
 rc_here=0
-env "${here_vars[@]}" .venv/bin/python -m pytest "${here_files[@]}" \
-    --junitxml="$LANES/$here.xml" || rc_here=$?
+(
+    cpu_group "$here"
+    exec env "$LANE_CPU" "${here_vars[@]}" .venv/bin/python -m pytest \
+        "${here_files[@]}" --junitxml="$LANES/$here.xml"
+) || rc_here=$?
 RESULTS=("$here=$rc_here:$LANES/$here.xml")
 for i in "${!PIDS[@]}"; do
     rc=0
@@ -218,5 +244,14 @@ mv "$LOAD_LOG" "$LANES/load.txt"
 echo "(the whole run: $(($(date +%s) - STARTED)) s)"
 LOGS=()
 for name in "${NAMES[@]}"; do LOGS+=(--log "$LANES/$name.log"); done
-exec .venv/bin/python scripts/lanes.py --load "$LANES/load.txt" "${LOGS[@]}" "${RERUN[@]}" \
-    "${RESULTS[@]}"
+CPU=()
+[ -n "$CPU_GROUPS" ] && CPU=(--cpu "$CPU_GROUPS")
+rc=0
+.venv/bin/python scripts/lanes.py --load "$LANES/load.txt" "${CPU[@]}" "${LOGS[@]}" \
+    "${RERUN[@]}" "${RESULTS[@]}" || rc=$?
+# The groups go once empty (a process a lane left running keeps its own: say so).
+if [ -n "$CPU_GROUPS" ]; then
+    rmdir "$CPU_GROUPS"/*/ "$CPU_GROUPS" 2>/dev/null ||
+        echo "(processes the lanes left running: $(cat "$CPU_GROUPS"/*/cgroup.procs | xargs))" >&2
+fi
+exit "$rc"

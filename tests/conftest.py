@@ -80,13 +80,42 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         session.stash[_LAST_USER] = users[-1]
 
 
-@pytest.hookimpl(trylast=True)  # after the test's own fixtures are torn down
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    if item.session.stash.get(_LAST_USER, None) != item.nodeid or nextitem is None:
-        return  # no next test: the fixture's own teardown stops it
-    home = item.session.stash.get(_DRIVER_HOME, None)
-    if home is not None:
-        _stop_local_head(home)
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    result = yield  # the test's own fixtures torn down
+    if item.session.stash.get(_LAST_USER, None) == item.nodeid and nextitem is not None:
+        # (no next test: the fixture's own teardown stops it)
+        home = item.session.stash.get(_DRIVER_HOME, None)
+        if home is not None:
+            _stop_local_head(home)
+    start = item.stash.get(_CPU_AT_SETUP, None)
+    now = _lane_cpu_s()
+    if start is not None and now is not None:
+        item.user_properties.append(("cpu_s", f"{now - start:.1f}"))
+    return result
+
+
+# scripts/test.sh runs each lane in a CPU-accounting cgroup of its own, whose usage file it names
+# in RAYDRIVER_LANE_CPU: each test's CPU seconds (all its processes', the Ray and the clusters
+# it started, set-up and tear-down included, as the lane's other work beside it) go into the
+# lane's JUnit XML as the property cpu_s, which scripts/lanes.py lists.
+_LANE_CPU = os.environ.get("RAYDRIVER_LANE_CPU", "")
+_CPU_AT_SETUP = pytest.StashKey[float]()
+
+
+def _lane_cpu_s() -> float | None:
+    if not _LANE_CPU:
+        return None
+    try:
+        return int(Path(_LANE_CPU).read_text()) / 1e9
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if (now := _lane_cpu_s()) is not None:
+        item.stash[_CPU_AT_SETUP] = now
 
 
 def _fixtures(item: pytest.Item) -> list[str]:

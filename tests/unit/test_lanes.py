@@ -4,6 +4,9 @@ line for the suite, exit status 0 only when every lane passed)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import lanes
@@ -277,3 +280,70 @@ def test_the_committed_costs_name_only_files_that_exist() -> None:
     costs = json.loads(lanes.COSTS.read_text())
     assert set(costs) <= set(lanes.test_files()), set(costs) - set(lanes.test_files())
     assert len(costs) >= 0.9 * len(lanes.test_files())
+
+
+def test_the_closing_lists_the_costliest_tests_each_lanes_cpu_and_the_runs_floor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With test.sh's CPU accounting: each lane's CPU seconds from its group, the costliest
+    tests from their cpu_s properties, and the machine's busy CPU over the run (from the load
+    samples' third column, jiffies) with the least wall time that much work takes."""
+    unit = tmp_path / "unit.xml"
+    unit.write_text(
+        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0"'
+        ' failures="0" skipped="0" tests="2" time="9">'
+        '<testcase classname="tests.unit.test_a" name="test_cheap" time="5.0">'
+        '<properties><property name="cpu_s" value="0.5"/></properties></testcase>'
+        '<testcase classname="tests.unit.test_a" name="test_costly" time="4.0">'
+        '<properties><property name="cpu_s" value="7.5"/></properties></testcase>'
+        "</testsuite></testsuites>"
+    )
+    groups = tmp_path / "groups"
+    (groups / "unit").mkdir(parents=True)
+    (groups / "unit" / "cpuacct.usage").write_text("1234500000000\n")
+    load = tmp_path / "load.txt"
+    hz = lanes.CLOCK_TICKS
+    # 600 s, the busy CPU time growing by 1,200 s of CPU: both cores busy throughout.
+    load.write_text(f"1000 3.0 {100 * hz}\n1300 9.0 {700 * hz}\n1600 4.0 {1300 * hz}\n")
+    rc = lanes.main(["--slowest", "1", "--load", str(load), "--cpu", str(groups), f"unit=0:{unit}"])
+    out = capsys.readouterr().out.rstrip().splitlines()
+    assert rc == 0
+    assert "unit: 2 passed, 0 failed, 0 skipped in 9 s, 1,234 s of CPU (pytest exited 0)" in out
+    i = out.index("== the 1 costliest tests (CPU seconds, all their processes)")
+    assert out[i + 1].split() == ["7.5", "unit", "tests.unit.test_a::test_costly"]
+    cores = lanes.os.cpu_count() or 1
+    floor = 1200 / cores / 60
+    assert out[-2] == (
+        f"CPU: 1,200 s busy over 10.0 min on {cores} cores ({1200 / (600 * cores):.0%}), the"
+        f" lanes' own 1,234 s; this much work takes at least {floor:.1f} min here"
+    )
+
+
+def test_without_busy_samples_or_groups_the_closing_says_no_cpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Load samples of two columns (no CPU accounted) and no groups: no CPU line, no figure."""
+    unit = _junit(tmp_path / "unit.xml", 1)
+    load = tmp_path / "load.txt"
+    load.write_text("1000 3.0\n1300 9.0\n")
+    rc = lanes.main(["--load", str(load), "--cpu", str(tmp_path / "none"), f"unit=0:{unit}"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "CPU" not in out and "costliest" not in out
+
+
+def test_the_suites_conftest_puts_each_tests_cpu_in_its_report(tmp_path: Path) -> None:
+    """tests/conftest.py reads the lane's usage file that RAYDRIVER_LANE_CPU names before each
+    test's set-up and after its tear-down, and writes the difference as the property cpu_s."""
+    usage = tmp_path / "cpuacct.usage"
+    usage.write_text("2500000000\n")  # a file that does not move: 0.0 s
+    report = tmp_path / "report.xml"
+    test = "tests/unit/test_lanes.py::test_a_malformed_lane_is_one_line"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test,
+         f"--junitxml={report}"],
+        cwd=lanes.REPO, env={**os.environ, "RAYDRIVER_LANE_CPU": str(usage)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    lane = lanes.parse_lane(f"unit=0:{report}")
+    assert lane.cpu == [(0.0, "tests.unit.test_lanes::test_a_malformed_lane_is_one_line")]

@@ -234,7 +234,7 @@ def parse_lane(spec: str) -> Lane:
             for prop in case.iter("property"):
                 if prop.get("name") == "cpu_s":
                     with contextlib.suppress(TypeError, ValueError):
-                        lane.cpu.append((float(prop.get("value")), name))  # type: ignore[arg-type]
+                        lane.cpu.append((float(prop.get("value", "")), name))
             if (text := _failure(case)) is not None:
                 test = node_id(case.get("classname", ""), case.get("name", ""))
                 lane.failed_ids.append(test)
@@ -345,6 +345,19 @@ def lane_cpu(groups: Path, name: str) -> float | None:
         return None
 
 
+def _print_top(lanes: list[Lane], figures: str, most: int, what: str) -> None:
+    """The ``most`` test cases of all lanes with the highest figures (``Lane.tests`` or
+    ``Lane.cpu``), if any, under a heading: ``== the N {what}``."""
+    top = sorted(
+        ((s, lane.name, name) for lane in lanes for s, name in getattr(lane, figures)),
+        reverse=True,
+    )[:most]
+    if top:
+        print(f"\n== the {len(top)} {what}")
+        for seconds, lane_name, name in top:
+            print(f"{seconds:7.1f}  {lane_name:9}  {name}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -406,20 +419,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{lane.name}: {lane.passed} passed, {lane.failed} failed, {lane.skipped} skipped"
                 f" in {lane.seconds:.0f} s{cpu} (pytest exited {lane.rc})"
             )
-    slowest = sorted(
-        ((s, lane.name, name) for lane in lanes for s, name in lane.tests), reverse=True
-    )[: args.slowest]
-    if slowest:
-        print(f"\n== the {len(slowest)} slowest tests (seconds, set-up included)")
-        for seconds, lane_name, name in slowest:
-            print(f"{seconds:7.1f}  {lane_name:9}  {name}")
-    costliest = sorted(
-        ((s, lane.name, name) for lane in lanes for s, name in lane.cpu), reverse=True
-    )[: args.slowest]
-    if costliest:
-        print(f"\n== the {len(costliest)} costliest tests (CPU seconds, all their processes)")
-        for seconds, lane_name, name in costliest:
-            print(f"{seconds:7.1f}  {lane_name:9}  {name}")
+    _print_top(lanes, "tests", args.slowest, "slowest tests (seconds, set-up included)")
+    _print_top(lanes, "cpu", args.slowest, "costliest tests (CPU seconds, all their processes)")
     if args.load:
         cores = os.cpu_count() or 1
         print(load_summary(args.load, cores))

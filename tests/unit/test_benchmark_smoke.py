@@ -233,7 +233,8 @@ def test_the_cluster_storage_benchmark_in_smoke_mode(tmp_path: Path) -> None:
 def test_the_cluster_storage_sweep_benchmark_in_smoke_mode(tmp_path: Path) -> None:
     """Two folders stand for the mount and the disk: the smoke's one-trial sweep (the sweep's
     first learning rate, sampled in the trial's own process) run in each on a local Ray of its
-    own, its checkpoint and results in the folder given, and nothing of it left."""
+    own, its checkpoint and results in the folder given, and nothing of it left; the storage's
+    cost by its parts, where plain folders have no storage client."""
     shared, local = tmp_path / "shared", tmp_path / "local"
     shared.mkdir()
     local.mkdir()
@@ -256,11 +257,31 @@ def test_the_cluster_storage_sweep_benchmark_in_smoke_mode(tmp_path: Path) -> No
             assert trial["iterations"] == 1 and trial["checkpoints"] == 1, trial  # at the end
             assert positive(trial["env_steps"]) and positive(trial["env_steps_per_s"]), trial
             assert trial["last_checkpoint_bytes"] > 1_000_000, trial
+            # The trial's wall time holds its steps and its one save, which it waited for.
+            assert trial["saves"] == 1 and positive(trial["save_s"]), trial
+            outside = trial["wall_s"] - trial["time_total_s"]
+            assert math.isclose(trial["outside_steps_s"], outside, abs_tol=2e-3), trial
+            assert trial["save_s"] < trial["outside_steps_s"] < trial["wall_s"] < run["wall_s"]
         assert run["env_steps"] == sum(t["env_steps"] for t in run["trials"])
         assert not any(folder.iterdir())
+        # A plain folder has no storage client; the sweep's CPU where a cgroup of its own counts it.
+        assert run["client_cpu_s"] is None
+        if out["sweep_cpu"]["file"]:
+            assert positive(run["sweep_cpu_s"]), run
+        else:
+            assert run["sweep_cpu_s"] is None and out["sweep_cpu"]["reason"]
+    assert out["client"]["pids"] == [] and "no client process" in out["client"]["reason"]
     ratio = out["shared"]["env_steps_per_s"] / out["local"]["env_steps_per_s"]
     assert math.isclose(out["shared_over_local"], ratio, abs_tol=1e-4)
     assert out["goal_met"] is (ratio >= 0.95) and "0.95" in out["goal"]
+    cost = out["storage_cost"]
+    blocking = out["shared"]["trial_outside_steps_s"] - out["local"]["trial_outside_steps_s"]
+    assert math.isclose(cost["blocking_s"], blocking, abs_tol=2e-3)
+    assert math.isclose(
+        cost["blocking_fraction"], blocking / out["local"]["trial_wall_s"], abs_tol=1e-3
+    )
+    assert cost["estimated_slowdown"] is None and cost["goal_met"] is None
+    assert cost["reason"].startswith("client_cpu: ") and "0.05" in cost["goal"]
 
 
 def test_the_cluster_storage_sweep_is_the_users_sweep() -> None:

@@ -280,3 +280,145 @@ def test_the_bootstrap_benchmark_refuses_a_bad_cluster_in_one_line(
     assert error_lines(p.stderr) == [error_lines(p.stderr)[0]]
     assert error_lines(p.stderr)[0].startswith(f"error: {message}"), p.stderr
     assert p.stdout == ""
+
+
+# -- benchmarks/cluster_storage_sweep.py: the storage's cost by its parts ----------------------
+def _sweep_benchmark() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "cluster_storage_sweep", REPO / "benchmarks" / "cluster_storage_sweep.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+HYBRID_MOUNTS = (
+    "cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0\n"
+    "cgroup /sys/fs/cgroup/cpuacct cgroup rw,relatime,cpuacct 0 0\n"
+    "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("proc_cgroup", "mounts", "cgroup", "file"),
+    [
+        # cgroup v1 beside v2 (hybrid): the cpuacct hierarchy's, where it is not the root.
+        (
+            "3:cpuset:/bench\n2:cpuacct:/sweep/x\n1:cpu:/\n0::/",
+            HYBRID_MOUNTS,
+            "v1:/sweep/x",
+            "/sys/fs/cgroup/cpuacct/sweep/x/cpuacct.usage",
+        ),
+        # Only v2 puts it in a cgroup of its own (a systemd unit's).
+        (
+            "2:cpuacct:/\n0::/system.slice/ray.service",
+            HYBRID_MOUNTS,
+            "v2:/system.slice/ray.service",
+            "/sys/fs/cgroup/unified/system.slice/ray.service/cpu.stat",
+        ),
+        # cpu and cpuacct mounted together; v2 alone.
+        (
+            "4:cpu,cpuacct:/job\n",
+            "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,cpu,cpuacct 0 0\n",
+            "v1:/job",
+            "/sys/fs/cgroup/cpu,cpuacct/job/cpuacct.usage",
+        ),
+        ("0::/user.slice/a", "cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\n", "v2:/user.slice/a", None),
+    ],
+)
+def test_the_sweeps_cpu_is_read_from_its_own_cgroup(
+    proc_cgroup: str, mounts: str, cgroup: str, file: str | None
+) -> None:
+    found = _sweep_benchmark().cpu_cgroup(proc_cgroup, mounts)
+    assert found["cgroup"] == cgroup and found["reason"] is None
+    assert found["file"] == (file or "/sys/fs/cgroup/user.slice/a/cpu.stat")
+
+
+def test_the_sweeps_cpu_in_the_root_cgroup_is_not_read() -> None:
+    """The root cgroup holds every process of the machine: no figure, and the reason."""
+    bench = _sweep_benchmark()
+    for proc_cgroup in ("2:cpuacct:/\n0::/", "4:memory:/x\n"):
+        found = bench.cpu_cgroup(proc_cgroup, HYBRID_MOUNTS)
+        assert found["file"] is None and "no cgroup of its own" in found["reason"]
+
+
+def test_a_cgroups_cpu_seconds(tmp_path: Path) -> None:
+    bench = _sweep_benchmark()
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v1" / "cpuacct.usage").write_text("1500000000\n")
+    (tmp_path / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\nsystem_usec 5\n")
+    assert bench.cgroup_cpu_s(tmp_path / "v1" / "cpuacct.usage") == 1.5
+    assert bench.cgroup_cpu_s(tmp_path / "cpu.stat") == 2.5
+
+
+def test_the_storage_client_is_the_process_that_names_the_mount_point(tmp_path: Path) -> None:
+    """The process whose command line has the mount point as an argument, and no other (a
+    path below it or beside it is not the mount point); its CPU seconds are the kernel's."""
+    bench = _sweep_benchmark()
+    point = tmp_path / "mnt"
+    burn = "import sys, time; sum(range(3_000_000)); print(1, flush=True); time.sleep(60)"
+    client = subprocess.Popen(
+        [sys.executable, "-c", burn, "mount", "remote:", str(point)], stdout=subprocess.PIPE
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", f"{point}2", str(point / "s")]
+    )
+    try:
+        assert client.stdout is not None and client.stdout.readline() == b"1\n"
+        found = bench.storage_client({"mount_point": str(point), "type": "fuse.rclone"})
+        assert found["pids"] == [client.pid] and found["reason"] is None
+        assert found["names"] == [Path(sys.executable).name[:15]]
+        assert bench.process_cpu_s(client.pid) > 0
+        assert client.pid in bench.descendants(os.getpid(), bench.processes())
+        gone = bench.storage_client({"mount_point": f"{point}3", "type": "fuse.rclone"})
+        assert gone["pids"] == [] and "no process's command line names" in gone["reason"]
+        plain = bench.storage_client({"mount_point": str(point), "type": "ext4"})
+        assert plain["pids"] == [] and "of type ext4" in plain["reason"]
+    finally:
+        for p in (client, other):
+            p.kill()
+            p.wait()
+    with pytest.raises(OSError):
+        bench.process_cpu_s(client.pid)
+
+
+def test_a_process_cpu_seconds_are_what_the_kernel_charged() -> None:
+    bench = _sweep_benchmark()
+    sum(range(5_000_000))
+    times = os.times()
+    assert abs(bench.process_cpu_s(os.getpid()) - (times.user + times.system)) <= 0.05
+
+
+def _summary(
+    client: float | None, cpu: float, outside: float, wall: float
+) -> dict[str, float | None]:
+    return {
+        "client_cpu_s": client,
+        "sweep_cpu_s": cpu,
+        "trial_outside_steps_s": outside,
+        "trial_wall_s": wall,
+    }
+
+
+def test_the_storage_cost_adds_the_clients_cpu_and_the_trials_wait() -> None:
+    """Client CPU the shared sweeps add over a local sweep's CPU, plus the wait a shared trial
+    adds over a local trial's wall time; the goal is at most 5 %."""
+    bench = _sweep_benchmark()
+    local, shared = _summary(0.1, 100.0, 2.0, 40.0), _summary(3.1, 104.0, 2.8, 41.0)
+    cost = bench.storage_cost(local, shared, {"client_cpu": None, "sweep_cpu": None})
+    assert cost["client_cpu_s"] == 3.0 and cost["client_cpu_fraction"] == 0.03
+    assert cost["blocking_s"] == 0.8 and cost["blocking_fraction"] == 0.02
+    assert cost["estimated_slowdown"] == 0.05 and cost["goal_met"] is True
+    assert cost["sweep_cpu_shared_over_local"] == 1.04 and cost["reason"] is None
+    slower = bench.storage_cost(
+        local, _summary(3.1, 100.0, 3.2, 41.0), {"client_cpu": None, "sweep_cpu": None}
+    )
+    assert slower["estimated_slowdown"] == 0.06 and slower["goal_met"] is False
+    none = bench.storage_cost(
+        _summary(None, 100.0, 2.0, 40.0),
+        _summary(None, 100.0, 2.4, 40.0),
+        {"client_cpu": "/ is of type ext4", "sweep_cpu": None},
+    )
+    assert none["blocking_fraction"] == 0.01 and none["estimated_slowdown"] is None
+    assert none["goal_met"] is None and none["reason"] == "client_cpu: / is of type ext4"

@@ -48,14 +48,17 @@ def test_a_benchmark_needs_no_test_dependencies(name: str) -> None:
 
 
 # -- benchmarks/bootstrap.py: the anchor's documents, what each method installed ---------------
-def _bootstrap_benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bootstrap_benchmark", REPO / "benchmarks" / "bootstrap.py"
-    )
+def _benchmark(name: str, script: str) -> ModuleType:
+    """A script of benchmarks/ imported as module ``name`` (it is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _bootstrap_benchmark() -> ModuleType:
+    return _benchmark("bootstrap_benchmark", "bootstrap.py")
 
 
 def test_the_anchor_documents_install_our_packages_with_pip(tmp_path: Path) -> None:
@@ -284,13 +287,7 @@ def test_the_bootstrap_benchmark_refuses_a_bad_cluster_in_one_line(
 
 # -- benchmarks/cluster_storage_sweep.py: the storage's cost by its parts ----------------------
 def _sweep_benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "cluster_storage_sweep", REPO / "benchmarks" / "cluster_storage_sweep.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _benchmark("cluster_storage_sweep", "cluster_storage_sweep.py")
 
 
 HYBRID_MOUNTS = (

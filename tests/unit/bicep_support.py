@@ -226,8 +226,10 @@ def pycep(path: Path) -> dict[str, Any]:
     """``path`` as pycep-parser 0.5.1 reads it, the parser inside checkov's bicep framework. It
     lives in checkov's own environment (.tools/checkov, scripts/checkov-requirements.txt)."""
     python = checkov_binary().parent / "python"
+    # A bound against a hang, not a timing: alone it parses in ~1 s, but in a fresh machine's
+    # whole run (load up to 40 on 2 cores) it once took over 120 s.
     result = subprocess.run(
-        [str(python), "-c", _PYCEP, str(path)], capture_output=True, text=True, timeout=120
+        [str(python), "-c", _PYCEP, str(path)], capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, f"pycep-parser cannot read {path}: {result.stderr[-1500:]}"
     parsed: dict[str, Any] = json.loads(result.stdout)

@@ -476,8 +476,11 @@ def main() -> int:
 
     import ray
 
-    # A job's Ray (RAY_ADDRESS), else one of its own: not one another process left running.
-    ray.init(
+    from driver.localray import init_local_ray
+
+    # A job's Ray (RAY_ADDRESS), else one of its own (tried again if its node misses Ray's
+    # window to register, on a loaded machine): not one another process left running.
+    init_local_ray(
         address=None if os.environ.get("RAY_ADDRESS") else "local",
         logging_level="WARNING",
         include_dashboard=False,

@@ -190,7 +190,9 @@ def main() -> int:
             os.environ.pop("SSL_CERT_DIR", None)
             import ray
 
-            ray.init(address="local", logging_level="WARNING", include_dashboard=False)
+            from driver.localray import init_local_ray
+
+            init_local_ray(address="local", logging_level="WARNING", include_dashboard=False)
             try:
                 node = ray.get_runtime_context().get_node_id()
                 algo = cartpole_algorithm()

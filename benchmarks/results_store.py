@@ -180,11 +180,12 @@ def checkpoint_times(blob: Any, work: Path, count: int, batch: int) -> dict[str,
     sys.path.insert(0, str(EXAMPLE.parent))
     import train as cartpole  # examples/cartpole/train.py
 
+    from driver.localray import init_local_ray
     from harness import blobsync, store
     from harness.runs import save_checkpoint
 
     args = cartpole.parse_args(["--num-env-runners", "0", "--train-batch-size", str(batch)])
-    ray.init(address="local", logging_level="WARNING", include_dashboard=False)
+    init_local_ray(address="local", logging_level="WARNING", include_dashboard=False)
     try:
         algo = cartpole.build_config(args).debugging(seed=0).build_algo()
         result = algo.train()

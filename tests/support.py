@@ -29,20 +29,12 @@ its imports and the clean-up after the budget ran out, on a loaded machine."""
 
 LOCAL_RAY_INIT = """
 import ray
-from driver.localray import STARTS, node_timed_out
-
-def init_local_ray(**kwargs):
-    for start in range(1, STARTS + 1):
-        try:
-            return ray.init(**kwargs)
-        except Exception as e:
-            if start == STARTS or not node_timed_out(str(e)):
-                raise
-            ray.shutdown()
+from driver.localray import init_local_ray
 """
-"""For a ``python -c`` script that starts a local Ray in its own process: ``init_local_ray``,
-``ray.init`` tried again, as ``driver local start`` tries ``ray start``, when the node misses
-the 30 s Ray gives it to register (ray/_private/node.py; on 2 cores under the suite's load)."""
+"""For a ``python -c`` script that starts a local Ray in its own process: ``init_local_ray``
+(driver/localray.py), ``ray.init`` tried again, as ``driver local start`` tries ``ray start``,
+when the node misses the 30 s Ray gives it to register (ray/_private/node.py; on 2 cores under
+the suite's load)."""
 
 
 @functools.cache

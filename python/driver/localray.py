@@ -70,6 +70,23 @@ def node_timed_out(text: str) -> bool:
     return any(words in text for words in NODE_TIMED_OUT)
 
 
+def init_local_ray(**kwargs: Any) -> Any:
+    """``ray.init(**kwargs)`` for a Ray of this process's own, tried again (up to
+    :data:`STARTS` times) when its node misses Ray's window to register, as ``driver local
+    start`` tries ``ray start``: on a loaded machine a first start can miss it and the next one
+    succeed. Any other error is raised at once."""
+    import ray
+
+    for start in range(1, STARTS + 1):
+        try:
+            return ray.init(**kwargs)
+        except Exception as e:  # Ray raises a bare Exception for the timeout
+            if start == STARTS or not node_timed_out(str(e)):
+                raise
+            ray.shutdown()
+    raise AssertionError("unreachable")
+
+
 NO_PORT = 65536
 """Beyond the last TCP port: what a listener Ray must not start is told to bind to."""
 

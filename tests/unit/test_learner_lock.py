@@ -30,11 +30,13 @@ circular buffer)."""
 def ray_local() -> Iterator[None]:
     import ray
 
+    from driver.localray import init_local_ray
+
     # ray.init sets variables in this process's environment (RAY_AUTH_MODE among them) that
     # the lane's later tests, and the processes they start, must not inherit.
     environ = dict(os.environ)
     # A Ray of its own ("local"), not a cluster another test started on this machine.
-    ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR")
+    init_local_ray(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR")
     try:
         yield
     finally:

@@ -117,3 +117,69 @@ def test_a_node_that_misses_it_every_time_ends_in_rays_line(
     assert "timed out during startup" in str(failed.value)
     assert (tmp_path / "tries").read_text() == str(STARTS)
     assert local.running() is None
+
+
+RAY_NODE_TIMEOUT = (
+    "The current node timed out during startup. This could happen because some of the raylet"
+    " failed to startup or the GCS has become overloaded."
+)
+"""What Ray 2.60's ``ray.init`` raises (a bare Exception, ray/_private/node.py) when its node
+misses the 30 s it is given to register: seen from benchmarks/results_store.py's own Ray in a
+whole run of the suite on 2 cores."""
+
+
+@pytest.mark.parametrize("misses", [1, STARTS - 1])
+def test_init_local_ray_tries_again_when_the_node_misses_its_window(
+    monkeypatch: pytest.MonkeyPatch, misses: int
+) -> None:
+    """Ray's own start in this process (benchmarks, in-process fixtures): a node that missed
+    Ray's window is shut down and started again, up to STARTS times in all, with the same
+    arguments; what the last start returns is returned."""
+    import ray
+
+    from driver.localray import init_local_ray
+
+    calls: list[tuple[str, dict]] = []
+
+    def init(**kwargs: object) -> str:
+        calls.append(("init", kwargs))
+        if sum(1 for c in calls if c[0] == "init") <= misses:
+            raise Exception(RAY_NODE_TIMEOUT)
+        return "context"
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append(("shutdown", {})))
+    assert init_local_ray(address="local", num_cpus=1) == "context"
+    assert calls == [("init", {"address": "local", "num_cpus": 1}), ("shutdown", {})] * misses + [
+        ("init", {"address": "local", "num_cpus": 1})
+    ]
+
+
+def test_init_local_ray_gives_up_after_its_starts_and_at_once_on_other_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ray
+
+    from driver.localray import init_local_ray
+
+    tries: list[int] = []
+
+    def missed(**kwargs: object) -> None:
+        tries.append(1)
+        raise Exception(RAY_NODE_TIMEOUT)
+
+    monkeypatch.setattr(ray, "init", missed)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    with pytest.raises(Exception, match="timed out during startup"):
+        init_local_ray(address="local")
+    assert len(tries) == STARTS
+
+    def refused(**kwargs: object) -> None:
+        tries.append(1)
+        raise ValueError("When connecting to an existing cluster, num_cpus must not be provided")
+
+    tries.clear()
+    monkeypatch.setattr(ray, "init", refused)
+    with pytest.raises(ValueError, match="num_cpus"):
+        init_local_ray(address="auto", num_cpus=1)
+    assert len(tries) == 1

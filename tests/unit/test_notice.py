@@ -117,8 +117,10 @@ def ray_cluster() -> Iterator[tuple[str, str]]:
     process reads): (its GCS address, its node id)."""
     import ray
 
+    from driver.localray import init_local_ray
+
     environ = dict(os.environ)  # ray.init sets variables later tests must not inherit
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    init_local_ray(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
         context = ray.get_runtime_context()
         yield context.gcs_address, context.get_node_id()

@@ -416,6 +416,7 @@ def test_the_real_notice_and_holds_go_through_rays_key_value_store(tmp_path: Pat
     import ray
     from ray.experimental.internal_kv import _internal_kv_del, _internal_kv_get, _internal_kv_put
 
+    from driver.localray import init_local_ray
     from nodekit.node.scheduled_events import (
         HOLD_PREFIX,
         KV_NAMESPACE,
@@ -424,7 +425,7 @@ def test_the_real_notice_and_holds_go_through_rays_key_value_store(tmp_path: Pat
     )
 
     environ = dict(os.environ)
-    ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR")
+    init_local_ray(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR")
     try:
         host, port = ray.get_runtime_context().gcs_address.rsplit(":", 1)
         me = ray.get_runtime_context().get_node_id()

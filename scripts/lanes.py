@@ -283,15 +283,15 @@ def passed_ids(path: Path) -> set[str]:
 
 
 def load_summary(path: Path, cores: int) -> str:
-    """One line on the load through the run, from test.sh's samples ``EPOCH LOAD1 [BUSY]`` per
-    line (BUSY: the machine's busy CPU time so far, /proc/stat's jiffies, see cpu_summary)."""
+    """One line on the load through the run, from test.sh's samples ``EPOCH LOAD1 [BUSY
+    [KERNEL STEAL]]`` per line (/proc/stat's jiffies so far, see cpu_summary)."""
     samples = _samples(path)
     if samples is None:
         return f"load: no samples ({path})"
     if len(samples) < 2:
         return f"load: {len(samples)} sample(s), too few to say ({path})"
-    loads = sorted(load for _, load, _ in samples)
-    minutes = (samples[-1][0] - samples[0][0]) / 60
+    loads = sorted(s.load for s in samples)
+    minutes = (samples[-1].at - samples[0].at) / 60
     above = sum(1 for load in loads if load > 2 * cores) / len(loads)
     return (
         f"load (1-min average, {len(loads)} samples over {minutes:.1f} min, {cores} cores): "
@@ -301,14 +301,25 @@ def load_summary(path: Path, cores: int) -> str:
     )
 
 
-def _samples(path: Path) -> list[tuple[float, float, float | None]] | None:
-    samples: list[tuple[float, float, float | None]] = []
+@dataclass(frozen=True)
+class Sample:
+    """One of test.sh's load samples: when, the 1-minute load, and /proc/stat's jiffies so far
+    (None where the line has no such column): busy, the kernel's part of busy, the host's."""
+
+    at: float
+    load: float
+    busy: float | None = None
+    kernel: float | None = None
+    steal: float | None = None
+
+
+def _samples(path: Path) -> list[Sample] | None:
+    samples: list[Sample] = []
     try:
         for line in path.read_text().splitlines():
             parts = line.split()
-            if len(parts) in (2, 3):
-                busy = float(parts[2]) if len(parts) == 3 else None
-                samples.append((float(parts[0]), float(parts[1]), busy))
+            if len(parts) in (2, 3, 5):
+                samples.append(Sample(*map(float, parts)))
     except (OSError, ValueError):
         return None
     return samples
@@ -321,18 +332,27 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 def cpu_summary(path: Path, cores: int, lanes_cpu_s: float | None = None) -> str | None:
     """One line on the CPU the run used, from the load samples' busy jiffies (none without
     them): the machine's busy CPU seconds over the run, how much of its cores that was, and the
-    least wall time that much work takes on them; the lanes' own share when accounted."""
-    samples = [s for s in _samples(path) or [] if s[2] is not None]
+    least wall time that much work takes on them; the kernel's part of the busy time and the
+    time the host took from the machine's cores (steal), where sampled (the same tests have
+    taken 2.5 times the CPU from one machine to another: benchmarks/README.md); the lanes' own
+    share when accounted."""
+    samples = [s for s in _samples(path) or [] if s.busy is not None]
     if len(samples) < 2:
         return None
-    seconds = samples[-1][0] - samples[0][0]
-    busy = (samples[-1][2] - samples[0][2]) / CLOCK_TICKS  # type: ignore[operator]
+    first, last = samples[0], samples[-1]
+    seconds = last.at - first.at
+    busy = (last.busy - first.busy) / CLOCK_TICKS  # type: ignore[operator]
     if seconds <= 0 or busy < 0:
         return None
+    parts = ""
+    if first.kernel is not None and last.kernel is not None and busy > 0:
+        kernel = (last.kernel - first.kernel) / CLOCK_TICKS / busy
+        steal = (last.steal - first.steal) / CLOCK_TICKS / (seconds * cores)  # type: ignore[operator]
+        parts = f"; the kernel's part {kernel:.0%}, the host took {steal:.0%} of the cores"
     lanes = f", the lanes' own {lanes_cpu_s:,.0f} s" if lanes_cpu_s is not None else ""
     return (
         f"CPU: {busy:,.0f} s busy over {seconds / 60:.1f} min on {cores} cores "
-        f"({busy / (seconds * cores):.0%}){lanes}; this much work takes at least "
+        f"({busy / (seconds * cores):.0%}){lanes}{parts}; this much work takes at least "
         f"{busy / cores / 60:.1f} min here"
     )
 

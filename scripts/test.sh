@@ -21,8 +21,9 @@ log() { printf '\n== %s\n' "$*" >&2; }
 STARTED=$(date +%s)
 LOAD_LOG=$(mktemp)
 (while kill -0 $$ 2>/dev/null; do
-    # and the machine's busy CPU time so far (/proc/stat: user, nice, system, irq, softirq)
-    echo "$(date +%s) $(cut -d' ' -f1 /proc/loadavg) $(awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat)"
+    # and the machine's CPU time so far (/proc/stat's jiffies): busy (user, nice, system, irq,
+    # softirq), the kernel's part of it (system, irq, softirq), and what the host took (steal)
+    echo "$(date +%s) $(cut -d' ' -f1 /proc/loadavg) $(awk '/^cpu /{print $2+$3+$4+$7+$8, $4+$7+$8, $9}' /proc/stat)"
     sleep 10
 done) >"$LOAD_LOG" 2>/dev/null &
 load_pid=$!

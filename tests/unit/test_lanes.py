@@ -319,6 +319,30 @@ def test_the_closing_lists_the_costliest_tests_each_lanes_cpu_and_the_runs_floor
     )
 
 
+def test_the_cpu_line_gives_the_kernels_part_and_what_the_host_took_where_sampled(
+    tmp_path: Path,
+) -> None:
+    """test.sh's five columns: busy, its kernel part and steal, all jiffies so far. Over 600 s
+    on 2 cores: 1,000 s busy, 250 s of it in the kernel, 12 s stolen by the host (1 %)."""
+    hz = lanes.CLOCK_TICKS
+    load = tmp_path / "load.txt"
+    load.write_text(
+        f"1000 3.0 {100 * hz} {40 * hz} {3 * hz}\n"
+        f"1300 9.0 {600 * hz} {200 * hz} {9 * hz}\n"
+        f"1600 4.0 {1100 * hz} {290 * hz} {15 * hz}\n"
+    )
+    assert lanes.cpu_summary(load, 2) == (
+        "CPU: 1,000 s busy over 10.0 min on 2 cores (83%); the kernel's part 25%, the host took"
+        " 1% of the cores; this much work takes at least 8.3 min here"
+    )
+    # The older three columns: no such parts, and no guess at them.
+    load.write_text(f"1000 3.0 {100 * hz}\n1600 4.0 {1100 * hz}\n")
+    assert lanes.cpu_summary(load, 2) == (
+        "CPU: 1,000 s busy over 10.0 min on 2 cores (83%); this much work takes at least 8.3 min"
+        " here"
+    )
+
+
 def test_without_busy_samples_or_groups_the_closing_says_no_cpu(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

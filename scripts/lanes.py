@@ -333,9 +333,8 @@ def cpu_summary(path: Path, cores: int, lanes_cpu_s: float | None = None) -> str
     """One line on the CPU the run used, from the load samples' busy jiffies (none without
     them): the machine's busy CPU seconds over the run, how much of its cores that was, and the
     least wall time that much work takes on them; the kernel's part of the busy time and the
-    time the host took from the machine's cores (steal), where sampled (the same tests have
-    taken 2.5 times the CPU from one machine to another: benchmarks/README.md); the lanes' own
-    share when accounted."""
+    time the host took from the machine's cores (steal), where sampled (the same tests' CPU
+    has varied by machine: benchmarks/README.md); the lanes' own share when accounted."""
     samples = [s for s in _samples(path) or [] if s.busy is not None]
     if len(samples) < 2:
         return None

@@ -616,9 +616,10 @@ def _restores(folders: list[Path]) -> list[dict[str, Any]]:
     return [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
 
 
-RESUMED_TARGET = 200
+RESUMED_TARGET = 100
 """The resumed run's mean return target: it goes on learning from the stored checkpoint (near 30
-at iteration 2); how far CartPole goes is the other tests' (450 on local Ray and the workers)."""
+at iteration 2), three times as far; how far CartPole goes is the other tests' (450 on local Ray
+and the workers)."""
 
 
 def test_after_the_head_is_replaced_with_its_disk_workers_rejoin_and_resume_from_storage(
@@ -753,8 +754,9 @@ def _rows(cluster: Rehearsal, sid: str) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
-CRASH_TARGET = 200
-"""The worker-loss run's mean return target (CartPole from scratch starts near 20)."""
+CRASH_TARGET = 100
+"""The worker-loss run's mean return target (CartPole from scratch starts near 20; the loss comes
+in its first or second iteration, near 30, so a few iterations train after it)."""
 
 
 def test_a_worker_lost_mid_training_takes_its_runner_out_and_training_goes_on_to_the_target(

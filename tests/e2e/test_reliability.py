@@ -756,7 +756,7 @@ def _rows(cluster: Rehearsal, sid: str) -> list[dict[str, str]]:
 
 CRASH_TARGET = 100
 """The worker-loss run's mean return target (CartPole from scratch starts near 20; the loss comes
-in its first or second iteration, near 30, so a few iterations train after it)."""
+right after the first iteration both runners sampled, so a few iterations train after it)."""
 
 
 def test_a_worker_lost_mid_training_takes_its_runner_out_and_training_goes_on_to_the_target(

@@ -22,6 +22,9 @@ FIXTURES = TESTS / "fixtures"
 
 CLUSTER_FLAGS = ("--head", "--terraform-dir", "--resource-group")
 """The options that make ``submit`` reach a remote cluster instead of local Ray."""
+NO_RAY_WAIT = frozenset({"up", "down", "price", "use", "ssh", "runs", "plot", "render", "image"})
+"""Verbs that never wait for a head's Ray (the rest that reach a head wait up to the ready
+timeout); ``local start`` has a budget of its own."""
 SLACK_S = 120.0
 """What a test allows a driver command beyond the driver's own budget: the interpreter's start,
 its imports and the clean-up after the budget ran out, on a loaded machine."""
@@ -74,23 +77,28 @@ def driver_budget(args: Sequence[str], env: Mapping[str, str] | None = None) -> 
     parsed = _parsed(tuple(own))
     if words == ["local", "start"]:
         return localray.START_TIMEOUT_S
-    if words[0] == "start":  # a cluster's head VM (driver.power)
-        return power.START_TIMEOUT_S
+    # A command that reaches a head's Ray first waits for it (a head still bootstrapping, or
+    # restarted and its Ray coming back: driver.remote.wait_until_ready), up to the ready timeout.
+    ready = float(env.get(READY_TIMEOUT_ENV) or DEFAULT_READY_TIMEOUT_S)
+    if words[0] in NO_RAY_WAIT or (words[0] == "cluster" and words[1] in NO_RAY_WAIT):
+        return 0.0
+    if parsed is not None:
+        ready = float(getattr(parsed, "ready_timeout", None) or ready)
+        remote = any(getattr(parsed, o.lstrip("-").replace("-", "_"), None) for o in CLUSTER_FLAGS)
+    else:  # refused, or a lint's first words: a cluster option among them
+        remote = any(w.split("=")[0] in CLUSTER_FLAGS for w in own)
+    remote = remote or bool(env.get(HEAD_ENV))
+    if words[0] == "start":  # the head VM started (driver.power), then its Ray waited for
+        return power.START_TIMEOUT_S + ready
     if words[0] == "stop":  # a job: the verb's own --timeout (its default, or the test's)
         if parsed is None:
             parsed = _parsed(("stop", "raysubmit_x"))
             assert parsed is not None
-        return 0.0 if parsed.no_wait else float(parsed.timeout)
+        return (ready if remote else 0.0) + (0.0 if parsed.no_wait else float(parsed.timeout))
     if words[0] == "submit":
-        ready = float(env.get(READY_TIMEOUT_ENV) or DEFAULT_READY_TIMEOUT_S)
-        if parsed is not None:
-            ready = float(parsed.ready_timeout or ready)
-            remote = any(getattr(parsed, o.lstrip("-").replace("-", "_")) for o in CLUSTER_FLAGS)
-        else:  # refused, or a lint's first words: a cluster option among them
-            remote = any(w.split("=")[0] in CLUSTER_FLAGS for w in own)
         # A remote head may still be bootstrapping; local Ray is started if it is not running.
-        return ready if remote or env.get(HEAD_ENV) else localray.START_TIMEOUT_S
-    return 0.0
+        return ready if remote else localray.START_TIMEOUT_S
+    return ready if remote else 0.0
 
 
 def driver_floor(args: Sequence[str], env: Mapping[str, str] | None = None) -> float:

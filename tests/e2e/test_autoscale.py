@@ -85,7 +85,7 @@ def test_demand_adds_a_worker_that_runs_the_job_and_idle_removes_it(
     # The cluster as the driver shows it: Ray's autoscaler reports (after its first round), the
     # head alone.
     def status() -> str:
-        st = run_driver("status", *cluster.cluster_args, home=home, timeout=300)
+        st = run_driver("status", *cluster.cluster_args, home=home)
         assert st.returncode == 0, st.stderr
         return st.stdout
 
@@ -153,7 +153,7 @@ def test_a_worker_hosting_a_running_actor_is_never_chosen(
     assert r.returncode == 0, r.stderr
 
     def printed() -> dict | None:
-        logs = run_driver("logs", *cluster.cluster_args, "actor-1", home=home, timeout=300)
+        logs = run_driver("logs", *cluster.cluster_args, "actor-1", home=home)
         return result(logs.stdout) if "RESULT " in logs.stdout else None
 
     cluster.wait("the actor and the burst ran", lambda: printed() is not None, 2 * BOOT_S)
@@ -169,7 +169,7 @@ def test_a_worker_hosting_a_running_actor_is_never_chosen(
     assert [i["ip"] for i in cluster.instances()] == [out["actor"]]
     assert list(cluster.containers().values()) == [out["actor"]]
     # Once the job (and its actor) ends, that worker is idle and goes too: scaled to zero.
-    stop = run_driver("stop", *cluster.cluster_args, "actor-1", home=home, timeout=300)
+    stop = run_driver("stop", *cluster.cluster_args, "actor-1", home=home)
     assert stop.returncode == 0, stop.stderr
     cluster.wait(
         "scaled to zero",
@@ -247,7 +247,7 @@ def test_a_pool_azure_cannot_fill_is_said_and_its_demand_runs_on_another(
         assert out["ip"] == instance["ip"] != cluster.head_ip
         assert cluster.instances() == [] and cluster.containers(DEFAULT_POOL) == {}
         assert cluster.refused()[refused_before:] == [(DEFAULT_POOL, "AllocationFailed")]
-        st = run_driver("status", *cluster.cluster_args, home=home, timeout=300)
+        st = run_driver("status", *cluster.cluster_args, home=home)
         assert st.returncode == 0, st.stderr
         line = next(
             (ln for ln in st.stdout.splitlines() if ln.startswith(f"  {WORKER_TYPE}: Azure")),
@@ -277,7 +277,7 @@ def test_a_pool_azure_cannot_fill_is_said_and_its_demand_runs_on_another(
     assert result(r.stdout)["ip"] == instance["ip"]
     assert cluster.instances(GPU_POOL) == []
     assert len(cluster.refused()) == refused_before + 1
-    st = run_driver("status", *cluster.cluster_args, home=home, timeout=300)
+    st = run_driver("status", *cluster.cluster_args, home=home)
     assert st.returncode == 0 and "Pools Azure refused" not in st.stdout, st.stdout
     cluster.wait(
         "scaled to zero",

@@ -257,7 +257,7 @@ def test_idle_cluster_stops_and_submit_starts_it_again(cluster: Cluster, tmp_pat
     assert -1 not in at and at == sorted(at), log
     assert f"deallocating this head ({compute.head_vm_id(NAME)})" in log
 
-    status = cluster.driver("status", *cluster.args, timeout=120)
+    status = cluster.driver("status", *cluster.args)
     assert status.returncode == 0, status.stderr
     assert status.stdout.startswith(f"stopped: the head VM rh-{NAME}-head is deallocated")
 

@@ -69,13 +69,13 @@ def test_cartpole_trains_on_the_workers_and_download_brings_the_checkpoint_back(
 
     # The checkpoint and summary come back over SFTP; a second download skips what is there.
     results = tmp_path / "results"
-    r = run_driver("download", *cluster, "--results", str(results), SID, home=home, timeout=600)
+    r = run_driver("download", *cluster, "--results", str(results), SID, home=home)
     assert r.returncode == 0, r.stderr
     local = results / SID
     assert json.loads((local / "summary.json").read_text()) == result
     files = [p for p in (local / "checkpoint").rglob("*") if p.is_file()]
     assert files and any(p.suffix in (".pkl", ".pt", ".json") for p in files)
-    again = run_driver("download", *cluster, "--results", str(results), SID, home=home, timeout=600)
+    again = run_driver("download", *cluster, "--results", str(results), SID, home=home)
     assert again.returncode == 0, again.stderr
     total = len([p for p in local.rglob("*") if p.is_file()])
     assert f"Downloaded {total} files" in r.stderr, r.stderr
@@ -154,7 +154,6 @@ def test_a_pip_package_not_in_the_image_comes_through_the_mirror_and_exec_runs_r
         "job",
         "list",
         home=home,
-        timeout=300,
     )
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert "submission_id='pip-cowsay'" in listed.stdout + listed.stderr
@@ -168,7 +167,7 @@ def test_exec_refuses_ray_status_in_one_line_and_the_command_it_names_works(
     (issue 19, finding 8). Refused in one line, and what the line offers instead works."""
     home = tmp_path / "home"
     ray_cli = str(Path(sys.executable).parent / "ray")
-    r = run_driver("exec", *_cluster(rehearsal), "--", ray_cli, "status", home=home, timeout=300)
+    r = run_driver("exec", *_cluster(rehearsal), "--", ray_cli, "status", home=home)
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     assert "Traceback" not in r.stderr
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]

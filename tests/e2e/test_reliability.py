@@ -143,7 +143,7 @@ def _checkpoint_state(cluster: Rehearsal, sid: str) -> dict[str, Any] | None:
 def _status(rehearsal: RehearsalCluster, home: Path, sid: str) -> str:
     r = run_driver(
         "status", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), sid, "--json",
-        home=home, timeout=300,
+        home=home,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     return str(json.loads(r.stdout)["status"])
@@ -309,7 +309,6 @@ def test_a_terminate_notice_drains_and_stops_the_worker_before_its_deletion_as_t
     assert _status(rehearsal, home, sid) == "RUNNING"
     r = run_driver(
         "stop", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), sid, home=home,
-        timeout=300,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
 
@@ -326,11 +325,11 @@ def _job_report(rehearsal: RehearsalCluster, home: Path, sid: str) -> str:
     the runners Ray knows of and the nodes."""
     r = run_driver(
         "status", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), sid, "--json",
-        home=home, timeout=300,
+        home=home,
     )  # fmt: skip
     logs = run_driver(
         "logs", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), sid,
-        home=home, timeout=300,
+        home=home,
     )  # fmt: skip
     return (
         f"status: {r.stdout.strip() or r.stderr.strip()}\n"
@@ -472,7 +471,7 @@ def _head_goes_and_comes_back(
     def submitted() -> bool:
         r = run_driver(
             "status", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), resumed,
-            home=home, timeout=300,
+            home=home,
         )  # fmt: skip
         return r.returncode == 0
 
@@ -648,7 +647,7 @@ def test_after_the_head_is_replaced_with_its_disk_workers_rejoin_and_resume_from
     )
     r = run_driver(
         "stop", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), first,
-        home=home, timeout=600,
+        home=home,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     # A user's own Tune sweep, mid-way when the head goes: Tune's experiment state and a

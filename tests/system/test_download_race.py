@@ -217,7 +217,6 @@ def test_a_job_flipping_its_files_during_downloads_never_gets_the_secret_copied(
                 str(dest),
                 home=home,
                 env=driver_env(home),
-                timeout=120,
             )
             job.send("stop")  # ... and is still swapping when it has ended
             line = job.read()

@@ -88,7 +88,6 @@ def test_download_onto_a_full_disk_names_the_local_file_and_leaves_no_part(
         str(full),
         home=home,
         env=driver_env(home),
-        timeout=120,
     )
     assert r.returncode == 2
     assert error_lines(r.stderr)[-1] == (

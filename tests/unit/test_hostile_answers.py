@@ -676,7 +676,7 @@ def test_10_a_file_this_file_system_cannot_hold_is_left_out_not_the_run(
 def test_10_status_says_why_it_cannot_use_the_head_vm_id(
     azure: FakeAzure, tmp_path: Path, vm_id: str, expected: str
 ) -> None:
-    r = run_driver("status", "--head", CLOSED, "--retries", "0", home=tmp_path, timeout=110,
+    r = run_driver("status", "--head", CLOSED, "--retries", "0", home=tmp_path,
                    env={**azure.env(), "RAYDRIVER_HEAD_VM_ID": vm_id})  # fmt: skip
     notes = [x for x in r.stderr.splitlines() if x.startswith("note: cannot tell")]
     assert len(notes) == 1 and expected in notes[0], r.stderr[-3000:]

@@ -8,6 +8,11 @@ literal bound a test puts on a driver command without running the tests: a call 
 ``run_driver`` or a module's ``driver`` wrapper with ``timeout=<number>``, and a ``python -m
 driver ...`` subprocess bounded by ``timeout=<number>`` (in the call, or in the
 ``communicate``/``wait`` of the same function).
+
+A command that reaches a head waits for its Ray first (up to the ready timeout, 900 s): a
+``status`` bounded at 300 s while the head came back from a deallocation failed the eviction
+test in a whole run, the driver still inside its budget. Arguments the lint cannot read to their
+end (``*cluster.args``) may name a head, so they are judged as if they did.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from support import REPO, TESTS, driver_budget, driver_floor, run_driver
 WRAPPERS = {"run_driver", "driver", "_driver"}
 """Functions of the tests that run ``python -m driver`` with their arguments first."""
 WAITS = {"communicate", "wait"}
+SIGNALS = {"send_signal", "terminate", "kill"}
+"""A process told to end (Ctrl-C, as a user ends ``dashboard``) is past its budget: a wait then
+bounds its exit, not the command."""
 
 
 @dataclass(frozen=True)
@@ -38,13 +46,26 @@ def _literal(node: ast.AST | None) -> float | None:
     return None
 
 
+MORE = "..."
+"""Ends the arguments of a bound where a ``*args`` (or a verb in a variable) cut what the lint can
+read."""
+VALUE = "x"
+"""Stands for one argument in a variable (a submission id, a path): a value, never an option."""
+
+
 def _strings(nodes: list[ast.expr]) -> tuple[str, ...]:
-    """The leading string constants (a ``*args`` or a variable ends what is known)."""
+    """The arguments as far as they can be read: string constants, :data:`VALUE` for a single
+    argument in a variable, then :data:`MORE` where a ``*args`` (or a verb not written out)
+    leaves the rest unknown."""
     out = []
     for n in nodes:
-        if not (isinstance(n, ast.Constant) and isinstance(n.value, str)):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str):
+            out.append(n.value)
+        elif isinstance(n, ast.Starred) or not out:
+            out.append(MORE)
             break
-        out.append(n.value)
+        else:
+            out.append(VALUE)
     return tuple(out)
 
 
@@ -92,6 +113,8 @@ def literal_bounds(path: Path, root: Path = REPO) -> list[Bound]:
         for call in calls:
             argv = _driver_argv(call)
             spawned = spawned if argv is None else argv
+            if _name(call) in SIGNALS:  # a wait after it bounds the exit it asked for
+                spawned = None
             seconds = _timeout(call)
             if seconds is not None and _name(call) in WAITS and spawned is not None:
                 found.append(Bound(f"{path.relative_to(root)}:{call.lineno}", spawned, seconds))
@@ -144,13 +167,20 @@ def all_bounds() -> list[Bound]:
     return [b for p in sorted(TESTS.rglob("*.py")) for b in literal_bounds(p)]
 
 
-ANY_VERB = (("submit", "--head"), ("start",), ("local", "start"), ("stop",))
+ANY_VERB = (("submit", "--head"), ("start",), ("local", "start"), ("stop", "--head"))
 """What a bound on a command whose verb the lint cannot read (a variable) must cover: the most
 any verb allows itself (test_paths.py's drive() gave 300 s to every verb, `submit` included)."""
 
 
 def floor(args: tuple[str, ...]) -> float:
-    return driver_floor(args) if args else max(driver_floor(a) for a in ANY_VERB)
+    """The shortest bound the lint accepts. Arguments it cannot read to their end may hold a
+    cluster option (``*cluster.args``): the command may then wait for a head's Ray as well."""
+    known = args[:-1] if args[-1:] == (MORE,) else args
+    if not known:
+        return max(driver_floor(a) for a in ANY_VERB)
+    if known == args:
+        return driver_floor(known)
+    return max(driver_floor(known), driver_floor((*known, "--head")))
 
 
 def test_no_literal_bound_is_below_the_driver_budget() -> None:
@@ -177,18 +207,27 @@ def test_the_finder_sees_the_bounds_it_must_judge(tmp_path: Path) -> None:
         "    subprocess.run([sys.executable, '-m', 'driver', 'list'], timeout=30)\n"
         "def drive(home, verb, *rest):\n"
         "    return run_driver(verb, *rest, home=home, timeout=300)\n"
+        "def test_d(cluster):\n"
+        "    run_driver('status', *cluster.args, home=cluster.home, timeout=120)\n"
+        "    run_driver('plot', *cluster.args, home=cluster.home, timeout=120)\n"
     )
-    bounds = [
-        Bound(b.where.split(":")[-1], b.args, b.seconds) for b in literal_bounds(sample, tmp_path)
-    ]
+    bounds = sorted(
+        (
+            Bound(b.where.split(":")[-1], b.args, b.seconds)
+            for b in literal_bounds(sample, tmp_path)
+        ),
+        key=lambda b: int(b.where),
+    )
     assert bounds == [
         Bound("2", ("local", "start", "--num-cpus", "1"), 180.0),
         Bound("5", ("submit", "x.py"), 100.0),  # the Popen's own wait
         Bound("7", ("list",), 30.0),
-        Bound("9", (), 300.0),  # any verb: `submit` and `start` among them
+        Bound("9", (MORE,), 300.0),  # any verb: `submit` and `start` among them
+        Bound("11", ("status", MORE), 120.0),  # maybe a head's: its Ray waited for
+        Bound("12", ("plot", MORE), 120.0),  # never waits for a head's Ray
     ]
     short = [b.where for b in bounds if b.seconds < floor(b.args)]
-    assert short == ["2", "5", "9"]
+    assert short == ["2", "5", "9", "11"]
 
 
 @pytest.mark.parametrize(
@@ -197,7 +236,18 @@ def test_the_finder_sees_the_bounds_it_must_judge(tmp_path: Path) -> None:
         (("local", "start", "--num-cpus", "1"), "localray.START_TIMEOUT_S"),
         (("submit", "train.py"), "localray.START_TIMEOUT_S"),
         (("submit", "--head", "u@h", "--ready-timeout", "30", "x.py"), "30"),
-        (("start", "--resource-group", "rg"), "power.START_TIMEOUT_S"),
+        (
+            ("start", "--resource-group", "rg"),
+            "power.START_TIMEOUT_S + settings.DEFAULT_READY_TIMEOUT_S",
+        ),
+        (("status", "--head", "u@h"), "settings.DEFAULT_READY_TIMEOUT_S"),
+        (("logs", "--head", "u@h", "--ready-timeout", "40", "raysubmit_1"), "40"),
+        (
+            ("stop", "--head", "u@h", "raysubmit_1", "--timeout", "5"),
+            "settings.DEFAULT_READY_TIMEOUT_S + 5",
+        ),
+        (("ssh", "--head", "u@h"), "0"),
+        (("status",), "0"),
         (("stop", "raysubmit_1", "--timeout", "5"), "5"),
         (("stop", "raysubmit_1"), "60"),
         (("list",), "0"),

@@ -126,16 +126,6 @@ def results_container(url: str, ca: Path, token_key: bytes) -> Any:
     return ContainerClient(account, container, credential=Credential(), connection_verify=str(ca))
 
 
-def cluster_results_container(cluster_dir: Path) -> Any:
-    """:func:`results_container` of the cluster in ``cluster_dir`` (its state and Key Vault)."""
-    from nodekit.rehearsal.services import keyvault
-
-    url = json.loads((cluster_dir / "state.json").read_text())["results_url"]
-    assert url, "the cluster has no results storage"
-    shared = keyvault.shared(cluster_dir / "azure")
-    return results_container(url, Path(shared["ca"]), bytes.fromhex(shared["token_key"]))
-
-
 CLIENT_ID = "5b0c9d7e-3f1a-4c2b-8e6d-0a9f8b7c6d5e"
 """The identity the tests' tokens name (a person's on a laptop, on Azure)."""
 

@@ -2,9 +2,10 @@
 
 These tests take nodes away, so they run after every other test of the session (conftest.py
 moves tests marked ``disruptive`` to the end) and in this order: a worker whose Ray fails for
-good (its Ray is started again afterwards), a Terminate event (the worker
-is booted again afterwards, as a scale set's replacement would be), a head reboot, and a worker
-lost for good (last: the session's cluster is torn down after it).
+good (its Ray is started again afterwards), a Terminate event (the worker is booted again
+afterwards, as a scale set's replacement would be), eviction notices for the learner's node,
+the head replaced, a Tune sweep's worker lost (a new one added, as the scale set's repair
+does), an RLlib run's worker lost for good, and every node powered off (last).
 
 What each one shows is what the person running a week of training relies on:
 
@@ -19,6 +20,9 @@ What each one shows is what the person running a week of training relies on:
 - after the head is replaced with its disk, the workers rejoin by themselves, and ``submit
   --resume`` continues from the last checkpoint published in the results storage with the
   iteration and env-step counters carrying on;
+- a user's own Tune sweep runs a trial on each worker with its files in the cluster storage;
+  a trial whose worker is lost goes on from its last checkpoint, and every trial's last
+  checkpoint restores on another worker and on a laptop (issue 36);
 - a worker lost mid-training (`rehearse crash`: no notice, no shutdown, its network silent)
   costs the run its env runner there, which RLlib takes out of service and recreates on the
   remaining worker; training goes on and the run still reaches its target.
@@ -744,7 +748,191 @@ def test_after_the_head_is_replaced_with_its_disk_workers_rejoin_and_resume_from
     print(json.dumps({"sweep": sweep, "trials": trials}))
 
 
-# -- 3. a worker lost without notice ------------------------------------------------------------
+# -- 3. a user's Tune sweep across the workers, one of them lost mid-sweep ---------------------
+def _logs_until(
+    rehearsal: RehearsalCluster, home: Path, sid: str, match: Callable[[str], bool]
+) -> tuple[subprocess.Popen[str], list[str]]:
+    """``logs -f`` of a running job, read line by line until ``match`` takes one: the follower,
+    still running, and the lines so far (the matched one last)."""
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "driver", "logs", "--head", rehearsal.head, "-i",
+         str(rehearsal.ssh_key), "-f", sid],
+        cwd=REPO, env={**os.environ, "RAYDRIVER_HOME": str(home)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    watchdog = threading.Timer(900, follower.kill)
+    watchdog.start()
+    lines: list[str] = []
+    try:
+        assert follower.stdout is not None
+        for line in follower.stdout:
+            lines.append(line.rstrip("\n"))
+            if match(lines[-1]):
+                return follower, lines
+    finally:
+        watchdog.cancel()
+    follower.wait()
+    raise AssertionError(
+        f"{sid}'s log ended (or 900 s passed) before the line awaited:\n"
+        + "\n".join(lines[-40:])
+        + f"\n{_job_report(rehearsal, home, sid)}"
+    )
+
+
+CRASH_ITERATIONS = 10
+"""The crashed sweep's iterations per trial (a checkpoint every 2; ~1 s each here)."""
+HOME_RESULTS = f"{layout.STATE_DIR}/home/{TUNE_ROOT}/"
+"""Tune's default storage as the job sees it (the ray user's ~/ray_results)."""
+RESTORE_CHECKPOINTS = REPO / "tests/fixtures/jobs/restore_checkpoint.py"
+"""Restores each checkpoint given on the node named next to it (a job)."""
+RESTORE_HERE = (
+    LOCAL_RAY_INIT
+    + """
+import sys
+from ray.rllib.algorithms.algorithm import Algorithm
+init_local_ray(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+for path in sys.argv[1:]:
+    algo = Algorithm.from_checkpoint(path)
+    print(algo.iteration, flush=True)
+    algo.stop()
+"""
+)
+"""Each checkpoint given restored on this machine (a laptop's local Ray): its iteration."""
+
+
+def _tagged(lines: list[str], tag: str) -> list[dict[str, Any]]:
+    return [json.loads(ln[len(tag) + 1 :]) for ln in lines if ln.startswith(tag + " ")]
+
+
+def test_a_users_tune_sweep_runs_on_both_workers_outlives_a_worker_and_every_trial_restores(
+    rehearsal: RehearsalCluster, tmp_path: Path
+) -> None:
+    """A user's own Tune sweep (tests/fixtures/jobs/tune_sweep.py: no ``storage_path``, so Tune's
+    default ``~/ray_results``, which is in the cluster storage; a checkpoint every 2 iterations
+    and at the end; FailureConfig) runs its two trials on the two workers, one each (issue 36).
+
+    The moment Tune reports a trial's first checkpoint (iteration 2; the sweep's callback prints
+    it), that trial's worker crashes (no drain: its disk never uploads anything more) and a new
+    one boots, as the scale set's repair brings one. The trial goes on on a live worker from
+    exactly the last checkpoint Tune reported for it on the lost worker (that one, or a later one
+    when the sweep outran the crash, as at the suite's load: iteration 6 once):
+    :data:`CRASH_ITERATIONS` in all, that many minus that iteration since its restore, read from
+    the cluster storage; the other trial runs on untouched; Ray saw the old worker die. The crash
+    must come while the trial still trains, and the log line reaches this test seconds after
+    Tune's report: once (8 iterations, the crash from iteration 4) the trial ended with all 8
+    since its start and its crashed worker still alive in Ray, most likely done before the
+    crash; the margin is 8 iterations now, not 4.
+
+    Then what every node and a laptop read: Tune's state and each trial's checkpoints are in
+    Blob storage; each trial's last checkpoint restores on a worker that did not write it; and
+    ``download`` brings the experiment from Blob storage to this machine (as a laptop, with its
+    own identity), where each trial's last checkpoint restores too."""
+    cluster = Rehearsal(rehearsal.name)
+    home = tmp_path / "home"
+    head = ["--head", rehearsal.head, "-i", str(rehearsal.ssh_key)]
+    workers = _alive_workers(rehearsal)
+    assert len(workers) == 2, workers  # the earlier tests' workers are back
+    name = f"sweep-crash-{RUN}"
+    r = run_driver(
+        "submit", *head, "--submission-id", name, "--no-wait", str(SWEEP), "--",
+        str(CRASH_ITERATIONS), name,
+        home=home,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+    def first(line: str) -> bool:
+        return line.startswith("CHECKPOINT ") and json.loads(line[11:])["iteration"] >= 2
+
+    follower, lines = _logs_until(rehearsal, home, name, first)
+    reported = json.loads(lines[-1][len("CHECKPOINT ") :])
+    lost = str(reported["node_ip"])
+    cluster.crash(_worker_at(cluster, lost).name)
+    assert _status(rehearsal, home, name) == "RUNNING"  # the loss came while it trained
+    [new] = cluster.add_workers(1)
+
+    lines += communicate_or_explain(follower, 1800).splitlines()
+    assert follower.returncode == 0, "\n".join(lines[-60:])
+    trials = {t["trial"]: t for t in _tagged(lines, "TRIAL")}
+    assert len(trials) == 2, lines[-40:]
+    assert all(t["iterations"] == CRASH_ITERATIONS for t in trials.values()), trials
+    hit = trials[reported["trial"]]
+    # On a live worker: the new one, or the other one once its trial left it room.
+    alive = _alive_workers(rehearsal)
+    assert new.ip in alive and lost not in alive and hit["node_ip"] in alive, (alive, lost, hit)
+    before = [
+        c
+        for c in _tagged(lines, "CHECKPOINT")
+        if c["trial"] == reported["trial"] and c["node_ip"] == lost
+    ]
+    last = max(c["iteration"] for c in before)
+    assert last >= reported["iteration"] and last < CRASH_ITERATIONS, before
+    assert hit["since_restore"] == CRASH_ITERATIONS - last, (before, hit)
+    [other] = [t for t in trials.values() if t is not hit]
+    assert other["node_ip"] != lost and other["since_restore"] == CRASH_ITERATIONS, other
+    assert {lost, other["node_ip"]} == workers  # one trial on each worker
+    nodes = [n for n in _ray_nodes(rehearsal) or [] if n["node_ip"] == lost]
+    assert nodes and all(n["state"] == "DEAD" for n in nodes), nodes
+    print(json.dumps({"reported": reported, "new": new.ip, "trials": trials}))
+
+    shown = run_driver("status", *head, home=home)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert f"cluster storage: {layout.CLUSTER_STORAGE_DIR} on every node" in shown.stdout
+
+    # In Blob storage (what outlives the nodes): Tune's state, each trial's last checkpoint.
+    store = ResultsStore.of(cluster)
+    blobs = [b.name for b in store.container().list_blobs(name_starts_with=f"{TUNE_ROOT}/{name}/")]
+    assert any(b.startswith(f"{TUNE_ROOT}/{name}/experiment_state") for b in blobs), blobs[:20]
+    for t in trials.values():
+        path, checkpoint = str(t["path"]), str(t["checkpoint"])
+        assert path.startswith(HOME_RESULTS + name + "/") and checkpoint.startswith(path), t
+        stored = f"{TUNE_ROOT}/{checkpoint[len(HOME_RESULTS) :]}/"
+        assert any(b.startswith(stored) for b in blobs), (stored, blobs)
+
+    # Each trial's last checkpoint restores on a live worker that did not write it.
+    elsewhere = {
+        str(t["checkpoint"]): next(w for w in alive if w != t["node_ip"]) for t in trials.values()
+    }
+    r = run_driver(
+        "submit", *head, "--submission-id", f"{name}-restore", str(RESTORE_CHECKPOINTS), "--",
+        *[f"{ip}={path}" for path, ip in elsewhere.items()],
+        home=home, timeout=1800,
+    )  # fmt: skip
+    assert r.returncode == 0, job_failure(r)
+    restored = _tagged(r.stdout.splitlines(), "RESTORED")
+    assert sorted((x["node_ip"], x["path"], x["iteration"]) for x in restored) == sorted(
+        (ip, path, CRASH_ITERATIONS) for path, ip in elsewhere.items()
+    )
+
+    # From Blob storage to a laptop, as with the cluster gone: every trial's last checkpoint.
+    laptop = FakeImds(tmp_path / "imds")
+    (tmp_path / "imds" / "config.json").write_text(
+        json.dumps(imds_config(store.token_key, "laptop", {CLIENT_ID: "laptop"}))
+    )
+    laptop.start()
+    try:
+        environment = {
+            **laptop_env(laptop.url, CLIENT_ID, store.ca),
+            "RAYDRIVER_RESULTS_EMULATOR": urllib.parse.urlsplit(store.url).netloc,
+        }
+        done = run_driver(
+            "download", f"{TUNE_ROOT}/{name}", "--results-url", store.url,
+            home=home, cwd=tmp_path, env=environment,
+        )  # fmt: skip
+    finally:
+        laptop.stop()
+    assert done.returncode == 0, done.stderr[-3000:]
+    local = tmp_path / "results" / TUNE_ROOT / name
+    here = [local / path[len(HOME_RESULTS + name) + 1 :] for path in elsewhere]
+    assert all((c / "rllib_checkpoint.json").is_file() for c in here), done.stderr
+    restored_here = subprocess.run(
+        [sys.executable, "-c", RESTORE_HERE, *map(str, here)],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    )  # fmt: skip
+    assert restored_here.returncode == 0, restored_here.stderr[-3000:]
+    assert restored_here.stdout.split() == [str(CRASH_ITERATIONS)] * 2, restored_here.stdout
+
+
+# -- 4. a worker lost without notice ------------------------------------------------------------
 def _rows(cluster: Rehearsal, sid: str) -> list[dict[str, str]]:
     try:
         text = _head_file(cluster, f"{layout.RESULTS_DIR}/{sid}/progress.csv").read_text()
@@ -849,104 +1037,7 @@ def test_the_rehearsal_power_verbs_refuse_unknown_nodes(verb: str) -> None:
     ], r.stderr
 
 
-# -- 4. a Tune trial's worker lost right after a checkpoint: the trial goes on from it ----------
-def _logs_until(
-    rehearsal: RehearsalCluster, home: Path, sid: str, match: Callable[[str], bool]
-) -> tuple[subprocess.Popen[str], list[str]]:
-    """``logs -f`` of a running job, read line by line until ``match`` takes one: the follower,
-    still running, and the lines so far (the matched one last)."""
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "driver", "logs", "--head", rehearsal.head, "-i",
-         str(rehearsal.ssh_key), "-f", sid],
-        cwd=REPO, env={**os.environ, "RAYDRIVER_HOME": str(home)},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    watchdog = threading.Timer(900, follower.kill)
-    watchdog.start()
-    lines: list[str] = []
-    try:
-        assert follower.stdout is not None
-        for line in follower.stdout:
-            lines.append(line.rstrip("\n"))
-            if match(lines[-1]):
-                return follower, lines
-    finally:
-        watchdog.cancel()
-    follower.wait()
-    raise AssertionError(
-        f"{sid}'s log ended (or 900 s passed) before the line awaited:\n"
-        + "\n".join(lines[-40:])
-        + f"\n{_job_report(rehearsal, home, sid)}"
-    )
-
-
-CRASH_ITERATIONS = 10
-"""The crashed sweep's iterations per trial (a checkpoint every 2; ~1 s each here)."""
-
-
-def test_a_tune_trial_whose_worker_dies_right_after_a_checkpoint_goes_on_from_that_checkpoint(
-    rehearsal: RehearsalCluster, tmp_path: Path
-) -> None:
-    """A user's own Tune sweep (tests/fixtures/jobs/tune_sweep.py: Tune's default storage, a
-    checkpoint every 2 iterations, FailureConfig) runs on the workers. The moment Tune reports
-    a trial's first checkpoint (iteration 2; the sweep's callback prints it), that trial's
-    worker crashes (no drain: its disk never uploads anything more) and a new one boots, as the
-    scale set's repair brings one. The trial goes on on a live worker from exactly the last
-    checkpoint Tune reported for it on the lost worker (that one, or a later one when the
-    sweep outran the crash, as at the suite's load: iteration 6 once): :data:`CRASH_ITERATIONS`
-    in all, that many minus that iteration since its restore, read from the cluster storage;
-    the other trial runs on untouched; Ray saw the old worker die. The crash must come while
-    the trial still trains, and the log line reaches this test seconds after Tune's report:
-    once (8 iterations, the crash from iteration 4) the trial ended with all 8 since its start
-    and its crashed worker still alive in Ray, most likely done before the crash; the margin
-    is 8 iterations now, not 4."""
-    cluster = Rehearsal(rehearsal.name)
-    home = tmp_path / "home"
-    name = f"sweep-crash-{RUN}"
-    r = run_driver(
-        "submit", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), "--submission-id",
-        name, "--no-wait", str(SWEEP), "--", str(CRASH_ITERATIONS), name,
-        home=home,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-
-    def first(line: str) -> bool:
-        return line.startswith("CHECKPOINT ") and json.loads(line[11:])["iteration"] >= 2
-
-    follower, lines = _logs_until(rehearsal, home, name, first)
-    reported = json.loads(lines[-1][len("CHECKPOINT ") :])
-    lost = str(reported["node_ip"])
-    cluster.crash(_worker_at(cluster, lost).name)
-    assert _status(rehearsal, home, name) == "RUNNING"  # the loss came while it trained
-    [new] = cluster.add_workers(1)
-
-    lines += communicate_or_explain(follower, 1800).splitlines()
-    assert follower.returncode == 0, "\n".join(lines[-60:])
-    trials = {
-        t["trial"]: t for t in (json.loads(ln[6:]) for ln in lines if ln.startswith("TRIAL "))
-    }
-    assert len(trials) == 2, lines[-40:]
-    assert all(t["iterations"] == CRASH_ITERATIONS for t in trials.values()), trials
-    hit = trials[reported["trial"]]
-    # On a live worker: the new one, or the other one once its trial left it room.
-    alive = _alive_workers(rehearsal)
-    assert new.ip in alive and lost not in alive and hit["node_ip"] in alive, (alive, lost, hit)
-    before = [
-        c
-        for c in (json.loads(ln[11:]) for ln in lines if ln.startswith("CHECKPOINT "))
-        if c["trial"] == reported["trial"] and c["node_ip"] == lost
-    ]
-    last = max(c["iteration"] for c in before)
-    assert last >= reported["iteration"] and last < CRASH_ITERATIONS, before
-    assert hit["since_restore"] == CRASH_ITERATIONS - last, (before, hit)
-    [other] = [t for t in trials.values() if t is not hit]
-    assert other["node_ip"] != lost and other["since_restore"] == CRASH_ITERATIONS, other
-    nodes = [n for n in _ray_nodes(rehearsal) or [] if n["node_ip"] == lost]
-    assert nodes and all(n["state"] == "DEAD" for n in nodes), nodes
-    print(json.dumps({"reported": reported, "new": new.ip, "trials": trials}))
-
-
-# -- 4. the results with every node off ---------------------------------------------------------
+# -- 5. the results with every node off ---------------------------------------------------------
 def test_with_every_node_powered_off_download_and_plot_read_the_results_storage(
     rehearsal: RehearsalCluster, tmp_path: Path
 ) -> None:

@@ -739,7 +739,7 @@ def test_a_users_tune_sweep_runs_on_both_workers_outlives_a_worker_and_every_tri
 ) -> None:
     """A user's own Tune sweep (tests/fixtures/jobs/tune_sweep.py: no ``storage_path``, so Tune's
     default ``~/ray_results``, which is in the cluster storage; a checkpoint every 2 iterations
-    and at the end; FailureConfig) runs its two trials on the two workers, one each (issue 36).
+    and at the end; FailureConfig) runs its two trials on two workers, one each (issue 36).
 
     The moment Tune reports a trial's first checkpoint (iteration 2; the sweep's callback prints
     it), that trial's worker crashes (no drain: its disk never uploads anything more) and a new
@@ -760,8 +760,9 @@ def test_a_users_tune_sweep_runs_on_both_workers_outlives_a_worker_and_every_tri
     cluster = Rehearsal(rehearsal.name)
     home = tmp_path / "home"
     head = ["--head", rehearsal.head, "-i", str(rehearsal.ssh_key)]
+    # The earlier tests' workers are back, and the session's tests may have added one.
     workers = _alive_workers(rehearsal)
-    assert len(workers) == 2, workers  # the earlier tests' workers are back
+    assert len(workers) >= 2, workers
     name = f"sweep-crash-{RUN}"
     r = run_driver(
         "submit", *head, "--submission-id", name, "--no-wait", str(SWEEP), "--",
@@ -799,7 +800,7 @@ def test_a_users_tune_sweep_runs_on_both_workers_outlives_a_worker_and_every_tri
     assert hit["since_restore"] == CRASH_ITERATIONS - last, (before, hit)
     [other] = [t for t in trials.values() if t is not hit]
     assert other["node_ip"] != lost and other["since_restore"] == CRASH_ITERATIONS, other
-    assert {lost, other["node_ip"]} == workers  # one trial on each worker
+    assert {lost, other["node_ip"]} <= workers  # one trial on each of two workers
     nodes = [n for n in _ray_nodes(rehearsal) or [] if n["node_ip"] == lost]
     assert nodes and all(n["state"] == "DEAD" for n in nodes), nodes
     print(json.dumps({"reported": reported, "new": new.ip, "trials": trials}))

@@ -74,9 +74,15 @@ def init_local_ray(**kwargs: Any) -> Any:
     """``ray.init(**kwargs)`` for a Ray of this process's own, tried again (up to
     :data:`STARTS` times) when its node misses Ray's window to register, as ``driver local
     start`` tries ``ray start``: on a loaded machine a first start can miss it and the next one
-    succeed. Any other error is raised at once."""
+    succeed. Any other error is raised at once.
+
+    Its own: ``address="local"`` unless told otherwise. Without an address ``ray.init`` joins any
+    Ray already running on the machine (``RAY_ADDRESS``, then ``/tmp/ray/ray_current_cluster``),
+    and then refuses ``num_cpus``; in a whole run of the suite another lane's local head was
+    running, and a restore script failed so."""
     import ray
 
+    kwargs.setdefault("address", "local")
     for start in range(1, STARTS + 1):
         try:
             return ray.init(**kwargs)

@@ -152,6 +152,27 @@ def test_init_local_ray_tries_again_when_the_node_misses_its_window(
     ]
 
 
+def test_init_local_ray_starts_a_ray_of_its_own_unless_told_an_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without an address ``ray.init`` would join a Ray already running on the machine (another
+    lane's local head) and refuse ``num_cpus``: init_local_ray asks for a local one of its own."""
+    import ray
+
+    from driver.localray import init_local_ray
+
+    calls: list[dict] = []
+
+    def init(**kwargs: object) -> str:
+        calls.append(kwargs)
+        return "context"
+
+    monkeypatch.setattr(ray, "init", init)
+    assert init_local_ray(num_cpus=1) == "context"
+    assert init_local_ray(address="10.0.0.4:6379") == "context"
+    assert calls == [{"address": "local", "num_cpus": 1}, {"address": "10.0.0.4:6379"}]
+
+
 def test_init_local_ray_gives_up_after_its_starts_and_at_once_on_other_errors(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

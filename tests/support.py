@@ -22,9 +22,11 @@ FIXTURES = TESTS / "fixtures"
 
 CLUSTER_FLAGS = ("--head", "--terraform-dir", "--resource-group")
 """The options that make ``submit`` reach a remote cluster instead of local Ray."""
-NO_RAY_WAIT = frozenset({"up", "down", "price", "use", "ssh", "runs", "plot", "render", "image"})
-"""Verbs that never wait for a head's Ray (the rest that reach a head wait up to the ready
-timeout); ``local start`` has a budget of its own."""
+NO_RAY_WAIT = frozenset(
+    {"up", "down", "price", "use", "ssh", "download", "runs", "plot", "render", "image"}
+)
+"""Verbs that never wait for a head's Ray (``download`` reads the head's disk over SFTP); the
+rest that reach a head wait up to the ready timeout. ``local start`` has a budget of its own."""
 SLACK_S = 120.0
 """What a test allows a driver command beyond the driver's own budget: the interpreter's start,
 its imports and the clean-up after the budget ran out, on a loaded machine."""

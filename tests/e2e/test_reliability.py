@@ -30,6 +30,7 @@ What each one shows is what the person running a week of training relies on:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import itertools
@@ -40,7 +41,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -512,6 +513,25 @@ class ResultsStore:
     def container(self) -> Any:
         return results_container(self.url, self.ca, self.token_key)
 
+    @contextlib.contextmanager
+    def laptop(self, imds_dir: Path) -> Iterator[dict[str, str]]:
+        """The driver's environment on a laptop that reads this store with its own Azure
+        credential: a fake metadata service of its own in ``imds_dir`` (through
+        azure-identity's variables) while the block runs."""
+        imds = FakeImds(imds_dir)
+        (imds_dir / "config.json").write_text(
+            json.dumps(imds_config(self.token_key, "laptop", {CLIENT_ID: "principal-laptop"}))
+        )
+        imds.start()
+        try:
+            yield {
+                **laptop_env(imds.url, CLIENT_ID, self.ca),
+                # Azurite on the bridge is no Azure storage endpoint: named, it gets the token.
+                "RAYDRIVER_RESULTS_EMULATOR": urllib.parse.urlsplit(self.url).netloc,
+            }
+        finally:
+            imds.stop()
+
     def pointer(self, run: str) -> dict[str, Any] | None:
         from azure.core.exceptions import ResourceNotFoundError
 
@@ -835,22 +855,11 @@ def test_a_users_tune_sweep_runs_on_both_workers_outlives_a_worker_and_every_tri
     )
 
     # From Blob storage to a laptop, as with the cluster gone: every trial's last checkpoint.
-    laptop = FakeImds(tmp_path / "imds")
-    (tmp_path / "imds" / "config.json").write_text(
-        json.dumps(imds_config(store.token_key, "laptop", {CLIENT_ID: "laptop"}))
-    )
-    laptop.start()
-    try:
-        environment = {
-            **laptop_env(laptop.url, CLIENT_ID, store.ca),
-            "RAYDRIVER_RESULTS_EMULATOR": urllib.parse.urlsplit(store.url).netloc,
-        }
+    with store.laptop(tmp_path / "imds") as environment:
         done = run_driver(
             "download", f"{TUNE_ROOT}/{name}", "--results-url", store.url,
             home=home, cwd=tmp_path, env=environment,
         )  # fmt: skip
-    finally:
-        laptop.stop()
     assert done.returncode == 0, done.stderr[-3000:]
     local = tmp_path / "results" / TUNE_ROOT / name
     here = [local / path[len(HOME_RESULTS + name) + 1 :] for path in elsewhere]
@@ -991,17 +1000,7 @@ def test_with_every_node_powered_off_download_and_plot_read_the_results_storage(
     state = cluster.load()
     assert state is not None and not any(pid_alive(n.pid) for n in state.nodes)
 
-    laptop = FakeImds(tmp_path / "imds")
-    (tmp_path / "imds" / "config.json").write_text(
-        json.dumps(imds_config(store.token_key, "laptop", {CLIENT_ID: "principal-laptop"}))
-    )
-    laptop.start()
-    try:
-        environment = {
-            **laptop_env(laptop.url, CLIENT_ID, store.ca),
-            # Azurite on the bridge is no Azure storage endpoint: named, it gets the token.
-            "RAYDRIVER_RESULTS_EMULATOR": urllib.parse.urlsplit(store.url).netloc,
-        }
+    with store.laptop(tmp_path / "imds") as environment:
         home = tmp_path / "home"
         done = run_driver(
             "download", STORED_RUN, "--results-url", store.url,
@@ -1013,8 +1012,6 @@ def test_with_every_node_powered_off_download_and_plot_read_the_results_storage(
             home=home, cwd=tmp_path, env=environment, timeout=900,
         )  # fmt: skip
         assert drawn.returncode == 0, drawn.stderr[-3000:]
-    finally:
-        laptop.stop()
     local = tmp_path / "results" / STORED_RUN
     checkpoint = local / f"checkpoints/{final['iteration']:06d}/checkpoint"
     assert json.loads((checkpoint / "harness.json").read_text())["iteration"] == final["iteration"]

@@ -247,6 +247,7 @@ def test_the_finder_sees_the_bounds_it_must_judge(tmp_path: Path) -> None:
             "settings.DEFAULT_READY_TIMEOUT_S + 5",
         ),
         (("ssh", "--head", "u@h"), "0"),
+        (("download", "--head", "u@h", "raysubmit_1"), "0"),
         (("status",), "0"),
         (("stop", "raysubmit_1", "--timeout", "5"), "5"),
         (("stop", "raysubmit_1"), "60"),

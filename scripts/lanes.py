@@ -30,8 +30,11 @@ The lanes themselves are planned here too, by what their tests cost:
 test.sh runs side by side: the files of :data:`PINNED` stay in their lane (a rehearsal cluster
 of the lane's own, root), and every other test file goes, longest first, to the lane whose
 tests add up to the least so far (the longest-processing-time rule), by the seconds each file
-took in a whole run (:data:`COSTS`; a file not in it counts as the median file). ``--record``
-rewrites :data:`COSTS` from a run's JUnit XMLs (`.pytest_cache/lanes/*.xml`).
+took in a whole run (:data:`COSTS`; a file not in it counts as the median file). In its lane,
+the files that mostly wait run first and those that keep a core busy last (by the share of
+their time that was CPU, :func:`cpu_share`): the cluster lanes keep both cores busy until they
+end, and after that only the packed lanes are left to use them. ``--record`` rewrites
+:data:`COSTS` from a run's JUnit XMLs (`.pytest_cache/lanes/*.xml`).
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 COSTS = REPO / "tests" / "lane_costs.json"
-"""Seconds per test file (set-up included) in a whole run of the lanes, from ``--record``."""
+"""Per test file, in a whole run of the lanes (``--record``): ``s``, its seconds (set-up
+included), and ``cpu_s``, the CPU seconds of its tests' processes (null where the run did not
+account them)."""
 
 PINNED: dict[str, tuple[str, ...]] = {
     "unit": (),
@@ -92,15 +97,34 @@ def pinned_lane(path: str) -> str | None:
     return best[1] if best else None
 
 
+Cost = dict[str, float | None]
+"""A file's entry in :data:`COSTS`: ``{"s": seconds, "cpu_s": CPU seconds or None}``."""
+
+
+def cpu_share(costs: dict[str, Cost], files: list[str]) -> dict[str, float]:
+    """Each file's CPU seconds over its seconds in ``costs``; the median file's where it has
+    none (not in ``costs``, or its CPU not accounted)."""
+    share = {}
+    for f in files:
+        c = costs.get(f, {})
+        cpu, seconds = c.get("cpu_s"), c.get("s")
+        if cpu is not None and seconds:
+            share[f] = cpu / seconds
+    default = statistics.median(share.values()) if share else 0.0
+    return {f: share.get(f, default) for f in files}
+
+
 def plan(
-    files: list[str], costs: dict[str, float], packed: tuple[str, ...] = PACKED
+    files: list[str], costs: dict[str, Cost], packed: tuple[str, ...] = PACKED
 ) -> dict[str, list[str]]:
     """The lanes' test files: pinned ones in their lane, the others packed longest first onto
     the lane of ``packed`` with the least cost so far (ties: the earlier lane); in each lane the
-    packed files first, in name order, then the pinned ones, in PINNED's order."""
-    known = sorted(costs[f] for f in files if f in costs)
+    packed files first, those with the least :func:`cpu_share` first (ties: name order), then
+    the pinned ones, in PINNED's order."""
+    known = sorted(float(costs[f]["s"] or 0.0) for f in files if f in costs)
     default = statistics.median(known) if known else 1.0
-    cost = {f: costs.get(f, default) for f in files}
+    cost = {f: float(costs[f]["s"] or 0.0) if f in costs else default for f in files}
+    share = cpu_share(costs, files)
     pinned: dict[str, list[str]] = {name: [] for name in PINNED}
     onto: dict[str, list[str]] = {name: [] for name in PINNED}
     free = []
@@ -129,23 +153,38 @@ def plan(
         matching = [i for i, pin in enumerate(pins) if _under(f, pin)]
         return (max(matching, key=lambda i: len(pins[i])), f)
 
-    return {name: sorted(onto[name]) + sorted(pinned[name], key=pin_order) for name in PINNED}
+    return {
+        name: sorted(onto[name], key=lambda f: (share[f], f)) + sorted(pinned[name], key=pin_order)
+        for name in PINNED
+    }
 
 
 def _under(path: str, pin: str) -> bool:
     return path == pin or path.startswith(pin + "/")
 
 
-def record(lanes: list[Lane], path: Path = COSTS) -> dict[str, float]:
-    """Seconds per test file from the lanes' reports, written to ``path`` (a file that no
-    longer exists is left out)."""
-    per_file: dict[str, float] = {}
+def record(lanes: list[Lane], path: Path = COSTS) -> dict[str, Cost]:
+    """Seconds and CPU seconds per test file from the lanes' reports, written to ``path`` (a
+    file that no longer exists is left out; ``cpu_s`` null where a test of it has none)."""
+
+    def file_of(name: str) -> str:
+        classname, _, test = name.partition("::")
+        return node_id(classname, test).split("::")[0]
+
+    seconds: dict[str, float] = {}
+    cpu: dict[str, float | None] = {}
     for lane in lanes:
-        for seconds, name in lane.tests:
-            classname, _, test = name.partition("::")
-            f = node_id(classname, test).split("::")[0]
-            per_file[f] = per_file.get(f, 0.0) + seconds
-    costs = {f: round(s, 1) for f, s in sorted(per_file.items()) if (REPO / f).is_file()}
+        cpu_of = {name: value for value, name in lane.cpu}
+        for value, name in lane.tests:
+            f = file_of(name)
+            seconds[f] = seconds.get(f, 0.0) + value
+            was = cpu.get(f, 0.0)
+            cpu[f] = None if was is None or name not in cpu_of else was + cpu_of[name]
+    costs: dict[str, Cost] = {
+        f: {"s": round(s, 1), "cpu_s": None if cpu[f] is None else round(cpu[f] or 0.0, 1)}
+        for f, s in sorted(seconds.items())
+        if (REPO / f).is_file()
+    }
     path.write_text(json.dumps(costs, indent=1) + "\n")
     return costs
 
@@ -409,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give the lanes: NAME=RC:JUNIT_XML ...")
     if args.record:
         costs = record([parse_lane(spec) for spec in args.lanes])
-        print(f"{COSTS.relative_to(REPO)}: {len(costs)} files, {sum(costs.values()):.0f} s")
+        seconds = sum(float(c["s"] or 0.0) for c in costs.values())
+        print(f"{COSTS.relative_to(REPO)}: {len(costs)} files, {seconds:.0f} s")
         return 0
     if args.print_failed:
         for lane in (parse_lane(spec) for spec in args.lanes):

@@ -161,9 +161,11 @@ fi
 # whole run (tests/lane_costs.json, refreshed with --record): the files that need a rehearsal
 # cluster stay with it (e2e: the session's cluster; autoscale: scaling mode ray; autostop:
 # tests/system, then its idle periods), and every other file goes, longest first, to whichever
-# of the unit and bench lanes has the least so far. The unit lane runs here, its output live;
-# the others log to $LANES/. scripts/lanes.py prints the background lanes' logs and one closing
-# line for all. How long each lane took, and the load: benchmarks/README.md.
+# of the unit and bench lanes has the least so far; there, the files that mostly wait run
+# first and the CPU-bound ones last, once the cluster lanes leave the cores. The unit lane
+# runs here, its output live; the others log to $LANES/. scripts/lanes.py prints the
+# background lanes' logs and one closing line for all. How long each lane took, and the load:
+# benchmarks/README.md.
 LANES=.pytest_cache/lanes
 rm -rf "$LANES" && mkdir -p "$LANES"
 mapfile -t PLAN < <(.venv/bin/python scripts/lanes.py --plan)

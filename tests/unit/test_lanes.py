@@ -229,12 +229,12 @@ def test_files_are_packed_longest_first_onto_the_lane_with_the_least_so_far() ->
         "tests/unit/test_new.py",
     ]
     costs = {
-        "tests/e2e/test_x.py": 900.0,
-        "tests/unit/test_a.py": 500.0,
-        "tests/unit/test_b.py": 400.0,
-        "tests/unit/test_c.py": 100.0,
-        "tests/unit/test_d.py": 50.0,
-    }
+        "tests/e2e/test_x.py": {"s": 900.0, "cpu_s": 90.0},
+        "tests/unit/test_a.py": {"s": 500.0, "cpu_s": 50.0},
+        "tests/unit/test_b.py": {"s": 400.0, "cpu_s": 40.0},
+        "tests/unit/test_c.py": {"s": 100.0, "cpu_s": 10.0},
+        "tests/unit/test_d.py": {"s": 50.0, "cpu_s": 5.0},
+    }  # all of them CPU-bound alike: each lane's files in name order
     planned = lanes.plan(files, costs)
     # Longest first onto unit or bench: a 500 -> unit (0), b 400 -> bench (0), the new file
     # (the median file: 400) -> bench (400, less than unit's 500), c 100 -> unit (500, less than
@@ -251,27 +251,65 @@ def test_files_are_packed_longest_first_onto_the_lane_with_the_least_so_far() ->
 def test_a_module_is_never_packed_beside_one_of_its_name() -> None:
     files = ["tests/system/test_same.py", "tests/unit/test_same.py", "tests/unit/test_big.py"]
     costs = {
-        "tests/e2e/test_same.py": 10.0,
-        "tests/unit/test_same.py": 5.0,
-        "tests/unit/test_big.py": 50.0,
+        "tests/e2e/test_same.py": {"s": 10.0, "cpu_s": None},
+        "tests/unit/test_same.py": {"s": 5.0, "cpu_s": None},
+        "tests/unit/test_big.py": {"s": 50.0, "cpu_s": None},
     }
     planned = lanes.plan(files, costs)
     assert "tests/unit/test_same.py" not in planned["e2e"]
 
 
-def test_record_writes_each_files_seconds_from_the_lanes_reports(tmp_path: Path) -> None:
+def test_in_a_packed_lane_the_files_that_mostly_wait_run_first() -> None:
+    """Packed as by their seconds, each lane's files run by the share of their time that was
+    CPU, least first; a file whose CPU is unknown counts as the median file's share."""
+    files = [f"tests/unit/test_{x}.py" for x in "abcdef"]
+    costs: dict[str, lanes.Cost] = {
+        "tests/unit/test_a.py": {"s": 100.0, "cpu_s": 95.0},  # busy
+        "tests/unit/test_b.py": {"s": 90.0, "cpu_s": 9.0},  # waits
+        "tests/unit/test_c.py": {"s": 80.0, "cpu_s": 60.0},
+        "tests/unit/test_d.py": {"s": 70.0, "cpu_s": 7.0},
+        "tests/unit/test_e.py": {"s": 10.0, "cpu_s": None},  # the median share: 0.75
+        "tests/unit/test_f.py": {"s": 5.0, "cpu_s": 4.0},
+    }
+    planned = lanes.plan(files, costs)
+    # Longest first: a -> unit, b -> bench, c -> bench (90 < 100), d -> unit, e -> unit
+    # (170 = 170: the earlier lane), f -> bench (170 < 180).
+    assert planned["unit"] == [
+        "tests/unit/test_d.py",  # 0.1
+        "tests/unit/test_e.py",  # 0.75
+        "tests/unit/test_a.py",  # 0.95
+    ]
+    assert planned["bench"] == [
+        "tests/unit/test_b.py",  # 0.1
+        "tests/unit/test_c.py",  # 0.75
+        "tests/unit/test_f.py",  # 0.8
+    ]
+    assert lanes.cpu_share(costs, files)["tests/unit/test_e.py"] == 0.75
+
+
+def test_record_writes_each_files_seconds_and_cpu_from_the_lanes_reports(tmp_path: Path) -> None:
     xml = tmp_path / "u.xml"
+    cpu = '<properties><property name="cpu_s" value="{}" /></properties>'
     xml.write_text(
-        '<testsuites><testsuite name="pytest" tests="3" failures="0" errors="0" skipped="0"'
+        '<testsuites><testsuite name="pytest" tests="5" failures="0" errors="0" skipped="0"'
         ' time="9">'
-        '<testcase classname="tests.unit.test_lanes" name="test_a" time="2.5"/>'
-        '<testcase classname="tests.unit.test_lanes" name="test_b[x]" time="1.0"/>'
+        f'<testcase classname="tests.unit.test_lanes" name="test_a" time="2.5">{cpu.format(2)}'
+        "</testcase>"
+        f'<testcase classname="tests.unit.test_lanes" name="test_b[x]" time="1.0">{cpu.format(0.5)}'
+        "</testcase>"
+        f'<testcase classname="tests.unit.test_lint" name="test_a" time="3.0">{cpu.format(1)}'
+        "</testcase>"
+        '<testcase classname="tests.unit.test_lint" name="test_b" time="1.0"/>'
         '<testcase classname="tests.unit.test_gone" name="test_c" time="4.0"/>'
         "</testsuite></testsuites>"
     )
     out = tmp_path / "costs.json"
     costs = lanes.record([lanes.parse_lane(f"unit=0:{xml}")], out)
-    assert costs == {"tests/unit/test_lanes.py": 3.5}  # a file that no longer exists is left out
+    # A file that no longer exists is left out; one test without its CPU leaves its file's out.
+    assert costs == {
+        "tests/unit/test_lanes.py": {"s": 3.5, "cpu_s": 2.5},
+        "tests/unit/test_lint.py": {"s": 4.0, "cpu_s": None},
+    }
     assert json.loads(out.read_text()) == costs
 
 

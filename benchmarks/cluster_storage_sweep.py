@@ -3,6 +3,7 @@ the node's own disk: one JSON object.
 
     python -m driver submit benchmarks/cluster_storage_sweep.py --head ...   # on a cluster
     python benchmarks/cluster_storage_sweep.py --shared DIR --local DIR      # any two folders
+    python benchmarks/cluster_storage_sweep.py --batch example --iterations 8 --shared D --local D
     python benchmarks/cluster_storage_sweep.py --smoke --shared DIR --local DIR  # it runs, untimed
 
 The sweep is the user's of tests/fixtures/jobs/tune_sweep.py (:data:`SWEEP`; a test holds the
@@ -65,6 +66,9 @@ checked against the goal (at most 0.05). What the estimate assumes:
   upper bound;
 - the storage service answers as Azure's would (with a local Azurite, loopback's latency).
 
+``--batch example`` trains each iteration as examples/cartpole/train.py does (:data:`BATCHES`):
+the same sweep, ten times the training between its saves.
+
 ``--smoke``: one iteration, one sweep each of :data:`SMOKE_SWEEP` (the JSON says
 ``"smoke": true``; its figures measure nothing).
 """
@@ -102,6 +106,17 @@ SWEEP: dict[str, Any] = {
     "max_failures": 2,
 }
 """tests/fixtures/jobs/tune_sweep.py's settings (tests/unit/test_benchmark_smoke.py compares)."""
+BATCHES: dict[str, dict[str, int]] = {
+    "fixture": {
+        k: SWEEP[k] for k in ("train_batch_size_per_learner", "minibatch_size", "num_epochs")
+    },
+    "example": {"train_batch_size_per_learner": 4000, "minibatch_size": 128, "num_epochs": 6},
+}
+"""Each iteration's training, ``--batch``: ``fixture``, the sweep's own (400 env steps, 2 epochs
+of 100: sized for a quick test, about 0.5 s an iteration on a 2-core machine, so a save every
+~1 s of training); ``example``, examples/cartpole/train.py's (4,000 env steps, 6 epochs of 128,
+as RLlib's own tuned CartPole PPO: several seconds an iteration; a test holds the two equal).
+What the storage costs a sweep is a cost per save over the training between saves."""
 SMOKE_SWEEP: dict[str, Any] = {**SWEEP, "lr": SWEEP["lr"][:1], "num_env_runners": 0}
 """The least that runs the benchmark's whole path: one trial (the first learning rate) that
 samples in its own process (no env runner actor: one Ray worker process fewer to start, which
@@ -453,6 +468,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shared", type=Path, default=None, help=f"default: {SHARED_DEFAULT}/<run>")
     p.add_argument("--local", type=Path, default=None, help="default: a folder in $TMPDIR")
+    p.add_argument(
+        "--batch",
+        choices=sorted(BATCHES),
+        default="fixture",
+        help="each iteration's training: the sweep's own (fixture, default) or "
+        "examples/cartpole/train.py's (example)",
+    )
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
@@ -472,7 +494,7 @@ def main() -> int:
     }
     iterations = 1 if args.smoke else args.iterations
     repeats = 1 if args.smoke else args.repeats
-    settings = SMOKE_SWEEP if args.smoke else SWEEP
+    settings = SMOKE_SWEEP if args.smoke else {**SWEEP, **BATCHES[args.batch]}
 
     import ray
 
@@ -495,6 +517,7 @@ def main() -> int:
         "mounts": {k: mount(v.resolve().parent) for k, v in roots.items()},
         "sweep": {
             **settings,
+            "batch": "fixture" if args.smoke else args.batch,
             "trials": len(settings["lr"]),
             "seed": SEED,
             "iterations": iterations,

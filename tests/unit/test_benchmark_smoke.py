@@ -308,6 +308,32 @@ def test_the_cluster_storage_sweep_is_the_users_sweep() -> None:
     assert settings == _module("cluster_storage_sweep").SWEEP
 
 
+def test_the_cluster_storage_sweep_example_batch_is_the_cartpole_examples() -> None:
+    """``--batch example`` trains each iteration as examples/cartpole/train.py does by default:
+    its ``--train-batch-size`` default, the minibatch it takes from it (at most 128) and its
+    epochs, read from the example's source."""
+    example = ast.parse((REPO / "examples" / "cartpole" / "train.py").read_text())
+    calls = [n for n in ast.walk(example) if isinstance(n, ast.Call)]
+    [batch] = [
+        ast.literal_eval(k.value)
+        for c in calls
+        if c.args
+        and isinstance(c.args[0], ast.Constant)
+        and c.args[0].value == "--train-batch-size"
+        for k in c.keywords
+        if k.arg == "default"
+    ]
+    [training] = [c for c in calls if getattr(c.func, "attr", "") == "training"]
+    given = {k.arg: ast.unparse(k.value) for k in training.keywords}
+    assert given["train_batch_size_per_learner"] == "args.train_batch_size"
+    assert given["minibatch_size"] == "min(128, args.train_batch_size)"
+    assert _module("cluster_storage_sweep").BATCHES["example"] == {
+        "train_batch_size_per_learner": batch,
+        "minibatch_size": min(128, batch),
+        "num_epochs": ast.literal_eval(given["num_epochs"]),
+    }
+
+
 def _module(name: str) -> Any:
     spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     assert spec and spec.loader

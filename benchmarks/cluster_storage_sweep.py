@@ -69,8 +69,8 @@ checked against the goal (at most 0.05). What the estimate assumes:
 ``--batch example`` trains each iteration as examples/cartpole/train.py does (:data:`BATCHES`):
 the same sweep, ten times the training between its saves.
 
-``--smoke``: one iteration, one sweep each of :data:`SMOKE_SWEEP` (the JSON says
-``"smoke": true``; its figures measure nothing).
+``--smoke``: one iteration, one sweep each of :data:`SMOKE_SWEEP` at ``--batch``'s size (the
+JSON says ``"smoke": true``; its figures measure nothing).
 """
 
 from __future__ import annotations
@@ -494,7 +494,7 @@ def main() -> int:
     }
     iterations = 1 if args.smoke else args.iterations
     repeats = 1 if args.smoke else args.repeats
-    settings = SMOKE_SWEEP if args.smoke else {**SWEEP, **BATCHES[args.batch]}
+    settings = {**(SMOKE_SWEEP if args.smoke else SWEEP), **BATCHES[args.batch]}
 
     import ray
 
@@ -517,7 +517,7 @@ def main() -> int:
         "mounts": {k: mount(v.resolve().parent) for k, v in roots.items()},
         "sweep": {
             **settings,
-            "batch": "fixture" if args.smoke else args.batch,
+            "batch": args.batch,
             "trials": len(settings["lr"]),
             "seed": SEED,
             "iterations": iterations,

@@ -247,6 +247,9 @@ def test_the_cluster_storage_sweep_benchmark_in_smoke_mode(tmp_path: Path) -> No
     assert out["smoke"] is True and out["repeats"] == 1 and out["sweep"]["iterations"] == 1
     assert out["sweep"]["lr"] == _module("cluster_storage_sweep").SWEEP["lr"][:1]
     assert out["sweep"]["trials"] == 1 and out["sweep"]["num_env_runners"] == 0
+    assert out["sweep"]["batch"] == "fixture"  # the default: the fixture's own training
+    fixture = _module("cluster_storage_sweep").BATCHES["fixture"]
+    assert {k: out["sweep"][k] for k in fixture} == fixture
     for where, folder in (("shared", shared), ("local", local)):
         assert Path(out["folders"][where]).parent == folder
         assert out["mounts"][where]["mount_point"] in [str(p) for p in (folder, *folder.parents)]

@@ -234,7 +234,7 @@ def test_files_are_packed_longest_first_onto_the_lane_with_the_least_so_far() ->
         "tests/unit/test_b.py": {"s": 400.0, "cpu_s": 40.0},
         "tests/unit/test_c.py": {"s": 100.0, "cpu_s": 10.0},
         "tests/unit/test_d.py": {"s": 50.0, "cpu_s": 5.0},
-    }  # all of them CPU-bound alike: each lane's files in name order
+    }  # one CPU share for all: each lane's files in name order
     planned = lanes.plan(files, costs)
     # Longest first onto unit or bench: a 500 -> unit (0), b 400 -> bench (0), the new file
     # (the median file: 400) -> bench (400, less than unit's 500), c 100 -> unit (500, less than

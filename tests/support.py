@@ -9,9 +9,11 @@ import functools
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +156,66 @@ def run_driver(
         text=True,
         timeout=timeout,
     )
+
+
+def logs_until(
+    cluster: Sequence[str],
+    sid: str,
+    match: Callable[[str], bool],
+    *,
+    home: Path,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> tuple[subprocess.Popen[str], list[str]]:
+    """``logs -f SID`` of a running job, as a user follows it, read line by line until
+    ``match`` takes one: the follower, still running, and the lines so far (the matched one
+    last). One process streams the log; a test that polled ``logs`` paid a driver's start and
+    an SSH connection (~1.5 CPU s) every few seconds while it waited. The follower ends with
+    the job (or is the caller's to end); AssertionError, with the lines, if the log ends or
+    ``timeout`` (by default :func:`driver_timeout`'s) passes before a line matches."""
+    argv = ["logs", *cluster, "-f", sid]
+    timeout = driver_timeout(argv, timeout, env)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "driver", *argv],
+        cwd=REPO,
+        env={
+            **os.environ,
+            "RAYDRIVER_HOME": str(home),
+            "RAYDRIVER_KEEP_CONNECTION": "0",
+            **(env or {}),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    watchdog = threading.Timer(timeout, follower.kill)
+    watchdog.start()
+    lines: list[str] = []
+    try:
+        assert follower.stdout is not None
+        for line in follower.stdout:
+            lines.append(line.rstrip("\n"))
+            if match(lines[-1]):
+                return follower, lines
+    finally:
+        watchdog.cancel()
+    follower.wait()
+    raise AssertionError(
+        f"{sid}'s log ended (exit {follower.returncode}, or {timeout:.0f} s passed) before the "
+        "line awaited:\n" + "\n".join(lines[-40:])
+    )
+
+
+def end_follower(follower: subprocess.Popen[str]) -> None:
+    """A :func:`logs_until` follower no longer needed, ended as Ctrl-C ends it (the job goes
+    on)."""
+    if follower.poll() is None:
+        follower.send_signal(signal.SIGINT)
+        try:
+            follower.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            follower.kill()
+            follower.communicate()
 
 
 def job_failure(r: subprocess.CompletedProcess[str], width: int = 300) -> str:

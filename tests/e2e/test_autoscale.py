@@ -30,7 +30,7 @@ from nodekit.node.azure_vmss_provider import WORKER_TYPE
 from nodekit.rehearsal.services import compute
 from nodekit.rehearsal.standins.azure_compute import capacity_fault, is_flexible_vm_of
 from nodekit.rehearsal.state import DEFAULT_POOL, GPU_POOL
-from support import job_failure, run_benchmark, run_driver
+from support import end_follower, job_failure, logs_until, run_benchmark, run_driver
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal]
 
@@ -152,13 +152,15 @@ def test_a_worker_hosting_a_running_actor_is_never_chosen(
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
 
-    def printed() -> dict | None:
-        logs = run_driver("logs", *cluster.cluster_args, "actor-1", home=home)
-        return result(logs.stdout) if "RESULT " in logs.stdout else None
-
-    cluster.wait("the actor and the burst ran", lambda: printed() is not None, 2 * BOOT_S)
-    out = printed()
-    assert out is not None and out["actor"] != out["burst"]
+    # The job's log, followed until it says where the actor and the burst ran (the job holds
+    # its actor until it is stopped).
+    follower, lines = logs_until(
+        cluster.cluster_args, "actor-1", lambda ln: ln.startswith("RESULT "), home=home,
+        timeout=2 * BOOT_S,
+    )  # fmt: skip
+    end_follower(follower)
+    out = result(lines[-1])
+    assert out["actor"] != out["burst"]
     # The burst's worker goes after the idle timeout; the actor's stays, however long.
     cluster.wait(
         "the burst's worker is deleted",

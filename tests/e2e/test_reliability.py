@@ -35,10 +35,8 @@ import csv
 import io
 import itertools
 import json
-import os
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -63,7 +61,15 @@ from nodekit.rehearsal.standins.azure_node import (
     laptop_env,
 )
 from rehearsal_cluster import CLIENT_ID, RehearsalCluster, results_container
-from support import LOCAL_RAY_INIT, REPO, communicate_or_explain, job_failure, run_driver
+from support import (
+    LOCAL_RAY_INIT,
+    REPO,
+    communicate_or_explain,
+    end_follower,
+    job_failure,
+    logs_until,
+    run_driver,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.rehearsal, pytest.mark.disruptive]
 
@@ -178,6 +184,20 @@ def _follow(rehearsal: RehearsalCluster, home: Path, sid: str) -> dict[str, Any]
     lines = _follow_lines(rehearsal, home, sid)
     line = next(ln for ln in reversed(lines) if ln.startswith("RESULT "))
     return dict(json.loads(line[len("RESULT ") :]))
+
+
+def _logs_until(
+    rehearsal: RehearsalCluster,
+    home: Path,
+    sid: str,
+    match: Callable[[str], bool],
+) -> tuple[subprocess.Popen[str], list[str]]:
+    """:func:`support.logs_until` on the session's cluster, the job's state on a failure."""
+    head = ["--head", rehearsal.head, "-i", str(rehearsal.ssh_key)]
+    try:
+        return logs_until(head, sid, match, home=home)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{_job_report(rehearsal, home, sid)}") from None
 
 
 # -- 0. a worker whose Ray fails for good ------------------------------------------------------
@@ -300,14 +320,16 @@ def test_an_eviction_notice_for_the_learners_node_publishes_a_checkpoint_before_
         "--checkpoint-every", "0", *flags,
     )  # fmt: skip
     try:
+        # Two iterations in its curve (a file on the head's disk: nothing to ask Ray), then,
+        # the learner actor long up by then, where it is (Ray's actor table).
+        _until(lambda: _progress_rows(cluster, sid) >= 2, 600, "2 iterations", every=2)
         if where == "worker":
             [ip] = _until(
-                lambda: _actor_nodes(rehearsal, sid, LEARNER_ACTOR), 600, "the learner actor"
+                lambda: _actor_nodes(rehearsal, sid, LEARNER_ACTOR), 60, "the learner actor"
             )
             node = _worker_at(cluster, ip)
         else:
             ip, node = rehearsal.head_ip, cluster.node("head")
-        _until(lambda: _progress_rows(cluster, sid) >= 2, 600, "2 iterations", every=2)
     except AssertionError as e:
         pytest.fail(f"{e}\n{_job_report(rehearsal, home, sid)}")
     assert store.pointer(sid) is None  # nothing published before the notice
@@ -331,13 +353,10 @@ def test_an_eviction_notice_for_the_learners_node_publishes_a_checkpoint_before_
     kind, notice_s = NOTICE[where]
     event = imds.schedule(kind, [instance], not_before_s=notice_s)
 
-    def said() -> str | None:
-        r = run_driver(
-            "logs", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), sid, home=home
-        )  # fmt: skip
-        return next((ln for ln in r.stdout.splitlines() if ln.startswith("notice: ")), None)
-
-    line = _until(said, 120, "the job's notice line", every=2)
+    # The job's log, followed until its notice line (the next iteration's end reads it).
+    follower, lines = _logs_until(rehearsal, home, sid, lambda ln: ln.startswith("notice: "))
+    end_follower(follower)
+    line = lines[-1]
     assert line.startswith(f"notice: Azure {kind} for {ip} (event {event}): checkpoint at "), line
     iteration = int(line.split("checkpoint at iteration ")[1].split()[0])
     assert " published in " in line and " s before the deadline" in line, line
@@ -402,16 +421,12 @@ def _head_goes_and_comes_back(
     cluster.vm_deallocate()
     cluster.vm_start()
     resumed = f"{sid}-resumed"
-
-    def submitted() -> bool:
-        r = run_driver(
-            "status", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), resumed,
-            home=home,
-        )  # fmt: skip
-        return r.returncode == 0
-
-    _until(submitted, 900, f"{resumed} submitted by the head", every=5)
-    assert not _head_file(cluster, f"{layout.RESUME_DIR}/{sid}.json").exists()
+    # The watcher deletes its record once Ray's Jobs API took the job (a file on the head's
+    # disk: nothing to ask the head while it boots).
+    record = _head_file(cluster, f"{layout.RESUME_DIR}/{sid}.json")
+    _until(lambda: not record.exists(), 900, f"{sid}'s record taken by the head", every=2)
+    journal = _journal(cluster, cluster.node("head"))
+    assert f"resubmitted job {sid} as {resumed}: " in journal, journal[-3000:]
     lines = _follow_lines(rehearsal, home, resumed)  # asserts the job SUCCEEDED
     said = f"iteration {iteration}, env steps {pointer['env_steps']}"
     assert any(said in ln for ln in lines), lines[-40:]
@@ -699,36 +714,6 @@ def test_after_the_head_is_replaced_with_its_disk_workers_rejoin_and_resume_from
 
 
 # -- 3. a user's Tune sweep across the workers, one of them lost mid-sweep ---------------------
-def _logs_until(
-    rehearsal: RehearsalCluster, home: Path, sid: str, match: Callable[[str], bool]
-) -> tuple[subprocess.Popen[str], list[str]]:
-    """``logs -f`` of a running job, read line by line until ``match`` takes one: the follower,
-    still running, and the lines so far (the matched one last)."""
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "driver", "logs", "--head", rehearsal.head, "-i",
-         str(rehearsal.ssh_key), "-f", sid],
-        cwd=REPO, env={**os.environ, "RAYDRIVER_HOME": str(home)},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    watchdog = threading.Timer(900, follower.kill)
-    watchdog.start()
-    lines: list[str] = []
-    try:
-        assert follower.stdout is not None
-        for line in follower.stdout:
-            lines.append(line.rstrip("\n"))
-            if match(lines[-1]):
-                return follower, lines
-    finally:
-        watchdog.cancel()
-    follower.wait()
-    raise AssertionError(
-        f"{sid}'s log ended (or 900 s passed) before the line awaited:\n"
-        + "\n".join(lines[-40:])
-        + f"\n{_job_report(rehearsal, home, sid)}"
-    )
-
-
 CRASH_ITERATIONS = 10
 """The crashed sweep's iterations per trial (a checkpoint every 2; ~1 s each here)."""
 HOME_RESULTS = f"{layout.STATE_DIR}/home/{TUNE_ROOT}/"
@@ -907,10 +892,18 @@ def test_a_worker_lost_mid_training_takes_its_runner_out_and_training_goes_on_to
         "--stop-reward", str(CRASH_TARGET), "--max-env-steps", "200000",
     )  # fmt: skip
     try:
+        # An iteration sampled by both runners (its curve, a file on the head's disk), then
+        # where they are (Ray's actor table: asked once they are known to be up).
+        in_service = _until(
+            lambda: next((r for r in _rows(cluster, sid) if r["healthy_env_runners"] == "2"), None),
+            600,
+            "an iteration sampled by both runners",
+            every=0.5,
+        )
         runners = _until(
             lambda: (lambda n: n if len(n) == 2 else None)(_runner_nodes(rehearsal, sid)),
-            600,
-            "the job's two env runners",
+            60,
+            "the job's two env runners in Ray's actor table",
             every=3,
         )
     except AssertionError as e:
@@ -918,12 +911,6 @@ def test_a_worker_lost_mid_training_takes_its_runner_out_and_training_goes_on_to
     before = _alive_workers(rehearsal)
     lost = _worker_at(cluster, runners[0])
     assert lost.ip in before
-    in_service = _until(
-        lambda: next((r for r in _rows(cluster, sid) if r["healthy_env_runners"] == "2"), None),
-        600,
-        "an iteration sampled by both runners",
-        every=0.5,
-    )
     crashed_at = time.time()
     cluster.crash(lost.name)
     rows_at_crash = len(_rows(cluster, sid))

@@ -603,8 +603,10 @@ def test_after_the_head_is_replaced_with_its_disk_workers_rejoin_and_resume_from
     store = ResultsStore.of(cluster)
     home = tmp_path / "home"
     first, second = f"reliability-before-replace-{RUN}", STORED_RUN
+    # One env runner in each run: this proves the resume, not parallel sampling (RLlib's own
+    # example and the worker-loss test run two), and each runner's start costs ~10 CPU s.
     _submit_no_wait(
-        rehearsal, home, first, "--num-env-runners", "2", "--checkpoint-every", "1",
+        rehearsal, home, first, "--num-env-runners", "1", "--checkpoint-every", "1",
         "--stop-reward", "none", "--max-iterations", "100",
     )  # fmt: skip
     # Two checkpoints published in the store (each one written whole, then its pointer).
@@ -668,7 +670,7 @@ def test_after_the_head_is_replaced_with_its_disk_workers_rejoin_and_resume_from
     r = run_driver(
         "submit", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key),
         "--submission-id", second, "examples/cartpole/train.py", "--",
-        "--num-env-runners", "2", "--resume", first, "--checkpoint-every", "2",
+        "--num-env-runners", "1", "--resume", first, "--checkpoint-every", "2",
         "--stop-reward", str(RESUMED_TARGET), "--max-env-steps", "300000",
         home=home, timeout=2400,
     )  # fmt: skip

@@ -2,8 +2,8 @@
 notice for the node of CartPole's learner actor, on a local two-node Ray (Ray's own
 ``cluster_utils``), makes the harness checkpoint, wait for the node to go, build the algorithm
 again from that checkpoint with its learner on the replacement node, and train on to its target
-with the counters and the curve going on. No store here (tests/unit/test_notice.py has it; the
-rehearsal's e2e test has both)."""
+with the counters and the curve going on. No store here: the checkpoint is saved to the disk and
+said not durable (tests/unit/test_notice.py has the store; the rehearsal's e2e test has both)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import csv
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -113,12 +114,21 @@ def test_a_learner_actors_node_that_goes_after_its_notice_checkpoint_is_trained_
             child.wait()
     out = "\n".join(lines)
     assert code == 0, out[-6000:]
+    # Without a store, the checkpoint stays on this machine's disk, and the line says so.
     [saved] = [x for x in lines if x.startswith("notice: Azure Preempt")]
-    assert " checkpoint at iteration " in saved and " saved in " in saved, saved
+    found = re.match(
+        rf"^notice: Azure Preempt for 10\.0\.0\.5 \(event {event}\): checkpoint at iteration "
+        rf"(\d+) saved in \d+\.\d s to {re.escape(str(run_dir / 'checkpoint'))}, \d+\.\d s "
+        rf"before the deadline; not durable: no results store \({blobsync.URL_ENV} is not set\), "
+        r"it stays on this machine's disk$",
+        saved,
+    )
+    assert found, saved
     result = json.loads([x for x in lines if x.startswith("RESULT ")][-1][len("RESULT ") :])
     [record] = result["notices"]
     [rebuilt] = result["rebuilds"]
-    assert (record["event_id"], record["saved"]) == (event, True)
+    assert (record["event_id"], record["saved"], record["published"]) == (event, True, False)
+    assert record["iteration"] == int(found[1])
     assert rebuilt["event_id"] == event and rebuilt["iteration"] == record["iteration"]
     assert rebuilt["attempts"] == 1
     [new] = _worker_ids()

@@ -26,9 +26,9 @@ watcher's safety margin.
 Here Azurite shares the machine's cores with the trainer; on Azure the store is a service
 elsewhere and the time is the network's. The load is recorded.
 
-``--smoke``: one repetition of each model, CartPole's first update on a batch of 200 env steps,
-not 4,000 (a checkpoint's files and sizes do not depend on the batch; the JSON says
-``"smoke": true``; its figures measure nothing).
+``--smoke``: one repetition of each model, CartPole's first update on :data:`SMOKE_BATCH` env
+steps, not the example's 4,000 (a checkpoint's files and sizes do not depend on the batch; the
+JSON says ``"smoke": true`` and the model's ``train_batch_size``; its figures measure nothing).
 """
 
 from __future__ import annotations
@@ -84,11 +84,15 @@ def pong_files() -> dict[str, Any]:
     return files
 
 
+SMOKE_BATCH = 200
+"""CartPole's env steps before its checkpoint in ``--smoke``."""
+
+
 def cartpole_algorithm(smoke: bool = False) -> Any:
     sys.path.insert(0, str(EXAMPLE.parent))
     import train as cartpole  # examples/cartpole/train.py
 
-    batch = ["--train-batch-size", "200"] if smoke else []
+    batch = ["--train-batch-size", str(SMOKE_BATCH)] if smoke else []
     args = cartpole.parse_args(["--num-env-runners", "0", *batch])
     algo = cartpole.build_config(args).debugging(seed=0).build_algo()
     algo.train()  # Adam's state exists after the first update, as in any run's checkpoint
@@ -199,7 +203,10 @@ def main() -> int:
                 node = ray.get_runtime_context().get_node_id()
                 algo = cartpole_algorithm(args.smoke)
                 try:
-                    out["models"]["cartpole"] = measure(algo, "cartpole", work, repeats, node)
+                    out["models"]["cartpole"] = {
+                        "train_batch_size": algo.config.train_batch_size_per_learner,
+                        **measure(algo, "cartpole", work, repeats, node),
+                    }
                 finally:
                     algo.stop()
                 pong = SavedModel(pong_files())

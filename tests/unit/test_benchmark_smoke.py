@@ -196,6 +196,8 @@ def test_the_notice_checkpoint_benchmark_in_smoke_mode() -> None:
         assert line.startswith("notice: Azure Preempt for 127.0.0.1 (event ") and (
             "checkpoint at iteration 1 published in " in line
         ), line
+    smoke_batch = _module("notice_checkpoint").SMOKE_BATCH
+    assert out["models"]["cartpole"]["train_batch_size"] == smoke_batch
     # Pong's checkpoint is an order of magnitude bigger than CartPole's (as RLlib's are).
     assert (
         out["models"]["pong"]["checkpoint_bytes"]

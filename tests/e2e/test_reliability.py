@@ -506,6 +506,10 @@ for path in sys.argv[1:]:
 one process: every published checkpoint must restore and say its iteration."""
 SWEEP = REPO / "tests/fixtures/jobs/tune_sweep.py"
 """A user's own Tune sweep (Tune's default storage, checkpoints every 2 iterations)."""
+HEAD_SWEEP_ITERATIONS = 10
+"""The sweep's iterations per trial when the head is replaced under it: it must still train
+after its first checkpoint (iteration 2) is in storage and its status is read (~1 s each here;
+at 4, once, it had ended by then)."""
 STORED_RUN = f"reliability-after-replace-{RUN}"
 """The resumed run the last test of the file reads from the store with every node off."""
 
@@ -626,7 +630,7 @@ def test_after_the_head_is_replaced_with_its_disk_workers_rejoin_and_resume_from
     sweep = f"sweep-head-replaced-{RUN}"
     r = run_driver(
         "submit", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), "--submission-id",
-        sweep, "--no-wait", str(SWEEP), "--", "4", sweep,
+        sweep, "--no-wait", str(SWEEP), "--", str(HEAD_SWEEP_ITERATIONS), sweep,
         home=home,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -705,13 +709,14 @@ def test_after_the_head_is_replaced_with_its_disk_workers_rejoin_and_resume_from
     # finishes it (Tuner.restore).
     r = run_driver(
         "submit", "--head", rehearsal.head, "-i", str(rehearsal.ssh_key), "--submission-id",
-        f"{sweep}-again", str(SWEEP), "--", "4", sweep,
+        f"{sweep}-again", str(SWEEP), "--", str(HEAD_SWEEP_ITERATIONS), sweep,
         home=home, timeout=2400,
     )  # fmt: skip
     assert r.returncode == 0, job_failure(r)
     assert f"RESUMING {layout.STATE_DIR}/home/{TUNE_ROOT}/{sweep}" in r.stdout, r.stdout[-3000:]
     trials = [json.loads(ln[6:]) for ln in r.stdout.splitlines() if ln.startswith("TRIAL ")]
-    assert len(trials) == 2 and all(t["iterations"] == 4 for t in trials), trials
+    assert len(trials) == 2, trials
+    assert all(t["iterations"] == HEAD_SWEEP_ITERATIONS for t in trials), trials
     print(json.dumps({"sweep": sweep, "trials": trials}))
 
 

@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,37 +57,50 @@ def _stop_local_head(home: Path) -> None:
     )
 
 
+Releaser = Callable[[], None]
+_RELEASES = pytest.StashKey[dict[str, Releaser]]()
+"""Session fixture name -> what lets its resource go, as registered."""
+_LAST_USERS = pytest.StashKey[dict[str, str]]()
+"""Fixture name -> the node id of the run's last test that uses it (directly or not)."""
+
+
+@pytest.fixture(scope="session")
+def release_after_last_user(request: pytest.FixtureRequest) -> Callable[[str, Releaser], None]:
+    """``release_after_last_user(name, release)``, for a session fixture ``name`` that holds a
+    Ray head (an idle one costs ~4 CPU s a minute, and a lane runs other files after the
+    fixture's last user): ``release`` runs right after the run's last test that uses ``name``.
+    The fixture's own teardown still runs at the end, so ``release`` must be safe to repeat."""
+    releases = request.session.stash.setdefault(_RELEASES, {})
+    return releases.__setitem__
+
+
 @pytest.fixture(scope="session")
 def driver_home(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+    tmp_path_factory: pytest.TempPathFactory,
+    release_after_last_user: Callable[[str, Releaser], None],
 ) -> Iterator[Path]:
     """A RAYDRIVER_HOME for the whole run; the local Ray head it holds is stopped after the
-    last test that uses it (an idle head costs ~4 CPU s a minute), and at the end."""
+    last test that uses it, and at the end."""
     home = tmp_path_factory.mktemp("driver-home")
-    request.session.stash[_DRIVER_HOME] = home
+    release_after_last_user("driver_home", lambda: _stop_local_head(home))
     yield home
     _stop_local_head(home)
 
 
-_LAST_USER = pytest.StashKey[str]()
-"""The node id of the run's last test that uses driver_home."""
-_DRIVER_HOME = pytest.StashKey[Path]()
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
-    users = [item.nodeid for item in session.items if "driver_home" in _fixtures(item)]
-    if users:
-        session.stash[_LAST_USER] = users[-1]
+    session.stash[_LAST_USERS] = {
+        name: item.nodeid for item in session.items for name in _fixtures(item)
+    }
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     result = yield  # the test's own fixtures torn down
-    if item.session.stash.get(_LAST_USER, None) == item.nodeid and nextitem is not None:
-        # (no next test: the fixture's own teardown stops it)
-        home = item.session.stash.get(_DRIVER_HOME, None)
-        if home is not None:
-            _stop_local_head(home)
+    if nextitem is not None:  # (no next test: the fixtures' own teardown is next)
+        last = item.session.stash.get(_LAST_USERS, {})
+        releases = item.session.stash.get(_RELEASES, {})
+        for name in [n for n in releases if last.get(n) == item.nodeid]:
+            releases.pop(name)()
     start = item.stash.get(_CPU_AT_SETUP, None)
     now = _lane_cpu_s()
     if start is not None and now is not None:

@@ -11,10 +11,15 @@ from headhost import HeadHost
 
 
 @pytest.fixture(scope="session")
-def head_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeadHost]:
-    """A ready head: sshd on port 22 and a Ray head with token auth behind it."""
+def head_host(
+    tmp_path_factory: pytest.TempPathFactory,
+    release_after_last_user: Callable[[str, Callable[[], None]], None],
+) -> Iterator[HeadHost]:
+    """A ready head: sshd on port 22 and a Ray head with token auth behind it, removed after
+    the last test that uses it (the autostop lane runs its clusters' tests after these)."""
     head = HeadHost(tmp_path_factory.mktemp("head"))
     head.start(ray=True)
+    release_after_last_user("head_host", head.stop)
     try:
         yield head
     finally:

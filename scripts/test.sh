@@ -14,6 +14,8 @@ ROOT=$(pwd)
 PYTHON=${PYTHON:-python3}
 
 log() { printf '\n== %s\n' "$*" >&2; }
+# What is built once per machine and kept between clones (environments, mypy's cache).
+MACHINE_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/azure-ray-rl"
 
 # The machine's load through the run, from the start of the set-up: the 1-minute load average
 # and the busy CPU time every 10 s (scripts/lanes.py sums them up at the end). It ends with this
@@ -54,7 +56,7 @@ tools() {
     # Built once per machine and requirements file, outside the checkout (a fresh clone, as CI's,
     # reuses it), and linked as .tools/checkov.
     CHECKOV_KEY=$(cat scripts/checkov-requirements.txt <("$PYTHON" -VV) | sha256sum | cut -c1-16)
-    CHECKOV_ENV="${XDG_CACHE_HOME:-$HOME/.cache}/azure-ray-rl/checkov-$CHECKOV_KEY"
+    CHECKOV_ENV="$MACHINE_CACHE/checkov-$CHECKOV_KEY"
     log "checkov tool environment (.tools/checkov -> $CHECKOV_ENV)"
     if [ ! -x "$CHECKOV_ENV/complete" ]; then
         rm -rf "$CHECKOV_ENV"
@@ -116,7 +118,7 @@ else
         "$PYTHON" -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.constraint='\(.*\)'$/\1/p" \
             | tr ' ' '\n' | xargs -r cat 2>/dev/null || true
     } | sha256sum | cut -c1-16)
-    VENV_ENV="${XDG_CACHE_HOME:-$HOME/.cache}/azure-ray-rl/venv-$VENV_KEY"
+    VENV_ENV="$MACHINE_CACHE/venv-$VENV_KEY"
     log "Python environment (.venv -> $VENV_ENV)"
     if [ ! -x "$VENV_ENV/complete" ]; then
         rm -rf "$VENV_ENV"
@@ -148,6 +150,9 @@ if [ "$rc_tools" != 0 ]; then
 fi
 
 export RAYDRIVER_CHECKOV="$ROOT/.tools/checkov/bin/checkov"
+# mypy's incremental cache checks each module against its source's hash, whatever folder the
+# clone is in: the machine's serves every clean clone (test_lint: ~1.5 s of CPU, not ~35).
+export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-$MACHINE_CACHE/mypy}"
 log "set up in $(($(date +%s) - STARTED)) s"
 if [ $# -gt 0 ]; then
     kill "$load_pid" 2>/dev/null || true

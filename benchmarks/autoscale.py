@@ -28,7 +28,8 @@ the round that places the demand elsewhere).
 
 ``--smoke`` checks that it works, not how fast (the JSON says ``"smoke": true``): one cycle,
 on one cluster (the first method's, baked unless ``--method`` says otherwise; with ``--reuse``
-the running one).
+the running one); with ``--refused`` that cycle is the refused one (``runs`` is empty: a plain
+cycle is the same code with nothing refused).
 """
 
 from __future__ import annotations
@@ -52,9 +53,12 @@ METHODS = ("baked", "cold")
 at boot (``--no-image``)."""
 
 
-def measure(ac: Any, runs: int, refused: bool = False) -> dict[str, list[dict[str, Any]]]:
+def measure(
+    ac: Any, runs: int, refused: bool = False, plain: bool = True
+) -> dict[str, list[dict[str, Any]]]:
     """``runs`` scale-out/scale-in cycles on the cluster that is up (``runs``), each followed,
-    with ``refused``, by one with the CPU pool's capacity refused (``refused_runs``)."""
+    with ``refused``, by one with the CPU pool's capacity refused (``refused_runs``); without
+    ``plain``, only the refused ones."""
     from nodekit.rehearsal.standins.azure_compute import capacity_fault
     from nodekit.rehearsal.state import DEFAULT_POOL, GPU_POOL
 
@@ -93,7 +97,8 @@ def measure(ac: Any, runs: int, refused: bool = False) -> dict[str, list[dict[st
             }
 
         for i in range(runs):
-            out["runs"].append(cycle(str(i)))
+            if plain or not refused:
+                out["runs"].append(cycle(str(i)))
             if not refused:
                 continue
             cluster.refuse(DEFAULT_POOL, capacity_fault("AllocationFailed"))
@@ -151,7 +156,7 @@ def main() -> int:
                 return 1
         load = os.getloadavg()[0]
         try:
-            runs = measure(ac, args.runs, args.refused)
+            runs = measure(ac, args.runs, args.refused, plain=not args.smoke)
         except RuntimeError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1

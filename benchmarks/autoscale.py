@@ -57,8 +57,8 @@ def measure(
     ac: Any, runs: int, refused: bool = False, plain: bool = True
 ) -> dict[str, list[dict[str, Any]]]:
     """``runs`` scale-out/scale-in cycles on the cluster that is up (``runs``), each followed,
-    with ``refused``, by one with the CPU pool's capacity refused (``refused_runs``); without
-    ``plain``, only the refused ones."""
+    with ``refused``, by one with the CPU pool's capacity refused (``refused_runs``); with
+    ``refused`` and without ``plain``, only the refused ones."""
     from nodekit.rehearsal.standins.azure_compute import capacity_fault
     from nodekit.rehearsal.state import DEFAULT_POOL, GPU_POOL
 

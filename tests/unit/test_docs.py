@@ -84,3 +84,12 @@ def test_the_readme_s_diagram_is_the_architecture_page_s() -> None:
     assert diagram.startswith("```\n") and diagram in page
     rules = readme.split("- **One source per fact.**")[1].split("\nThe bootstrap's")[0]
     assert rules.strip() and rules in page
+
+
+def test_the_benchmarks_page_opens_as_the_benchmarks_readme() -> None:
+    """Which test runs each benchmark's smoke mode is said in both; the copies agree."""
+    readme = (REPO / "benchmarks" / "README.md").read_text()
+    page = (REPO / "docs" / "benchmarks.md").read_text()
+    opening = readme.split("\n\n- `benchmarks/")[0]
+    assert "--smoke" in opening and "tests/e2e/test_autoscale.py" in opening
+    assert page.startswith(opening + "\n\n")

@@ -69,6 +69,20 @@ RAY_STOP_DRAIN_S = 5
 RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S, 30 by default). RLlib's env runners never finish, so the
 default would add 30 s to every stop; a worker told of its removal has already been drained by
 the scheduled-events watcher with the notice's own deadline."""
+NO_PORT = 65536
+"""Beyond the last TCP port: what a listener Ray must not start is told to bind to."""
+RAY_NO_METRICS_ENV = {
+    "RAY_enable_metrics_collection": "0",
+    "DASHBOARD_METRIC_PORT": str(NO_PORT),
+    "AUTOSCALER_METRIC_PORT": str(NO_PORT),
+}
+"""Environment for Ray on every node and on the driver's local head: no Prometheus endpoints.
+Ray's serve its metrics on every interface and take no token: each node's agent (metrics
+collection), and on a head the dashboard's (DASHBOARD_METRIC_PORT, 44227) and the autoscaler
+monitor's (AUTOSCALER_METRIC_PORT, 44217), whatever addresses Ray was given. A port no socket
+can have makes those two fail to start (Ray logs it and goes on without them). Nothing here
+scrapes them (no Prometheus, no Grafana), and metrics collection took ~1.6 CPU s a minute of an
+idle head (a third of its idle CPU; benchmarks/README.md)."""
 AUTOSTOP_STATE = f"{STATE_DIR}/autostop.json"
 """On the head: what the autostop agent last saw and decided (JSON: idle since when, the busy
 jobs and SSH connections, the decision); ``python -m driver status`` reads it."""

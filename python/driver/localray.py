@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from driver import layout
 from driver.cluster import DASHBOARD, TENSORBOARD, WebUI
 from driver.errors import ConnectionLost, DriverError
 from driver.jobs import JobsClient
@@ -91,10 +92,6 @@ def init_local_ray(**kwargs: Any) -> Any:
                 raise
             ray.shutdown()
     raise AssertionError("unreachable")
-
-
-NO_PORT = 65536
-"""Beyond the last TCP port: what a listener Ray must not start is told to bind to."""
 
 
 @dataclass(frozen=True)
@@ -318,12 +315,9 @@ class LocalRay:
             RAY_AUTH_MODE="token",
             RAY_AUTH_TOKEN_PATH=str(self.token_file),
             RAY_USAGE_STATS_ENABLED="0",
-            # No Prometheus endpoints: they listen on every interface and take no token.
-            RAY_enable_metrics_collection="0",
-            # ... and the dashboard's own Prometheus server, which Ray starts on 0.0.0.0:44227
-            # whatever the addresses above (it maps 127.0.0.1 to the machine's address): a port
-            # no socket can have makes its start fail (Ray logs it and goes on without it).
-            DASHBOARD_METRIC_PORT=str(NO_PORT),
+            # No Prometheus endpoints: they listen on every interface and take no token (the
+            # dashboard's maps 127.0.0.1 to the machine's address).
+            **layout.RAY_NO_METRICS_ENV,
             # Jobs run `python script.py`: make that the driver's own interpreter.
             PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -407,6 +408,48 @@ def test_a_ray_client_without_the_token_is_refused(rehearsal: RehearsalCluster) 
         'except e.HTTPError as x: print(x.code)"',
     )
     assert out.strip() == "401"
+
+
+_REACHABLE_ANSWERS = r"""
+import json, socket, sys, urllib.error, urllib.request
+LOOPBACK = ("0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
+ports = set()
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for line in open(table).read().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, port = local.split(":")
+        if state == "0A" and address not in LOOPBACK:  # listening, reachable from elsewhere
+            ports.add(int(port, 16))
+answers = {}
+for port in sorted(ports):
+    try:
+        with urllib.request.urlopen(f"http://{sys.argv[1]}:{port}/metrics", timeout=5) as r:
+            answers[port] = f"HTTP {r.status}"
+    except urllib.error.HTTPError as e:
+        answers[port] = f"HTTP {e.code}"
+    except Exception as e:  # gRPC, SSH, closed, reset, timed out
+        answers[port] = type(e).__name__
+print(json.dumps(answers))
+"""
+"""Each TCP port that listens on a node's address (not its loopback) and what a plain HTTP
+request for ``/metrics`` without the token gets there, from the node itself: JSON."""
+
+
+def test_nothing_another_vm_can_reach_answers_without_the_token(
+    rehearsal: RehearsalCluster,
+) -> None:
+    """Ray's Prometheus endpoints answer anyone: each node's agent, and the head's dashboard
+    (44227) and autoscaler monitor (44217). The nodes run Ray without them
+    (layout.RAY_NO_METRICS_ENV), so every port another VM of the network can reach (Ray's GCS,
+    raylet, agents and workers, SSH) refuses a request without the token."""
+    for ip in (rehearsal.head_ip, rehearsal.worker_ips[0]):
+        code, out, err = rehearsal.ssh(ip, f"python3 -c {shlex.quote(_REACHABLE_ANSWERS)} {ip}")
+        assert code == 0, err
+        answers = {int(port): answer for port, answer in json.loads(out).items()}
+        assert 22 in answers, answers  # the check found the node's listeners
+        if ip == rehearsal.head_ip:
+            assert layout.RAY_GCS_PORT in answers, answers
+        assert not {p: a for p, a in answers.items() if a.startswith("HTTP 2")}, (ip, answers)
 
 
 def test_a_worker_refuses_a_head_with_another_python(

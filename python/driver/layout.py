@@ -77,9 +77,9 @@ RAY_NO_METRICS_ENV = {
     "AUTOSCALER_METRIC_PORT": str(NO_PORT),
 }
 """Environment for Ray on every node and on the driver's local head: no Prometheus endpoints.
-Ray's serve its metrics on every interface and take no token: each node's agent (metrics
-collection), and on a head the dashboard's (DASHBOARD_METRIC_PORT, 44227) and the autoscaler
-monitor's (AUTOSCALER_METRIC_PORT, 44217), whatever addresses Ray was given. A port no socket
+Ray serves metrics on every interface, with no token asked: each node's agent (metrics
+collection), and on a head the dashboard (DASHBOARD_METRIC_PORT, 44227) and the autoscaler
+monitor (AUTOSCALER_METRIC_PORT, 44217), whatever addresses Ray was given. A port no socket
 can have makes those two fail to start (Ray logs it and goes on without them). Nothing here
 scrapes them (no Prometheus, no Grafana), and metrics collection took ~1.6 CPU s a minute of an
 idle head (a third of its idle CPU; benchmarks/README.md)."""

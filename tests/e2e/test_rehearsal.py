@@ -411,7 +411,7 @@ def test_a_ray_client_without_the_token_is_refused(rehearsal: RehearsalCluster) 
 
 
 _REACHABLE_ANSWERS = r"""
-import json, socket, sys, urllib.error, urllib.request
+import json, sys, urllib.error, urllib.request
 LOOPBACK = ("0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F")
 ports = set()
 for table in ("/proc/net/tcp", "/proc/net/tcp6"):

@@ -28,7 +28,7 @@ import pytest
 import autoscale_cluster as ac
 from nodekit.node.azure_vmss_provider import WORKER_TYPE
 from nodekit.rehearsal.services import compute
-from nodekit.rehearsal.standins.azure_compute import capacity_fault, is_flexible_vm_of
+from nodekit.rehearsal.standins.azure_compute import is_flexible_vm_of
 from nodekit.rehearsal.state import DEFAULT_POOL, GPU_POOL
 from support import end_follower, job_failure, logs_until, run_benchmark, run_driver
 
@@ -229,47 +229,53 @@ def test_a_pool_azure_cannot_fill_is_said_and_its_demand_runs_on_another(
     operation ends): Ray's autoscaler is told (the node provider's NodeLaunchException) and
     places the CPU demand on the pool that can serve it, here the GPU pool (Ray avoids GPU
     nodes for CPU work, it does not forbid them); `driver status` names Azure's answer; the
-    capacity back, new demand lands on the CPU pool again. Nothing is left half-created."""
+    capacity back, new demand lands on the CPU pool again. Nothing is left half-created.
+
+    The refused cycle is benchmarks/autoscale.py's, in its smoke mode on this module's cluster
+    (``--smoke --reuse --refused``: the CPU pool refused, the demand job submitted, where it
+    ran, the idle worker's deletion, the refusal lifted; measured and printed), so that the
+    benchmark cannot break unnoticed. (Its plain cycle is the same code with nothing refused,
+    which the tests above run.)"""
     home = tmp_path / "home"
     assert cluster.instances() == [] and cluster.instances(GPU_POOL) == []
     assert cluster.containers() == {}
     refused_before = len(cluster.refused())
     run = int(time.time())  # its own submission ids, also on a reused cluster
-    cluster.refuse(DEFAULT_POOL, capacity_fault("AllocationFailed"))
-    try:
-        job = ac.write_job(tmp_path / "refused", ac.DEMAND_JOB)
-        r = run_driver(
-            "submit", *cluster.cluster_args, "--submission-id", f"refused-{run}-1", str(job),
-            home=home, timeout=BOOT_S + 300,
-        )  # fmt: skip
-        assert r.returncode == 0, job_failure(r)
-        out = result(r.stdout)
-        # Ran on the GPU pool's worker; the CPU pool's scale set: refused, nothing created.
-        [instance] = cluster.instances(GPU_POOL)
-        assert out["ip"] == instance["ip"] != cluster.head_ip
-        assert cluster.instances() == [] and cluster.containers(DEFAULT_POOL) == {}
-        assert cluster.refused()[refused_before:] == [(DEFAULT_POOL, "AllocationFailed")]
-        st = run_driver("status", *cluster.cluster_args, home=home)
-        assert st.returncode == 0, st.stderr
-        line = next(
-            (ln for ln in st.stdout.splitlines() if ln.startswith(f"  {WORKER_TYPE}: Azure")),
-            "",
-        )
-        assert "AllocationFailed since" in line, st.stdout
-        assert "We do not have sufficient capacity" in line, st.stdout
-        retry = re.search(r"next try after (\S+Z)", line)
-        assert retry, st.stdout
-    finally:
-        cluster.refuse(DEFAULT_POOL, None)
-    # The GPU worker goes once idle; then, the back-off over (60 s after a first refusal, at
-    # most the idle wait), new CPU demand goes to the CPU pool again.
-    cluster.wait(
-        "the idle GPU worker is deleted",
-        lambda: cluster.instances(GPU_POOL) == [] and cluster.containers() == {},
-        IDLE_S + 300,
+    # The benchmark's own bounds: a worker's boot for the job, then the idle worker's deletion.
+    p, printed = run_benchmark(
+        "autoscale", "--smoke", "--reuse", "--refused", timeout=BOOT_S + IDLE_S + 600
     )
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [report] = printed
+    assert report["smoke"] is True and report["idle_timeout_s"] == IDLE_S
+    # This module's cluster boots its workers from the node image.
+    assert "cold" not in report
+    assert report["baked"]["runs"] == [], report  # the smoke's one cycle is the refused one
+    # The demand ran on the GPU pool's worker; the CPU pool's scale set: refused (once: Ray
+    # asked it, the provider raised, the pool was backed off), nothing created there.
+    [refused] = report["baked"]["refused_runs"]
+    assert refused["pool"] == GPU_POOL, report
+    assert refused["demand_to_running_s"] > 0 and refused["idle_to_deleted_s"] > 0, refused
+    assert cluster.refused()[refused_before:] == [(DEFAULT_POOL, "AllocationFailed")]
+    assert cluster.instances() == [] and cluster.containers() == {}
+    assert cluster.instances(GPU_POOL) == []
+    # Ray's autoscaler keeps the pool's record until it asks the pool again: `status` names
+    # Azure's answer, since when, and when the pool is asked again.
+    st = run_driver("status", *cluster.cluster_args, home=home)
+    assert st.returncode == 0, st.stderr
+    line = next(
+        (ln for ln in st.stdout.splitlines() if ln.startswith(f"  {WORKER_TYPE}: Azure")),
+        "",
+    )
+    assert "AllocationFailed since" in line, st.stdout
+    assert "We do not have sufficient capacity" in line, st.stdout
+    retry = re.search(r"next try after (\S+Z)", line)
+    assert retry, st.stdout
+    # The capacity back (the benchmark lifted the refusal) and the back-off over (60 s after a
+    # first refusal, at most the idle wait), new CPU demand goes to the CPU pool again.
     over = datetime.datetime.fromisoformat(retry[1].replace("Z", "+00:00")).timestamp()
     time.sleep(max(0.0, over + 1 - time.time()))
+    job = ac.write_job(tmp_path / "demand", ac.DEMAND_JOB)
     r = run_driver(
         "submit", *cluster.cluster_args, "--submission-id", f"refused-{run}-2", str(job),
         home=home, timeout=BOOT_S + 300,
@@ -286,28 +292,3 @@ def test_a_pool_azure_cannot_fill_is_said_and_its_demand_runs_on_another(
         lambda: cluster.instances() == [] and cluster.containers() == {},
         IDLE_S + 300,
     )
-
-
-def test_the_autoscale_benchmark_runs_a_cycle_on_this_cluster(cluster: ac.Cluster) -> None:
-    """benchmarks/autoscale.py in its smoke mode on this module's cluster (``--reuse``), with
-    the CPU pool's capacity refused (``--refused``): its one cycle, a scale-out for pending
-    demand and the scale-in once idle, measured and printed, so that the benchmark cannot break
-    unnoticed; the cluster is back at zero workers afterwards. (Its plain cycle is the same code
-    with nothing refused, which the tests above run.)"""
-    assert cluster.instances() == [] and cluster.containers() == {}
-    # The benchmark's own bounds: a worker's boot for the job, then the idle worker's deletion.
-    p, printed = run_benchmark(
-        "autoscale", "--smoke", "--reuse", "--refused", timeout=BOOT_S + IDLE_S + 600
-    )
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    [report] = printed
-    assert report["smoke"] is True and report["idle_timeout_s"] == IDLE_S
-    # This module's cluster boots its workers from the node image.
-    assert "cold" not in report
-    assert report["baked"]["runs"] == [], report  # the smoke's one cycle is the refused one
-    # With the CPU pool refused, the demand ran on the other pool.
-    [refused] = report["baked"]["refused_runs"]
-    assert refused["pool"] == GPU_POOL, report
-    assert refused["demand_to_running_s"] > 0 and refused["idle_to_deleted_s"] > 0, refused
-    assert cluster.instances() == [] and cluster.containers() == {}
-    assert cluster.instances(GPU_POOL) == []
